@@ -1,0 +1,92 @@
+"""`fleetctl catalog`: list offers from the shipped snapshots."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from fleetctl.cli.common import console, fail
+from fleetctl.codec import offer_to_dict
+from fleetctl.model import Market, Offer
+
+
+class OutputFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+def _sort_key(o: Offer) -> tuple:
+    per_gpu = o.usd_per_gpu_hour
+    return (per_gpu is None, per_gpu if per_gpu is not None else o.usd_per_hour, o.key)
+
+
+def filter_offers(
+    offers: tuple[Offer, ...],
+    *,
+    gpu: list[str] | None = None,
+    provider: list[str] | None = None,
+    market: list[str] | None = None,
+    region: list[str] | None = None,
+) -> list[Offer]:
+    """Offers matching every given filter (each filter matches any of its values),
+    sorted by USD per GPU-hour, cheapest first."""
+    result = [
+        o
+        for o in offers
+        if (not gpu or o.instance_type.gpu_model in gpu)
+        and (not provider or o.provider in provider)
+        and (not market or o.market.value in market)
+        and (not region or o.region in region)
+    ]
+    return sorted(result, key=_sort_key)
+
+
+def catalog(
+    gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="GPU model, e.g. A100-80GB (repeatable).")] = None,
+    provider: Annotated[Optional[list[str]], typer.Option("--provider", help="aws, gcp or azure (repeatable).")] = None,
+    market: Annotated[Optional[list[str]], typer.Option("--market", help="spot or on_demand (repeatable).")] = None,
+    region: Annotated[Optional[list[str]], typer.Option("--region", help="Region, e.g. us-east-1 (repeatable).")] = None,
+    limit: Annotated[int, typer.Option("--limit", help="Show at most this many rows in the table (0: all).")] = 50,
+    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
+) -> None:
+    """List offers (instance type x region x zone x market, with USD/hour) from the
+    shipped catalog snapshots of AWS, GCP and Azure, cheapest per GPU-hour first."""
+    from providers.catalog import GPU_MODELS, load_catalog
+
+    for g in gpu or []:
+        if g not in GPU_MODELS:
+            fail(f"--gpu {g!r} is not a known GPU model; known: {', '.join(sorted(GPU_MODELS))}", 2)
+    for m in market or []:
+        if m not in {x.value for x in Market}:
+            fail(f"--market {m!r}: use spot or on_demand", 2)
+    offers = filter_offers(load_catalog(), gpu=gpu, provider=provider, market=market, region=region)
+    if output is OutputFormat.json:
+        docs = []
+        for o in offers:
+            d = offer_to_dict(o)
+            d["usd_per_gpu_hour"] = None if o.usd_per_gpu_hour is None else round(o.usd_per_gpu_hour, 6)
+            docs.append(d)
+        console.print_json(json.dumps(docs)) if console.is_terminal else print(json.dumps(docs, indent=2))
+        return
+    table = Table(title=f"{len(offers)} offers" + (f" (showing {limit})" if limit and len(offers) > limit else ""))
+    for col in ("provider", "instance type", "GPUs", "vCPU", "GiB", "region", "zone", "market", "$/h", "$/GPU-h"):
+        table.add_column(col, justify="right" if col in {"GPUs", "vCPU", "GiB", "$/h", "$/GPU-h"} else "left")
+    for o in offers[: limit or None]:
+        it = o.instance_type
+        table.add_row(
+            o.provider,
+            it.name,
+            f"{it.gpu_count} x {it.gpu_model}" if it.gpu_count else "-",
+            str(it.vcpus),
+            f"{it.memory_gib:g}",
+            o.region,
+            o.zone or "(regional)",
+            o.market.value,
+            f"{o.usd_per_hour:.4f}",
+            f"{o.usd_per_gpu_hour:.4f}" if o.usd_per_gpu_hour is not None else "-",
+        )
+    console.print(table)

@@ -1,0 +1,95 @@
+"""`fleetctl jobs submit|list`."""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, open_store, utcnow
+from fleetctl.codec import job_to_dict
+
+app = typer.Typer(help="Submit jobs to the queue and list them.", no_args_is_help=True)
+
+
+class OutputFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command()
+def submit(
+    files: Annotated[list[Path], typer.Argument(help="Job files (YAML or JSON): one job, a list, or {jobs: [...]}.")],
+    policy: PolicyOption = None,
+    state: StateOption = None,
+) -> None:
+    """Validate job specs against the policy and store them in the queue.
+
+    All files are checked first; if any has an error, every error is printed as
+    FILE:LINE:COLUMN: field.path: message, nothing is stored, and the exit code is 2.
+    Re-submitting an identical job is a no-op; a different job under an existing id is refused."""
+    from fleetctl.jobspec import load_jobs
+    from fleetctl.store import DuplicateJob
+    from fleetctl.yamlerrors import SpecError
+
+    pol, _ = load_policy_or_exit(policy, code=2)
+    now = utcnow()
+    jobs = []
+    bad = False
+    for path in files:
+        try:
+            jobs.extend(load_jobs(path, submitted_at_utc=now, policy=pol))
+        except SpecError as exc:
+            bad = True
+            for issue in exc.issues:
+                err_console.print(str(issue), markup=False)
+    if bad:
+        fail("no job was submitted", 2)
+    ids = [j.job_id for j in jobs]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        fail(f"job ids appear in more than one file: {', '.join(dupes)}; no job was submitted", 2)
+    store = open_store(state)
+    try:
+        added, unchanged = store.add_jobs(jobs, now)
+    except DuplicateJob as exc:
+        fail(f"{exc}; no job was submitted (pick a new id or cancel the old job)", 2)
+    finally:
+        store.close()
+    console.print(f"{added} job(s) submitted, {unchanged} already queued unchanged", markup=False)
+
+
+@app.command("list")
+def list_jobs(
+    state: StateOption = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include finished jobs.")] = False,
+    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
+) -> None:
+    """Show the jobs in the store with their state and nodes."""
+    store = open_store(state)
+    try:
+        jobs = store.jobs(active_only=not all_)
+    finally:
+        store.close()
+    if output is OutputFormat.json:
+        print(json.dumps([job_to_dict(j) for j in jobs], indent=2))
+        return
+    table = Table(title=f"{len(jobs)} jobs")
+    for col in ("id", "state", "team", "priority", "workers x GPUs", "GPU models", "spot", "nodes"):
+        table.add_column(col)
+    for j in jobs:
+        table.add_row(
+            j.job_id,
+            j.state.value,
+            j.team,
+            j.priority,
+            f"{j.workers} x {j.gpus_per_worker}",
+            ", ".join(j.gpu_models) or "any",
+            "class default" if j.spot_eligible is None else ("yes" if j.spot_eligible else "no"),
+            ", ".join(j.node_ids) or "-",
+        )
+    console.print(table)

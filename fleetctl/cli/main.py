@@ -1,0 +1,30 @@
+"""The `fleetctl` command: thin wiring of one module per command."""
+
+from __future__ import annotations
+
+import typer
+
+from fleetctl.cli import jobs, policy_cmd
+from fleetctl.cli.catalog import catalog
+from fleetctl.cli.plan_apply import apply, plan
+from fleetctl.cli.status import status
+
+app = typer.Typer(
+    name="fleetctl",
+    help="A Terraform-driven fleet controller for ML compute on spot capacity across AWS, GCP and Azure.\n\n"
+    "With no cloud configured it runs on the sandbox: real catalog prices, simulated nodes, state in "
+    ".fleetctl/state.db.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(catalog)
+app.command()(plan)
+app.command()(apply)
+app.command()(status)
+app.add_typer(policy_cmd.app, name="policy")
+app.add_typer(jobs.app, name="jobs")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,54 @@
+"""`fleetctl policy validate|schema`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleetctl.cli.common import console, err_console
+
+app = typer.Typer(help="Validate policy files and write their JSON Schema for editors.", no_args_is_help=True)
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Policy YAML files to check.", show_default=False)],
+) -> None:
+    """Check policy files. Every problem is printed as FILE:LINE:COLUMN: field.path: message;
+    exits 2 if any file has one, 0 if all are valid."""
+    from fleetctl.policy import load_policy
+    from fleetctl.yamlerrors import SpecError
+
+    bad = 0
+    for path in files:
+        try:
+            load_policy(path)
+        except SpecError as exc:
+            bad += 1
+            for issue in exc.issues:
+                err_console.print(str(issue), markup=False)
+        else:
+            console.print(f"{path}: ok", markup=False)
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command()
+def schema(
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Where to write the schema ('-' for stdout).")
+    ] = Path("policies/schema.json"),
+) -> None:
+    """Write the policy's JSON Schema (for editor completion and checks)."""
+    from fleetctl.policy import policy_json_schema
+
+    text = json.dumps(policy_json_schema(), indent=2, sort_keys=True) + "\n"
+    if str(output) == "-":
+        print(text, end="")
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    console.print(f"wrote {output}", markup=False)

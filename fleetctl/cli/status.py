@@ -1,0 +1,49 @@
+"""`fleetctl status`: nodes, jobs and what the fleet costs now."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.table import Table
+
+from fleetctl.cli.common import SeedOption, StateOption, console, make_provider, open_store, utcnow
+from fleetctl.model import NodeState
+
+
+def status(state: StateOption = None, seed: SeedOption = 0) -> None:
+    """Show nodes (with the jobs on them), job counts by state, and current USD/hour."""
+    store = open_store(state)
+    try:
+        provider = make_provider(store, seed)
+        now = utcnow()
+        nodes = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
+        jobs = store.jobs(active_only=False)
+    finally:
+        store.close()
+    on_node: dict[str, list[str]] = {}
+    for j in jobs:
+        if j.state.active:
+            for n in j.node_ids:
+                on_node.setdefault(n, []).append(j.job_id)
+    table = Table(title=f"{len(nodes)} nodes")
+    for col in ("node", "state", "provider", "instance type", "GPUs", "market", "region/zone", "$/h", "jobs"):
+        table.add_column(col, justify="right" if col == "$/h" else "left")
+    for n in nodes:
+        it = n.offer.instance_type
+        table.add_row(
+            n.node_id,
+            n.state.value,
+            n.offer.provider,
+            it.name,
+            f"{it.gpu_count} x {it.gpu_model}" if it.gpu_count else "-",
+            n.offer.market.value,
+            f"{n.offer.region}/{n.offer.zone or '*'}",
+            f"{n.offer.usd_per_hour:.4f}",
+            ", ".join(sorted(set(on_node.get(n.node_id, [])))) or "-",
+        )
+    console.print(table)
+    counts = Counter(j.state.value for j in jobs)
+    console.print("Jobs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), markup=False)
+    usd = sum(n.offer.usd_per_hour for n in nodes)
+    gpus = sum(n.offer.instance_type.gpu_count for n in nodes)
+    console.print(f"Fleet: {len(nodes)} nodes, {gpus} GPUs, ${usd:.2f}/h", markup=False)

@@ -1,0 +1,212 @@
+"""Plain-dict (JSON) forms of the vocabulary, for the store and plan files.
+
+One place turns value objects into JSON-able dicts and back, so the store and
+the plan file cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from fleetctl.model import (
+    Action,
+    Bind,
+    Drain,
+    InstanceType,
+    Interconnect,
+    Job,
+    JobState,
+    Launch,
+    Market,
+    Migrate,
+    Node,
+    NodeState,
+    Offer,
+    Preempt,
+    Reason,
+    Terminate,
+    Unplaced,
+)
+
+
+class DecodeError(ValueError):
+    """A stored or saved document does not have the expected shape."""
+
+
+def dt_to_str(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: fleetctl keeps time in UTC")
+    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def str_to_dt(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise DecodeError(f"timestamp {value!r} has no time zone")
+    return parsed.astimezone(timezone.utc)
+
+
+def instance_type_to_dict(it: InstanceType) -> dict[str, Any]:
+    return {
+        "provider": it.provider,
+        "name": it.name,
+        "vcpus": it.vcpus,
+        "memory_gib": it.memory_gib,
+        "gpu_model": it.gpu_model,
+        "gpu_count": it.gpu_count,
+        "gpu_memory_gib": it.gpu_memory_gib,
+        "interconnect": it.interconnect.value,
+        "architecture": it.architecture,
+    }
+
+
+def instance_type_from_dict(d: dict[str, Any]) -> InstanceType:
+    return InstanceType(
+        provider=d["provider"],
+        name=d["name"],
+        vcpus=int(d["vcpus"]),
+        memory_gib=float(d["memory_gib"]),
+        gpu_model=d.get("gpu_model"),
+        gpu_count=int(d.get("gpu_count", 0)),
+        gpu_memory_gib=float(d.get("gpu_memory_gib", 0.0)),
+        interconnect=Interconnect(d.get("interconnect", "none")),
+        architecture=d.get("architecture", "x86_64"),
+    )
+
+
+def offer_to_dict(offer: Offer) -> dict[str, Any]:
+    return {
+        "key": offer.key,
+        "instance_type": instance_type_to_dict(offer.instance_type),
+        "region": offer.region,
+        "zone": offer.zone,
+        "market": offer.market.value,
+        "usd_per_hour": offer.usd_per_hour,
+    }
+
+
+def offer_from_dict(d: dict[str, Any]) -> Offer:
+    return Offer(
+        instance_type=instance_type_from_dict(d["instance_type"]),
+        region=d["region"],
+        zone=d.get("zone", ""),
+        market=Market(d["market"]),
+        usd_per_hour=float(d["usd_per_hour"]),
+    )
+
+
+def node_to_dict(node: Node) -> dict[str, Any]:
+    return {
+        "node_id": node.node_id,
+        "offer": offer_to_dict(node.offer),
+        "state": node.state.value,
+        "launched_at_utc": dt_to_str(node.launched_at_utc),
+        "ready_at_utc": dt_to_str(node.ready_at_utc),
+        "idle_since_utc": dt_to_str(node.idle_since_utc),
+    }
+
+
+def node_from_dict(d: dict[str, Any]) -> Node:
+    return Node(
+        node_id=d["node_id"],
+        offer=offer_from_dict(d["offer"]),
+        state=NodeState(d["state"]),
+        launched_at_utc=str_to_dt(d["launched_at_utc"]),  # type: ignore[arg-type]
+        ready_at_utc=str_to_dt(d.get("ready_at_utc")),
+        idle_since_utc=str_to_dt(d.get("idle_since_utc")),
+    )
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.job_id,
+        "workers": job.workers,
+        "gpus_per_worker": job.gpus_per_worker,
+        "gpu_models": list(job.gpu_models),
+        "vcpus_per_worker": job.vcpus_per_worker,
+        "memory_gib_per_worker": job.memory_gib_per_worker,
+        "priority": job.priority,
+        "team": job.team,
+        "checkpointable": job.checkpointable,
+        "checkpoint_interval_minutes": job.checkpoint_interval_minutes,
+        "deadline_utc": dt_to_str(job.deadline_utc),
+        "spot_eligible": job.spot_eligible,
+        "duration_hours": job.duration_hours,
+        "submitted_at_utc": dt_to_str(job.submitted_at_utc),
+        "state": job.state.value,
+        "node_ids": list(job.node_ids),
+    }
+
+
+def job_from_dict(d: dict[str, Any]) -> Job:
+    return Job(
+        job_id=d["id"],
+        workers=int(d["workers"]),
+        gpus_per_worker=int(d["gpus_per_worker"]),
+        gpu_models=tuple(d.get("gpu_models") or ()),
+        vcpus_per_worker=float(d["vcpus_per_worker"]),
+        memory_gib_per_worker=float(d["memory_gib_per_worker"]),
+        priority=d["priority"],
+        team=d["team"],
+        checkpointable=bool(d.get("checkpointable", False)),
+        checkpoint_interval_minutes=d.get("checkpoint_interval_minutes"),
+        deadline_utc=str_to_dt(d.get("deadline_utc")),
+        spot_eligible=d.get("spot_eligible"),
+        duration_hours=float(d["duration_hours"]),
+        submitted_at_utc=str_to_dt(d["submitted_at_utc"]),  # type: ignore[arg-type]
+        state=JobState(d.get("state", "queued")),
+        node_ids=tuple(d.get("node_ids") or ()),
+    )
+
+
+def action_to_dict(action: Action) -> dict[str, Any]:
+    base: dict[str, Any] = {"kind": action.kind, "reason": action.reason.value, "detail": action.detail}
+    if isinstance(action, Launch):
+        base.update(offer=offer_to_dict(action.offer), node_names=list(action.node_names))
+    elif isinstance(action, (Terminate, Drain)):
+        base.update(node_id=action.node_id)
+    elif isinstance(action, Bind):
+        base.update(job_id=action.job_id, node_ids=list(action.node_ids))
+    elif isinstance(action, Migrate):
+        base.update(
+            job_id=action.job_id,
+            from_node_ids=list(action.from_node_ids),
+            to_node_ids=list(action.to_node_ids),
+        )
+    elif isinstance(action, Preempt):
+        base.update(job_id=action.job_id, by_job_id=action.by_job_id)
+    else:  # pragma: no cover - the union is closed
+        raise TypeError(f"unknown action {action!r}")
+    return base
+
+
+def action_from_dict(d: dict[str, Any]) -> Action:
+    kind = d.get("kind")
+    reason = Reason(d["reason"])
+    detail = str(d.get("detail", ""))
+    if kind == "launch":
+        return Launch(offer_from_dict(d["offer"]), tuple(d["node_names"]), reason, detail)
+    if kind == "terminate":
+        return Terminate(d["node_id"], reason, detail)
+    if kind == "drain":
+        return Drain(d["node_id"], reason, detail)
+    if kind == "bind":
+        return Bind(d["job_id"], tuple(d["node_ids"]), reason, detail)
+    if kind == "migrate":
+        return Migrate(d["job_id"], tuple(d["from_node_ids"]), tuple(d["to_node_ids"]), reason, detail)
+    if kind == "preempt":
+        return Preempt(d["job_id"], d["by_job_id"], reason, detail)
+    raise DecodeError(f"unknown action kind {kind!r}")
+
+
+def unplaced_to_dict(u: Unplaced) -> dict[str, Any]:
+    return {"job_id": u.job_id, "reason": u.reason.value, "detail": u.detail}
+
+
+def unplaced_from_dict(d: dict[str, Any]) -> Unplaced:
+    return Unplaced(d["job_id"], Reason(d["reason"]), str(d.get("detail", "")))

@@ -1,0 +1,391 @@
+"""The vocabulary of fleetctl: frozen value objects with units in their names.
+
+This module imports nothing of ours. Everything the planner sees is built from
+these types; pydantic models (policy YAML, job specs, cloud JSON) live at the
+edges and convert to these once.
+
+Conventions: money is USD per hour, time is timezone-aware UTC ``datetime``,
+memory is GiB, collections are tuples.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Union
+
+# --------------------------------------------------------------------------- enums
+
+
+class Market(str, enum.Enum):
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+
+
+class Interconnect(str, enum.Enum):
+    """How the GPUs of one machine talk to each other."""
+
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    NONE = "none"  # no GPU
+
+
+class NodeState(str, enum.Enum):
+    LAUNCHING = "launching"  # requested, not yet ready for work
+    READY = "ready"
+    DRAINING = "draining"  # cordoned: takes no new work
+    TERMINATING = "terminating"
+    GONE = "gone"
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "queued"  # waiting for a place
+    BOUND = "bound"  # placed on nodes (which may still be launching)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        return self in (JobState.QUEUED, JobState.BOUND, JobState.RUNNING)
+
+
+class InterruptionKind(str, enum.Enum):
+    RECLAIM_WARNING = "reclaim_warning"  # AWS 2-minute warning, GCP preemption, Azure Preempt
+    REBALANCE = "rebalance"  # AWS rebalance recommendation: elevated risk, no deadline
+    TERMINATED = "terminated"  # the node is already gone
+
+
+class Reason(str, enum.Enum):
+    """Why an action is in a plan, or why a job is not placed."""
+
+    FITS_FREE_CAPACITY = "fits_free_capacity"
+    FITS_NEW_CAPACITY = "fits_new_capacity"
+    CHEAPEST_OFFER = "cheapest_offer"
+    ON_DEMAND_FALLBACK = "on_demand_fallback"
+    IDLE = "idle"
+    NODE_GONE = "node_gone"
+    CONSOLIDATION = "consolidation"
+    INTERRUPTION = "interruption"
+    PREEMPTED_BY_HIGHER_PRIORITY = "preempted_by_higher_priority"
+    # reasons a job stays unplaced
+    NO_ALLOWED_OFFER = "no_allowed_offer"
+    GANG_DOES_NOT_FIT = "gang_does_not_fit"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    QUOTA_EXCEEDED = "quota_exceeded"
+    CAPACITY_LIMIT = "capacity_limit"
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    """One machine shape of one provider.
+
+    ``gpu_memory_gib`` is per GPU; ``gpu_model`` uses the normalised names
+    (``A100-80GB``, ``L4``, ...) and is ``None`` for CPU-only shapes.
+    """
+
+    provider: str
+    name: str
+    vcpus: int
+    memory_gib: float
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    gpu_memory_gib: float = 0.0
+    interconnect: Interconnect = Interconnect.NONE
+    architecture: str = "x86_64"
+
+    @property
+    def total_gpu_memory_gib(self) -> float:
+        return self.gpu_count * self.gpu_memory_gib
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """An InstanceType in one region and zone, in one market, at a price.
+
+    ``zone`` is ``""`` when the price source is regional (GCP, Azure): the
+    provider picks the zone at launch and keeps one request in one zone.
+    """
+
+    instance_type: InstanceType
+    region: str
+    zone: str
+    market: Market
+    usd_per_hour: float
+
+    @property
+    def provider(self) -> str:
+        return self.instance_type.provider
+
+    @property
+    def key(self) -> str:
+        """Stable identity: ``provider/region/zone/type/market`` (zone ``*`` if regional)."""
+        return "/".join(
+            (self.provider, self.region, self.zone or "*", self.instance_type.name, self.market.value)
+        )
+
+    @property
+    def placement_domain(self) -> tuple[str, str, str]:
+        """Nodes in one domain may hold one gang: same provider, region and zone."""
+        return (self.provider, self.region, self.zone)
+
+    @property
+    def usd_per_gpu_hour(self) -> float | None:
+        if self.instance_type.gpu_count == 0:
+            return None
+        return self.usd_per_hour / self.instance_type.gpu_count
+
+
+# --------------------------------------------------------------------------- fleet and queue
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One machine bought from an Offer."""
+
+    node_id: str
+    offer: Offer
+    state: NodeState
+    launched_at_utc: datetime
+    ready_at_utc: datetime | None = None  # when it became (or becomes) ready
+    idle_since_utc: datetime | None = None  # last time the node held no job
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state in (NodeState.LAUNCHING, NodeState.READY)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Work to place: a gang of ``workers`` identical workers, all or nothing.
+
+    Field names match the job-trace CSV so a queue and a trace speak one
+    language. ``gpu_models`` empty means any GPU model. ``spot_eligible`` None
+    means "the priority class decides". ``node_ids`` holds one node per worker
+    once the job is bound.
+    """
+
+    job_id: str
+    workers: int
+    gpus_per_worker: int
+    vcpus_per_worker: float
+    memory_gib_per_worker: float
+    priority: str
+    team: str
+    duration_hours: float
+    submitted_at_utc: datetime
+    gpu_models: tuple[str, ...] = ()
+    checkpointable: bool = False
+    checkpoint_interval_minutes: float | None = None
+    deadline_utc: datetime | None = None
+    spot_eligible: bool | None = None
+    state: JobState = JobState.QUEUED
+    node_ids: tuple[str, ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+# --------------------------------------------------------------------------- policy (core form)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool = True
+    spot_eligible: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    guaranteed_gpus: int = 0
+    burst_gpus: int | None = None  # None: no limit
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The validated policy, in the form the planner reads.
+
+    Built from the YAML by ``fleetctl.policy``; empty allow-lists mean "any".
+    """
+
+    providers: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()
+    gpu_models: tuple[str, ...] = ()
+    max_spot_share: float = 1.0
+    on_demand_base_gpus: int = 0
+    max_share_per_instance_type: float = 1.0
+    max_share_per_zone: float = 1.0
+    min_distinct_offers: int = 1
+    max_usd_per_hour: float | None = None
+    max_gpus: int | None = None
+    teams: tuple[Team, ...] = ()
+    priority_classes: tuple[PriorityClass, ...] = (PriorityClass("default", 0),)
+    default_priority_class: str = "default"
+    idle_timeout_minutes: float = 10.0
+    scale_up_cooldown_seconds: float = 0.0
+    scale_down_cooldown_minutes: float = 5.0
+    checkpoint_grace_seconds: float = 60.0
+    max_interruptions_before_on_demand: int = 2
+    reclaimed_offer_ttl_minutes: float = 30.0
+    default_spot_interruption_probability_per_hour: float = 0.05
+
+    def priority_class(self, name: str) -> PriorityClass:
+        for pc in self.priority_classes:
+            if pc.name == name:
+                return pc
+        for pc in self.priority_classes:
+            if pc.name == self.default_priority_class:
+                return pc
+        return PriorityClass(name, 0)
+
+    def team(self, name: str) -> Team:
+        for t in self.teams:
+            if t.name == name:
+                return t
+        return Team(name)
+
+
+# --------------------------------------------------------------------------- forecasts and events
+
+
+@dataclass(frozen=True, slots=True)
+class OfferRisk:
+    offer_key: str
+    horizon_minutes: int
+    interruption_probability: float
+
+
+@dataclass(frozen=True, slots=True)
+class DemandForecast:
+    gpu_model: str
+    horizon_minutes: int
+    gpus_p50: float
+    gpus_p90: float
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Numbers, not models: what the forecaster expects."""
+
+    interruption: tuple[OfferRisk, ...] = ()
+    demand: tuple[DemandForecast, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionEvent:
+    """A provider's reclaim notice, rebalance hint or eviction, normalised."""
+
+    event_id: str
+    provider: str
+    node_id: str
+    kind: InterruptionKind
+    received_at_utc: datetime
+    deadline_utc: datetime | None = None
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Buy ``len(node_names)`` nodes of ``offer``; the names are placeholders
+    that Binds in the same plan refer to until the provider gives real ids."""
+
+    offer: Offer
+    node_names: tuple[str, ...]
+    reason: Reason
+    detail: str
+    kind: str = field(default="launch", init=False)
+
+    @property
+    def count(self) -> int:
+        return len(self.node_names)
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    node_id: str
+    reason: Reason
+    detail: str
+    kind: str = field(default="terminate", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Place every worker of a job: ``node_ids[i]`` runs worker ``i``."""
+
+    job_id: str
+    node_ids: tuple[str, ...]
+    reason: Reason
+    detail: str
+    kind: str = field(default="bind", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    node_id: str
+    reason: Reason
+    detail: str
+    kind: str = field(default="drain", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    job_id: str
+    from_node_ids: tuple[str, ...]
+    to_node_ids: tuple[str, ...]
+    reason: Reason
+    detail: str
+    kind: str = field(default="migrate", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: str
+    by_job_id: str
+    reason: Reason
+    detail: str
+    kind: str = field(default="preempt", init=False)
+
+
+Action = Union[Launch, Terminate, Bind, Drain, Migrate, Preempt]
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    job_id: str
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An ordered tuple of Actions, what could not be placed and why, and the
+    cost and risk before and after.
+
+    Risk is the expected number of spot reclaims per hour across the fleet.
+    """
+
+    actions: tuple[Action, ...]
+    unplaced: tuple[Unplaced, ...]
+    usd_per_hour_before: float
+    usd_per_hour_after: float
+    risk_before: float = 0.0
+    risk_after: float = 0.0
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.actions)
+
+    def of_kind(self, kind: str) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if a.kind == kind)

@@ -1,0 +1,25 @@
+"""The planner: a pure function from the world to a Plan.
+
+``plan(now=..., queue=..., fleet=..., offers=..., forecast=..., policy=...)``
+
+* ``queue``: every active job. QUEUED jobs are placed; BOUND and RUNNING jobs
+  hold the capacity of the nodes they are bound to (and are placed again if
+  one of their nodes is gone).
+* ``fleet``: every node the providers hold.
+* ``offers``: everything that can be bought now.
+* ``forecast``: interruption probabilities (and demand); may be ``None``.
+* ``policy``: the core ``fleetctl.model.Policy``.
+
+Pure: no clock, no randomness, no I/O, no logging; imports only the
+vocabulary. Deterministic: inputs are sorted on stable keys first, so the same
+inputs in any order give the same Plan.
+
+This is the first planner (greedy): place each job, in priority order, on free
+capacity (best fit within one placement domain), otherwise buy the offer that
+runs the whole gang cheapest within the policy's allow-lists, market rules,
+GPU cap and budget; terminate nodes idle past the idle timeout.
+"""
+
+from fleetctl.planner.greedy import plan
+
+__all__ = ["plan"]

@@ -1,0 +1,138 @@
+"""Plan -> terraform-style text and versioned JSON. Pure: no I/O, no clock."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fleetctl.codec import (
+    DecodeError,
+    action_from_dict,
+    action_to_dict,
+    dt_to_str,
+    unplaced_from_dict,
+    unplaced_to_dict,
+)
+from fleetctl.model import Bind, Drain, Launch, Migrate, Plan, Preempt, Terminate
+
+FORMAT_VERSION = 1
+
+_SYMBOL = {"launch": "+", "bind": "+", "terminate": "-", "drain": "~", "migrate": "-/+", "preempt": "-"}
+
+
+def _line(action) -> str:  # noqa: ANN001 - the Action union
+    sym = _SYMBOL[action.kind]
+    if isinstance(action, Launch):
+        o = action.offer
+        it = o.instance_type
+        gpus = f"{it.gpu_count} x {it.gpu_model}" if it.gpu_count else "no GPU"
+        target = (
+            f"{action.count} x {it.name} ({gpus}) {o.market.value} in {o.provider} {o.region}"
+            f"{('/' + o.zone) if o.zone else ''} at ${o.usd_per_hour:.4f}/h each"
+        )
+        body = f"launch {target} as {', '.join(action.node_names)}"
+    elif isinstance(action, Bind):
+        body = f"bind job {action.job_id} -> {', '.join(action.node_ids)}"
+    elif isinstance(action, Terminate):
+        body = f"terminate node {action.node_id}"
+    elif isinstance(action, Drain):
+        body = f"drain node {action.node_id}"
+    elif isinstance(action, Migrate):
+        body = f"migrate job {action.job_id}: {', '.join(action.from_node_ids)} -> {', '.join(action.to_node_ids)}"
+    elif isinstance(action, Preempt):
+        body = f"preempt job {action.job_id} for {action.by_job_id}"
+    else:  # pragma: no cover - the union is closed
+        raise TypeError(action)
+    return f"  {sym:>3} {body}\n        # {action.reason.value}: {action.detail}"
+
+
+def summary_line(plan: Plan) -> str:
+    launch = sum(a.count for a in plan.actions if isinstance(a, Launch))
+    terminate = sum(1 for a in plan.actions if isinstance(a, Terminate))
+    bind = sum(1 for a in plan.actions if isinstance(a, Bind))
+    extra = []
+    for kind, label in (("drain", "to drain"), ("migrate", "to migrate"), ("preempt", "to preempt")):
+        n = len(plan.of_kind(kind))
+        if n:
+            extra.append(f"{n} {label}")
+    more = (", " + ", ".join(extra)) if extra else ""
+    return (
+        f"Plan: {launch} to launch, {terminate} to terminate, {bind} jobs to bind{more}. "
+        f"$/h {plan.usd_per_hour_before:.2f} -> {plan.usd_per_hour_after:.2f}"
+    )
+
+
+def render_text(plan: Plan) -> str:
+    """The terraform-style diff: one line per action with its reason, the
+    unplaced jobs with theirs, then the summary line."""
+    out: list[str] = []
+    if plan.actions:
+        out.append("fleetctl will perform the following actions:\n")
+        out.extend(_line(a) for a in plan.actions)
+        out.append("")
+    else:
+        out.append("No changes. The fleet matches the queue and the policy.\n")
+    if plan.unplaced:
+        out.append("Jobs that stay queued:\n")
+        for u in plan.unplaced:
+            out.append(f"    ! job {u.job_id}\n        # {u.reason.value}: {u.detail}")
+        out.append("")
+    out.append(summary_line(plan))
+    out.append(
+        f"Risk (expected spot reclaims per hour): {plan.risk_before:.3f} -> {plan.risk_after:.3f}"
+    )
+    return "\n".join(out) + "\n"
+
+
+def plan_to_document(plan: Plan, *, fingerprint: str, created_at_utc, policy_path: str) -> dict[str, Any]:  # noqa: ANN001
+    """The versioned JSON form of a plan (what ``-out`` writes)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "fingerprint": fingerprint,
+        "created_at_utc": dt_to_str(created_at_utc),
+        "policy": policy_path,
+        "summary": summary_line(plan),
+        "usd_per_hour_before": plan.usd_per_hour_before,
+        "usd_per_hour_after": plan.usd_per_hour_after,
+        "risk_before": plan.risk_before,
+        "risk_after": plan.risk_after,
+        "actions": [action_to_dict(a) for a in plan.actions],
+        "unplaced": [unplaced_to_dict(u) for u in plan.unplaced],
+    }
+
+
+def render_json(plan: Plan, **meta: Any) -> str:
+    return json.dumps(plan_to_document(plan, **meta), indent=2, sort_keys=False) + "\n"
+
+
+class PlanFileError(ValueError):
+    """A saved plan file cannot be read."""
+
+
+def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
+    """Read a saved plan back; returns (plan, fingerprint). Raises PlanFileError
+    naming what is wrong."""
+    if not isinstance(doc, dict):
+        raise PlanFileError(f"{source}: expected a JSON object, found {type(doc).__name__}")
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PlanFileError(
+            f"{source}: format_version {version!r} is not supported (this fleetctl reads {FORMAT_VERSION})"
+        )
+    for key in ("fingerprint", "actions", "unplaced", "usd_per_hour_before", "usd_per_hour_after"):
+        if key not in doc:
+            raise PlanFileError(f"{source}: missing field {key!r}")
+    try:
+        actions = tuple(action_from_dict(a) for a in doc["actions"])
+        unplaced = tuple(unplaced_from_dict(u) for u in doc["unplaced"])
+        plan = Plan(
+            actions=actions,
+            unplaced=unplaced,
+            usd_per_hour_before=float(doc["usd_per_hour_before"]),
+            usd_per_hour_after=float(doc["usd_per_hour_after"]),
+            risk_before=float(doc.get("risk_before", 0.0)),
+            risk_after=float(doc.get("risk_after", 0.0)),
+        )
+    except (KeyError, TypeError, ValueError, DecodeError) as exc:
+        raise PlanFileError(f"{source}: malformed action or field: {exc!r}") from exc
+    return plan, str(doc["fingerprint"])

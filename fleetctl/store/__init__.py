@@ -1,0 +1,272 @@
+"""The state store: every fact fleetctl learns or acts on, in SQL.
+
+SQLite under the working directory by default (``.fleetctl/state.db``), any
+SQLAlchemy URL through ``--state`` or ``FLEETCTL_STATE`` (PostgreSQL when
+several controllers share state). The schema is managed by alembic from the
+first revision; opening a store upgrades it to the latest revision.
+
+Contract: every public method is atomic on its own; ``transaction()`` groups
+several calls into one all-or-nothing unit (``apply`` uses it so that a failed
+apply leaves the store as it was).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Connection, Engine
+
+from fleetctl.codec import dt_to_str, job_from_dict, job_to_dict, node_from_dict, node_to_dict
+from fleetctl.model import Job, JobState, Node, NodeState
+from fleetctl.store import tables
+
+DEFAULT_STATE_DIR = ".fleetctl"
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+class StoreError(Exception):
+    """The store cannot be opened or a write contradicts what it holds."""
+
+
+class DuplicateJob(StoreError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id!r} already exists with a different spec")
+        self.job_id = job_id
+
+
+def default_url(cwd: Path | None = None) -> str:
+    """``$FLEETCTL_STATE`` if set, else SQLite in ``.fleetctl/state.db`` under ``cwd``."""
+    env = os.environ.get("FLEETCTL_STATE")
+    if env:
+        return env
+    base = (cwd or Path.cwd()) / DEFAULT_STATE_DIR
+    return f"sqlite:///{base / 'state.db'}"
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, future=True)
+    if engine.dialect.name == "sqlite":
+
+        @sa.event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA busy_timeout=10000")
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.close()
+
+    return engine
+
+
+class Store:
+    """A handle on the state store. Cheap to create; close() when done."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self._engine = _make_engine(url)
+            self._migrate()
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"cannot open state store {url}: {exc}") from exc
+        self._conn: Connection | None = None
+
+    def _migrate(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self._engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def schema_revision(self) -> str | None:
+        with self._engine.connect() as conn:
+            return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # ------------------------------------------------------------------ transactions
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group calls into one unit: all of them land, or none."""
+        if self._conn is not None:
+            yield
+            return
+        with self._engine.begin() as conn:
+            self._conn = conn
+            try:
+                yield
+            finally:
+                self._conn = None
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        if self._conn is not None:
+            yield self._conn
+        else:
+            with self._engine.begin() as conn:
+                yield conn
+
+    # ------------------------------------------------------------------ jobs
+
+    def add_jobs(self, jobs: Iterable[Job], now: datetime) -> tuple[int, int]:
+        """Store new jobs. Re-submitting an identical spec is a no-op; a
+        different spec under an existing id raises ``DuplicateJob`` and
+        nothing is stored. Returns (added, unchanged)."""
+        added = unchanged = 0
+        with self.transaction(), self._tx() as conn:
+            for job in jobs:
+                row = conn.execute(
+                    sa.select(tables.jobs.c.spec).where(tables.jobs.c.job_id == job.job_id)
+                ).first()
+                if row is not None:
+                    old = job_from_dict(json.loads(row.spec))
+                    if _same_spec(old, job):
+                        unchanged += 1
+                        continue
+                    raise DuplicateJob(job.job_id)
+                conn.execute(
+                    tables.jobs.insert().values(
+                        job_id=job.job_id,
+                        state=job.state.value,
+                        spec=json.dumps(job_to_dict(job), sort_keys=True),
+                        submitted_at_utc=dt_to_str(job.submitted_at_utc),
+                        updated_at_utc=dt_to_str(now),
+                    )
+                )
+                added += 1
+        return added, unchanged
+
+    def jobs(self, *, active_only: bool = False) -> tuple[Job, ...]:
+        """Every job, ordered by submission time then id."""
+        query = sa.select(tables.jobs.c.spec)
+        if active_only:
+            query = query.where(tables.jobs.c.state.in_([s.value for s in JobState if s.active]))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        found = [job_from_dict(json.loads(r.spec)) for r in rows]
+        return tuple(sorted(found, key=lambda j: (j.submitted_at_utc, j.job_id)))
+
+    def put_job(self, job: Job, now: datetime) -> None:
+        """Update a stored job (state, bindings)."""
+        with self._tx() as conn:
+            result = conn.execute(
+                tables.jobs.update()
+                .where(tables.jobs.c.job_id == job.job_id)
+                .values(
+                    state=job.state.value,
+                    spec=json.dumps(job_to_dict(job), sort_keys=True),
+                    updated_at_utc=dt_to_str(now),
+                )
+            )
+            if result.rowcount != 1:
+                raise StoreError(f"job {job.job_id!r} is not in the store")
+
+    # ------------------------------------------------------------------ nodes
+
+    def put_node(self, node: Node, now: datetime, idempotency_key: str | None = None) -> None:
+        """Insert or update a node."""
+        values = dict(
+            provider=node.offer.provider,
+            offer_key=node.offer.key,
+            state=node.state.value,
+            doc=json.dumps(node_to_dict(node), sort_keys=True),
+            updated_at_utc=dt_to_str(now),
+        )
+        with self._tx() as conn:
+            exists = conn.execute(
+                sa.select(tables.nodes.c.node_id).where(tables.nodes.c.node_id == node.node_id)
+            ).first()
+            if exists:
+                conn.execute(tables.nodes.update().where(tables.nodes.c.node_id == node.node_id).values(**values))
+            else:
+                conn.execute(
+                    tables.nodes.insert().values(node_id=node.node_id, idempotency_key=idempotency_key, **values)
+                )
+
+    def nodes(self, *, provider: str | None = None, include_gone: bool = False) -> tuple[Node, ...]:
+        query = sa.select(tables.nodes.c.doc)
+        if provider is not None:
+            query = query.where(tables.nodes.c.provider == provider)
+        if not include_gone:
+            query = query.where(tables.nodes.c.state != NodeState.GONE.value)
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return tuple(sorted((node_from_dict(json.loads(r.doc)) for r in rows), key=lambda n: n.node_id))
+
+    def nodes_by_idempotency_key(self, key: str) -> tuple[Node, ...]:
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(tables.nodes.c.doc).where(tables.nodes.c.idempotency_key == key)).all()
+        return tuple(sorted((node_from_dict(json.loads(r.doc)) for r in rows), key=lambda n: n.node_id))
+
+    # ------------------------------------------------------------------ launches (intent)
+
+    def begin_launch(self, key: str, offer_key: str, count: int, now: datetime) -> bool:
+        """Record the intent to launch. Returns False if this key was seen before."""
+        with self._tx() as conn:
+            if conn.execute(
+                sa.select(tables.launches.c.idempotency_key).where(tables.launches.c.idempotency_key == key)
+            ).first():
+                return False
+            conn.execute(
+                tables.launches.insert().values(
+                    idempotency_key=key,
+                    offer_key=offer_key,
+                    count=count,
+                    status="pending",
+                    node_ids="[]",
+                    created_at_utc=dt_to_str(now),
+                )
+            )
+            return True
+
+    def finish_launch(self, key: str, node_ids: Iterable[str], status: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                tables.launches.update()
+                .where(tables.launches.c.idempotency_key == key)
+                .values(status=status, node_ids=json.dumps(sorted(node_ids)))
+            )
+
+    # ------------------------------------------------------------------ events
+
+    def record(self, kind: str, now: datetime, subject: str = "", **payload: Any) -> None:
+        """Append to the audit log: what happened, to what, when."""
+        with self._tx() as conn:
+            conn.execute(
+                tables.events.insert().values(
+                    at_utc=dt_to_str(now),
+                    kind=kind,
+                    subject=subject,
+                    payload=json.dumps(payload, sort_keys=True, default=str),
+                )
+            )
+
+    def events(self, kind: str | None = None) -> tuple[dict[str, Any], ...]:
+        query = sa.select(tables.events).order_by(tables.events.c.seq)
+        if kind is not None:
+            query = query.where(tables.events.c.kind == kind)
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return tuple(
+            {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject, "payload": json.loads(r.payload)}
+            for r in rows
+        )
+
+
+def _same_spec(a: Job, b: Job) -> bool:
+    """Same job spec, ignoring state, bindings and submission time."""
+    da, db = job_to_dict(a), job_to_dict(b)
+    for k in ("state", "node_ids", "submitted_at_utc"):
+        da.pop(k)
+        db.pop(k)
+    return da == db

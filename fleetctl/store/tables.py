@@ -1,0 +1,58 @@
+"""SQLAlchemy tables of the state store.
+
+Design choice: timestamps are stored as ISO-8601 UTC text and value objects as
+JSON text. Both read back identically on SQLite and PostgreSQL, and the
+columns the controller filters on (state, provider, idempotency key) are real
+indexed columns.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job_id", String(255), primary_key=True),
+    Column("state", String(32), nullable=False, index=True),
+    Column("spec", Text, nullable=False),  # JSON of the Job (codec.job_to_dict)
+    Column("submitted_at_utc", String(40), nullable=False),
+    Column("updated_at_utc", String(40), nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", String(255), primary_key=True),
+    Column("provider", String(32), nullable=False, index=True),
+    Column("offer_key", String(512), nullable=False),
+    Column("state", String(32), nullable=False, index=True),
+    Column("doc", Text, nullable=False),  # JSON of the Node (codec.node_to_dict)
+    Column("idempotency_key", String(255), nullable=True, index=True),
+    Column("updated_at_utc", String(40), nullable=False),
+)
+
+launches = Table(
+    "launches",
+    metadata,
+    # Intent is written before the effect: a launch row exists before the
+    # provider is called, so a crashed apply retries with the same key.
+    Column("idempotency_key", String(255), primary_key=True),
+    Column("offer_key", String(512), nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("status", String(32), nullable=False),  # pending | done | failed
+    Column("node_ids", Text, nullable=False, default="[]"),
+    Column("created_at_utc", String(40), nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("at_utc", String(40), nullable=False, index=True),
+    Column("kind", String(64), nullable=False, index=True),
+    Column("subject", String(255), nullable=False, default=""),
+    Column("payload", Text, nullable=False, default="{}"),
+)

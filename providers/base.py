@@ -1,0 +1,116 @@
+"""The one narrow Provider protocol every cloud adapter implements.
+
+Assumptions callers may rely on (in the spirit of Ray's autoscaler v2):
+
+* **Eventually consistent.** ``nodes()`` may lag a ``launch()`` or
+  ``terminate()`` by a while; callers reconcile against the store, not against
+  one answer.
+* **Idempotent.** ``launch()`` with an idempotency key already used returns the
+  nodes of the first call instead of buying twice (AWS ClientToken, GCP
+  requestId, Azure operation ids). ``terminate()`` of a node that is already
+  gone succeeds.
+* **Time passed in.** Every call takes ``now``; no adapter reads a clock to
+  decide anything the caller could not reproduce.
+
+Errors are typed (``InsufficientCapacity``, ``QuotaExceeded``, ``Throttled``,
+``NodeNotFound``, ``UnknownInstanceType``); each adapter translates its
+cloud's codes into these, and retries live in wrappers, not in adapters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from fleetctl.model import InterruptionEvent, Node, Offer
+
+
+class ProviderError(Exception):
+    """Base of every error a provider raises."""
+
+
+class InsufficientCapacity(ProviderError):
+    """The cloud has no capacity for this offer right now (spot exhausted,
+    zone out of stock). Try another offer or market."""
+
+
+class QuotaExceeded(ProviderError):
+    """An account limit (vCPU or GPU quota, spot instance count) was hit."""
+
+
+class Throttled(ProviderError):
+    """The API rate limit was hit; the call may be retried after a backoff."""
+
+
+class NodeNotFound(ProviderError):
+    """The node is unknown to the provider (never existed or long gone)."""
+
+
+class UnknownInstanceType(ProviderError):
+    """The provider does not offer this instance type (in this region)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a provider can do, declared as data rather than as methods that raise."""
+
+    interruption_notice_seconds: int  # lead time of a reclaim warning
+    rebalance_recommendations: bool
+    idempotent_launch: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Buy ``count`` nodes of one offer. ``idempotency_key`` makes a retried
+    request return the nodes of the first."""
+
+    offer: Offer
+    count: int
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    """What a launch got: possibly fewer nodes than asked (partial fulfilment
+    is reported, never hidden)."""
+
+    request: LaunchRequest
+    nodes: tuple[Node, ...]
+    error: str | None = None
+
+    @property
+    def fulfilled(self) -> bool:
+        return len(self.nodes) == self.request.count
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """The whole provider contract.
+
+    * ``offers(now)``: every offer this provider can sell now, with prices.
+    * ``nodes(now)``: every node this provider holds for fleetctl, any state
+      but GONE nodes may be omitted once forgotten.
+    * ``launch(request, now)``: buy nodes; idempotent by ``request.idempotency_key``;
+      raises ``InsufficientCapacity``/``QuotaExceeded``/``Throttled`` when
+      nothing was bought, returns a partial ``LaunchResult`` otherwise.
+    * ``terminate(node_id, now)``: idempotent; a node already gone is success.
+      Raises ``NodeNotFound`` only for ids it never knew.
+    * ``interruption_events(now)``: notices received since the last call that
+      were not acknowledged; ``acknowledge(event_id)`` after handling.
+    """
+
+    name: str
+    capabilities: Capabilities
+
+    def offers(self, now: datetime) -> tuple[Offer, ...]: ...
+
+    def nodes(self, now: datetime) -> tuple[Node, ...]: ...
+
+    def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult: ...
+
+    def terminate(self, node_id: str, now: datetime) -> None: ...
+
+    def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]: ...
+
+    def acknowledge(self, event_id: str) -> None: ...

@@ -1,0 +1,135 @@
+"""The sandbox provider: the embedded default, no cloud account needed.
+
+It sells the offers of the shipped catalog snapshots (real AWS, GCP and Azure
+prices), keeps its nodes in the state store, and makes launched nodes ready
+after a delay, so a person trying fleetctl sees nodes go from ``launching`` to
+``ready``. Everything is deterministic for a seed: node ids and launch delays
+are derived from the seed and the launch's idempotency key, never from a clock
+or a uuid; time is passed in.
+
+Design choice: one sim provider stands in for all three clouds (the offers keep
+their real ``provider``), because the sandbox is about trying the product,
+not about one cloud's quirks; the per-cloud adapters have their own contract
+tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from fleetctl.model import InterruptionEvent, Node, NodeState, Offer
+from fleetctl.store import Store
+from providers.base import (
+    Capabilities,
+    InsufficientCapacity,
+    LaunchRequest,
+    LaunchResult,
+    NodeNotFound,
+    UnknownInstanceType,
+)
+from providers.catalog import load_catalog
+
+DEFAULT_LAUNCH_DELAY_SECONDS = 30.0
+
+
+class SimProvider:
+    """Simulated multi-cloud provider backed by the state store.
+
+    ``launch_delay_seconds`` is the mean time from launch to ready; each node's
+    delay is spread between 0.5x and 1.5x of it, deterministically per node.
+    ``offers`` defaults to the shipped catalog; tests pass their own.
+    ``unavailable_offer_keys`` simulates offers without capacity (launches of
+    them raise ``InsufficientCapacity``).
+    """
+
+    name = "sim"
+    capabilities = Capabilities(interruption_notice_seconds=120, rebalance_recommendations=True)
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        seed: int = 0,
+        launch_delay_seconds: float = DEFAULT_LAUNCH_DELAY_SECONDS,
+        offers: tuple[Offer, ...] | None = None,
+        unavailable_offer_keys: frozenset[str] = frozenset(),
+    ) -> None:
+        if launch_delay_seconds < 0:
+            raise ValueError("launch_delay_seconds must be >= 0")
+        self._store = store
+        self._seed = seed
+        self._delay = launch_delay_seconds
+        self._offers = tuple(sorted(offers if offers is not None else load_catalog(), key=lambda o: o.key))
+        self._by_key = {o.key: o for o in self._offers}
+        self._unavailable = unavailable_offer_keys
+        self._pending_events: list[InterruptionEvent] = []
+
+    # ------------------------------------------------------------------ contract
+
+    def offers(self, now: datetime) -> tuple[Offer, ...]:
+        return self._offers
+
+    def nodes(self, now: datetime) -> tuple[Node, ...]:
+        """Nodes of the sandbox; passive transition launching -> ready when due."""
+        result = []
+        for node in self._store.nodes(include_gone=True):
+            if node.state is NodeState.LAUNCHING and node.ready_at_utc is not None and node.ready_at_utc <= now:
+                node = replace(node, state=NodeState.READY, idle_since_utc=node.idle_since_utc or node.ready_at_utc)
+                self._store.put_node(node, now)
+            result.append(node)
+        return tuple(result)
+
+    def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult:
+        if request.count < 1:
+            raise ValueError("a launch asks for at least one node")
+        already = self._store.nodes_by_idempotency_key(request.idempotency_key)
+        if already:
+            return LaunchResult(request, already)
+        offer = self._by_key.get(request.offer.key)
+        if offer is None:
+            raise UnknownInstanceType(f"the sandbox does not sell {request.offer.key}")
+        if offer.key in self._unavailable:
+            raise InsufficientCapacity(f"no capacity for {offer.key}")
+        nodes = []
+        for index in range(request.count):
+            digest = self._digest(request.idempotency_key, index)
+            delay = self._delay * (0.5 + int(digest[10:14], 16) / 0xFFFF)
+            node = Node(
+                node_id=f"sim-{offer.provider}-{digest[:10]}",
+                offer=offer,
+                state=NodeState.LAUNCHING,
+                launched_at_utc=now,
+                ready_at_utc=now + timedelta(seconds=delay),
+            )
+            self._store.put_node(node, now, idempotency_key=request.idempotency_key)
+            nodes.append(node)
+        return LaunchResult(request, tuple(nodes))
+
+    def terminate(self, node_id: str, now: datetime) -> None:
+        for node in self._store.nodes(include_gone=True):
+            if node.node_id == node_id:
+                if node.state is not NodeState.GONE:
+                    self._store.put_node(replace(node, state=NodeState.GONE), now)
+                return
+        raise NodeNotFound(node_id)
+
+    def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
+        """Notices injected with ``notify`` and not yet acknowledged.
+
+        Market-trace-driven reclaims arrive with the discrete-event simulator.
+        """
+        return tuple(e for e in self._pending_events if e.received_at_utc <= now)
+
+    def acknowledge(self, event_id: str) -> None:
+        self._pending_events = [e for e in self._pending_events if e.event_id != event_id]
+
+    def notify(self, event: InterruptionEvent) -> None:
+        """Inject a reclaim notice (tests, simulator)."""
+        self._pending_events.append(event)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _digest(self, key: str, index: int) -> str:
+        return hashlib.sha256(f"{self._seed}:{key}:{index}".encode()).hexdigest()

@@ -1,0 +1,147 @@
+"""The first planner: named cases for each rule it keeps."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.model import Bind, JobState, Launch, Market, NodeState, Reason, Terminate
+from fleetctl.planner import plan
+from tests.builders import T0, job, node, offer, policy
+
+
+def run(queue=(), fleet=(), offers=(), pol=None, now=T0):
+    return plan(now=now, queue=tuple(queue), fleet=tuple(fleet), offers=tuple(offers), forecast=None, policy=pol or policy())
+
+
+def test_binds_to_free_capacity_before_buying():
+    p = run(queue=[job("j1", gpus=2)], fleet=[node("n1")], offers=[offer(price=1.0)])
+    assert p.actions == (Bind("j1", ("n1",), Reason.FITS_FREE_CAPACITY, p.actions[0].detail),)
+    assert p.usd_per_hour_before == p.usd_per_hour_after == 10.0
+
+
+def test_buys_cheapest_offer_that_runs_the_whole_gang():
+    offers = [offer("big", gpus=8, price=20.0), offer("small", gpus=1, price=2.0, vcpus=8, memory_gib=64)]
+    # one worker of 1 GPU: the 1-GPU offer is cheaper
+    p = run(queue=[job("one", gpus=1)], offers=offers)
+    launch = p.of_kind("launch")[0]
+    assert launch.offer.instance_type.name == "small" and launch.count == 1
+    # a gang of 2 x 8 GPUs: only the 8-GPU offer fits a worker; two nodes in one zone
+    p = run(queue=[job("gang", workers=2, gpus=8)], offers=offers)
+    (launch,) = p.of_kind("launch")
+    assert launch.offer.instance_type.name == "big" and launch.count == 2
+    (bind,) = p.of_kind("bind")
+    assert bind.node_ids == launch.node_names
+    assert p.usd_per_hour_after == pytest.approx(40.0)
+
+
+def test_gang_never_spans_zones_of_existing_capacity():
+    fleet = [node("n1", offer(zone="z1")), node("n2", offer(zone="z2"))]
+    p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet, offers=[offer(price=9.0, zone="z3")])
+    (bind,) = p.of_kind("bind")
+    assert bind.reason is Reason.FITS_NEW_CAPACITY  # did not split across z1 and z2
+    assert not set(bind.node_ids) & {"n1", "n2"}
+
+
+def test_non_spot_eligible_job_refuses_spot():
+    offers = [offer("g", price=5.0, market=Market.SPOT), offer("g", price=15.0, market=Market.ON_DEMAND)]
+    p = run(queue=[job("prod", gpus=8, priority="production")], offers=offers,
+            fleet=[node("spot-node", offer(market=Market.SPOT))])
+    (launch,) = p.of_kind("launch")
+    assert launch.offer.market is Market.ON_DEMAND
+    p = run(queue=[job("batch", gpus=8, spot=False)], offers=offers)
+    assert p.of_kind("launch")[0].offer.market is Market.ON_DEMAND
+
+
+def test_gpu_model_constraint():
+    offers = [offer("a100", model="A100-80GB", price=5.0), offer("h100", model="H100-80GB", price=9.0)]
+    p = run(queue=[job("h", gpus=8, models=("H100-80GB",))], offers=offers)
+    assert p.of_kind("launch")[0].offer.instance_type.gpu_model == "H100-80GB"
+
+
+def test_unplaceable_gang_says_why():
+    p = run(queue=[job("huge", gpus=16)], offers=[offer(gpus=8)])
+    (u,) = p.unplaced
+    assert u.reason is Reason.GANG_DOES_NOT_FIT
+    assert "largest allowed offer has 8 x A100-80GB" in u.detail
+    p = run(queue=[job("h", gpus=1, models=("H100-80GB",))], offers=[offer(gpus=8)])
+    assert p.unplaced[0].reason is Reason.NO_ALLOWED_OFFER
+
+
+def test_budget_cap_leaves_job_queued():
+    p = run(queue=[job("a", gpus=8), job("b", gpus=8, submitted=T0 + timedelta(minutes=1))],
+            offers=[offer(price=10.0)], pol=policy(max_usd_per_hour=15.0))
+    assert [b.job_id for b in p.of_kind("bind")] == ["a"]
+    assert p.unplaced[0].job_id == "b" and p.unplaced[0].reason is Reason.BUDGET_EXCEEDED
+    assert "above the budget of $15.00/h" in p.unplaced[0].detail
+
+
+def test_policy_allow_lists_filter_offers():
+    offers = [offer("cheap", price=1.0, provider="gcp", region="r9"), offer("ok", price=5.0)]
+    p = run(queue=[job("j", gpus=8)], offers=offers, pol=policy(providers=("aws",)))
+    assert p.of_kind("launch")[0].offer.instance_type.name == "ok"
+    p = run(queue=[job("j", gpus=8)], offers=offers, pol=policy(regions=("r1",)))
+    assert p.of_kind("launch")[0].offer.instance_type.name == "ok"
+
+
+def test_on_demand_base_and_spot_share():
+    offers = [offer("g", price=5.0, market=Market.SPOT), offer("g", price=15.0, market=Market.ON_DEMAND)]
+    p = run(queue=[job("a", gpus=8), job("b", gpus=8, submitted=T0 + timedelta(seconds=1))], offers=offers,
+            pol=policy(on_demand_base_gpus=8))
+    markets = [a.offer.market for a in p.of_kind("launch")]
+    assert markets == [Market.ON_DEMAND, Market.SPOT]
+    p = run(queue=[job("a", gpus=8), job("b", gpus=8, submitted=T0 + timedelta(seconds=1))], offers=offers,
+            pol=policy(max_spot_share=0.5))
+    assert sorted(a.offer.market.value for a in p.of_kind("launch")) == ["on_demand", "spot"]
+
+
+def test_higher_priority_is_placed_first_under_budget():
+    offers = [offer(price=10.0)]
+    q = [job("batch-early", gpus=8, submitted=T0), job("prod-late", gpus=8, priority="production", spot=True,
+                                                        submitted=T0 + timedelta(hours=1))]
+    p = run(queue=q, offers=offers, pol=policy(max_usd_per_hour=10.0))
+    assert [b.job_id for b in p.of_kind("bind")] == ["prod-late"]
+
+
+def test_idle_node_terminated_after_timeout_only():
+    idle_long = node("old", ready_at=T0 - timedelta(minutes=30))
+    idle_short = node("fresh", ready_at=T0 - timedelta(minutes=2))
+    launching = node("boot", state=NodeState.LAUNCHING, ready_at=T0 + timedelta(minutes=1))
+    p = run(fleet=[idle_long, idle_short, launching], pol=policy(idle_timeout_minutes=10))
+    assert [a.node_id for a in p.actions if isinstance(a, Terminate)] == ["old"]
+    assert p.actions[0].reason is Reason.IDLE
+    assert p.usd_per_hour_after == pytest.approx(20.0)
+
+
+def test_bound_jobs_hold_capacity_and_gone_nodes_requeue():
+    running = job("r", gpus=8, state=JobState.RUNNING, node_ids=("n1",))
+    p = run(queue=[running, job("q", gpus=8)], fleet=[node("n1")], offers=[offer(price=3.0)])
+    assert [b.job_id for b in p.of_kind("bind")] == ["q"]  # n1 is full
+    orphan = job("o", gpus=8, state=JobState.RUNNING, node_ids=("gone-node",))
+    p = run(queue=[orphan], fleet=[node("n1")], offers=[offer(price=3.0)])
+    assert p.of_kind("bind")[0].node_ids == ("n1",)
+
+
+def test_no_changes_plan_is_empty():
+    running = job("r", gpus=8, state=JobState.BOUND, node_ids=("n1",))
+    p = run(queue=[running], fleet=[node("n1")], offers=[offer()])
+    assert not p.has_changes and not p.unplaced
+
+
+def test_same_input_in_any_order_gives_the_same_plan():
+    offers = [offer(f"o{i}", gpus=g, price=p, zone=z, market=m, vcpus=16 * g, memory_gib=128.0 * g)
+              for i, (g, p, z, m) in enumerate([(1, 1.1, "z1", Market.SPOT), (4, 3.9, "z2", Market.SPOT),
+                                                 (8, 8.5, "z1", Market.ON_DEMAND), (8, 7.0, "z2", Market.SPOT),
+                                                 (2, 2.3, "z3", Market.ON_DEMAND)])]
+    fleet = [node(f"n{i}", offers[i % len(offers)]) for i in range(6)]
+    queue = [job(f"j{i}", workers=1 + i % 3, gpus=[1, 2, 4, 8][i % 4], submitted=T0 + timedelta(minutes=i % 5),
+                 priority=["batch", "production"][i % 2], spot=None if i % 2 else True) for i in range(20)]
+    base = run(queue, fleet, offers, policy(max_usd_per_hour=120.0))
+    rng = random.Random(7)
+    for _ in range(5):
+        q, f, o = list(queue), list(fleet), list(offers)
+        rng.shuffle(q), rng.shuffle(f), rng.shuffle(o)
+        assert run(q, f, o, policy(max_usd_per_hour=120.0)) == base

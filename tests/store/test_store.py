@@ -1,0 +1,68 @@
+"""The store on SQLite and on a real PostgreSQL: migrations, jobs, nodes, atomicity."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import sqlalchemy as sa
+
+from fleetctl.model import JobState, NodeState
+from fleetctl.store import DuplicateJob, Store
+from tests.builders import T0, job, node
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'sub' / 'state.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:  # a clean schema per test
+            conn.execute(sa.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+        engine.dispose()
+    s = Store(url)
+    yield s
+    s.close()
+
+
+def test_migrations_run_and_are_idempotent(store):
+    assert store.schema_revision() == "0001"
+    again = Store(store.url)
+    assert again.schema_revision() == "0001"
+    again.close()
+
+
+def test_jobs_round_trip_and_resubmit(store):
+    jobs = [job("b", gpus=2, submitted=T0), job("a", gpus=8, models=("H100-80GB",), submitted=T0)]
+    assert store.add_jobs(jobs, T0) == (2, 0)
+    assert [j.job_id for j in store.jobs()] == ["a", "b"]
+    assert store.jobs()[0] == jobs[1]
+    assert store.add_jobs([jobs[0]], T0) == (0, 1)  # identical: no-op
+    with pytest.raises(DuplicateJob):
+        store.add_jobs([job("c"), replace(jobs[0], gpus_per_worker=4)], T0)
+    assert [j.job_id for j in store.jobs()] == ["a", "b"]  # nothing of the failed batch landed
+    store.put_job(replace(jobs[0], state=JobState.SUCCEEDED), T0)
+    assert [j.job_id for j in store.jobs(active_only=True)] == ["a"]
+
+
+def test_nodes_and_transactions(store):
+    n = node("n1", state=NodeState.LAUNCHING)
+    store.put_node(n, T0, idempotency_key="k1")
+    assert store.nodes() == (n,)
+    assert store.nodes_by_idempotency_key("k1") == (n,)
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.put_node(replace(n, state=NodeState.GONE), T0)
+            store.record("terminate", T0, "n1")
+            raise RuntimeError("boom")
+    assert store.nodes()[0].state is NodeState.LAUNCHING
+    assert store.events() == ()
+    store.put_node(replace(n, state=NodeState.GONE), T0)
+    assert store.nodes() == () and len(store.nodes(include_gone=True)) == 1
+
+
+def test_launch_intent_is_recorded_once(store):
+    assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is True
+    assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is False
