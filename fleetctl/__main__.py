@@ -1,0 +1,3 @@
+from fleetctl.cli.main import app
+
+app(prog_name="fleetctl")
