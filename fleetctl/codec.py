@@ -140,6 +140,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "submitted_at_utc": dt_to_str(job.submitted_at_utc),
         "state": job.state.value,
         "node_ids": list(job.node_ids),
+        "gpu_memory_gib_per_gpu": job.gpu_memory_gib_per_gpu,
+        "started_at_utc": dt_to_str(job.started_at_utc),
+        "last_checkpoint_utc": dt_to_str(job.last_checkpoint_utc),
+        "interruptions": job.interruptions,
     }
 
 
@@ -161,6 +165,10 @@ def job_from_dict(d: dict[str, Any]) -> Job:
         submitted_at_utc=str_to_dt(d["submitted_at_utc"]),  # type: ignore[arg-type]
         state=JobState(d.get("state", "queued")),
         node_ids=tuple(d.get("node_ids") or ()),
+        gpu_memory_gib_per_gpu=float(d.get("gpu_memory_gib_per_gpu") or 0.0),
+        started_at_utc=str_to_dt(d.get("started_at_utc")),
+        last_checkpoint_utc=str_to_dt(d.get("last_checkpoint_utc")),
+        interruptions=int(d.get("interruptions") or 0),
     )
 
 

@@ -186,10 +186,21 @@ class Job:
     spot_eligible: bool | None = None
     state: JobState = JobState.QUEUED
     node_ids: tuple[str, ...] = ()
+    gpu_memory_gib_per_gpu: float = 0.0  # minimum memory of each GPU; 0: any
+    started_at_utc: datetime | None = None  # when the current run started (bound/running)
+    last_checkpoint_utc: datetime | None = None
+    interruptions: int = 0  # times this job lost its nodes to a reclaim
 
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    def work_since_checkpoint_hours(self, now: datetime) -> float:
+        """Hours of work a stop now would lose (all of the run if never checkpointed)."""
+        since = self.last_checkpoint_utc or self.started_at_utc
+        if since is None or self.state is not JobState.RUNNING:
+            return 0.0
+        return max(0.0, (now - since).total_seconds() / 3600)
 
 
 # --------------------------------------------------------------------------- policy (core form)
@@ -238,6 +249,11 @@ class Policy:
     max_interruptions_before_on_demand: int = 2
     reclaimed_offer_ttl_minutes: float = 30.0
     default_spot_interruption_probability_per_hour: float = 0.05
+    aging_priority_per_hour: float = 0.0  # priority points a queued job gains per hour waited
+    restart_overhead_minutes: float = 5.0  # time a (re)started job spends before doing new work
+    consolidation_payback_hours: float = 2.0  # a migration must pay for itself within this time
+    consolidation_max_gpu_utilisation: float = 0.5  # only nodes at most this busy are consolidated
+    disruption_budget_nodes: int = 1  # nodes drained for consolidation per pass, at most
 
     def priority_class(self, name: str) -> PriorityClass:
         for pc in self.priority_classes:

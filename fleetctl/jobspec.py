@@ -1,0 +1,264 @@
+"""Job spec files (YAML or JSON) validated by pydantic, converted to ``model.Job``.
+
+A file holds one job (a mapping), a list of jobs, or ``{jobs: [...]}``. Field
+names are the job-trace names::
+
+    jobs:
+      - id: llm-pretrain-7b          # required, unique within the file
+        team: ml-research            # required
+        priority: batch              # required: a priority class of the policy
+        workers: 2                   # gang size, default 1
+        gpus_per_worker: 8           # required, 0 for CPU-only work
+        gpu_models: [A100-80GB, H100-80GB]   # default [] = any model
+        vcpus_per_worker: 64         # required, above 0
+        memory_gib_per_worker: 512   # required, above 0 (GiB)
+        duration_hours: 48           # required, above 0 (expected run time)
+        checkpointable: true         # default false
+        checkpoint_interval_minutes: 30      # optional; only with checkpointable
+        deadline_utc: "2030-01-31T18:00:00Z" # optional; ISO-8601 with a zone
+        spot_eligible: false         # optional; absent = the class decides
+
+Each job is validated on its own, so one bad job does not hide the errors of
+the next; then ids are checked for duplicates and, when a policy is given,
+priorities and GPU models against it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema
+
+from fleetctl import model
+from fleetctl.policy import GpuModelName, Name, StrictModel
+from fleetctl.yamlerrors import Document, FieldPath, SpecError, ValidationIssue, describe_value, read_document
+
+__all__ = ["JobSpec", "jobs_from_document", "jobs_json_schema", "load_jobs", "parse_utc_timestamp"]
+
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _check_job_id(value: str) -> str:
+    if _JOB_ID_RE.match(value):
+        return value
+    raise ValueError(
+        f"invalid job id {value!r}: use letters, digits, '.', '-' and '_' (at most 128, starting with a letter or "
+        "digit)"
+    )
+
+
+def parse_utc_timestamp(value: Any) -> datetime:
+    """ISO-8601 text with a time zone -> aware UTC ``datetime``.
+
+    Naive timestamps are rejected: fleetctl keeps time in UTC and will not
+    guess which zone a person meant.
+    """
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(
+                f"invalid timestamp {value!r}: use ISO-8601 with a time zone, e.g. 2030-01-31T18:00:00Z"
+            ) from None
+    else:
+        raise ValueError(
+            f"must be an ISO-8601 timestamp with a time zone, e.g. 2030-01-31T18:00:00Z (got {describe_value(value)})"
+        )
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError(f"timestamp {value!r} has no time zone; add 'Z' or an offset like +00:00")
+    try:
+        return parsed.astimezone(timezone.utc)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+05:00 is before datetime.min in UTC
+        raise ValueError(f"timestamp {value!r} is out of range") from None
+
+
+JobId = Annotated[
+    StrictStr,
+    AfterValidator(_check_job_id),
+    WithJsonSchema({"type": "string", "pattern": _JOB_ID_RE.pattern}),
+]
+UtcTimestamp = Annotated[
+    datetime,
+    BeforeValidator(parse_utc_timestamp),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+class JobSpec(StrictModel):
+    """One job: a gang of ``workers`` identical workers, placed all or nothing."""
+
+    id: JobId = Field(description="Job id, unique within the file and the queue.")
+    workers: int = Field(1, ge=1, le=100_000, description="Workers in the gang (count); all run at once or none.")
+    gpus_per_worker: int = Field(ge=0, le=1024, description="GPUs per worker (count); 0 for CPU-only work.")
+    gpu_models: list[GpuModelName] = Field(
+        default_factory=list,
+        description="GPU models (normalised names such as A100-80GB) the job may run on; empty = any.",
+    )
+    vcpus_per_worker: float = Field(gt=0, le=100_000, description="vCPUs per worker (above 0).")
+    memory_gib_per_worker: float = Field(gt=0, le=1_000_000, description="Memory per worker in GiB (above 0).")
+    priority: Name = Field(description="Priority class name, one of the policy's priority_classes.")
+    team: Name = Field(description="Team the job belongs to (its guarantee and burst limit apply).")
+    checkpointable: bool = Field(False, description="Whether the job can checkpoint and resume after a reclaim.")
+    checkpoint_interval_minutes: float | None = Field(
+        None, gt=0, description="Minutes between checkpoints (above 0); only for checkpointable jobs."
+    )
+    deadline_utc: UtcTimestamp | None = Field(
+        None, description="When the job must be done: ISO-8601 with a time zone, e.g. 2030-01-31T18:00:00Z."
+    )
+    spot_eligible: bool | None = Field(
+        None, description="Whether the job may run on spot; absent or null = its priority class decides."
+    )
+    duration_hours: float = Field(gt=0, le=100_000, description="Expected run time in hours (above 0).")
+
+
+def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy | None) -> list[ValidationIssue]:
+    """Rules relating the fields of one job, and the job to the policy."""
+    issues: list[ValidationIssue] = []
+    if spec.checkpoint_interval_minutes is not None and not spec.checkpointable:
+        issues.append(doc.issue(
+            at + ("checkpoint_interval_minutes",),
+            "checkpoint_interval_minutes is set but checkpointable is false; set checkpointable: true or drop the "
+            "interval",
+        ))
+    if spec.gpu_models and spec.gpus_per_worker == 0:
+        issues.append(doc.issue(
+            at + ("gpu_models",),
+            "gpu_models is set but gpus_per_worker is 0; a CPU-only job cannot ask for a GPU model",
+        ))
+    seen: dict[str, int] = {}
+    for index, name in enumerate(spec.gpu_models):
+        if name in seen:
+            issues.append(doc.issue(at + ("gpu_models", index), f"{name!r} is listed twice"))
+        seen.setdefault(name, index)
+
+    if policy is not None:
+        classes = [pc.name for pc in policy.priority_classes]
+        if spec.priority not in classes:
+            issues.append(doc.issue(
+                at + ("priority",),
+                f"unknown priority class {spec.priority!r}; the policy defines: {', '.join(sorted(classes))}",
+            ))
+        if policy.gpu_models:
+            for index, name in enumerate(spec.gpu_models):
+                if name not in policy.gpu_models:
+                    issues.append(doc.issue(
+                        at + ("gpu_models", index),
+                        f"GPU model {name!r} is not allowed by the policy (allowed: {', '.join(policy.gpu_models)})",
+                    ))
+    return issues
+
+
+def _to_core(spec: JobSpec, submitted_at_utc: datetime) -> model.Job:
+    return model.Job(
+        job_id=spec.id,
+        workers=spec.workers,
+        gpus_per_worker=spec.gpus_per_worker,
+        vcpus_per_worker=float(spec.vcpus_per_worker),
+        memory_gib_per_worker=float(spec.memory_gib_per_worker),
+        priority=spec.priority,
+        team=spec.team,
+        duration_hours=float(spec.duration_hours),
+        submitted_at_utc=submitted_at_utc,
+        # Design choice: a set of acceptable models, so sorted: the same job
+        # written with the models in another order is the same job.
+        gpu_models=tuple(sorted(set(spec.gpu_models))),
+        checkpointable=spec.checkpointable,
+        checkpoint_interval_minutes=(
+            None if spec.checkpoint_interval_minutes is None else float(spec.checkpoint_interval_minutes)
+        ),
+        deadline_utc=spec.deadline_utc,
+        spot_eligible=spec.spot_eligible,
+    )
+
+
+def _job_entries(doc: Document) -> tuple[list[tuple[FieldPath, Any]], list[ValidationIssue]]:
+    """Where the jobs are: ``(path, raw job)`` for each, and issues of the
+    file's outer shape."""
+    data = doc.data
+    if isinstance(data, list):
+        container: FieldPath = ()
+        items = data
+    elif isinstance(data, dict) and "jobs" in data:
+        issues = [
+            doc.issue((key,), f"unknown field {key!r}; a jobs file has only `jobs` (or is one job, or a list)",
+                      at="key")
+            for key in data
+            if key != "jobs"
+        ]
+        container = ("jobs",)
+        items = data["jobs"]
+        if not isinstance(items, list):
+            issues.append(doc.issue(container, f"must be a list of jobs (got {describe_value(items)})"))
+            return [], issues
+        if not items:
+            issues.append(doc.issue(container, "the list of jobs is empty"))
+        return [((*container, i), item) for i, item in enumerate(items)], issues
+    elif isinstance(data, dict):
+        return [((), data)], []
+    else:
+        return [], [doc.issue((), f"a job file must be a job (mapping), a list of jobs or {{jobs: [...]}} "
+                                  f"(got {describe_value(data)})")]
+    if not items:
+        return [], [doc.issue(container, "the list of jobs is empty")]
+    return [((i,), item) for i, item in enumerate(items)], []
+
+
+def jobs_from_document(
+    doc: Document, *, submitted_at_utc: datetime, policy: model.Policy | None = None
+) -> tuple[model.Job, ...]:
+    """Validate a parsed document as job specs; raise :class:`SpecError` with
+    every issue found. Jobs come back in file order."""
+    if submitted_at_utc.tzinfo is None or submitted_at_utc.utcoffset() is None:
+        raise ValueError("submitted_at_utc must be timezone-aware")
+    submitted = submitted_at_utc.astimezone(timezone.utc)
+
+    entries, issues = _job_entries(doc)
+    issues = list(doc.issues) + issues
+    jobs: list[model.Job] = []
+    first_line_of_id: dict[str, int] = {}
+    for at, raw in entries:
+        # Duplicate ids are checked on the raw text, so they are reported even
+        # when the jobs have other errors.
+        raw_id = raw.get("id") if isinstance(raw, dict) else None
+        if isinstance(raw_id, str):
+            if raw_id in first_line_of_id:
+                issues.append(doc.issue(
+                    at + ("id",), f"duplicate job id {raw_id!r} (first used at line {first_line_of_id[raw_id]})"
+                ))
+            else:
+                first_line_of_id[raw_id] = doc.position(at + ("id",)).line
+        spec, errors = doc.validate(JobSpec, raw, at)
+        issues.extend(errors)
+        if spec is not None:
+            rules = _job_rules(spec, doc, at, policy)
+            issues.extend(rules)
+            if not rules:
+                jobs.append(_to_core(spec, submitted))
+    if issues:
+        raise SpecError(issues)
+    return tuple(jobs)
+
+
+def load_jobs(
+    path: str | os.PathLike[str], *, submitted_at_utc: datetime, policy: model.Policy | None = None
+) -> tuple[model.Job, ...]:
+    """Read and validate a job file (YAML or JSON): one job, a list, or
+    ``{jobs: [...]}``.
+
+    ``submitted_at_utc`` (timezone-aware) stamps every job. With ``policy``,
+    an unknown priority class or a GPU model outside ``policy.gpu_models``
+    (when that list is not empty) is an error at that job. Raises
+    :class:`fleetctl.yamlerrors.SpecError` carrying every problem as
+    ``FILE:LINE:COLUMN: field.path: message``.
+    """
+    return jobs_from_document(read_document(path), submitted_at_utc=submitted_at_utc, policy=policy)
+
+
+def jobs_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of one job spec."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **JobSpec.model_json_schema()}

@@ -1,0 +1,445 @@
+"""The policy file: YAML validated by pydantic, converted to ``model.Policy``.
+
+Shape of the file (every section but ``budget`` is optional; see
+``policies/example.yaml`` for a commented example and
+:func:`policy_json_schema` for the full schema)::
+
+    providers: [aws, gcp, azure]          # allow-lists; empty or absent = any
+    regions: [us-east-1, europe-west4]
+    gpu_models: [A100-80GB, H100-80GB]
+    markets: {max_spot_share, on_demand_base_gpus,
+              default_spot_interruption_probability_per_hour}
+    diversification: {max_share_per_instance_type, max_share_per_zone, min_distinct_offers}
+    budget: {max_usd_per_hour, max_gpus}
+    teams: {<name>: {guaranteed_gpus, burst_gpus, weight}}
+    priority_classes: {<name>: {value, preemptible, spot_eligible}}
+    default_priority_class: <name>
+    scaling: {idle_timeout_minutes, scale_up_cooldown_seconds, scale_down_cooldown_minutes}
+    interruptions: {checkpoint_grace_seconds, max_interruptions_before_on_demand,
+                    reclaimed_offer_ttl_minutes}
+
+Validation happens in two passes. First pydantic checks each field on its own
+(types, ranges, names, unknown keys) - strict: ``"ten"`` is not a number,
+``8.0`` is not a GPU count and ``yes`` is not a boolean. Then, if every field
+is valid, the rules that relate fields are checked (see
+:func:`_contradictions`). Design choice: a cross-field rule needs all of its
+inputs to be valid to say anything true, so it waits for the first pass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema
+
+from fleetctl import model
+from fleetctl.yamlerrors import Document, SpecError, ValidationIssue, did_you_mean, read_document
+
+__all__ = [
+    "GPU_MODELS",
+    "PROVIDERS",
+    "PolicySpec",
+    "StrictModel",
+    "load_policy",
+    "policy_json_schema",
+    "policy_from_document",
+]
+
+# --------------------------------------------------------------------------- vocabularies
+
+#: The normalised GPU model names used across catalogs, jobs and policies.
+GPU_MODELS: tuple[str, ...] = (
+    "A100-40GB",
+    "A100-80GB",
+    "H100-80GB",
+    "H200-141GB",
+    "B200",
+    "A10G",
+    "A10",
+    "L4",
+    "L40S",
+    "T4",
+    "T4G",
+    "V100-16GB",
+    "V100-32GB",
+    "K80",
+    "P100",
+    "P40",
+    "M60",
+)
+
+#: Cloud providers fleetctl can buy from.
+PROVIDERS: tuple[str, ...] = ("aws", "gcp", "azure")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})$")
+_REGION_RE = re.compile(r"^[a-z][a-z0-9-]{1,39}$")
+
+
+def _one_of(what: str, allowed: tuple[str, ...]):  # noqa: ANN202 - returns a validator
+    def check(value: str) -> str:
+        if value in allowed:
+            return value
+        hint = did_you_mean(value, allowed)
+        prefix = f"unknown {what} {value!r}" + (f" (did you mean {hint!r}?)" if hint else "")
+        raise ValueError(f"{prefix}; allowed: {', '.join(allowed)}")
+
+    return check
+
+
+def _matches(what: str, pattern: re.Pattern[str], rule: str):  # noqa: ANN202 - returns a validator
+    def check(value: str) -> str:
+        if pattern.match(value):
+            return value
+        raise ValueError(f"invalid {what} {value!r}: {rule}")
+
+    return check
+
+
+GpuModelName = Annotated[
+    StrictStr,
+    AfterValidator(_one_of("GPU model", GPU_MODELS)),
+    WithJsonSchema({"type": "string", "enum": list(GPU_MODELS)}),
+]
+ProviderName = Annotated[
+    StrictStr,
+    AfterValidator(_one_of("provider", PROVIDERS)),
+    WithJsonSchema({"type": "string", "enum": list(PROVIDERS)}),
+]
+RegionName = Annotated[
+    StrictStr,
+    AfterValidator(
+        _matches("region", _REGION_RE, "use the provider's region id, e.g. us-east-1, europe-west4, eastus")
+    ),
+    WithJsonSchema({"type": "string", "pattern": _REGION_RE.pattern}),
+]
+#: Team and priority-class names (also used by job specs).
+Name = Annotated[
+    StrictStr,
+    AfterValidator(_matches("name", _NAME_RE, "use letters, digits, '-' and '_' (at most 63, starting with a letter "
+                                              "or digit)")),
+    WithJsonSchema({"type": "string", "pattern": _NAME_RE.pattern}),
+]
+
+
+# --------------------------------------------------------------------------- the YAML models
+
+_D = model.Policy()  # defaults come from the core type so the two cannot drift
+
+
+class StrictModel(BaseModel):
+    """Base of every spec model: unknown keys are errors, no type coercion
+    (``"10"`` is not 10, ``1`` is not ``true``), no NaN or infinity."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class MarketsSpec(StrictModel):
+    """How much of the fleet may run on spot capacity."""
+
+    max_spot_share: float = Field(
+        _D.max_spot_share, ge=0, le=1,
+        description="Largest fraction of the fleet's GPUs that may run on spot capacity (0..1; 0 = on-demand only, "
+                    "1 = no limit).",
+    )
+    on_demand_base_gpus: int = Field(
+        _D.on_demand_base_gpus, ge=0,
+        description="GPUs (count) kept on on-demand capacity before any spot is bought: a base that reclaims "
+                    "cannot take away.",
+    )
+    default_spot_interruption_probability_per_hour: float = Field(
+        _D.default_spot_interruption_probability_per_hour, ge=0, le=1,
+        description="Probability (0..1) that a spot node is reclaimed within an hour, assumed for offers the "
+                    "forecast has no number for.",
+    )
+
+
+class DiversificationSpec(StrictModel):
+    """How the fleet is spread so one reclaim wave cannot take all of it."""
+
+    max_share_per_instance_type: float = Field(
+        _D.max_share_per_instance_type, gt=0, le=1,
+        description="Largest fraction (0..1, above 0) of the fleet's GPUs on one instance type; 1 = no limit.",
+    )
+    max_share_per_zone: float = Field(
+        _D.max_share_per_zone, gt=0, le=1,
+        description="Largest fraction (0..1, above 0) of the fleet's GPUs in one availability zone; 1 = no limit.",
+    )
+    min_distinct_offers: int = Field(
+        _D.min_distinct_offers, ge=1,
+        description="Fewest distinct offers (provider/region/zone/instance type/market) the fleet should be "
+                    "spread over once it has that many nodes (count, at least 1).",
+    )
+
+
+class BudgetSpec(StrictModel):
+    """Hard limits on spend and size."""
+
+    max_usd_per_hour: float = Field(
+        gt=0, le=10_000_000,
+        description="Most the whole fleet may cost, in USD per hour (above 0). Required: a spot fleet without a "
+                    "spending cap is a foot-gun.",
+    )
+    max_gpus: int | None = Field(
+        _D.max_gpus, gt=0,
+        description="Most GPUs (count) the fleet may hold; null or absent = no limit beyond the budget.",
+    )
+
+
+class TeamSpec(StrictModel):
+    """One team's share of the fleet."""
+
+    guaranteed_gpus: int = Field(
+        0, ge=0,
+        description="GPUs (count) the team can always get, preempting other teams' preemptible work if needed.",
+    )
+    burst_gpus: int | None = Field(
+        None, ge=0,
+        description="Most GPUs (count) the team may use in total, guarantee included; null or absent = no limit.",
+    )
+    weight: float = Field(
+        1.0, gt=0,
+        description="Relative share (above 0, unitless) of spare capacity beyond the guarantees.",
+    )
+
+
+class PriorityClassSpec(StrictModel):
+    """One priority class jobs can name."""
+
+    value: int = Field(
+        ge=-1_000_000_000, le=1_000_000_000,
+        description="Priority (integer; higher is placed first and may preempt lower preemptible work).",
+    )
+    preemptible: bool = Field(
+        True, description="Whether jobs of this class may be stopped to make room for higher-priority work."
+    )
+    spot_eligible: bool = Field(
+        True, description="Whether jobs of this class may run on spot capacity unless a job says otherwise."
+    )
+
+
+class ScalingSpec(StrictModel):
+    """How fast the fleet grows and shrinks."""
+
+    idle_timeout_minutes: float = Field(
+        _D.idle_timeout_minutes, ge=0,
+        description="Minutes a node may sit without work before it is terminated (0 = at once).",
+    )
+    scale_up_cooldown_seconds: float = Field(
+        _D.scale_up_cooldown_seconds, ge=0,
+        description="Seconds to wait after a launch before launching again (0 = no wait).",
+    )
+    scale_down_cooldown_minutes: float = Field(
+        _D.scale_down_cooldown_minutes, ge=0,
+        description="Minutes to wait after a launch or termination before terminating idle nodes (0 = no wait).",
+    )
+
+
+class InterruptionsSpec(StrictModel):
+    """What to do when spot capacity is reclaimed."""
+
+    checkpoint_grace_seconds: float = Field(
+        _D.checkpoint_grace_seconds, ge=0,
+        description="Seconds a checkpointable job gets to write a checkpoint after a reclaim notice.",
+    )
+    max_interruptions_before_on_demand: int = Field(
+        _D.max_interruptions_before_on_demand, ge=0,
+        description="Spot interruptions (count) a job may suffer before it is placed on on-demand capacity "
+                    "(0 = move after the first).",
+    )
+    reclaimed_offer_ttl_minutes: float = Field(
+        _D.reclaimed_offer_ttl_minutes, ge=0,
+        description="Minutes an offer that was just reclaimed is avoided for new spot launches.",
+    )
+
+
+def _default_classes() -> dict[str, PriorityClassSpec]:
+    return {
+        pc.name: PriorityClassSpec(value=pc.value, preemptible=pc.preemptible, spot_eligible=pc.spot_eligible)
+        for pc in _D.priority_classes
+    }
+
+
+class PolicySpec(StrictModel):
+    """A fleetctl policy file."""
+
+    model_config = ConfigDict(
+        title="fleetctl policy",
+        json_schema_extra={"description": "A fleetctl policy: what may be bought, how much, and for whom."},
+    )
+
+    providers: list[ProviderName] = Field(
+        default_factory=list,
+        description="Cloud providers fleetctl may buy from (aws, gcp, azure); empty or absent = any.",
+    )
+    regions: list[RegionName] = Field(
+        default_factory=list,
+        description="Region ids fleetctl may buy in (e.g. us-east-1, us-central1, eastus); empty or absent = any.",
+    )
+    gpu_models: list[GpuModelName] = Field(
+        default_factory=list,
+        description="GPU models (normalised names such as A100-80GB, L4) fleetctl may buy; empty or absent = any.",
+    )
+    markets: MarketsSpec = Field(default_factory=MarketsSpec, description="Spot versus on-demand rules.")
+    diversification: DiversificationSpec = Field(
+        default_factory=DiversificationSpec, description="How the fleet is spread over instance types and zones."
+    )
+    budget: BudgetSpec = Field(description="Hard limits on spend (USD per hour) and size (GPUs). Required.")
+    teams: dict[Name, TeamSpec] = Field(
+        default_factory=dict,
+        description="Teams by name with their guaranteed and burst GPUs; jobs of other teams get no guarantee.",
+    )
+    priority_classes: dict[Name, PriorityClassSpec] = Field(
+        default_factory=_default_classes, min_length=1,
+        description="Priority classes by name that jobs refer to in their `priority` field.",
+    )
+    default_priority_class: Name = Field(
+        _D.default_priority_class,
+        description="The class the planner falls back to for a queued job whose priority names no class (e.g. "
+                    "after a class was removed); must be one of priority_classes.",
+    )
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Scale-up and scale-down timing.")
+    interruptions: InterruptionsSpec = Field(
+        default_factory=InterruptionsSpec, description="Handling of spot reclaims."
+    )
+
+
+# --------------------------------------------------------------------------- cross-field rules
+
+
+def _contradictions(spec: PolicySpec, doc: Document) -> list[ValidationIssue]:
+    """Rules that relate fields; each issue points at the field to change.
+
+    Only true contradictions are flagged - settings no fleet can satisfy.
+    Design choice, things deliberately *not* flagged:
+
+    * ``max_share_per_instance_type`` below 1 with ``min_distinct_offers`` 1:
+      a share of s simply needs ``ceil(1/s)`` instance types, which the
+      catalog usually has; the two rules never conflict.
+    * ``max_spot_share: 0`` with a spot interruption probability: the
+      probability is then unused, not wrong.
+    * ``burst_gpus`` above ``budget.max_gpus``: the global cap applies first.
+    * regions of a provider missing from ``providers``: without the catalog we
+      cannot say which provider a region id belongs to.
+    """
+    issues: list[ValidationIssue] = []
+    max_gpus = spec.budget.max_gpus
+
+    if max_gpus is not None and spec.markets.on_demand_base_gpus > max_gpus:
+        issues.append(doc.issue(
+            ("markets", "on_demand_base_gpus"),
+            f"on_demand_base_gpus {spec.markets.on_demand_base_gpus} is above budget.max_gpus {max_gpus}: "
+            "the on-demand base alone would break the GPU cap",
+        ))
+
+    for name, team in spec.teams.items():
+        if team.burst_gpus is not None and team.guaranteed_gpus > team.burst_gpus:
+            issues.append(doc.issue(
+                ("teams", name, "guaranteed_gpus"),
+                f"guaranteed_gpus {team.guaranteed_gpus} is above burst_gpus {team.burst_gpus}: a team cannot be "
+                "guaranteed more than it may use",
+            ))
+
+    total = sum(t.guaranteed_gpus for t in spec.teams.values())
+    if max_gpus is not None and total > max_gpus:
+        parts = ", ".join(f"{n} {t.guaranteed_gpus}" for n, t in sorted(spec.teams.items()) if t.guaranteed_gpus)
+        issues.append(doc.issue(
+            ("teams",),
+            f"guaranteed GPUs add up to {total} ({parts}), above budget.max_gpus {max_gpus}: "
+            "the guarantees cannot all be honoured",
+            at="key",
+        ))
+
+    if spec.default_priority_class not in spec.priority_classes:
+        # If the field is absent, its default ("default") is the problem, and
+        # the place to fix it is next to the classes.
+        anchor = None if doc.exists(("default_priority_class",)) else ("priority_classes",)
+        defined = ", ".join(sorted(spec.priority_classes))
+        issues.append(doc.issue(
+            ("default_priority_class",),
+            f"default_priority_class {spec.default_priority_class!r} is not one of the priority_classes "
+            f"({defined})",
+            anchor=anchor, at="key" if anchor else "value",
+        ))
+
+    for list_name in ("providers", "regions", "gpu_models"):
+        seen: dict[str, int] = {}
+        for index, item in enumerate(getattr(spec, list_name)):
+            if item in seen:
+                first = doc.position((list_name, seen[item]))
+                issues.append(doc.issue(
+                    (list_name, index), f"{item!r} is listed twice (first at line {first.line})"
+                ))
+            else:
+                seen[item] = index
+    return issues
+
+
+# --------------------------------------------------------------------------- conversion and entry points
+
+
+def _to_core(spec: PolicySpec) -> model.Policy:
+    """The frozen core form. Allow-lists, teams and classes are sorted by name
+    so the same policy always gives the same value."""
+    return model.Policy(
+        providers=tuple(sorted(set(spec.providers))),
+        regions=tuple(sorted(set(spec.regions))),
+        gpu_models=tuple(sorted(set(spec.gpu_models))),
+        max_spot_share=spec.markets.max_spot_share,
+        on_demand_base_gpus=spec.markets.on_demand_base_gpus,
+        default_spot_interruption_probability_per_hour=spec.markets.default_spot_interruption_probability_per_hour,
+        max_share_per_instance_type=spec.diversification.max_share_per_instance_type,
+        max_share_per_zone=spec.diversification.max_share_per_zone,
+        min_distinct_offers=spec.diversification.min_distinct_offers,
+        max_usd_per_hour=spec.budget.max_usd_per_hour,
+        max_gpus=spec.budget.max_gpus,
+        teams=tuple(
+            model.Team(name=n, guaranteed_gpus=t.guaranteed_gpus, burst_gpus=t.burst_gpus, weight=t.weight)
+            for n, t in sorted(spec.teams.items())
+        ),
+        priority_classes=tuple(
+            model.PriorityClass(name=n, value=c.value, preemptible=c.preemptible, spot_eligible=c.spot_eligible)
+            for n, c in sorted(spec.priority_classes.items())
+        ),
+        default_priority_class=spec.default_priority_class,
+        idle_timeout_minutes=spec.scaling.idle_timeout_minutes,
+        scale_up_cooldown_seconds=spec.scaling.scale_up_cooldown_seconds,
+        scale_down_cooldown_minutes=spec.scaling.scale_down_cooldown_minutes,
+        checkpoint_grace_seconds=spec.interruptions.checkpoint_grace_seconds,
+        max_interruptions_before_on_demand=spec.interruptions.max_interruptions_before_on_demand,
+        reclaimed_offer_ttl_minutes=spec.interruptions.reclaimed_offer_ttl_minutes,
+    )
+
+
+def policy_from_document(doc: Document) -> model.Policy:
+    """Validate a parsed document as a policy; raise :class:`SpecError` with
+    every issue found."""
+    issues = list(doc.issues)
+    if not isinstance(doc.data, dict):
+        issues.append(doc.issue((), "a policy must be a mapping of sections (providers, budget, teams, ...)"))
+        raise SpecError(issues)
+    spec, errors = doc.validate(PolicySpec, doc.data)
+    issues.extend(errors)
+    if spec is None:
+        raise SpecError(issues or [doc.issue((), "invalid policy")])
+    issues.extend(_contradictions(spec, doc))
+    if issues:
+        raise SpecError(issues)
+    return _to_core(spec)
+
+
+def load_policy(path: str | os.PathLike[str]) -> model.Policy:
+    """Read, validate and convert a policy file (YAML or JSON).
+
+    Raises :class:`fleetctl.yamlerrors.SpecError` carrying every problem as
+    ``FILE:LINE:COLUMN: field.path: message``.
+    """
+    return policy_from_document(read_document(path))
+
+
+def policy_json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the policy file, for editors."""
+    schema = PolicySpec.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+

@@ -1,0 +1,685 @@
+"""Read YAML (and JSON) documents with positions; report every problem as
+``FILE:LINE:COLUMN: field.path: message``.
+
+The shared machinery of ``fleetctl.policy`` and ``fleetctl.jobspec``:
+
+* :func:`read_document` reads a file, parses it with ruamel.yaml's round-trip
+  loader (which records the line and column of every mapping key, mapping value
+  and sequence item), and converts it to plain Python (``dict``, ``list``,
+  ``str``, ``int``, ``float``, ``bool``, ``None``) plus a table of positions.
+* :meth:`Document.validate` runs a pydantic model over part of the document and
+  turns each pydantic error into a :class:`ValidationIssue` pointing at the
+  offending key or value (or the nearest existing parent when a field is
+  missing).
+* Anything that goes wrong - unreadable file, non-UTF-8 bytes, YAML syntax
+  error, empty file, duplicate keys, non-string keys, unknown tags - is a
+  :class:`ValidationIssue` too; loaders raise one :class:`SpecError` carrying
+  all of them. Callers never see a parser traceback.
+
+Lines and columns are 1-based, as editors and compilers print them. Field paths
+read like ``teams.ml-research.guaranteed_gpus`` or ``jobs[2].workers``; the
+document itself is ``(root)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import types
+import typing
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.constructor import RoundTripConstructor
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
+
+__all__ = [
+    "MAX_FILE_BYTES",
+    "Document",
+    "FieldPath",
+    "Located",
+    "Position",
+    "SpecError",
+    "ValidationIssue",
+    "describe_value",
+    "did_you_mean",
+    "format_path",
+    "parse_document",
+    "read_document",
+]
+
+#: A path into a document: mapping keys and sequence indexes, outermost first.
+FieldPath = tuple[Union[str, int], ...]
+
+#: Refuse files above this size: policies and job files are small, and a
+#: multi-megabyte "YAML" file is almost certainly the wrong file.
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+#: How many values a document may expand to (after aliases). Design choice:
+#: aliases are allowed (they are handy for shared team settings), so this cap
+#: keeps an alias bomb ("billion laughs") from eating the machine.
+MAX_VALUES = 200_000
+
+#: How deeply values may nest. Real policies nest four levels.
+MAX_DEPTH = 64
+
+ROOT_LABEL = "(root)"
+
+_YAML_CORE_TAG_PREFIX = "tag:yaml.org,2002:"
+
+
+# --------------------------------------------------------------------------- issues
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ValidationIssue:
+    """One problem in one file, at a 1-based line and column.
+
+    ``field_path`` is the rendered path (``jobs[2].workers``); it is ``""``
+    for problems of the document as a whole (syntax errors, empty file),
+    rendered as ``(root)``.
+    """
+
+    file: str
+    line: int
+    column: int
+    field_path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}: {self.field_path or ROOT_LABEL}: {self.message}"
+
+
+class SpecError(Exception):
+    """A policy or job file is invalid; ``issues`` holds every problem found,
+    sorted by file, line and column."""
+
+    issues: tuple[ValidationIssue, ...]
+
+    def __init__(self, issues: Iterable[ValidationIssue]) -> None:
+        unique = tuple(sorted(set(issues)))
+        if not unique:
+            raise ValueError("SpecError needs at least one issue")
+        self.issues = unique
+        super().__init__("\n".join(str(i) for i in unique))
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A 1-based line and column."""
+
+    line: int
+    column: int
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where one value sits: its key (``None`` for sequence items and the
+    root) and the value itself."""
+
+    key: Position | None
+    value: Position
+
+
+# --------------------------------------------------------------------------- paths and values
+
+
+_PLAIN_KEY = re.compile(r"^[^.\[\]\s\"']+$")
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    """Render ``("jobs", 2, "workers")`` as ``jobs[2].workers``.
+
+    Keys that would make the path ambiguous (dots, brackets, spaces, empty)
+    are quoted: ``teams["a.b"]``.
+    """
+    out = ""
+    for elem in path:
+        if isinstance(elem, int):
+            out += f"[{elem}]"
+        elif _PLAIN_KEY.match(elem):
+            out += f".{elem}" if out else elem
+        else:
+            out += "[" + _quote(elem) + "]"
+    return out
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def describe_value(value: Any, limit: int = 40) -> str:
+    """A short, YAML-flavoured description of an input value for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        try:
+            text = repr(value)
+        except ValueError:  # an int above Python's digit limit for str()
+            return "a very large number"
+    elif isinstance(value, str):
+        text = repr(value)
+    elif isinstance(value, Mapping):
+        return "a mapping"
+    elif isinstance(value, (list, tuple)):
+        return "a list"
+    else:
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word`` (case-insensitive, or a name that
+    contains it or is contained in it), or ``None``."""
+    options = list(choices)
+    folded = {c.casefold(): c for c in options}
+    if word.casefold() in folded:
+        return folded[word.casefold()]
+    close = difflib.get_close_matches(word.casefold(), list(folded), n=1, cutoff=0.6)
+    if close:
+        return folded[close[0]]
+    w = word.casefold()
+    contained = [c for c in options if len(w) >= 2 and (w in c.casefold() or c.casefold() in w)]
+    return contained[0] if len(contained) == 1 else None
+
+
+# --------------------------------------------------------------------------- the document
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed file: plain data, where each value sits, and the problems found
+    while reading that do not stop validation (duplicate keys, non-string keys,
+    unsupported tags)."""
+
+    file: str
+    data: Any
+    positions: Mapping[FieldPath, Located]
+    issues: tuple[ValidationIssue, ...] = ()
+    #: Paths already reported while reading; validation errors at or below
+    #: them are dropped so one mistake is reported once.
+    reported: frozenset[FieldPath] = field(default_factory=frozenset)
+
+    # ------------------------------------------------------------- positions
+
+    def position(self, path: FieldPath, *, at: Literal["key", "value"] = "value") -> Position:
+        """Where ``path`` is. ``at="key"`` prefers the key of a mapping entry.
+
+        A path that does not exist (a missing field) resolves to its nearest
+        existing parent, at that parent's key when it has one: a missing
+        ``budget.max_usd_per_hour`` points at ``budget:``.
+        """
+        located = self.positions.get(path)
+        if located is not None:
+            if at == "key" and located.key is not None:
+                return located.key
+            return located.value
+        for cut in range(len(path) - 1, -1, -1):
+            parent = self.positions.get(path[:cut])
+            if parent is not None:
+                return parent.key or parent.value
+        return Position(1, 1)
+
+    def issue(self, path: FieldPath, message: str, *, at: Literal["key", "value"] = "value",
+              anchor: FieldPath | None = None) -> ValidationIssue:
+        """An issue about ``path``, positioned at ``anchor`` if given (for a
+        field that is absent but whose problem is visible elsewhere)."""
+        pos = self.position(path if anchor is None else anchor, at=at)
+        return ValidationIssue(self.file, pos.line, pos.column, format_path(path), message)
+
+    def exists(self, path: FieldPath) -> bool:
+        return path in self.positions
+
+    # ------------------------------------------------------------- validation
+
+    def validate(self, model: type[BaseModel], data: Any, prefix: FieldPath = ()) -> tuple[Any, list[ValidationIssue]]:
+        """Validate ``data`` (the part of this document at ``prefix``) with
+        ``model``. Returns ``(instance, [])`` or ``(None, issues)``; the
+        issues leave out errors at paths in ``reported``."""
+        try:
+            return model.model_validate(data), []
+        except ValidationError as exc:
+            issues = []
+            for err in exc.errors(include_url=False):
+                issue = self._translate(err, prefix, model)
+                if issue is not None:
+                    issues.append(issue)
+            # ``issues`` may be empty when every error sits at a path already
+            # reported while reading (``self.issues``), which callers raise.
+            return None, issues
+
+    def _translate(self, err: Mapping[str, Any], prefix: FieldPath, model: type[BaseModel]) -> ValidationIssue | None:
+        loc: FieldPath = prefix + tuple(err["loc"])
+        kind: str = err["type"]
+        at: Literal["key", "value"] = "value"
+        if loc and loc[-1] == "[key]":  # a dict key failed its own validation
+            loc = loc[:-1]
+            at = "key"
+        if any(loc[:cut] in self.reported for cut in range(len(loc) + 1)):
+            return None
+        value = err.get("input")
+        if kind == "missing":
+            message = "required field is missing"
+        elif kind == "extra_forbidden":
+            at = "key"
+            message = _unknown_field_message(str(loc[-1]), _allowed_keys(model, tuple(err["loc"])[:-1]))
+        elif kind == "invalid_key":
+            at = "key"
+            message = f"keys must be strings (got {describe_value(value)}); quote the key"
+        else:
+            message = humanize(err["msg"], kind, value)
+        return self.issue(loc, message, at=at)
+
+
+def humanize(msg: str, kind: str, value: Any) -> str:
+    """Turn a pydantic message into this project's voice: ``must be ...
+    (got X)``; our own ``ValueError`` messages pass through unchanged."""
+    if kind == "value_error":
+        return re.sub(r"^Value error, ", "", msg)
+    if kind == "assertion_error":
+        return re.sub(r"^Assertion failed, ", "", msg)
+    if kind in ("model_type", "model_attributes_type", "dict_type", "mapping_type"):
+        text = "must be a mapping"
+    elif kind in ("list_type", "tuple_type", "iterable_type"):
+        text = "must be a list"
+    elif kind == "bool_type" and isinstance(value, str):
+        return f"must be true or false (got {describe_value(value)}; YAML 1.2 reads yes/no/on/off as strings)"
+    elif kind == "int_type" and isinstance(value, float) and not isinstance(value, bool):
+        return f"must be a whole number (got {describe_value(value)})"
+    else:
+        text = re.sub(r"^(Input|String|List|Dictionary|Value|Tuple|Number|Float|Integer) should ", "must ", msg)
+        text = text[:1].lower() + text[1:]
+    return f"{text} (got {describe_value(value)})"
+
+
+def _unknown_field_message(name: str, allowed: list[str] | None) -> str:
+    message = f"unknown field {name!r}"
+    if allowed:
+        hint = did_you_mean(name, allowed)
+        if hint:
+            message += f" (did you mean {hint!r}?)"
+        message += "; allowed: " + ", ".join(allowed)
+    return message
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip ``Annotated`` and ``Optional`` from a type annotation."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return tp
+            tp = args[0]
+        else:
+            return tp
+
+
+def _allowed_keys(model: Any, path: FieldPath) -> list[str] | None:
+    """The field names of the model found at ``path`` under ``model``, or
+    ``None`` when that is not a model (so no list can be offered)."""
+    tp = model
+    for elem in path:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if not isinstance(elem, str) or elem not in tp.model_fields:
+                return None
+            tp = tp.model_fields[elem].annotation
+            continue
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin in (list, tuple) and args:
+            tp = args[0]
+        elif origin is dict and len(args) == 2:
+            tp = args[1]
+        else:
+            return None
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return list(tp.model_fields)
+    return None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_document(path: str | os.PathLike[str]) -> Document:
+    """Read and parse one YAML or JSON file; raise :class:`SpecError` if it
+    cannot be read or parsed at all."""
+    file = os.fspath(path)
+    try:
+        with open(file, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise SpecError([ValidationIssue(file, 1, 1, "", f"cannot read the file: {reason}")]) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError([ValidationIssue(file, 1, 1, "", f"file is larger than {MAX_FILE_BYTES} bytes")])
+    return parse_document(_decode(file, raw), file)
+
+
+def _decode(file: str, raw: bytes) -> str:
+    """UTF-8 (with or without a byte-order mark) or a positioned issue."""
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        column = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", errors="replace")) + 1
+        bad = raw[exc.start : exc.start + 1].hex()
+        raise SpecError(
+            [ValidationIssue(file, line, column, "", f"file is not UTF-8 text (byte 0x{bad}); save it as UTF-8")]
+        ) from None
+
+
+class _Constructor(RoundTripConstructor):
+    """Round-trip constructor that keeps timestamps as the text written.
+
+    Design choice: YAML would turn ``2030-01-01T00:00:00Z`` into a datetime but
+    leave the quoted form, or the same value in JSON, a string. Keeping all
+    timestamps as strings gives one parser (ours) and one error message for
+    both, and lets us reject naive timestamps that YAML would silently accept.
+    """
+
+
+def _timestamp_as_text(constructor: RoundTripConstructor, node: ScalarNode) -> Any:
+    return constructor.construct_scalar(node)
+
+
+_Constructor.add_constructor(_YAML_CORE_TAG_PREFIX + "timestamp", _timestamp_as_text)
+
+
+def _yaml() -> YAML:
+    # A fresh instance per document: YAML objects carry parser state.
+    yaml = YAML(typ="rt", pure=True)
+    yaml.Constructor = _Constructor
+    # Duplicates are found by our own walk (all of them, with field paths),
+    # instead of ruamel stopping at the first.
+    yaml.allow_duplicate_keys = True
+    return yaml
+
+
+def parse_document(text: str, file: str = "<string>") -> Document:
+    """Parse YAML/JSON ``text`` (named ``file`` in messages) into a
+    :class:`Document`; raise :class:`SpecError` if it has no usable content."""
+    try:
+        with warnings.catch_warnings():
+            # ruamel warns about re-used anchors, which YAML allows (the later
+            # one wins); nothing for a person to fix, so no stderr noise.
+            warnings.simplefilter("ignore")
+            node = _yaml().compose(text)
+            data = _yaml().load(text)
+    except MarkedYAMLError as exc:
+        raise SpecError([_syntax_issue(file, exc)]) from None
+    except ReaderError as exc:
+        pos = _offset_position(text, exc.position)
+        raise SpecError(
+            [ValidationIssue(file, pos.line, pos.column, "", f"unacceptable character {_char(exc.character)} "
+                             "(binary data or control characters are not YAML)")]
+        ) from None
+    except YAMLError as exc:
+        raise SpecError([ValidationIssue(file, 1, 1, "", f"YAML error: {_one_line(str(exc))}")]) from None
+    except RecursionError:
+        raise SpecError([ValidationIssue(file, 1, 1, "", "the document is nested too deeply")]) from None
+    except Exception as exc:  # noqa: BLE001
+        # Design choice: the promise is "every problem is an issue, never a
+        # traceback"; a parser bug on hostile input must not break it.
+        raise SpecError(
+            [ValidationIssue(file, 1, 1, "", f"could not parse the file as YAML ({type(exc).__name__}: "
+                             f"{_one_line(str(exc))})")]
+        ) from None
+
+    if data is None:
+        message = "file is empty" if node is None else "the document is null; expected content"
+        raise SpecError([ValidationIssue(file, 1, 1, "", message)])
+
+    converter = _Converter(file)
+    issues: list[ValidationIssue] = []
+    if node is not None:
+        issues.extend(_duplicate_keys(file, node))
+        converter.reported.update(_duplicate_paths(node))
+    try:
+        plain = converter.convert(data, (), _root_position(data))
+    except _TooLarge as exc:
+        raise SpecError([ValidationIssue(file, 1, 1, "", str(exc))]) from None
+    issues.extend(converter.issues)
+    return Document(
+        file=file,
+        data=plain,
+        positions=converter.positions,
+        issues=tuple(issues),
+        reported=frozenset(converter.reported),
+    )
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _char(character: Any) -> str:
+    if isinstance(character, int):
+        return f"#x{character:04x}"
+    if isinstance(character, str) and len(character) == 1:
+        return f"#x{ord(character):04x}"
+    return repr(character)
+
+
+def _offset_position(text: str, offset: Any) -> Position:
+    if not isinstance(offset, int) or offset < 0:
+        return Position(1, 1)
+    before = text[:offset]
+    return Position(before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1)
+
+
+def _syntax_issue(file: str, exc: MarkedYAMLError) -> ValidationIssue:
+    mark = exc.problem_mark or exc.context_mark
+    line = (mark.line + 1) if mark is not None else 1
+    column = (mark.column + 1) if mark is not None else 1
+    problem = exc.problem or exc.context or "invalid YAML"
+    message = f"YAML syntax error: {_one_line(problem)}"
+    if exc.context and exc.problem and exc.context_mark is not None and exc.context_mark is not mark:
+        where = exc.context_mark
+        message += f" ({_one_line(exc.context)} at line {where.line + 1}, column {where.column + 1})"
+    return ValidationIssue(file, line, column, "", message)
+
+
+# --------------------------------------------------------------------------- duplicate keys
+
+
+def _walk_mappings(node: Node, path: FieldPath, seen: set[int]) -> Iterable[tuple[FieldPath, ScalarNode, ScalarNode]]:
+    """Yield ``(path, duplicate_key_node, first_key_node)`` for every repeated
+    scalar key. Aliased nodes are visited once (at their anchor)."""
+    stack: list[tuple[Node, FieldPath]] = [(node, path)]
+    while stack:
+        current, where = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, MappingNode):
+            first: dict[tuple[str, str], ScalarNode] = {}
+            for key, value in current.value:
+                if str(key.tag) == _YAML_CORE_TAG_PREFIX + "merge":
+                    continue
+                if isinstance(key, ScalarNode):
+                    ident = (str(key.tag), str(key.value))
+                    child = where + (str(key.value),)
+                    if ident in first:
+                        yield child, key, first[ident]
+                    else:
+                        first[ident] = key
+                    stack.append((value, child))
+        elif isinstance(current, SequenceNode):
+            for index, item in enumerate(current.value):
+                stack.append((item, where + (index,)))
+
+
+def _duplicate_keys(file: str, node: Node) -> list[ValidationIssue]:
+    issues = []
+    for path, key, original in _walk_mappings(node, (), set()):
+        issues.append(
+            ValidationIssue(
+                file,
+                key.start_mark.line + 1,
+                key.start_mark.column + 1,
+                format_path(path),
+                f"duplicate key {str(key.value)!r} (first defined at line {original.start_mark.line + 1}); "
+                "a key may appear once per mapping",
+            )
+        )
+    return issues
+
+
+def _duplicate_paths(node: Node) -> set[FieldPath]:
+    return {path for path, _, _ in _walk_mappings(node, (), set())}
+
+
+# --------------------------------------------------------------------------- ruamel -> plain python
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _lc_position(obj: Any) -> Position | None:
+    lc = getattr(obj, "lc", None)
+    line = getattr(lc, "line", None)
+    col = getattr(lc, "col", None)
+    if isinstance(line, int) and isinstance(col, int):
+        return Position(line + 1, col + 1)
+    return None
+
+
+def _root_position(data: Any) -> Position:
+    return _lc_position(data) or Position(1, 1)
+
+
+def _tag_of(obj: Any) -> str | None:
+    """The explicit application tag of a collection (``!foo``), if any."""
+    tag = getattr(obj, "tag", None)
+    value = getattr(tag, "value", None)
+    if isinstance(value, str) and not value.startswith(_YAML_CORE_TAG_PREFIX):
+        return value
+    return None
+
+
+@dataclass
+class _Converter:
+    """Turns ruamel's Commented* objects into plain Python, recording the
+    position of every key and value and the problems that do not stop
+    validation."""
+
+    file: str
+    positions: dict[FieldPath, Located] = field(default_factory=dict)
+    issues: list[ValidationIssue] = field(default_factory=list)
+    reported: set[FieldPath] = field(default_factory=set)
+    count: int = 0
+    active: set[int] = field(default_factory=set)  # ids of collections being converted (cycle check)
+
+    def _issue(self, path: FieldPath, pos: Position, message: str) -> None:
+        self.issues.append(ValidationIssue(self.file, pos.line, pos.column, format_path(path), message))
+        self.reported.add(path)
+
+    def convert(self, obj: Any, path: FieldPath, pos: Position, key: Position | None = None) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            raise _TooLarge(f"the document expands to more than {MAX_VALUES} values (an alias loop or bomb?)")
+        self.positions.setdefault(path, Located(key=key, value=pos))
+        if len(path) > MAX_DEPTH:
+            self._issue(path, pos, f"nested more than {MAX_DEPTH} levels deep")
+            return None
+        if isinstance(obj, (CommentedMap, CommentedSeq)):
+            tag = _tag_of(obj)
+            if tag is not None:
+                self._issue(path, pos, f"unsupported YAML tag {tag!r}; remove it")
+                return None
+            if id(obj) in self.active:
+                self._issue(path, pos, "an alias refers to a value that contains it (a loop)")
+                return None
+            self.active.add(id(obj))
+            try:
+                if isinstance(obj, CommentedMap):
+                    return self._mapping(obj, path, pos)
+                return self._sequence(obj, path, pos)
+            finally:
+                self.active.discard(id(obj))
+        # bool before int: ruamel's ScalarBoolean (anchored booleans) is an int.
+        if isinstance(obj, bool) or type(obj).__name__ == "ScalarBoolean":
+            return bool(obj)
+        if isinstance(obj, int):
+            return int(obj)
+        if isinstance(obj, float):
+            return float(obj)
+        if isinstance(obj, str):
+            return str(obj)
+        if obj is None:
+            return None
+        if isinstance(obj, TaggedScalar):
+            tag = getattr(getattr(obj, "tag", None), "value", None) or "?"
+            self._issue(path, pos, f"unsupported YAML tag {tag!r}; remove it")
+            return None
+        self._issue(path, pos, f"unsupported YAML value ({type(obj).__name__}); use a string, number, "
+                               "boolean, list or mapping")
+        return None
+
+    def _mapping(self, obj: CommentedMap, path: FieldPath, pos: Position) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k in list(obj.keys()):
+            key_pos, value_pos = self._entry(obj, k, pos)
+            if not isinstance(k, str):
+                self._issue(path + (describe_value(k),), key_pos,
+                            f"mapping keys must be strings (got {describe_value(k)}); quote the key")
+                continue
+            key = str(k)
+            out[key] = self.convert(obj[k], path + (key,), value_pos, key=key_pos)
+        return out
+
+    def _entry(self, obj: CommentedMap, k: Any, fallback: Position) -> tuple[Position, Position]:
+        try:
+            kl, kc = obj.lc.key(k)
+            key_pos = Position(kl + 1, kc + 1)
+        except (KeyError, TypeError, AttributeError, IndexError):  # merged (<<) keys have no position
+            return fallback, fallback
+        try:
+            vl, vc = obj.lc.value(k)
+            value_pos = Position(vl + 1, vc + 1)
+        except (KeyError, TypeError, AttributeError, IndexError):
+            value_pos = key_pos
+        # An empty value (`key:`) is null; ruamel then reports the position of
+        # whatever comes next, often on a later line. An alias (`key: *x`)
+        # reports the position of its anchor, often on an earlier line. Point
+        # at the key in both cases.
+        if obj.get(k) is None and value_pos.line != key_pos.line:
+            value_pos = key_pos
+        if (value_pos.line, value_pos.column) < (key_pos.line, key_pos.column):
+            value_pos = key_pos
+        return key_pos, value_pos
+
+    def _sequence(self, obj: CommentedSeq, path: FieldPath, pos: Position) -> list[Any]:
+        out = []
+        last = pos
+        for index, item in enumerate(obj):
+            try:
+                il, ic = obj.lc.item(index)
+                item_pos = Position(il + 1, ic + 1)
+            except (KeyError, TypeError, AttributeError, IndexError):
+                item_pos = last
+            if (item_pos.line, item_pos.column) < (last.line, last.column):
+                item_pos = last  # an alias: ruamel gives its anchor's position
+            out.append(self.convert(item, path + (index,), item_pos))
+            last = item_pos
+        return out

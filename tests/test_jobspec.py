@@ -1,0 +1,456 @@
+"""Job spec files: the example queue loads and fits the example policy, the
+three file shapes agree, every broken job is reported at the right place, and
+no input makes ``load_jobs`` raise anything but SpecError."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ruamel.yaml import YAML
+
+from fleetctl import model
+from fleetctl.jobspec import jobs_json_schema, load_jobs
+from fleetctl.policy import GPU_MODELS, load_policy
+from fleetctl.yamlerrors import SpecError, ValidationIssue
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_JOBS = ROOT / "examples" / "jobs.yaml"
+EXAMPLE_POLICY = ROOT / "policies" / "example.yaml"
+NOW = datetime(2025, 11, 22, 9, 30, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def policy() -> model.Policy:
+    return load_policy(EXAMPLE_POLICY)
+
+
+def write(tmp_path: Path, text: str, name: str = "jobs.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def issues_of(path: Path, policy: model.Policy | None = None) -> tuple[ValidationIssue, ...]:
+    with pytest.raises(SpecError) as info:
+        load_jobs(path, submitted_at_utc=NOW, policy=policy)
+    return info.value.issues
+
+
+# --------------------------------------------------------------------------- the example queue
+
+
+def test_example_jobs_load_and_fit_the_example_policy(policy: model.Policy) -> None:
+    jobs = load_jobs(EXAMPLE_JOBS, submitted_at_utc=NOW, policy=policy)
+    assert 8 <= len(jobs) <= 12
+    assert len({j.job_id for j in jobs}) == len(jobs)
+    assert all(j.submitted_at_utc == NOW and j.state is model.JobState.QUEUED for j in jobs)
+
+    assert any(j.gpus_per_worker == 1 for j in jobs), "a single-GPU job"
+    assert any(j.workers == 1 and j.gpus_per_worker == 8 for j in jobs), "a single-node 8-GPU job"
+    assert any(j.workers >= 2 and j.gpus_per_worker == 8 for j in jobs), "a multi-node gang"
+    assert any(set(j.gpu_models) == {"A100-80GB", "H100-80GB"} for j in jobs), "a GPU-model constraint"
+    assert any(j.spot_eligible is False for j in jobs), "a job kept off spot"
+    assert {j.team for j in jobs} == {t.name for t in policy.teams}
+    assert {j.priority for j in jobs} == {c.name for c in policy.priority_classes}
+
+    # Placeable within the policy: GPU cap, burst limits, allowed models.
+    assert sum(j.gpus for j in jobs) <= (policy.max_gpus or 0)
+    per_team = Counter()
+    for j in jobs:
+        per_team[j.team] += j.gpus
+    for team in policy.teams:
+        assert per_team[team.name] <= (team.burst_gpus or 0)
+    assert all(set(j.gpu_models) <= set(policy.gpu_models) for j in jobs)
+
+
+def test_example_jobs_load_without_a_policy() -> None:
+    assert load_jobs(EXAMPLE_JOBS, submitted_at_utc=NOW)
+
+
+def test_job_fields_and_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        id: one
+        team: ml-research
+        priority: batch
+        gpus_per_worker: 2
+        gpu_models: [H100-80GB, A100-80GB]
+        vcpus_per_worker: 16
+        memory_gib_per_worker: 120.5
+        duration_hours: 1.5
+        deadline_utc: 2030-01-31T20:00:00+02:00
+    """)
+    (job,) = load_jobs(path, submitted_at_utc=NOW)
+    assert job == model.Job(
+        job_id="one",
+        workers=1,
+        gpus_per_worker=2,
+        vcpus_per_worker=16.0,
+        memory_gib_per_worker=120.5,
+        priority="batch",
+        team="ml-research",
+        duration_hours=1.5,
+        submitted_at_utc=NOW,
+        gpu_models=("A100-80GB", "H100-80GB"),
+        checkpointable=False,
+        checkpoint_interval_minutes=None,
+        deadline_utc=datetime(2030, 1, 31, 18, 0, tzinfo=timezone.utc),
+        spot_eligible=None,
+    )
+    assert job.deadline_utc is not None and job.deadline_utc.utcoffset() == timedelta(0)
+
+
+JOB_A = {"id": "a", "team": "t", "priority": "batch", "gpus_per_worker": 1, "vcpus_per_worker": 4,
+         "memory_gib_per_worker": 8, "duration_hours": 1}
+JOB_B = {**JOB_A, "id": "b", "workers": 2, "checkpointable": True, "checkpoint_interval_minutes": 10}
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        pytest.param("list.yaml", [JOB_A, JOB_B], id="yaml-list"),
+        pytest.param("wrapped.yaml", {"jobs": [JOB_A, JOB_B]}, id="yaml-jobs-key"),
+        pytest.param("list.json", [JOB_A, JOB_B], id="json-list"),
+        pytest.param("wrapped.json", {"jobs": [JOB_A, JOB_B]}, id="json-jobs-key"),
+    ],
+)
+def test_file_shapes_agree(tmp_path: Path, name: str, content: object) -> None:
+    path = tmp_path / name
+    if name.endswith(".json"):
+        path.write_text(json.dumps(content, indent=2))
+    else:
+        out = io.StringIO()
+        YAML().dump(content, out)
+        path.write_text(out.getvalue())
+    jobs = load_jobs(path, submitted_at_utc=NOW)
+    assert [j.job_id for j in jobs] == ["a", "b"]
+    assert jobs[1].workers == 2 and jobs[1].checkpoint_interval_minutes == 10.0
+
+
+def test_single_job_file(tmp_path: Path) -> None:
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(JOB_A))
+    (job,) = load_jobs(path, submitted_at_utc=NOW)
+    assert job.job_id == "a" and job.workers == 1
+
+
+def test_naive_submission_time_is_a_programming_error(tmp_path: Path) -> None:
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(JOB_A))
+    with pytest.raises(ValueError, match="timezone-aware"):
+        load_jobs(path, submitted_at_utc=datetime(2025, 1, 1))
+
+
+def test_json_schema_describes_every_field() -> None:
+    schema = jobs_json_schema()
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == {"id", "gpus_per_worker", "vcpus_per_worker", "memory_gib_per_worker",
+                                       "priority", "team", "duration_hours"}
+    for name, prop in schema["properties"].items():
+        assert prop.get("description"), name
+
+
+# --------------------------------------------------------------------------- broken jobs
+
+_HEAD = "jobs:\n  - id: a\n    team: t\n    priority: batch\n    gpus_per_worker: 1\n" \
+        "    vcpus_per_worker: 4\n    memory_gib_per_worker: 8\n    duration_hours: 1\n"
+# _HEAD is lines 1-8; the tests below add to job a (line 9+) or add jobs.
+
+BROKEN = [
+    pytest.param(
+        _HEAD + "  - id: b\n    team: t\n    priority: batch\n    gpus_per_worker: 1\n"
+                "    vcpus_per_worker: 4\n    memory_gib_per_worker: 8\n    duration_hours: 1\n"
+                "  - id: a\n    team: t\n    priority: batch\n    gpus_per_worker: 1\n"
+                "    vcpus_per_worker: 4\n    memory_gib_per_worker: 8\n    duration_hours: 1\n",
+        None, 16, 9, "jobs[2].id", "duplicate job id 'a' (first used at line 2)",
+        id="duplicate-id-points-at-second",
+    ),
+    pytest.param(_HEAD + "    workers: 0\n", None, 9, 14, "jobs[0].workers",
+                 "must be greater than or equal to 1 (got 0)", id="zero-workers"),
+    pytest.param(_HEAD + "    workers: two\n", None, 9, 14, "jobs[0].workers",
+                 "must be a valid integer (got 'two')", id="workers-not-a-number"),
+    pytest.param(_HEAD.replace("gpus_per_worker: 1", "gpus_per_worker: -1"), None, 5, 22,
+                 "jobs[0].gpus_per_worker", "must be greater than or equal to 0 (got -1)", id="negative-gpus"),
+    pytest.param(_HEAD.replace("vcpus_per_worker: 4", "vcpus_per_worker: 0"), None, 6, 23,
+                 "jobs[0].vcpus_per_worker", "must be greater than 0 (got 0)", id="zero-vcpus"),
+    pytest.param(_HEAD.replace("duration_hours: 1", "duration_hours: '1'"), None, 8, 21,
+                 "jobs[0].duration_hours", "must be a valid number (got '1')", id="quoted-number"),
+    pytest.param(_HEAD.replace("    duration_hours: 1\n", ""), None, 2, 5, "jobs[0].duration_hours",
+                 "required field is missing", id="missing-field-points-at-job"),
+    pytest.param(_HEAD + "    gpu_models: [A100]\n", None, 9, 18, "jobs[0].gpu_models[0]",
+                 "unknown GPU model 'A100'", id="unknown-gpu-model"),
+    pytest.param(_HEAD + "    gpu_models: [L4, L4]\n", None, 9, 22, "jobs[0].gpu_models[1]",
+                 "'L4' is listed twice", id="duplicate-gpu-model"),
+    pytest.param(_HEAD.replace("gpus_per_worker: 1", "gpus_per_worker: 0") + "    gpu_models: [L4]\n", None,
+                 9, 17, "jobs[0].gpu_models", "gpus_per_worker is 0", id="gpu-model-for-cpu-job"),
+    pytest.param(_HEAD + "    checkpoint_interval_minutes: 30\n", None, 9, 34,
+                 "jobs[0].checkpoint_interval_minutes", "checkpointable is false", id="interval-not-checkpointable"),
+    pytest.param(_HEAD + "    checkpointable: true\n    checkpoint_interval_minutes: 0\n", None, 10, 34,
+                 "jobs[0].checkpoint_interval_minutes", "must be greater than 0 (got 0)", id="zero-interval"),
+    pytest.param(_HEAD + "    checkpointable: 1\n", None, 9, 21, "jobs[0].checkpointable",
+                 "must be a valid boolean (got 1)", id="int-for-bool"),
+    pytest.param(_HEAD + "    spot_eligible: no\n", None, 9, 20, "jobs[0].spot_eligible",
+                 "must be true or false (got 'no'", id="no-for-bool"),
+    pytest.param(_HEAD + "    deadline_utc: 2030-01-01T12:00:00\n", None, 9, 19, "jobs[0].deadline_utc",
+                 "has no time zone", id="naive-deadline"),
+    pytest.param(_HEAD + "    deadline_utc: 2030-01-01\n", None, 9, 19, "jobs[0].deadline_utc",
+                 "has no time zone", id="date-only-deadline"),
+    pytest.param(_HEAD + "    deadline_utc: next tuesday\n", None, 9, 19, "jobs[0].deadline_utc",
+                 "invalid timestamp 'next tuesday'", id="unparseable-deadline"),
+    pytest.param(_HEAD + "    deadline_utc: 1767225600\n", None, 9, 19, "jobs[0].deadline_utc",
+                 "must be an ISO-8601 timestamp", id="epoch-deadline"),
+    pytest.param(_HEAD + "    gpus: 1\n", None, 9, 5, "jobs[0].gpus",
+                 "unknown field 'gpus' (did you mean 'gpus_per_worker'?)", id="unknown-field"),
+    pytest.param(_HEAD.replace("id: a", "id: 42"), None, 2, 9, "jobs[0].id",
+                 "must be a valid string (got 42)", id="numeric-id"),
+    pytest.param(_HEAD.replace("id: a", "id: 'a b'"), None, 2, 9, "jobs[0].id",
+                 "invalid job id 'a b'", id="id-with-space"),
+    pytest.param(_HEAD.replace("priority: batch", "priority: urgent"), "policy", 4, 15, "jobs[0].priority",
+                 "unknown priority class 'urgent'; the policy defines: batch, production", id="unknown-class"),
+    pytest.param(_HEAD + "    gpu_models: [A100-80GB, K80]\n", "policy", 9, 29, "jobs[0].gpu_models[1]",
+                 "GPU model 'K80' is not allowed by the policy", id="gpu-model-outside-policy"),
+    pytest.param(_HEAD + "other: 1\n", None, 9, 1, "other", "unknown field 'other'", id="extra-envelope-key"),
+    pytest.param("jobs: {id: a}\n", None, 1, 7, "jobs", "must be a list of jobs (got a mapping)",
+                 id="jobs-not-a-list"),
+    pytest.param("jobs: []\n", None, 1, 7, "jobs", "the list of jobs is empty", id="empty-jobs"),
+    pytest.param("[]\n", None, 1, 1, "", "the list of jobs is empty", id="empty-list"),
+    pytest.param("42\n", None, 1, 1, "", "a job file must be a job (mapping), a list of jobs", id="scalar"),
+    pytest.param("- 42\n", None, 1, 3, "[0]", "must be a mapping (got 42)", id="list-of-scalars"),
+    pytest.param("", None, 1, 1, "", "file is empty", id="empty-file"),
+    pytest.param("jobs:\n  - {id: a\n", None, 3, 1, "", "YAML syntax error", id="yaml-syntax-error"),
+    pytest.param(_HEAD + "    team: u\n", None, 9, 5, "jobs[0].team", "duplicate key 'team' (first defined at line 3)",
+                 id="duplicate-key"),
+]
+
+
+@pytest.mark.parametrize(("text", "with_policy", "line", "column", "field_path", "message"), BROKEN)
+def test_broken_jobs_are_reported_at_the_right_place(
+    tmp_path: Path, policy: model.Policy, text: str, with_policy: str | None,
+    line: int, column: int, field_path: str, message: str,
+) -> None:
+    path = write(tmp_path, text)
+    issues = issues_of(path, policy if with_policy else None)
+    assert len(issues) == 1, "\n".join(map(str, issues))
+    issue = issues[0]
+    assert (issue.line, issue.column, issue.field_path) == (line, column, field_path), str(issue)
+    assert message in issue.message
+    assert str(issue).startswith(f"{path}:{line}:{column}: {field_path or '(root)'}: ")
+
+
+def test_policy_checks_apply_only_with_a_policy(tmp_path: Path) -> None:
+    path = write(tmp_path, _HEAD.replace("priority: batch", "priority: urgent") + "    gpu_models: [K80]\n")
+    assert load_jobs(path, submitted_at_utc=NOW)[0].priority == "urgent"
+
+
+def test_errors_in_several_jobs_are_all_reported(tmp_path: Path, policy: model.Policy) -> None:
+    path = write(tmp_path, """
+        jobs:
+          - id: first
+            team: ml-research
+            priority: batch
+            gpus_per_worker: 1
+            vcpus_per_worker: 4
+            memory_gib_per_worker: -8
+            duration_hours: 1
+          - id: second
+            team: ml-research
+            priority: nightly
+            gpus_per_worker: 1
+            gpu_models: [A100-80GB, M60]
+            vcpus_per_worker: 4
+            memory_gib_per_worker: 8
+            duration_hours: 1
+          - id: first
+            team: ml-product
+            priority: batch
+            workers: 0
+            gpus_per_worker: 8
+            vcpus_per_worker: 4
+            memory_gib_per_worker: 8
+            duration_hours: 1
+    """)
+    found = [(i.line, i.column, i.field_path) for i in issues_of(path, policy)]
+    assert found == [
+        (7, 28, "jobs[0].memory_gib_per_worker"),
+        (11, 15, "jobs[1].priority"),
+        (13, 29, "jobs[1].gpu_models[1]"),
+        (17, 9, "jobs[2].id"),
+        (20, 14, "jobs[2].workers"),
+    ]
+
+
+# --------------------------------------------------------------------------- never anything but SpecError
+
+JOB_KEYS = ["id", "workers", "gpus_per_worker", "gpu_models", "vcpus_per_worker", "memory_gib_per_worker",
+            "priority", "team", "checkpointable", "checkpoint_interval_minutes", "deadline_utc", "spot_eligible",
+            "duration_hours"]
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=64),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["a", "a", "b", "batch", "production", "ml-research", "2030-01-01T00:00:00Z",
+                     "2030-01-01T00:00:00", "2030-02-30T00:00:00Z", "yes", *GPU_MODELS]),
+)
+garbage = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=6) | st.integers(), children, max_size=4),
+    max_leaves=10,
+)
+jobs_strategy = st.lists(
+    st.dictionaries(st.sampled_from(JOB_KEYS) | st.text(max_size=6), scalars | garbage, max_size=15) | garbage,
+    max_size=4,
+)
+
+
+def corrupt(draw: st.DrawFn, document: object) -> object:
+    """Maybe replace one value somewhere in ``document`` with garbage."""
+    slots: list[tuple[object, object]] = []
+
+    def collect(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                slots.append((node, key))
+                collect(value)
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                slots.append((node, index))
+                collect(value)
+
+    collect(document)
+    if slots and draw(st.booleans()):
+        container, key = draw(st.sampled_from(slots))
+        container[key] = draw(garbage)  # type: ignore[index]
+    return document
+
+
+offsets = st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+timestamps = st.datetimes(timezones=st.just(timezone.utc) | st.builds(timezone, offsets)).map(datetime.isoformat)
+near_valid_job = st.fixed_dictionaries(
+    {
+        "id": st.sampled_from(["a", "b", "c"]) | st.from_regex(r"[a-z0-9][a-z0-9._-]{0,12}", fullmatch=True),
+        "team": st.sampled_from(["ml-research", "ml-product", "other"]),
+        "priority": st.sampled_from(["batch", "production"]),
+        "gpus_per_worker": st.integers(0, 8),
+        "vcpus_per_worker": st.integers(1, 96) | st.floats(min_value=0.25, max_value=96),
+        "memory_gib_per_worker": st.integers(1, 1024) | st.floats(min_value=0.5, max_value=1024),
+        "duration_hours": st.floats(min_value=0.01, max_value=100),
+    },
+    optional={
+        "workers": st.integers(1, 4),
+        "gpu_models": st.lists(st.sampled_from(GPU_MODELS), max_size=3),
+        "checkpointable": st.booleans(),
+        "checkpoint_interval_minutes": st.none() | st.floats(min_value=1, max_value=120),
+        "deadline_utc": st.none() | timestamps,
+        "spot_eligible": st.none() | st.booleans(),
+    },
+)
+
+
+@st.composite
+def job_documents(draw: st.DrawFn) -> object:
+    if draw(st.booleans()):
+        jobs = draw(st.lists(near_valid_job, min_size=1, max_size=4))
+        return corrupt(draw, jobs if draw(st.booleans()) else {"jobs": jobs})
+    jobs = draw(jobs_strategy)
+    shape = draw(st.integers(0, 4))
+    if shape == 0:
+        return jobs
+    if shape == 1:
+        doc: dict[object, object] = {"jobs": jobs}
+        if draw(st.booleans()):
+            doc[draw(st.text(max_size=5))] = draw(garbage)
+        return doc
+    if shape == 2:
+        return jobs[0] if jobs else {}
+    if shape == 3:
+        return {"jobs": draw(garbage)}
+    return draw(garbage)
+
+
+def dump(document: object, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(document, default=str)
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(document, out)
+    return out.getvalue()
+
+
+EXAMPLE_TEXT = EXAMPLE_JOBS.read_text()
+SNIPPETS = [":", "- ", "\t", "[", "]", "{", "}", "&a ", "*a", "!!int ", "!x ", "'", '"', "\n  ", "---\n",
+            "<<: *a", "? ", "\x00", "\ufeff", "\u2028", ": -1", ": .inf", "id: llm-pretrain-7b\n"]
+
+
+@st.composite
+def mutated_text(draw: st.DrawFn, base: str) -> str:
+    text = base
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(text)))
+        j = draw(st.integers(i, min(len(text), i + 40)))
+        text = text[:i] + draw(st.text(max_size=8) | st.sampled_from(SNIPPETS)) + text[j:]
+    return text
+
+
+def line_breaks(text: str) -> int:
+    return sum(text.count(c) for c in "\n\r\x85\u2028\u2029")
+
+
+def check_jobs_file(path: Path, text: str, policy: model.Policy | None) -> None:
+    try:
+        jobs = load_jobs(path, submitted_at_utc=NOW, policy=policy)
+    except SpecError as exc:
+        assert exc.issues
+        for issue in exc.issues:
+            assert issue.file == str(path)
+            assert 1 <= issue.line <= line_breaks(text) + 1, str(issue)
+            assert issue.column >= 1
+            assert issue.message
+    else:
+        assert isinstance(jobs, tuple) and jobs
+        assert all(isinstance(j, model.Job) for j in jobs)
+        assert len({j.job_id for j in jobs}) == len(jobs)
+
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("jobs-fuzz") / "jobs.yaml"
+
+
+@SETTINGS
+@given(document=job_documents(), as_json=st.booleans(), use_policy=st.booleans())
+def test_random_documents_give_jobs_or_spec_error(
+    scratch: Path, policy: model.Policy, document: object, as_json: bool, use_policy: bool
+) -> None:
+    text = dump(document, as_json)
+    scratch.write_text(text, encoding="utf-8")
+    check_jobs_file(scratch, text, policy if use_policy else None)
+
+
+@SETTINGS
+@given(text=mutated_text(EXAMPLE_TEXT) | st.text(max_size=200), use_policy=st.booleans())
+def test_malformed_text_gives_jobs_or_spec_error(
+    scratch: Path, policy: model.Policy, text: str, use_policy: bool
+) -> None:
+    scratch.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    check_jobs_file(scratch, text, policy if use_policy else None)
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=300))
+def test_random_bytes_give_jobs_or_spec_error(scratch: Path, raw: bytes) -> None:
+    scratch.write_bytes(raw)
+    check_jobs_file(scratch, raw.decode("utf-8", errors="replace"), None)

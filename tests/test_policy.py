@@ -1,0 +1,655 @@
+"""The policy loader: the example loads, every broken policy is reported as
+FILE:LINE:COLUMN: field.path: message at the right place, and no input at all
+makes it raise anything but SpecError."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ruamel.yaml import YAML
+
+from fleetctl import model
+from fleetctl.policy import GPU_MODELS, PROVIDERS, load_policy, policy_json_schema
+from fleetctl.yamlerrors import SpecError, ValidationIssue
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_POLICY = ROOT / "policies" / "example.yaml"
+
+
+def write(tmp_path: Path, text: str, name: str = "policy.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def issues_of(path: Path) -> tuple[ValidationIssue, ...]:
+    with pytest.raises(SpecError) as info:
+        load_policy(path)
+    return info.value.issues
+
+
+# --------------------------------------------------------------------------- the example
+
+
+def test_example_policy_loads() -> None:
+    policy = load_policy(EXAMPLE_POLICY)
+    assert isinstance(policy, model.Policy)
+    assert policy.providers == ("aws", "azure", "gcp")
+    assert set(policy.regions) == {
+        "us-east-1", "us-east-2", "us-west-2",
+        "us-central1", "us-east4", "europe-west4",
+        "eastus", "eastus2", "westus2", "westeurope",
+    }
+    assert set(policy.gpu_models) == {"A100-40GB", "A100-80GB", "H100-80GB", "A10G", "L4", "T4", "V100-16GB"}
+    assert policy.max_usd_per_hour == 400
+    assert [t.name for t in policy.teams] == ["ml-product", "ml-research"]
+    assert all(t.burst_gpus is not None and t.guaranteed_gpus <= t.burst_gpus for t in policy.teams)
+    assert sum(t.guaranteed_gpus for t in policy.teams) <= (policy.max_gpus or 0)
+    production = policy.priority_class("production")
+    batch = policy.priority_class("batch")
+    assert (production.value, production.preemptible, production.spot_eligible) == (1000, False, True)
+    assert (batch.value, batch.preemptible, batch.spot_eligible) == (100, True, True)
+    assert policy.default_priority_class == "batch"
+
+
+def test_every_field_of_the_example_is_documented_by_a_comment_above_it() -> None:
+    lines = EXAMPLE_POLICY.read_text().splitlines()
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "- ")) or ":" not in stripped:
+            continue
+        assert lines[index - 1].strip().startswith("#"), f"line {index + 1} has no comment above: {line!r}"
+
+
+def test_json_schema_describes_every_field() -> None:
+    schema = policy_json_schema()
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    assert schema["additionalProperties"] is False
+    models = [schema, *schema["$defs"].values()]
+    for m in models:
+        assert m.get("additionalProperties") is False
+        for name, prop in m["properties"].items():
+            assert prop.get("description"), name
+    assert schema["properties"]["gpu_models"]["items"]["enum"] == list(GPU_MODELS)
+    assert schema["properties"]["providers"]["items"]["enum"] == list(PROVIDERS)
+    json.dumps(schema)  # serialisable
+
+
+def test_conversion_is_sorted_and_deterministic(tmp_path: Path) -> None:
+    a = write(tmp_path, """
+        providers: [gcp, aws]
+        budget: {max_usd_per_hour: 10}
+        teams: {zeta: {guaranteed_gpus: 1}, alpha: {}}
+        priority_classes: {low: {value: 1}, high: {value: 9}}
+        default_priority_class: low
+    """, "a.yaml")
+    b = write(tmp_path, """
+        default_priority_class: low
+        priority_classes: {high: {value: 9}, low: {value: 1}}
+        teams: {alpha: {}, zeta: {guaranteed_gpus: 1}}
+        budget: {max_usd_per_hour: 10.0}
+        providers: [aws, gcp]
+    """, "b.yaml")
+    pa, pb = load_policy(a), load_policy(b)
+    assert pa == pb
+    assert pa.providers == ("aws", "gcp")
+    assert [t.name for t in pa.teams] == ["alpha", "zeta"]
+    assert [c.name for c in pa.priority_classes] == ["high", "low"]
+
+
+def test_minimal_policy_takes_the_core_defaults(tmp_path: Path) -> None:
+    policy = load_policy(write(tmp_path, "budget:\n  max_usd_per_hour: 50\n"))
+    defaults = model.Policy()
+    assert policy == model.Policy(max_usd_per_hour=50.0)
+    assert policy.priority_classes == defaults.priority_classes
+
+
+def test_json_policy_with_positions(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        {
+          "budget": {
+            "max_usd_per_hour": -1
+          }
+        }
+    """, "policy.json")
+    (issue,) = issues_of(path)
+    assert str(issue) == f"{path}:3:25: budget.max_usd_per_hour: must be greater than 0 (got -1)"
+
+
+def test_anchors_and_aliases_are_allowed(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        budget: {max_usd_per_hour: 100, max_gpus: 64}
+        teams:
+          a: &team {guaranteed_gpus: 8, burst_gpus: 32}
+          b: *team
+          c:
+            <<: *team
+            weight: 3
+    """)
+    teams = {t.name: t for t in load_policy(path).teams}
+    assert teams["b"] == model.Team("b", 8, 32, 1.0)
+    assert teams["c"] == model.Team("c", 8, 32, 3.0)
+
+
+# --------------------------------------------------------------------------- broken policies
+
+_OK = "budget:\n  max_usd_per_hour: 100\n"
+
+BROKEN = [
+    pytest.param(
+        """
+        budget:
+          max_usd_per_hour: 100
+        teams:
+          ml-research:
+            guaranteed_gpus: 8
+            wieght: 2
+        """,
+        6, 5, "teams.ml-research.wieght", "unknown field 'wieght' (did you mean 'weight'?)",
+        id="unknown-key",
+    ),
+    pytest.param(
+        """
+        budget:
+          max_usd_per_hour: 100
+        colour: blue
+        """,
+        3, 1, "colour", "unknown field 'colour'; allowed: providers, regions",
+        id="unknown-top-level-key",
+    ),
+    pytest.param(
+        _OK + "markets:\n  on_demand_base_gpus: ten\n",
+        4, 24, "markets.on_demand_base_gpus", "must be a valid integer (got 'ten')",
+        id="wrong-type-string-for-int",
+    ),
+    pytest.param(
+        _OK + "markets:\n  on_demand_base_gpus: 8.0\n",
+        4, 24, "markets.on_demand_base_gpus", "must be a whole number (got 8.0)",
+        id="wrong-type-float-for-int",
+    ),
+    pytest.param(
+        _OK + "priority_classes:\n  batch:\n    value: 1\n    preemptible: yes\ndefault_priority_class: batch\n",
+        6, 18, "priority_classes.batch.preemptible", "must be true or false (got 'yes'",
+        id="wrong-type-yes-for-bool",
+    ),
+    pytest.param(
+        _OK + "priority_classes:\n  batch: {value: 1, spot_eligible: 1}\ndefault_priority_class: batch\n",
+        4, 36, "priority_classes.batch.spot_eligible", "must be a valid boolean (got 1)",
+        id="wrong-type-int-for-bool",
+    ),
+    pytest.param(
+        "budget:\n  max_usd_per_hour: -400\n",
+        2, 21, "budget.max_usd_per_hour", "must be greater than 0 (got -400)",
+        id="negative-budget",
+    ),
+    pytest.param(
+        "budget:\n  max_usd_per_hour: .nan\n",
+        2, 21, "budget.max_usd_per_hour", "must be a finite number",
+        id="nan-budget",
+    ),
+    pytest.param(
+        "budget:\n  max_gpus: 8\n",
+        1, 1, "budget.max_usd_per_hour", "required field is missing",
+        id="missing-budget-field-points-at-parent",
+    ),
+    pytest.param(
+        "providers: [aws]\n",
+        1, 1, "budget", "required field is missing",
+        id="missing-budget",
+    ),
+    pytest.param(
+        _OK + "markets:\n  max_spot_share: 1.5\n",
+        4, 19, "markets.max_spot_share", "must be less than or equal to 1 (got 1.5)",
+        id="share-above-one",
+    ),
+    pytest.param(
+        _OK + "diversification:\n  max_share_per_zone: 0\n",
+        4, 23, "diversification.max_share_per_zone", "must be greater than 0 (got 0)",
+        id="zero-zone-share",
+    ),
+    pytest.param(
+        _OK + "providers:\n  - aws\n  - gpc\n",
+        5, 5, "providers[1]", "unknown provider 'gpc' (did you mean 'gcp'?); allowed: aws, gcp, azure",
+        id="unknown-provider",
+    ),
+    pytest.param(
+        _OK + "gpu_models: [A100-80GB, a100-40gb]\n",
+        3, 25, "gpu_models[1]", "unknown GPU model 'a100-40gb' (did you mean 'A100-40GB'?); allowed: A100-40GB,",
+        id="unknown-gpu-model",
+    ),
+    pytest.param(
+        _OK + "regions: [us-east-1, us-east-1]\n",
+        3, 22, "regions[1]", "'us-east-1' is listed twice (first at line 3)",
+        id="duplicate-region",
+    ),
+    pytest.param(
+        """
+        markets:
+          on_demand_base_gpus: 32
+        budget:
+          max_usd_per_hour: 100
+          max_gpus: 16
+        """,
+        2, 24, "markets.on_demand_base_gpus", "on_demand_base_gpus 32 is above budget.max_gpus 16",
+        id="on-demand-base-above-max-gpus",
+    ),
+    pytest.param(
+        _OK + "teams:\n  ml-research:\n    guaranteed_gpus: 40\n    burst_gpus: 20\n",
+        5, 22, "teams.ml-research.guaranteed_gpus", "guaranteed_gpus 40 is above burst_gpus 20",
+        id="guaranteed-above-burst",
+    ),
+    pytest.param(
+        """
+        budget:
+          max_usd_per_hour: 100
+          max_gpus: 16
+        teams:
+          a: {guaranteed_gpus: 10}
+          b: {guaranteed_gpus: 10}
+        """,
+        4, 1, "teams", "guaranteed GPUs add up to 20 (a 10, b 10), above budget.max_gpus 16",
+        id="guarantees-above-max-gpus",
+    ),
+    pytest.param(
+        _OK + "priority_classes:\n  batch: {value: 1}\ndefault_priority_class: prod\n",
+        5, 25, "default_priority_class", "default_priority_class 'prod' is not one of the priority_classes (batch)",
+        id="unknown-default-class",
+    ),
+    pytest.param(
+        _OK + "priority_classes:\n  batch: {value: 1}\n",
+        3, 1, "default_priority_class", "default_priority_class 'default' is not one of the priority_classes",
+        id="default-class-absent-points-at-classes",
+    ),
+    pytest.param(
+        _OK + "teams:\n  \"ml research\": {}\n",
+        4, 3, 'teams["ml research"]', "invalid name 'ml research'",
+        id="bad-team-name",
+    ),
+    pytest.param(
+        _OK + "teams:\n  7: {}\n",
+        4, 3, "teams.7", "mapping keys must be strings (got 7)",
+        id="non-string-key",
+    ),
+    pytest.param(
+        _OK + "scaling: [1, 2]\n",
+        3, 10, "scaling", "must be a mapping (got a list)",
+        id="section-not-a-mapping",
+    ),
+    pytest.param(
+        _OK + "providers: aws\n",
+        3, 12, "providers", "must be a list (got 'aws')",
+        id="scalar-instead-of-list",
+    ),
+    pytest.param(
+        "budget:\n  max_usd_per_hour: [100\n",
+        3, 1, "", "YAML syntax error: expected ',' or ']'",
+        id="yaml-syntax-error",
+    ),
+    pytest.param(
+        "budget:\n\tmax_usd_per_hour: 100\n",
+        2, 1, "", "YAML syntax error",
+        id="tab-indentation",
+    ),
+    pytest.param("", 1, 1, "", "file is empty", id="empty-file"),
+    pytest.param("# only a comment\n\n", 1, 1, "", "file is empty", id="comments-only"),
+    pytest.param("- aws\n- gcp\n", 1, 1, "", "a policy must be a mapping", id="top-level-list"),
+    pytest.param("just words\n", 1, 1, "", "a policy must be a mapping", id="top-level-scalar"),
+    pytest.param(
+        "budget:\n  max_usd_per_hour: 100\n  max_usd_per_hour: 200\n",
+        3, 3, "budget.max_usd_per_hour", "duplicate key 'max_usd_per_hour' (first defined at line 2)",
+        id="duplicate-key",
+    ),
+    pytest.param(
+        _OK + "teams: !custom {}\n",
+        3, 8, "teams", "unsupported YAML tag '!custom'",
+        id="unknown-tag",
+    ),
+    pytest.param(
+        _OK + "teams: &t\n  a: *t\n",
+        # ruamel builds a self-referencing alias as null; it must not loop.
+        4, 3, "teams.a", "must be a mapping (got null)",
+        id="recursive-alias",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "column", "field_path", "message"), BROKEN)
+def test_broken_policy_is_reported_at_the_right_place(
+    tmp_path: Path, text: str, line: int, column: int, field_path: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    issues = issues_of(path)
+    assert len(issues) == 1, "\n".join(map(str, issues))
+    issue = issues[0]
+    assert (issue.file, issue.line, issue.column, issue.field_path) == (str(path), line, column, field_path)
+    assert message in issue.message
+    rendered = f"{path}:{line}:{column}: {field_path or '(root)'}: "
+    assert str(issue).startswith(rendered)
+
+
+@pytest.mark.parametrize(
+    ("raw", "line", "column", "message"),
+    [
+        pytest.param(b"\xff\xfeb\x00u\x00", 1, 1, "not UTF-8", id="utf16"),
+        pytest.param(b"budget:\n  max_usd_per_hour: 1\xe9\n", 2, 22, "not UTF-8", id="latin1-byte"),
+        pytest.param(b"\x7fELF\x02\x01\x01\x00\x00", 1, 1, "unacceptable character", id="binary"),
+        pytest.param(b"budget: \x00\n", 1, 9, "unacceptable character #x0000", id="nul-byte"),
+    ],
+)
+def test_bytes_that_are_not_yaml(tmp_path: Path, raw: bytes, line: int, column: int, message: str) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(raw)
+    (issue,) = issues_of(path)
+    assert (issue.line, issue.column, issue.field_path) == (line, column, "")
+    assert message in issue.message
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    (missing,) = issues_of(tmp_path / "nope.yaml")
+    assert str(missing).startswith(f"{tmp_path / 'nope.yaml'}:1:1: (root): cannot read the file")
+    (directory,) = issues_of(tmp_path)
+    assert "cannot read the file" in directory.message
+
+
+def test_utf8_byte_order_mark_is_fine(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + _OK.encode())
+    assert load_policy(path).max_usd_per_hour == 100
+
+
+def test_several_errors_in_one_file_are_all_reported_in_line_order(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        providers: [aws, oracle]
+        markets:
+          max_spot_share: lots
+        budget:
+          max_usd_per_hour: -1
+          max_gpus: 0
+        teams:
+          ml-research:
+            guaranteed_gpus: -2
+            colour: red
+        scaling:
+          idle_timeout_minutes: true
+    """)
+    rendered = [str(i) for i in issues_of(path)]
+    assert [r.split(": ")[0] for r in rendered] == [
+        f"{path}:1:18",
+        f"{path}:3:19",
+        f"{path}:5:21",
+        f"{path}:6:13",
+        f"{path}:9:22",
+        f"{path}:10:5",
+        f"{path}:12:25",
+    ]
+    assert [r.split(": ")[1] for r in rendered] == [
+        "providers[1]",
+        "markets.max_spot_share",
+        "budget.max_usd_per_hour",
+        "budget.max_gpus",
+        "teams.ml-research.guaranteed_gpus",
+        "teams.ml-research.colour",
+        "scaling.idle_timeout_minutes",
+    ]
+
+
+def test_several_contradictions_are_all_reported(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        markets:
+          on_demand_base_gpus: 20
+        budget:
+          max_usd_per_hour: 100
+          max_gpus: 16
+        teams:
+          a:
+            guaranteed_gpus: 12
+            burst_gpus: 4
+          b:
+            guaranteed_gpus: 12
+        priority_classes:
+          batch: {value: 1}
+        default_priority_class: urgent
+    """)
+    found = [(i.line, i.column, i.field_path) for i in issues_of(path)]
+    assert found == [
+        (2, 24, "markets.on_demand_base_gpus"),
+        (6, 1, "teams"),
+        (8, 22, "teams.a.guaranteed_gpus"),
+        (14, 25, "default_priority_class"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(_OK + "markets:\n  max_spot_share: 0\n  default_spot_interruption_probability_per_hour: 0.2\n",
+                     id="no-spot-with-probability"),
+        pytest.param(_OK + "diversification:\n  max_share_per_instance_type: 1\n  min_distinct_offers: 4\n",
+                     id="share-one-many-offers"),
+        pytest.param(_OK + "diversification:\n  max_share_per_instance_type: 0.2\n  min_distinct_offers: 1\n",
+                     id="small-share-one-offer"),
+        pytest.param("budget: {max_usd_per_hour: 1, max_gpus: 8}\nteams: {a: {guaranteed_gpus: 8, burst_gpus: 64}}\n",
+                     id="burst-above-max-gpus"),
+        pytest.param("budget: {max_usd_per_hour: 1, max_gpus: 8}\nmarkets: {on_demand_base_gpus: 8}\n",
+                     id="base-equal-to-max"),
+    ],
+)
+def test_settings_that_look_odd_but_are_not_contradictions(tmp_path: Path, text: str) -> None:
+    assert isinstance(load_policy(write(tmp_path, text)), model.Policy)
+
+
+# --------------------------------------------------------------------------- never anything but SpecError
+
+TOP_KEYS = ["providers", "regions", "gpu_models", "markets", "diversification", "budget", "teams",
+            "priority_classes", "default_priority_class", "scaling", "interruptions"]
+SECTION_KEYS = {
+    "markets": ["max_spot_share", "on_demand_base_gpus", "default_spot_interruption_probability_per_hour"],
+    "diversification": ["max_share_per_instance_type", "max_share_per_zone", "min_distinct_offers"],
+    "budget": ["max_usd_per_hour", "max_gpus"],
+    "scaling": ["idle_timeout_minutes", "scale_up_cooldown_seconds", "scale_down_cooldown_minutes"],
+    "interruptions": ["checkpoint_grace_seconds", "max_interruptions_before_on_demand", "reclaimed_offer_ttl_minutes"],
+}
+TEAM_KEYS = ["guaranteed_gpus", "burst_gpus", "weight"]
+CLASS_KEYS = ["value", "preemptible", "spot_eligible"]
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-5, max_value=200),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from([*GPU_MODELS, *PROVIDERS, "us-east-1", "batch", "yes", "ten", "-1", "1e400", "~"]),
+)
+garbage = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=6) | st.integers(), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def mixed_keys(valid: list[str]) -> st.SearchStrategy:
+    return st.sampled_from(valid) | st.text(max_size=8)
+
+
+def section(valid: list[str]) -> st.SearchStrategy:
+    return st.dictionaries(mixed_keys(valid), scalars | garbage, max_size=len(valid) + 1) | garbage
+
+
+names = st.sampled_from(["ml-research", "ml-product", "batch", "production", "default"]) | st.text(max_size=8)
+sections = {
+    **{name: section(keys) for name, keys in SECTION_KEYS.items()},
+    "teams": st.dictionaries(names, section(TEAM_KEYS), max_size=3) | garbage,
+    "priority_classes": st.dictionaries(names, section(CLASS_KEYS), max_size=3) | garbage,
+    "providers": st.lists(st.sampled_from(PROVIDERS) | scalars, max_size=4) | garbage,
+    "regions": st.lists(st.sampled_from(["us-east-1", "eastus", "Bad Region"]) | scalars, max_size=4) | garbage,
+    "gpu_models": st.lists(st.sampled_from(GPU_MODELS) | scalars, max_size=4) | garbage,
+    "default_priority_class": names | garbage,
+}
+
+
+@st.composite
+def policy_documents(draw: st.DrawFn) -> object:
+    doc = {}
+    for key in draw(st.lists(st.sampled_from(TOP_KEYS), unique=True, max_size=len(TOP_KEYS))):
+        doc[key] = draw(sections[key])
+    if draw(st.booleans()):
+        doc[draw(st.text(max_size=8))] = draw(garbage)
+    return doc if draw(st.integers(0, 9)) else draw(garbage)
+
+
+def corrupt(draw: st.DrawFn, document: object) -> object:
+    """Maybe replace one value somewhere in ``document`` with garbage."""
+    slots: list[tuple[object, object]] = []
+
+    def collect(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                slots.append((node, key))
+                collect(value)
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                slots.append((node, index))
+                collect(value)
+
+    collect(document)
+    if slots and draw(st.booleans()):
+        container, key = draw(st.sampled_from(slots))
+        container[key] = draw(garbage)  # type: ignore[index]
+    return document
+
+
+fractions = st.floats(min_value=0, max_value=1)
+counts = st.integers(min_value=0, max_value=200)
+
+
+@st.composite
+def near_valid_policies(draw: st.DrawFn) -> object:
+    """Policies that are valid or one value away from valid, so the
+    conversion and the cross-field rules are exercised too."""
+    classes = draw(st.dictionaries(
+        st.sampled_from(["batch", "production", "default"]),
+        st.fixed_dictionaries({"value": st.integers(-10, 1000)},
+                              optional={"preemptible": st.booleans(), "spot_eligible": st.booleans()}),
+        min_size=1, max_size=3,
+    ))
+    document = draw(st.fixed_dictionaries(
+        {"budget": st.fixed_dictionaries({"max_usd_per_hour": st.floats(min_value=0.01, max_value=1000)},
+                                         optional={"max_gpus": st.none() | st.integers(1, 200)})},
+        optional={
+            "providers": st.lists(st.sampled_from(PROVIDERS), max_size=3),
+            "regions": st.lists(st.sampled_from(["us-east-1", "us-central1", "eastus"]), max_size=3),
+            "gpu_models": st.lists(st.sampled_from(GPU_MODELS), max_size=4),
+            "markets": st.fixed_dictionaries({}, optional={
+                "max_spot_share": fractions, "on_demand_base_gpus": counts,
+                "default_spot_interruption_probability_per_hour": fractions}),
+            "diversification": st.fixed_dictionaries({}, optional={
+                "max_share_per_instance_type": st.floats(min_value=0.01, max_value=1),
+                "max_share_per_zone": st.floats(min_value=0.01, max_value=1),
+                "min_distinct_offers": st.integers(1, 10)}),
+            "teams": st.dictionaries(
+                st.sampled_from(["ml-research", "ml-product", "infra"]),
+                st.fixed_dictionaries({}, optional={"guaranteed_gpus": counts,
+                                                    "burst_gpus": st.none() | counts,
+                                                    "weight": st.floats(min_value=0.1, max_value=10)}),
+                max_size=3),
+            "priority_classes": st.just(classes),
+            "default_priority_class": st.sampled_from([*classes, "default"]),
+            "scaling": st.fixed_dictionaries({}, optional={k: st.floats(0, 600) for k in SECTION_KEYS["scaling"]}),
+            "interruptions": st.fixed_dictionaries({}, optional={
+                "checkpoint_grace_seconds": st.floats(0, 600),
+                "max_interruptions_before_on_demand": st.integers(0, 5),
+                "reclaimed_offer_ttl_minutes": st.floats(0, 600)}),
+        },
+    ))
+    return corrupt(draw, document)
+
+
+def dump(document: object, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(document, default=str)
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(document, out)
+    return out.getvalue()
+
+
+EXAMPLE_TEXT = EXAMPLE_POLICY.read_text()
+SNIPPETS = [":", "- ", "\t", "[", "]", "{", "}", "&a ", "*a", "*b", "!!str ", "!x ", "'", '"', "\n  ", "---\n",
+            "<<: *a", "? ", "%YAML 1.1\n", "\x00", "\ufeff", "\u2028", ": -1", ": .nan", ": 1e999"]
+
+
+@st.composite
+def mutated_text(draw: st.DrawFn, base: str) -> str:
+    text = base
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(text)))
+        j = draw(st.integers(i, min(len(text), i + 40)))
+        text = text[:i] + draw(st.text(max_size=8) | st.sampled_from(SNIPPETS)) + text[j:]
+    return text
+
+
+def line_breaks(text: str) -> int:
+    return sum(text.count(c) for c in "\n\r\x85\u2028\u2029")
+
+
+def check_policy_file(path: Path, text: str) -> None:
+    try:
+        result = load_policy(path)
+    except SpecError as exc:
+        assert exc.issues
+        for issue in exc.issues:
+            assert issue.file == str(path)
+            assert 1 <= issue.line <= line_breaks(text) + 1, str(issue)
+            assert issue.column >= 1
+            assert issue.message
+            assert str(issue).startswith(f"{path}:{issue.line}:{issue.column}: ")
+    else:
+        assert isinstance(result, model.Policy)
+
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("policy-fuzz") / "policy.yaml"
+
+
+@SETTINGS
+@given(document=policy_documents() | near_valid_policies(), as_json=st.booleans())
+def test_random_documents_give_a_policy_or_spec_error(scratch: Path, document: object, as_json: bool) -> None:
+    text = dump(document, as_json)
+    scratch.write_text(text, encoding="utf-8")
+    check_policy_file(scratch, text)
+
+
+@SETTINGS
+@given(text=mutated_text(EXAMPLE_TEXT) | st.text(max_size=200))
+def test_malformed_text_gives_a_policy_or_spec_error(scratch: Path, text: str) -> None:
+    scratch.write_bytes(text.encode("utf-8", errors="surrogatepass"))
+    check_policy_file(scratch, text)
+
+
+@SETTINGS
+@given(raw=st.binary(max_size=300) | mutated_text(EXAMPLE_TEXT).map(lambda t: t.encode("utf-8")[:-7] + b"\xc3"))
+def test_random_bytes_give_a_policy_or_spec_error(scratch: Path, raw: bytes) -> None:
+    scratch.write_bytes(raw)
+    check_policy_file(scratch, raw.decode("utf-8", errors="replace"))
+
+
+def test_committed_schema_is_current():
+    """policies/schema.json is what `fleetctl policy schema` writes; regenerate it after a policy change."""
+    import json
+    from pathlib import Path
+
+    from fleetctl.policy import policy_json_schema
+
+    committed = json.loads((Path(__file__).resolve().parents[1] / "policies" / "schema.json").read_text())
+    assert committed == json.loads(json.dumps(policy_json_schema()))
