@@ -160,16 +160,18 @@ class DiversificationSpec(StrictModel):
 
     max_share_per_instance_type: float = Field(
         _D.max_share_per_instance_type, gt=0, le=1,
-        description="Largest fraction (0..1, above 0) of the fleet's GPUs on one instance type; 1 = no limit.",
+        description="Largest fraction (0..1, above 0) of the fleet's spot GPUs on one instance type, plus one "
+                    "node (so the first node of a type is always allowed); 1 = no limit.",
     )
     max_share_per_zone: float = Field(
         _D.max_share_per_zone, gt=0, le=1,
-        description="Largest fraction (0..1, above 0) of the fleet's GPUs in one availability zone; 1 = no limit.",
+        description="Largest fraction (0..1, above 0) of the fleet's spot GPUs in one availability zone, plus "
+                    "one node; 1 = no limit.",
     )
     min_distinct_offers: int = Field(
         _D.min_distinct_offers, ge=1,
-        description="Fewest distinct offers (provider/region/zone/instance type/market) the fleet should be "
-                    "spread over once it has that many nodes (count, at least 1).",
+        description="Fewest distinct spot offers (provider/region/zone/instance type) the spot fleet is spread "
+                    "over once it has that many spot nodes (count, at least 1).",
     )
 
 
@@ -234,6 +236,19 @@ class ScalingSpec(StrictModel):
         _D.scale_down_cooldown_minutes, ge=0,
         description="Minutes to wait after a launch or termination before terminating idle nodes (0 = no wait).",
     )
+    consolidation_payback_hours: float = Field(
+        _D.consolidation_payback_hours, ge=0,
+        description="Hours within which the USD/hour saved by emptying an under-used node must pay back the "
+                    "migration (work lost since the last checkpoint plus restart); 0 = never consolidate.",
+    )
+    consolidation_max_gpu_utilisation: float = Field(
+        _D.consolidation_max_gpu_utilisation, ge=0, le=1,
+        description="Only nodes whose GPUs are at most this busy (0..1) are considered for consolidation.",
+    )
+    disruption_budget_nodes: int = Field(
+        _D.disruption_budget_nodes, ge=0,
+        description="Most nodes (count) emptied by consolidation in one pass (0 = none).",
+    )
 
 
 class InterruptionsSpec(StrictModel):
@@ -251,6 +266,11 @@ class InterruptionsSpec(StrictModel):
     reclaimed_offer_ttl_minutes: float = Field(
         _D.reclaimed_offer_ttl_minutes, ge=0,
         description="Minutes an offer that was just reclaimed is avoided for new spot launches.",
+    )
+    restart_overhead_minutes: float = Field(
+        _D.restart_overhead_minutes, ge=0,
+        description="Minutes a restarted job spends (scheduling, image pull, loading a checkpoint) before it does "
+                    "new work; part of the cost of every interruption and migration.",
     )
 
 
@@ -293,6 +313,11 @@ class PolicySpec(StrictModel):
     priority_classes: dict[Name, PriorityClassSpec] = Field(
         default_factory=_default_classes, min_length=1,
         description="Priority classes by name that jobs refer to in their `priority` field.",
+    )
+    aging_priority_per_hour: float = Field(
+        _D.aging_priority_per_hour, ge=0,
+        description="Priority points a queued job gains per hour it waits, so low classes are not starved "
+                    "(0 = no aging). A job that has aged past a higher class's value competes as that class.",
     )
     default_priority_class: Name = Field(
         _D.default_priority_class,
@@ -409,6 +434,11 @@ def _to_core(spec: PolicySpec) -> model.Policy:
         checkpoint_grace_seconds=spec.interruptions.checkpoint_grace_seconds,
         max_interruptions_before_on_demand=spec.interruptions.max_interruptions_before_on_demand,
         reclaimed_offer_ttl_minutes=spec.interruptions.reclaimed_offer_ttl_minutes,
+        restart_overhead_minutes=spec.interruptions.restart_overhead_minutes,
+        consolidation_payback_hours=spec.scaling.consolidation_payback_hours,
+        consolidation_max_gpu_utilisation=spec.scaling.consolidation_max_gpu_utilisation,
+        disruption_budget_nodes=spec.scaling.disruption_budget_nodes,
+        aging_priority_per_hour=spec.aging_priority_per_hour,
     )
 
 
