@@ -114,6 +114,10 @@ class JobSpec(StrictModel):
         None, description="Whether the job may run on spot; absent or null = its priority class decides."
     )
     duration_hours: float = Field(gt=0, le=100_000, description="Expected run time in hours (above 0).")
+    gpu_memory_gib_per_gpu: float = Field(
+        0.0, ge=0, le=10_000,
+        description="Least memory each GPU must have, GiB (0 or absent = any); narrows the GPU models that fit.",
+    )
 
 
 def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy | None) -> list[ValidationIssue]:
@@ -173,6 +177,7 @@ def _to_core(spec: JobSpec, submitted_at_utc: datetime) -> model.Job:
         ),
         deadline_utc=spec.deadline_utc,
         spot_eligible=spec.spot_eligible,
+        gpu_memory_gib_per_gpu=float(spec.gpu_memory_gib_per_gpu),
     )
 
 

@@ -65,6 +65,7 @@ class Reason(str, enum.Enum):
     FITS_NEW_CAPACITY = "fits_new_capacity"
     CHEAPEST_OFFER = "cheapest_offer"
     ON_DEMAND_FALLBACK = "on_demand_fallback"
+    ON_DEMAND_BASE = "on_demand_base"
     IDLE = "idle"
     NODE_GONE = "node_gone"
     CONSOLIDATION = "consolidation"
@@ -76,6 +77,7 @@ class Reason(str, enum.Enum):
     BUDGET_EXCEEDED = "budget_exceeded"
     QUOTA_EXCEEDED = "quota_exceeded"
     CAPACITY_LIMIT = "capacity_limit"
+    WAITING_FOR_CAPACITY = "waiting_for_capacity"
 
 
 # --------------------------------------------------------------------------- catalog
@@ -290,11 +292,21 @@ class DemandForecast:
 
 
 @dataclass(frozen=True, slots=True)
+class OfferReclaim:
+    """A spot reclaim seen on an offer (the planner avoids it for a while)."""
+
+    offer_key: str
+    at_utc: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Forecast:
-    """Numbers, not models: what the forecaster expects."""
+    """Numbers, not models: what the forecaster expects, and the recent
+    reclaims it is based on."""
 
     interruption: tuple[OfferRisk, ...] = ()
     demand: tuple[DemandForecast, ...] = ()
+    recent_reclaims: tuple[OfferReclaim, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +397,14 @@ class Unplaced:
 
 
 @dataclass(frozen=True, slots=True)
+class Explanation:
+    """What the planner considered for one job, best first, for ``fleetctl explain``."""
+
+    job_id: str
+    considered: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """An ordered tuple of Actions, what could not be placed and why, and the
     cost and risk before and after.
@@ -398,6 +418,13 @@ class Plan:
     usd_per_hour_after: float
     risk_before: float = 0.0
     risk_after: float = 0.0
+    explanations: tuple[Explanation, ...] = ()
+
+    def explanation(self, job_id: str) -> Explanation | None:
+        for e in self.explanations:
+            if e.job_id == job_id:
+                return e
+        return None
 
     @property
     def has_changes(self) -> bool:

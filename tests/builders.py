@@ -26,9 +26,9 @@ def itype(name: str = "g8", gpus: int = 8, model: str | None = "A100-80GB", vcpu
 
 def offer(name: str = "g8", gpus: int = 8, price: float = 10.0, market: Market = Market.SPOT, zone: str = "z1",
           region: str = "r1", provider: str = "aws", model: str | None = "A100-80GB", vcpus: int | None = None,
-          memory_gib: float | None = None) -> Offer:
+          memory_gib: float | None = None, gpu_memory_gib: float = 80.0) -> Offer:
     it = itype(name, gpus, model, vcpus if vcpus is not None else max(4, 12 * gpus),
-               memory_gib if memory_gib is not None else max(16.0, 128.0 * gpus), provider)
+               memory_gib if memory_gib is not None else max(16.0, 128.0 * gpus), provider, gpu_memory_gib)
     return Offer(instance_type=it, region=region, zone=zone, market=market, usd_per_hour=price)
 
 

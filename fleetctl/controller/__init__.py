@@ -18,6 +18,8 @@ from datetime import datetime
 
 from fleetctl.model import (
     Bind,
+    Migrate,
+    Preempt,
     Job,
     JobState,
     Launch,
@@ -94,7 +96,7 @@ class ApplyResult:
     terminated: tuple[str, ...]
 
 
-_SUPPORTED = ("launch", "bind", "terminate")
+_SUPPORTED = ("launch", "bind", "terminate", "preempt", "migrate")
 
 
 def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str) -> ApplyResult:
@@ -143,6 +145,26 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                 jobs[job.job_id] = job
                 store.record("bind", now, job.job_id, nodes=list(node_ids), reason=action.reason.value)
                 bound.append(job.job_id)
+            elif isinstance(action, Preempt):
+                victim = jobs.get(action.job_id)
+                if victim is None:
+                    raise ApplyError(f"preempt: job {action.job_id!r} is no longer active")
+                # Requeued with its checkpoint; the runtime stops it (checkpointing first if it can).
+                victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None)
+                store.put_job(victim, now)
+                jobs[victim.job_id] = victim
+                store.record("preempt", now, victim.job_id, by=action.by_job_id, reason=action.reason.value,
+                             detail=action.detail)
+            elif isinstance(action, Migrate):
+                job = jobs.get(action.job_id)
+                if job is None or tuple(sorted(set(job.node_ids))) != tuple(sorted(set(action.from_node_ids))):
+                    raise ApplyError(f"migrate: job {action.job_id!r} is no longer on {', '.join(action.from_node_ids)}")
+                targets = tuple(names.get(n, n) for n in action.to_node_ids)
+                job = replace(job, node_ids=targets * (job.workers // max(1, len(targets))) or targets)
+                store.put_job(job, now)
+                jobs[job.job_id] = job
+                store.record("migrate", now, job.job_id, to=list(targets), reason=action.reason.value,
+                             detail=action.detail)
             elif isinstance(action, Terminate):
                 # Re-check the destructive action against fresh state.
                 holders = sorted(j.job_id for j in jobs.values() if action.node_id in j.node_ids)

@@ -14,12 +14,10 @@ Pure: no clock, no randomness, no I/O, no logging; imports only the
 vocabulary. Deterministic: inputs are sorted on stable keys first, so the same
 inputs in any order give the same Plan.
 
-This is the first planner (greedy): place each job, in priority order, on free
-capacity (best fit within one placement domain), otherwise buy the offer that
-runs the whole gang cheapest within the policy's allow-lists, market rules,
-GPU cap and budget; terminate nodes idle past the idle timeout.
+How a pass works (queue order, gangs, backfill, preemption, risk-adjusted
+diversified purchases, consolidation): see ``fleetctl.planner.core``.
 """
 
-from fleetctl.planner.greedy import plan
+from fleetctl.planner.core import plan
 
 __all__ = ["plan"]

@@ -1,4 +1,4 @@
-"""The first planner: named cases for each rule it keeps."""
+"""Planner basics: free capacity, purchases, allow-lists, budget, idle nodes."""
 
 from __future__ import annotations
 

@@ -1,0 +1,63 @@
+"""`fleetctl explain JOB`: why the planner does what it does with one job."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fleetctl.cli.common import PolicyOption, SeedOption, StateOption, fail
+from fleetctl.cli.plan_apply import _compute
+from fleetctl.model import Bind, Launch, Migrate, Preempt
+
+
+def explain(
+    job_id: Annotated[str, typer.Argument(help="The job's id (see `fleetctl jobs list`).", show_default=False)],
+    policy: PolicyOption = None,
+    state: StateOption = None,
+    seed: SeedOption = 0,
+) -> None:
+    """Explain one job: the planner's decision for it with its reason, and the
+    alternatives it considered (offers with their risk-adjusted cost, rules that
+    ruled some out). Changes nothing."""
+    _pol, _path, store, _provider, _now, obs, result = _compute(policy, state, seed)
+    try:
+        known = {j.job_id: j for j in store.jobs()}
+    finally:
+        store.close()
+    job = known.get(job_id)
+    if job is None:
+        fail(f"no job {job_id!r} in the store; `fleetctl jobs list --all` shows the jobs")
+    print(f"job {job.job_id}: {job.state.value}, team {job.team}, priority {job.priority}, "
+          f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
+    if job.node_ids:
+        print(f"  now on: {', '.join(job.node_ids)}")
+    decided = False
+    for action in result.actions:
+        mine = (
+            (isinstance(action, Bind) and action.job_id == job_id)
+            or (isinstance(action, Preempt) and job_id in (action.job_id, action.by_job_id))
+            or (isinstance(action, Migrate) and action.job_id == job_id)
+        )
+        if isinstance(action, Launch) and job_id in action.detail.split("for ", 1)[-1].split(", "):
+            it = action.offer.instance_type
+            print(f"  + launch {action.count} x {it.name} {action.offer.market.value} in {action.offer.provider} "
+                  f"{action.offer.region}{('/' + action.offer.zone) if action.offer.zone else ''} "
+                  f"as {', '.join(action.node_names)}\n      # {action.reason.value}: {action.detail}")
+        elif mine:
+            decided = True
+            target = getattr(action, "node_ids", None) or getattr(action, "to_node_ids", None) or ()
+            print(f"  {action.kind} {('-> ' + ', '.join(target)) if target else ''}\n"
+                  f"      # {action.reason.value}: {action.detail}")
+    for u in result.unplaced:
+        if u.job_id == job_id:
+            decided = True
+            print(f"  stays queued\n      # {u.reason.value}: {u.detail}")
+    if not decided:
+        print("  nothing to do: it is placed and the plan leaves it where it is" if job.node_ids or not job.state.active
+              else "  nothing to do")
+    explanation = result.explanation(job_id)
+    if explanation and explanation.considered:
+        print("  considered:")
+        for line in explanation.considered:
+            print(f"    - {line}")

@@ -1,0 +1,199 @@
+"""Free capacity of the fleet, indexed for fast best-fit placement.
+
+A ``Slot`` is the planner's working copy of one node (existing, or bought in
+this pass). The ``CapacityIndex`` files slots by *kind* (GPU model x market)
+and by free GPU count, so placing a job looks at a handful of buckets instead
+of every node, and by placement domain for gangs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from fleetctl.model import Job, Market, Offer
+
+Kind = tuple[str, str]  # (gpu model or "", market)
+Domain = tuple[str, str, str]  # (provider, region, zone)
+
+
+def kind_of(offer: Offer) -> Kind:
+    return (offer.instance_type.gpu_model or "", offer.market.value)
+
+
+@dataclass(slots=True)
+class Slot:
+    name: str
+    offer: Offer
+    new: bool
+    schedulable: bool
+    free_gpus: int
+    free_vcpus: float
+    free_memory_gib: float
+    jobs: dict[str, int] = field(default_factory=dict)  # job id -> workers here
+    reserved_until: datetime | None = None  # a waiting gang may start here then (backfill)
+    reserved_for: str | None = None
+    touched: bool = False  # received work in this pass
+
+    @classmethod
+    def of(cls, name: str, offer: Offer, *, new: bool, schedulable: bool = True) -> "Slot":
+        it = offer.instance_type
+        return cls(name, offer, new, schedulable, it.gpu_count, float(it.vcpus), it.memory_gib)
+
+    @property
+    def kind(self) -> Kind:
+        return kind_of(self.offer)
+
+    @property
+    def domain(self) -> Domain:
+        return self.offer.placement_domain
+
+    def workers_fit(self, job: Job) -> int:
+        """How many workers of ``job`` fit in the free capacity."""
+        limits = [
+            int(self.free_vcpus // job.vcpus_per_worker) if job.vcpus_per_worker > 0 else 1 << 30,
+            int(self.free_memory_gib // job.memory_gib_per_worker) if job.memory_gib_per_worker > 0 else 1 << 30,
+        ]
+        if job.gpus_per_worker > 0:
+            limits.append(self.free_gpus // job.gpus_per_worker)
+        return max(0, min(limits))
+
+
+class CapacityIndex:
+    """Slots by kind and free GPUs, and by domain. Slots are filed in the
+    order they are added, which the planner keeps deterministic."""
+
+    def __init__(self) -> None:
+        self.by_kind: dict[Kind, dict[int, dict[str, Slot]]] = {}
+        self.by_domain: dict[Domain, dict[str, Slot]] = {}
+        self.free_by_domain_kind: dict[tuple[Domain, Kind], int] = {}
+        self.slots: dict[str, Slot] = {}
+
+    def add(self, slot: Slot) -> None:
+        self.slots[slot.name] = slot
+        if slot.schedulable:
+            self._file(slot)
+
+    def _file(self, slot: Slot) -> None:
+        self.by_kind.setdefault(slot.kind, {}).setdefault(slot.free_gpus, {})[slot.name] = slot
+        self.by_domain.setdefault(slot.domain, {})[slot.name] = slot
+        key = (slot.domain, slot.kind)
+        self.free_by_domain_kind[key] = self.free_by_domain_kind.get(key, 0) + slot.free_gpus
+
+    def _unfile(self, slot: Slot) -> None:
+        bucket = self.by_kind[slot.kind][slot.free_gpus]
+        del bucket[slot.name]
+        del self.by_domain[slot.domain][slot.name]
+        key = (slot.domain, slot.kind)
+        self.free_by_domain_kind[key] -= slot.free_gpus
+
+    def withdraw(self, slot: Slot) -> None:
+        """Stop offering a slot's capacity (a node being drained)."""
+        if slot.schedulable:
+            self._unfile(slot)
+            slot.schedulable = False
+
+    def take(self, slot: Slot, job: Job, workers: int = 1) -> None:
+        """Charge ``workers`` workers of ``job`` to ``slot``."""
+        filed = slot.schedulable
+        if filed:
+            self._unfile(slot)
+        slot.free_gpus -= job.gpus_per_worker * workers
+        slot.free_vcpus -= job.vcpus_per_worker * workers
+        slot.free_memory_gib -= job.memory_gib_per_worker * workers
+        slot.jobs[job.job_id] = slot.jobs.get(job.job_id, 0) + workers
+        if filed:
+            self._file(slot)
+
+    def give_back(self, slot: Slot, job: Job) -> int:
+        """Release every worker of ``job`` on ``slot``; returns how many."""
+        workers = slot.jobs.pop(job.job_id, 0)
+        if not workers:
+            return 0
+        filed = slot.schedulable
+        if filed:
+            self._unfile(slot)
+        slot.free_gpus += job.gpus_per_worker * workers
+        slot.free_vcpus += job.vcpus_per_worker * workers
+        slot.free_memory_gib += job.memory_gib_per_worker * workers
+        if filed:
+            self._file(slot)
+        return workers
+
+    # ------------------------------------------------------------------ queries
+
+    def best_fit(self, job: Job, kinds: tuple[Kind, ...], workers: int, ends_at: datetime, exclude: str | None = None) -> Slot | None:
+        """The slot that holds ``workers`` workers of ``job`` with the fewest GPUs
+        left over (keeping large blocks free), or None."""
+        need = job.gpus_per_worker * workers
+        need_v = job.vcpus_per_worker * workers
+        need_m = job.memory_gib_per_worker * workers
+        best: Slot | None = None
+        best_left = 1 << 30
+        for kind in kinds:
+            buckets = self.by_kind.get(kind)
+            if not buckets:
+                continue
+            for free in sorted(buckets):
+                if free < need or free - need >= best_left:
+                    continue
+                found = None
+                for slot in buckets[free].values():
+                    if (
+                        slot.free_vcpus >= need_v
+                        and slot.free_memory_gib >= need_m
+                        and slot.name != exclude
+                        and (slot.reserved_until is None or ends_at <= slot.reserved_until)
+                    ):
+                        found = slot
+                        break
+                if found is not None:
+                    best, best_left = found, free - need
+                    break
+            if best_left == 0:
+                break
+        return best
+
+    def gang_in_domain(self, job: Job, kinds: tuple[Kind, ...], ends_at: datetime) -> list[tuple[Slot, int]] | None:
+        """Place a gang on several slots of one domain: the domain whose chosen
+        slots leave the fewest GPUs unused; within it, the roomiest slots first
+        (fewest nodes). Returns [(slot, workers)] or None."""
+        need_gpus = job.gpus_per_worker * job.workers
+        best: list[tuple[Slot, int]] | None = None
+        best_key: tuple | None = None
+        for domain in sorted(self.by_domain):
+            if need_gpus and sum(self.free_by_domain_kind.get((domain, k), 0) for k in kinds) < need_gpus:
+                continue
+            kind_set = set(kinds)
+            candidates = []
+            for slot in self.by_domain[domain].values():
+                if slot.kind not in kind_set:
+                    continue
+                if slot.reserved_until is not None and ends_at > slot.reserved_until:
+                    continue
+                fit = slot.workers_fit(job)
+                if fit:
+                    candidates.append((fit, slot))
+            candidates.sort(key=lambda t: (-t[0], t[1].free_gpus, t[1].name))
+            chosen: list[tuple[Slot, int]] = []
+            left = job.workers
+            for fit, slot in candidates:
+                take = min(fit, left)
+                chosen.append((slot, take))
+                left -= take
+                if left == 0:
+                    break
+            if left:
+                continue
+            waste = sum(s.free_gpus - job.gpus_per_worker * w for s, w in chosen)
+            key = (len(chosen), waste, domain)
+            if best_key is None or key < best_key:
+                best, best_key = chosen, key
+        return best
+
+    def kinds(self) -> tuple[Kind, ...]:
+        return tuple(sorted(self.by_kind))
+
+
+def market_of(kind: Kind) -> Market:
+    return Market(kind[1])

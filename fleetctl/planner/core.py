@@ -1,0 +1,862 @@
+"""One planning pass. See ``fleetctl.planner`` for the contract.
+
+The pass, in order:
+
+1. **Fleet.** Slots from the nodes; bound and running jobs charged to theirs
+   (a job whose node is gone goes back to the queue).
+2. **Queue** in the order of ``order.QueueOrder``. Each job is placed on free
+   capacity (best fit; a gang on one node, else in one zone of one provider;
+   never on reserved capacity it would still hold when the waiting gang could
+   start). What does not fit is *admitted* for new capacity if its team's
+   burst limit, the GPU cap and the budget (at its cheapest risk-adjusted
+   cost) allow; otherwise it may **preempt** lower, preemptible work; otherwise
+   it waits, and a waiting job reserves the capacity it will start on.
+3. **New capacity**, best-fit decreasing: admitted jobs, largest first, go into
+   the leftovers of nodes bought earlier in the pass, else buy the offer with
+   the lowest risk-adjusted cost per useful GPU that the market and
+   diversification rules, the GPU cap and the budget allow.
+4. **Consolidation** of under-used nodes whose checkpointable jobs fit
+   elsewhere, when the saving pays the migration back in time, within the
+   disruption budget; then **idle** nodes past the timeout are terminated.
+
+Risk-adjusted cost of a job on an offer, USD/h: the job's share of the node
+price x (1 + p x L), where p is the offer's interruption probability per hour
+(forecast, else the policy's default for spot, 0 on demand) and L the hours an
+interruption costs it: half its checkpoint interval (half its run if it cannot
+checkpoint) plus the restart overhead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from fleetctl.model import (
+    Action,
+    Bind,
+    Explanation,
+    Forecast,
+    Job,
+    JobState,
+    Launch,
+    Market,
+    Migrate,
+    Node,
+    NodeState,
+    Offer,
+    Plan,
+    Policy,
+    Preempt,
+    Reason,
+    Terminate,
+    Unplaced,
+)
+from fleetctl.planner.capacity import CapacityIndex, Kind, Slot, kind_of
+from fleetctl.planner.order import QueueOrder, TeamUsage, over_burst
+
+_HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
+_SHORTLIST = 24  # offers scored per purchase (by per-GPU price), before the full list is tried
+_MAX_RESERVATIONS = 64  # waiting gangs that reserve capacity per pass (bounds the work per pass)
+
+
+def _per_node(job: Job, offer: Offer) -> int:
+    it = offer.instance_type
+    limits = [
+        int(it.vcpus // job.vcpus_per_worker) if job.vcpus_per_worker > 0 else 1 << 30,
+        int(it.memory_gib // job.memory_gib_per_worker) if job.memory_gib_per_worker > 0 else 1 << 30,
+    ]
+    if job.gpus_per_worker > 0:
+        limits.append(it.gpu_count // job.gpus_per_worker)
+    return max(0, min(limits))
+
+
+def _describe_need(job: Job) -> str:
+    models = " or ".join(job.gpu_models) if job.gpu_models else "any GPU"
+    what = f"{job.gpus_per_worker} x {models}" if job.gpus_per_worker else "no GPU"
+    if job.workers > 1:
+        return f"needs {job.workers} workers of {what} in one zone"
+    return f"needs {what}"
+
+
+@dataclass(slots=True)
+class _Option:
+    score: float  # risk-adjusted USD/h per useful GPU (or vCPU)
+    cost: float  # risk-adjusted USD/h of the nodes bought for this job
+    nodes: int
+    offer: Offer
+    risk_usd_per_hour: float
+
+    @property
+    def usd_per_hour(self) -> float:
+        """What the nodes cost (the budget counts dollars, not risk)."""
+        return self.nodes * self.offer.usd_per_hour
+
+
+class _Pass:
+    def __init__(self, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy) -> None:
+        self.now = now
+        self.policy = policy
+        forecast = forecast or Forecast()
+        self.risk = {r.offer_key: r.interruption_probability for r in forecast.interruption
+                     if r.horizon_minutes == 60} or {r.offer_key: r.interruption_probability for r in forecast.interruption}
+        ttl = timedelta(minutes=policy.reclaimed_offer_ttl_minutes)
+        self.reclaimed = {r.offer_key for r in forecast.recent_reclaims if now - r.at_utc <= ttl}
+        self.fleet = tuple(sorted(fleet, key=lambda n: n.node_id))
+        self.nodes = {n.node_id: n for n in self.fleet}
+        self.jobs = tuple(sorted(queue, key=lambda j: j.job_id))
+        self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
+        self.index = CapacityIndex()
+        self.usage: dict[str, TeamUsage] = {}
+        self.actions_bind: list[Bind] = []
+        self.actions_preempt: list[Preempt] = []
+        self.unplaced: list[Unplaced] = []
+        self.explain: dict[str, list[str]] = {}
+        self.launch_names: dict[str, list[str]] = {}
+        self.launch_offer: dict[str, Offer] = {}
+        self.launch_jobs: dict[str, list[str]] = {}
+        self.launch_reason: dict[str, Reason] = {}
+        self.usd = 0.0
+        self.gpus = 0
+        self.spot_gpus = 0
+        self.on_demand_gpus = 0
+        self.spot_by_type: dict[str, int] = {}
+        self.spot_by_zone: dict[tuple, int] = {}
+        self.spot_nodes_by_offer: dict[str, int] = {}
+        self.max_gpus_in_zone: dict[tuple, int] = {}
+        for o in self.offers:
+            if o.market is Market.SPOT:
+                z = o.placement_domain
+                self.max_gpus_in_zone[z] = max(self.max_gpus_in_zone.get(z, 0), o.instance_type.gpu_count)
+        self._compatible_cache: dict[tuple, tuple[Offer, ...]] = {}
+        self._kinds_cache: dict[tuple, tuple[Kind, ...]] = {}
+        self.new_count = 0
+        self.preempted: set[str] = set()
+        self.victim_slots: list[Slot] = []
+        self.reservations = 0
+        self.on_demand_base_jobs: set[str] = set()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _allowed(self, offer: Offer) -> bool:
+        p = self.policy
+        if p.providers and offer.provider not in p.providers:
+            return False
+        if p.regions and offer.region not in p.regions:
+            return False
+        gpu = offer.instance_type.gpu_model
+        if p.gpu_models and gpu is not None and gpu not in p.gpu_models:
+            return False
+        if offer.market is Market.SPOT and offer.key in self.reclaimed:
+            return False
+        return offer.usd_per_hour > 0
+
+    def _p(self, offer: Offer) -> float:
+        if offer.market is not Market.SPOT:
+            return 0.0
+        return self.risk.get(offer.key, self.policy.default_spot_interruption_probability_per_hour)
+
+    def _loss_hours(self, job: Job) -> float:
+        restart = self.policy.restart_overhead_minutes / 60
+        if job.checkpointable and job.checkpoint_interval_minutes:
+            return job.checkpoint_interval_minutes / 120 + restart
+        return job.duration_hours / 2 + restart
+
+    def _spot_ok(self, job: Job) -> tuple[bool, str | None]:
+        allowed = job.spot_eligible if job.spot_eligible is not None else self.policy.priority_class(job.priority).spot_eligible
+        if not allowed:
+            return False, "not spot-eligible"
+        if job.interruptions > self.policy.max_interruptions_before_on_demand:
+            return False, f"interrupted {job.interruptions} times (policy allows {self.policy.max_interruptions_before_on_demand} on spot)"
+        if job.deadline_utc is not None:
+            left = (job.deadline_utc - self.now).total_seconds() / 3600
+            if left < job.duration_hours + self.policy.restart_overhead_minutes / 60:
+                return False, "deadline at risk: the slack no longer covers a restart"
+        return True, None
+
+    def _kinds(self, job: Job, spot_ok: bool) -> tuple[Kind, ...]:
+        key = (job.gpu_models, job.gpus_per_worker > 0, job.gpu_memory_gib_per_gpu, spot_ok)
+        cached = self._kinds_cache.get(key)
+        if cached is not None:
+            return cached
+        kinds = []
+        memory = {kind_of(s.offer): s.offer.instance_type.gpu_memory_gib for s in self.index.slots.values()}
+        for kind in self.index.kinds():
+            model, market = kind
+            if market == Market.SPOT.value and not spot_ok:
+                continue
+            if job.gpus_per_worker > 0 and not model:
+                continue
+            if job.gpu_models and model not in job.gpu_models:
+                continue
+            if job.gpu_memory_gib_per_gpu and memory.get(kind, 0.0) < job.gpu_memory_gib_per_gpu:
+                continue
+            kinds.append(kind)
+        result = tuple(kinds)
+        self._kinds_cache[key] = result
+        return result
+
+    def _shortlist(self, job: Job, spot_ok: bool) -> tuple[Offer, ...]:
+        """The offers worth scoring first: the cheapest per GPU and the cheapest
+        per node (a small job alone is best on a small node)."""
+        key = ("short", job.gpu_models, job.gpus_per_worker, job.gpu_memory_gib_per_gpu, spot_ok)
+        cached = self._compatible_cache.get(key)
+        if cached is not None:
+            return cached
+        full = self._compatible_offers(job, spot_ok)
+        by_node = sorted(full, key=lambda o: (o.usd_per_hour, o.key))
+        seen: dict[str, Offer] = {}
+        for o in (*full[:_SHORTLIST], *by_node[:_SHORTLIST]):
+            seen.setdefault(o.key, o)
+        cached = tuple(seen.values())
+        self._compatible_cache[key] = cached
+        return cached
+
+    def _compatible_offers(self, job: Job, spot_ok: bool) -> tuple[Offer, ...]:
+        """Allowed offers of the right GPU model and market, cheapest per GPU first."""
+        key = (job.gpu_models, job.gpus_per_worker, job.gpu_memory_gib_per_gpu, spot_ok)
+        cached = self._compatible_cache.get(key)
+        if cached is not None:
+            return cached
+        result = []
+        for o in self.offers:
+            it = o.instance_type
+            if o.market is Market.SPOT and not spot_ok:
+                continue
+            if job.gpus_per_worker > 0 and (it.gpu_count < job.gpus_per_worker or it.gpu_model is None):
+                continue
+            if job.gpu_models and it.gpu_model not in job.gpu_models:
+                continue
+            if job.gpu_memory_gib_per_gpu and it.gpu_memory_gib < job.gpu_memory_gib_per_gpu:
+                continue
+            result.append(o)
+        result.sort(key=lambda o: (o.usd_per_hour / max(1, o.instance_type.gpu_count), o.key))
+        cached = tuple(result)
+        self._compatible_cache[key] = cached
+        return cached
+
+    def _charge_offer(self, offer: Offer, count: int = 1) -> None:
+        it = offer.instance_type
+        self.usd += offer.usd_per_hour * count
+        self.gpus += it.gpu_count * count
+        if offer.market is Market.SPOT:
+            self.spot_gpus += it.gpu_count * count
+            self.spot_by_type[it.name] = self.spot_by_type.get(it.name, 0) + it.gpu_count * count
+            z = offer.placement_domain
+            self.spot_by_zone[z] = self.spot_by_zone.get(z, 0) + it.gpu_count * count
+            self.spot_nodes_by_offer[offer.key] = self.spot_nodes_by_offer.get(offer.key, 0) + count
+        else:
+            self.on_demand_gpus += it.gpu_count * count
+
+    def _note(self, job: Job, line: str) -> None:
+        self.explain.setdefault(job.job_id, []).append(line)
+
+    # ------------------------------------------------------------------ 1. fleet
+
+    def load_fleet(self) -> list[Job]:
+        for node in self.fleet:
+            if node.state not in _HELD:
+                continue
+            slot = Slot.of(node.node_id, node.offer, new=False, schedulable=node.schedulable)
+            self.index.add(slot)
+            self._charge_offer(node.offer)
+        queued = []
+        for job in self.jobs:
+            if job.state is JobState.QUEUED:
+                queued.append(job)
+                continue
+            if job.state not in (JobState.BOUND, JobState.RUNNING):
+                continue
+            slots = [self.index.slots.get(n) for n in job.node_ids]
+            if job.node_ids and all(slots) and len(job.node_ids) == job.workers:
+                for slot in slots:
+                    self.index.take(slot, job)  # type: ignore[arg-type]
+                self.usage.setdefault(job.team, TeamUsage()).add(job)
+            else:
+                queued.append(job)
+                self._note(job, "its nodes are gone: placed again")
+        preemptible = {j.job_id for j in self.jobs if j.state in (JobState.BOUND, JobState.RUNNING)
+                       and self.policy.priority_class(j.priority).preemptible}
+        self.victim_slots = [s for s in self.index.slots.values() if any(j in preemptible for j in s.jobs)]
+        return queued
+
+    # ------------------------------------------------------------------ 2. queue
+
+    def place_existing(self, job: Job, kinds: tuple[Kind, ...]) -> list[tuple[Slot, int]] | None:
+        ends_at = self.now + timedelta(hours=job.duration_hours)
+        slot = self.index.best_fit(job, kinds, job.workers, ends_at)
+        if slot is not None:
+            return [(slot, job.workers)]
+        if job.workers > 1:
+            return self.index.gang_in_domain(job, kinds, ends_at)
+        return None
+
+    def commit(self, job: Job, placed: list[tuple[Slot, int]], reason: Reason, order: QueueOrder | None) -> None:
+        """Bind ``job`` to ``placed``; with ``order``, charge its team now (jobs
+        admitted for new capacity were charged at admission)."""
+        names = []
+        for slot, workers in placed:
+            self.index.take(slot, job, workers)
+            slot.touched = True
+            names.extend([slot.name] * workers)
+        if order is not None:
+            order.charge(job)
+        offer = placed[0][0].offer
+        where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
+        nodes = len(placed)
+        fresh = "new " if placed[0][0].new else ""
+        detail = (
+            f"{job.workers} x {job.gpus_per_worker} GPU on {nodes} {fresh}{offer.instance_type.name} "
+            f"({offer.market.value}) in {where}"
+        )
+        self.actions_bind.append(Bind(job.job_id, tuple(names), reason, detail))
+
+    def estimate(self, job: Job, spot_ok: bool) -> _Option | None:
+        options = self.options(job, spot_ok, short=True) or self.options(job, spot_ok)
+        if not options:
+            return None
+        return min(options, key=lambda o: (o.cost, o.offer.key))
+
+    def options(self, job: Job, spot_ok: bool, short: bool = False, demand: dict[Kind, float] | None = None) -> list[_Option]:
+        """Purchase options for ``job`` alone, best score first (``short``: the shortlist only)."""
+        result: list[_Option] = []
+        loss = self._loss_hours(job)
+        need_gpus = job.gpus
+        for offer in (self._shortlist(job, spot_ok) if short else self._compatible_offers(job, spot_ok)):
+            per = _per_node(job, offer)
+            if per < 1:
+                continue
+            it = offer.instance_type
+            n = math.ceil(job.workers / per)
+            price = offer.usd_per_hour
+            if it.gpu_count:
+                share = need_gpus / it.gpu_count
+                spare = n * it.gpu_count - need_gpus
+                useful = need_gpus + min(spare, (demand or {}).get(kind_of(offer), 0.0))
+            else:
+                share = job.vcpus_per_worker * job.workers / max(1, it.vcpus)
+                useful = max(1.0, job.vcpus_per_worker * job.workers)
+            risk = self._p(offer) * loss * share * price
+            cost = n * price + risk
+            result.append(_Option(cost / max(useful, 1e-9), cost, n, offer, risk))
+        result.sort(key=lambda o: (o.score, o.cost, o.offer.key))
+        return result
+
+    def run_queue(self, queued: list[Job]) -> list[tuple[Job, bool]]:
+        totals = [0.0, 0.0, 0.0]
+        for slot in self.index.slots.values():
+            it = slot.offer.instance_type
+            totals[0] += it.gpu_count
+            totals[1] += it.vcpus
+            totals[2] += it.memory_gib
+        for job in queued:
+            totals[0] += job.gpus
+            totals[1] += job.vcpus_per_worker * job.workers
+            totals[2] += job.memory_gib_per_worker * job.workers
+        order = QueueOrder(queued, self.policy, self.now, self.usage, tuple(totals))
+        self.order = order
+        admitted: list[tuple[Job, bool]] = []
+        committed_usd = self.usd
+        committed_gpus = self.gpus
+        for job in order:
+            spot_ok, why_not_spot = self._spot_ok(job)
+            if why_not_spot and job.spot_eligible is not False:
+                self._note(job, f"on-demand only: {why_not_spot}")
+            kinds = self._kinds(job, spot_ok)
+            placed = self.place_existing(job, kinds)
+            if placed is not None:
+                self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
+                continue
+            self._note(job, "free capacity: no node (or zone) with room for it")
+            quota = over_burst(job, self.usage, self.policy)
+            if quota is not None:
+                self.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
+                continue
+            estimate = self.estimate(job, spot_ok)
+            blocked: tuple[Reason, str] | None = None
+            if estimate is None:
+                blocked = self._no_offer(job, spot_ok)
+            elif self.policy.max_gpus is not None and committed_gpus + estimate.nodes * estimate.offer.instance_type.gpu_count > self.policy.max_gpus:
+                blocked = (Reason.CAPACITY_LIMIT,
+                           f"{_describe_need(job)}; {estimate.nodes * estimate.offer.instance_type.gpu_count} more GPUs "
+                           f"would pass the policy's max of {self.policy.max_gpus}")
+            elif self.policy.max_usd_per_hour is not None and committed_usd + estimate.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
+                blocked = (Reason.BUDGET_EXCEEDED,
+                           f"{_describe_need(job)}; the cheapest fit ({estimate.offer.instance_type.name}, "
+                           f"${estimate.usd_per_hour:.2f}/h) would take the fleet to "
+                           f"${committed_usd + estimate.usd_per_hour:.2f}/h, above the budget of ${self.policy.max_usd_per_hour:.2f}/h")
+            if blocked is None:
+                committed_usd += estimate.usd_per_hour  # type: ignore[union-attr]
+                committed_gpus += estimate.nodes * estimate.offer.instance_type.gpu_count  # type: ignore[union-attr]
+                order.charge(job)  # fair share counts what the team is about to get
+                admitted.append((job, spot_ok))
+                continue
+            if self.try_preempt(job, kinds, order):
+                continue
+            reason, detail = blocked
+            start = None
+            if job.workers > 1 and self.reservations < _MAX_RESERVATIONS:
+                start = self.reserve(job, kinds)
+                self.reservations += start is not None
+            if start is not None:
+                detail += f"; waits for running work to end (~{start:%Y-%m-%d %H:%M} UTC)"
+            self.unplaced.append(Unplaced(job.job_id, reason, detail))
+        return admitted
+
+    def _no_offer(self, job: Job, spot_ok: bool) -> tuple[Reason, str]:
+        models = [o for o in self.offers if (not job.gpu_models or o.instance_type.gpu_model in job.gpu_models)
+                  and (job.gpus_per_worker == 0 or o.instance_type.gpu_count > 0)]
+        if not models:
+            return Reason.NO_ALLOWED_OFFER, f"{_describe_need(job)}; no allowed offer has that GPU model"
+        usable = [o for o in models if spot_ok or o.market is Market.ON_DEMAND]
+        if not usable:
+            return Reason.NO_ALLOWED_OFFER, f"{_describe_need(job)}; only spot offers have it and the job may not use spot"
+        largest = max(usable, key=lambda o: (o.instance_type.gpu_count, o.instance_type.vcpus, o.key))
+        it = largest.instance_type
+        return Reason.GANG_DOES_NOT_FIT, (
+            f"{_describe_need(job)} ({job.vcpus_per_worker:g} vCPU, {job.memory_gib_per_worker:g} GiB per worker); "
+            f"the largest allowed offer has {it.gpu_count} x {it.gpu_model}, {it.vcpus} vCPU, {it.memory_gib:g} GiB ({it.name})"
+        )
+
+    # ------------------------------------------------------------------ preemption
+
+    def try_preempt(self, job: Job, kinds: tuple[Kind, ...], order: QueueOrder) -> bool:
+        """Free room for ``job`` by preempting the smallest set of lower,
+        preemptible jobs: checkpointable ones and those with the least work
+        since their last checkpoint first. One node for a job that fits one,
+        otherwise one zone."""
+        band = order.band_of.get(job.job_id, self.policy.priority_class(job.priority).value)
+        active = {j.job_id: j for j in self.jobs if j.state in (JobState.BOUND, JobState.RUNNING)}
+
+        def victim_ok(jid: str) -> bool:
+            v = active.get(jid)
+            if v is None or jid in self.preempted:
+                return False
+            pc = self.policy.priority_class(v.priority)
+            return pc.preemptible and pc.value < band
+
+        def victim_key(v: Job) -> tuple:
+            return (not v.checkpointable, v.work_since_checkpoint_hours(self.now), -v.gpus, v.job_id)
+
+        kind_set = set(kinds)
+        best: tuple | None = None
+        for slot in self.victim_slots:
+            if not slot.schedulable or slot.kind not in kind_set:
+                continue
+            victims = sorted((active[j] for j in slot.jobs if victim_ok(j)), key=victim_key)
+            if not victims:
+                continue
+            chosen = self._victims_for(job, slot, victims, job.workers)
+            if chosen is None:
+                continue
+            key = (len(chosen), sum(v.work_since_checkpoint_hours(self.now) for v in chosen), slot.name)
+            if best is None or key < best[0]:
+                best = (key, slot, chosen)
+        if best is None:
+            return False
+        _, slot, chosen = best
+        for v in chosen:
+            for s in self.index.slots.values():
+                if v.job_id in s.jobs:
+                    self.index.give_back(s, v)
+            order.charge(v, sign=-1)
+            self.preempted.add(v.job_id)
+            lost = v.work_since_checkpoint_hours(self.now)
+            self.actions_preempt.append(Preempt(
+                v.job_id, job.job_id, Reason.PREEMPTED_BY_HIGHER_PRIORITY,
+                f"makes room on {slot.name} for {job.job_id} ({job.priority}); "
+                f"{'checkpointable' if v.checkpointable else 'not checkpointable'}, loses {lost:.2f} h of work",
+            ))
+        self.commit(job, [(slot, job.workers)], Reason.FITS_FREE_CAPACITY, order)
+        self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {slot.name}")
+        return True
+
+    def _victims_for(self, job: Job, slot: Slot, victims: list[Job], workers: int) -> list[Job] | None:
+        g, v, m = slot.free_gpus, slot.free_vcpus, slot.free_memory_gib
+        need = (job.gpus_per_worker * workers, job.vcpus_per_worker * workers, job.memory_gib_per_worker * workers)
+        chosen: list[Job] = []
+        for victim in victims:
+            if g >= need[0] and v >= need[1] and m >= need[2]:
+                break
+            w = slot.jobs[victim.job_id]
+            g += victim.gpus_per_worker * w
+            v += victim.vcpus_per_worker * w
+            m += victim.memory_gib_per_worker * w
+            chosen.append(victim)
+        if not (g >= need[0] and v >= need[1] and m >= need[2]):
+            return None
+        # Drop victims that turned out unnecessary (smallest set).
+        for victim in list(reversed(chosen)):
+            w = slot.jobs[victim.job_id]
+            g2, v2, m2 = g - victim.gpus_per_worker * w, v - victim.vcpus_per_worker * w, m - victim.memory_gib_per_worker * w
+            if g2 >= need[0] and v2 >= need[1] and m2 >= need[2]:
+                chosen.remove(victim)
+                g, v, m = g2, v2, m2
+        return chosen
+
+    # ------------------------------------------------------------------ waiting and backfill
+
+    def reserve(self, job: Job, kinds: tuple[Kind, ...]) -> datetime | None:
+        """Estimate when a waiting job could start on existing nodes (as their
+        jobs end) and reserve those nodes until then: later jobs may use their
+        free room only if they end before (backfill)."""
+        if job.workers > 1 and job.gpus_per_worker * job.workers > max(
+            (s.offer.instance_type.gpu_count for s in self.index.slots.values()), default=0
+        ):
+            per_slot = 1
+        else:
+            per_slot = job.workers
+        ends: dict[str, datetime] = {}
+        by_id = {j.job_id: j for j in self.jobs}
+        kind_set = set(kinds)
+        candidates = []
+        for slot in self.index.slots.values():
+            if not slot.schedulable or slot.kind not in kind_set or slot.reserved_for is not None:
+                continue
+            it = slot.offer.instance_type
+            if it.gpu_count < job.gpus_per_worker * per_slot:
+                continue
+            g, when = slot.free_gpus, self.now
+            releases = []
+            for jid, w in slot.jobs.items():
+                j = by_id.get(jid)
+                if j is None:
+                    continue
+                end = ends.get(jid)
+                if end is None:
+                    end = (j.started_at_utc or self.now) + timedelta(hours=j.duration_hours)
+                    ends[jid] = end
+                releases.append((end, j.gpus_per_worker * w))
+            releases.sort()
+            for end, freed in releases:
+                if g >= job.gpus_per_worker * per_slot:
+                    break
+                g += freed
+                when = max(when, end)
+            if g >= job.gpus_per_worker * per_slot:
+                candidates.append((when, slot.name, slot))
+        needed = 1 if per_slot == job.workers else job.workers
+        if len(candidates) < needed:
+            return None
+        candidates.sort(key=lambda t: (t[0], t[1]))
+        chosen = candidates[:needed]
+        start = max(t[0] for t in chosen)
+        for _, _, slot in chosen:
+            slot.reserved_until = start
+            slot.reserved_for = job.job_id
+        return start
+
+    # ------------------------------------------------------------------ 3. new capacity
+
+    def buy(self, admitted: list[tuple[Job, bool]]) -> None:
+        demand: dict[Kind, float] = {}
+        kinds_of: dict[str, tuple[Kind, ...]] = {}
+        all_kinds = {kind_of(o) for o in self.offers}
+        for job, spot_ok in admitted:
+            ks = tuple(k for k in all_kinds if self._kind_ok(job, k, spot_ok))
+            kinds_of[job.job_id] = ks
+            if job.workers == 1:
+                for k in ks:
+                    demand[k] = demand.get(k, 0.0) + job.gpus
+        rank = {job.job_id: i for i, (job, _) in enumerate(admitted)}
+        admitted = self._on_demand_base(admitted)
+        # Best-fit decreasing; jobs bound to on-demand first, so they count toward the base.
+        ordered = sorted(admitted, key=lambda t: (t[1], -t[0].gpus, -t[0].workers, rank[t[0].job_id]))
+        for job, spot_ok in ordered:
+            if job.workers == 1:
+                for k in kinds_of[job.job_id]:
+                    demand[k] -= job.gpus
+            kinds = tuple(k for k in kinds_of[job.job_id])
+            # Leftovers of nodes bought earlier in this pass (and any room freed since).
+            placed = self.place_existing(job, tuple(sorted(set(kinds) & set(self.index.by_kind))))
+            if placed is not None:
+                self.commit(job, placed, Reason.FITS_NEW_CAPACITY if placed[0][0].new else Reason.FITS_FREE_CAPACITY, None)
+                continue
+            self._buy_one(job, spot_ok, demand)
+
+    def _on_demand_base(self, admitted: list[tuple[Job, bool]]) -> list[tuple[Job, bool]]:
+        """Meet the policy's on-demand base with the jobs whose move to
+        on-demand costs least per GPU (not with whichever job comes first)."""
+        deficit = self.policy.on_demand_base_gpus - self.on_demand_gpus
+        deficit -= sum(job.gpus for job, spot_ok in admitted if not spot_ok)
+        if deficit <= 0:
+            return admitted
+        premiums = []
+        for job, spot_ok in admitted:
+            if not spot_ok or job.gpus == 0:
+                continue
+            spot = self.estimate(job, True)
+            od = self.estimate(job, False)
+            if spot is None or od is None:
+                continue
+            premiums.append(((od.usd_per_hour - spot.usd_per_hour) / job.gpus, job.job_id, job))
+        premiums.sort(key=lambda t: (t[0], t[1]))
+        moved: set[str] = set()
+        for premium, job_id, job in premiums:
+            if deficit <= 0:
+                break
+            moved.add(job_id)
+            deficit -= job.gpus
+            self._note(job, f"on-demand to meet the policy's on-demand base of {self.policy.on_demand_base_gpus} GPUs "
+                            f"(cheapest move: +${premium:.2f}/h per GPU)")
+        self.on_demand_base_jobs = moved
+        return [(job, spot_ok and job.job_id not in moved) for job, spot_ok in admitted]
+
+    def _kind_ok(self, job: Job, kind: Kind, spot_ok: bool) -> bool:
+        model, market = kind
+        if market == Market.SPOT.value and not spot_ok:
+            return False
+        if job.gpus_per_worker > 0 and not model:
+            return False
+        return not job.gpu_models or model in job.gpu_models
+
+    def _market_rule(self, offer: Offer, gpus: int) -> str | None:
+        p = self.policy
+        if offer.market is Market.SPOT:
+            if self.spot_gpus + gpus > p.max_spot_share * (self.gpus + gpus) + 1e-9:
+                return f"spot would pass {p.max_spot_share:.0%} of the fleet's GPUs"
+            it = offer.instance_type
+            total = self.spot_gpus + gpus
+            if self.spot_by_type.get(it.name, 0) + gpus > p.max_share_per_instance_type * total + it.gpu_count + 1e-9:
+                return f"{it.name} would pass {p.max_share_per_instance_type:.0%} of spot GPUs (diversification)"
+            z = offer.placement_domain
+            if self.spot_by_zone.get(z, 0) + gpus > p.max_share_per_zone * total + self.max_gpus_in_zone.get(z, 0) + 1e-9:
+                return f"zone {offer.region}/{offer.zone or '*'} would pass {p.max_share_per_zone:.0%} of spot GPUs (diversification)"
+        return None
+
+    def _buy_one(self, job: Job, spot_ok: bool, demand: dict[Kind, float]) -> None:
+        if not self._try_buy(job, spot_ok, demand, short=True, final=False):
+            self._try_buy(job, spot_ok, demand, short=False, final=True)
+
+    def _try_buy(self, job: Job, spot_ok: bool, demand: dict[Kind, float], short: bool, final: bool) -> bool:
+        p = self.policy
+        options = self.options(job, spot_ok, short=short, demand=demand)
+        if not options and not final:
+            return False
+        if not options:
+            reason, detail = self._no_offer(job, spot_ok)
+            self._unadmit(job, reason, detail)
+            return False
+        distinct = len(self.spot_nodes_by_offer)
+        spot_nodes = sum(self.spot_nodes_by_offer.values())
+        want_new = distinct < min(p.min_distinct_offers, spot_nodes + 1)
+        unused_available = want_new and any(
+            o.offer.market is Market.SPOT and o.offer.key not in self.spot_nodes_by_offer for o in options
+        )
+        rejected: list[str] = []
+        budget_block: _Option | None = None
+        gpu_block: _Option | None = None
+        for option in options:
+            offer = option.offer
+            gpus = option.nodes * offer.instance_type.gpu_count
+            why = self._market_rule(offer, gpus)
+            if why is None and offer.market is Market.SPOT and unused_available and offer.key in self.spot_nodes_by_offer:
+                why = f"at least {p.min_distinct_offers} distinct spot offers wanted (diversification)"
+            if why is None and p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
+                gpu_block = gpu_block or option
+                why = f"{gpus} more GPUs would pass the max of {p.max_gpus}"
+            if why is None and p.max_usd_per_hour is not None and self.usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                budget_block = budget_block or option
+                why = "over budget"
+            if why is not None:
+                if len(rejected) < 3:
+                    rejected.append(f"{self._offer_text(option)}: {why}")
+                continue
+            self._launch(job, option, spot_ok)
+            chosen_text = self._offer_text(option)
+            self._note(job, f"chose {chosen_text}")
+            for line in rejected:
+                self._note(job, f"skipped {line}")
+            for alt in options[options.index(option) + 1: options.index(option) + 3]:
+                self._note(job, f"next best {self._offer_text(alt)}")
+            return True
+        if not final:
+            return False
+        for line in rejected:
+            self._note(job, f"skipped {line}")
+        if budget_block is not None:
+            o = budget_block
+            self._unadmit(job, Reason.BUDGET_EXCEEDED,
+                f"{_describe_need(job)}; {o.offer.instance_type.name} (${o.nodes * o.offer.usd_per_hour:.2f}/h) would take the "
+                f"fleet to ${self.usd + o.nodes * o.offer.usd_per_hour:.2f}/h, above the budget of ${p.max_usd_per_hour:.2f}/h")
+        elif gpu_block is not None:
+            self._unadmit(job, Reason.CAPACITY_LIMIT,
+                f"{_describe_need(job)}; more GPUs would pass the policy's max of {p.max_gpus}")
+        else:
+            self._unadmit(job, Reason.NO_ALLOWED_OFFER,
+                f"{_describe_need(job)}; every fitting offer is ruled out by the market or diversification rules")
+        return False
+
+    def _unadmit(self, job: Job, reason: Reason, detail: str) -> None:
+        """An admitted job found no capacity after all: it waits, uncharged."""
+        self.usage.setdefault(job.team, TeamUsage()).add(job, sign=-1)
+        self.unplaced.append(Unplaced(job.job_id, reason, detail))
+
+    def _offer_text(self, option: _Option) -> str:
+        o = option.offer
+        return (f"{option.nodes} x {o.instance_type.name} {o.market.value} in {o.provider} {o.region}"
+                f"{('/' + o.zone) if o.zone else ''} (${option.nodes * o.usd_per_hour:.2f}/h + "
+                f"${option.risk_usd_per_hour:.2f}/h expected loss)")
+
+    def _launch(self, job: Job, option: _Option, spot_ok: bool) -> None:
+        offer = option.offer
+        slots = []
+        for _ in range(option.nodes):
+            self.new_count += 1
+            name = f"new-{self.new_count}"
+            slot = Slot.of(name, offer, new=True)
+            self.index.add(slot)
+            self._kinds_cache.clear()
+            slots.append(slot)
+            self.launch_names.setdefault(offer.key, []).append(name)
+        self.launch_offer[offer.key] = offer
+        self.launch_jobs.setdefault(offer.key, []).append(job.job_id)
+        if job.job_id in self.on_demand_base_jobs:
+            self.launch_reason.setdefault(offer.key, Reason.ON_DEMAND_BASE)
+        elif offer.market is Market.ON_DEMAND and spot_ok:
+            self.launch_reason.setdefault(offer.key, Reason.ON_DEMAND_FALLBACK)
+        else:
+            self.launch_reason.setdefault(offer.key, Reason.CHEAPEST_OFFER)
+        self._charge_offer(offer, option.nodes)
+        per = _per_node(job, offer)
+        placed = []
+        left = job.workers
+        for slot in slots:
+            w = min(per, left)
+            placed.append((slot, w))
+            left -= w
+        reason = Reason.ON_DEMAND_FALLBACK if (offer.market is Market.ON_DEMAND and spot_ok) else Reason.FITS_NEW_CAPACITY
+        if job.job_id in self.on_demand_base_jobs:
+            reason = Reason.ON_DEMAND_BASE
+        self.commit(job, placed, reason, None)
+
+    # ------------------------------------------------------------------ 4. scale down
+
+    def consolidate(self) -> tuple[list[Migrate], list[Terminate]]:
+        p = self.policy
+        if p.disruption_budget_nodes <= 0 or p.consolidation_payback_hours <= 0:
+            return [], []
+        by_id = {j.job_id: j for j in self.jobs}
+        candidates = []
+        for slot in self.index.slots.values():
+            node = self.nodes.get(slot.name)
+            if slot.new or slot.touched or not slot.schedulable or node is None or node.state is not NodeState.READY:
+                continue
+            if not slot.jobs or slot.reserved_for is not None:
+                continue
+            it = slot.offer.instance_type
+            used = it.gpu_count - slot.free_gpus
+            if it.gpu_count and used / it.gpu_count > p.consolidation_max_gpu_utilisation:
+                continue
+            candidates.append((-slot.offer.usd_per_hour, slot.name, slot))
+        candidates.sort(key=lambda t: (t[0], t[1]))
+        migrations: list[Migrate] = []
+        terminations: list[Terminate] = []
+        for _, _, slot in candidates:
+            if len(terminations) >= p.disruption_budget_nodes:
+                break
+            jobs = [by_id[j] for j in sorted(slot.jobs)]
+            if any((not j.checkpointable) or j.workers > 1 for j in jobs):
+                continue
+            saving = slot.offer.usd_per_hour
+            cost = 0.0
+            for j in jobs:
+                rate = slot.offer.usd_per_hour * (j.gpus / max(1, slot.offer.instance_type.gpu_count))
+                cost += rate * (j.work_since_checkpoint_hours(self.now) + p.restart_overhead_minutes / 60)
+            payback = cost / saving if saving > 0 else math.inf
+            if payback > p.consolidation_payback_hours:
+                for j in jobs:
+                    self._note(j, f"consolidation of {slot.name} declined: migration pays back in {payback:.1f} h, "
+                                  f"policy allows {p.consolidation_payback_hours:g} h")
+                continue
+            self.index.withdraw(slot)
+            moves = []
+            for j in jobs:
+                spot_ok, _ = self._spot_ok(j)
+                target = self.index.best_fit(j, self._kinds(j, spot_ok), 1, self.now + timedelta(hours=j.duration_hours))
+                if target is None or target.new:
+                    break
+                self.index.take(target, j)
+                moves.append((j, target))
+            if len(moves) < len(jobs):
+                for j, target in moves:
+                    self.index.give_back(target, j)
+                slot.schedulable = True
+                self.index._file(slot)
+                continue
+            for j, target in moves:
+                self.index.give_back(slot, j)
+                migrations.append(Migrate(j.job_id, (slot.name,), (target.name,), Reason.CONSOLIDATION,
+                    f"frees {slot.name} (${saving:.2f}/h); migration costs ${cost:.2f}, pays back in {payback:.1f} h"))
+            terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,
+                f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${saving:.2f}/h"))
+        return migrations, terminations
+
+    def idle(self, already: set[str]) -> list[Terminate]:
+        timeout = timedelta(minutes=self.policy.idle_timeout_minutes)
+        result = []
+        for node in self.fleet:
+            slot = self.index.slots.get(node.node_id)
+            if slot is None or node.node_id in already or node.state is not NodeState.READY:
+                continue
+            if slot.jobs or slot.reserved_for is not None:
+                continue
+            since = node.idle_since_utc or node.ready_at_utc or node.launched_at_utc
+            if self.now - since >= timeout:
+                minutes = (self.now - since).total_seconds() / 60
+                result.append(Terminate(node.node_id, Reason.IDLE,
+                    f"idle for {minutes:.0f} min (timeout {self.policy.idle_timeout_minutes:g} min), "
+                    f"saves ${node.offer.usd_per_hour:.2f}/h"))
+        return result
+
+    # ------------------------------------------------------------------ the pass
+
+    def run(self) -> Plan:
+        before_usd = sum(n.offer.usd_per_hour for n in self.fleet if n.state in _HELD)
+        before_risk = sum(self._p(n.offer) for n in self.fleet if n.state in _HELD)
+        queued = self.load_fleet()
+        admitted = self.run_queue(queued)
+        self.buy(admitted)
+        migrations, consolidated = self.consolidate()
+        idle = self.idle({t.node_id for t in consolidated})
+        terminates = sorted(consolidated + idle, key=lambda t: t.node_id)
+        launches = [
+            Launch(
+                self.launch_offer[key],
+                tuple(names),
+                self.launch_reason[key],
+                f"{self.launch_offer[key].usd_per_hour:.4f} $/h each, risk-adjusted best for "
+                f"{', '.join(self.launch_jobs[key])}",
+            )
+            for key, names in self.launch_names.items()
+        ]
+        binds = self.actions_bind
+        actions: tuple[Action, ...] = (*launches, *self.actions_preempt, *binds, *migrations, *terminates)
+        after_usd = before_usd + sum(l.offer.usd_per_hour * l.count for l in launches)
+        after_usd -= sum(self.nodes[t.node_id].offer.usd_per_hour for t in terminates)
+        after_risk = before_risk + sum(self._p(l.offer) * l.count for l in launches)
+        after_risk -= sum(self._p(self.nodes[t.node_id].offer) for t in terminates)
+        unplaced = tuple(sorted(self.unplaced, key=lambda u: u.job_id))
+        explanations = tuple(Explanation(j, tuple(lines)) for j, lines in sorted(self.explain.items()))
+        return Plan(
+            actions=actions,
+            unplaced=unplaced,
+            usd_per_hour_before=round(before_usd, 6),
+            usd_per_hour_after=round(after_usd, 6),
+            risk_before=round(before_risk, 6),
+            risk_after=round(after_risk, 6),
+            explanations=explanations,
+        )
+
+
+def plan(
+    *,
+    now: datetime,
+    queue: tuple[Job, ...] | list[Job],
+    fleet: tuple[Node, ...] | list[Node],
+    offers: tuple[Offer, ...] | list[Offer],
+    forecast: Forecast | None,
+    policy: Policy,
+) -> Plan:
+    """Turn queue + fleet + offers + forecast + policy into a Plan. Pure and deterministic."""
+    return _Pass(now, queue, fleet, offers, forecast, policy).run()

@@ -1,0 +1,350 @@
+"""The planner's rules, one named case each (issue: queue order, gangs,
+preemption, risk-adjusted diversified purchases, consolidation)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.model import (
+    Forecast,
+    JobState,
+    Market,
+    OfferReclaim,
+    OfferRisk,
+    Reason,
+    Team,
+)
+from fleetctl.planner import plan
+from tests.builders import T0, job, node, offer, policy
+
+
+def run(queue=(), fleet=(), offers=(), pol=None, forecast=None, now=T0):
+    return plan(now=now, queue=tuple(queue), fleet=tuple(fleet), offers=tuple(offers), forecast=forecast,
+                policy=pol or policy())
+
+
+def bound(j, *node_ids, started=T0 - timedelta(hours=1), checkpoint=None):
+    return replace(j, state=JobState.RUNNING, node_ids=tuple(node_ids), started_at_utc=started,
+                   last_checkpoint_utc=checkpoint)
+
+
+def binds(p):
+    return {b.job_id: b.node_ids for b in p.of_kind("bind")}
+
+
+def unplaced(p):
+    return {u.job_id: u.reason for u in p.unplaced}
+
+
+# ----------------------------------------------------------------------------- queue order
+
+def case_gang_waits_rather_than_partially_placing():
+    fleet = [node("n1")]  # one free 8-GPU node, nothing to buy
+    p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet, offers=[])
+    assert "gang" not in binds(p) and unplaced(p) == {"gang": Reason.NO_ALLOWED_OFFER}
+
+
+def case_team_under_guarantee_jumps_ahead_of_bursting_team():
+    pol = policy(teams=(Team("a", guaranteed_gpus=8, burst_gpus=64), Team("b", guaranteed_gpus=8, burst_gpus=64)),
+                 max_usd_per_hour=22.0)
+    fleet = [node("n1"), node("n2")]
+    running = [bound(job("a-run1", gpus=8, team="a"), "n1"), bound(job("a-run2", gpus=8, team="a"), "n2")]
+    queue = [*running, job("a-next", gpus=8, team="a", submitted=T0 - timedelta(hours=5)),
+             job("b-first", gpus=8, team="b", submitted=T0)]
+    p = run(queue=queue, fleet=fleet, offers=[offer(price=2.0)], pol=pol)
+    assert "b-first" in binds(p) and unplaced(p) == {"a-next": Reason.BUDGET_EXCEEDED}
+
+
+def case_drf_weights_decide_between_teams_over_guarantee():
+    pol = policy(teams=(Team("a", weight=1.0), Team("b", weight=3.0)), max_usd_per_hour=25.0)
+    fleet = [node("n1"), node("n2")]
+    running = [bound(job("a-run", gpus=8, team="a"), "n1"), bound(job("b-run", gpus=8, team="b"), "n2")]
+    queue = [*running, job("a-next", gpus=8, team="a", submitted=T0 - timedelta(hours=1)),
+             job("b-next", gpus=8, team="b", submitted=T0)]
+    p = run(queue=queue, fleet=fleet, offers=[offer(price=4.0)], pol=pol)
+    assert "b-next" in binds(p) and "a-next" in unplaced(p)  # b's weighted share is lower
+
+
+def case_aging_lifts_a_starved_job_into_a_higher_band():
+    pol = policy(aging_priority_per_hour=10.0, max_usd_per_hour=10.0)
+    old_batch = job("old-batch", gpus=8, priority="batch", submitted=T0 - timedelta(hours=100))
+    prod = job("prod", gpus=8, priority="production", spot=True, submitted=T0 - timedelta(hours=1))
+    p = run(queue=[old_batch, prod], offers=[offer(price=10.0)], pol=pol)
+    # both compete at 1000 now; same band and team: earlier submission wins
+    assert "old-batch" in binds(p) and "prod" in unplaced(p)
+    p = run(queue=[old_batch, prod], offers=[offer(price=10.0)], pol=replace(pol, aging_priority_per_hour=0.0))
+    assert "prod" in binds(p)
+
+
+def case_earliest_deadline_first_within_a_team():
+    late = job("late", gpus=8, submitted=T0 - timedelta(hours=3))
+    urgent = replace(job("urgent", gpus=8, submitted=T0), deadline_utc=T0 + timedelta(hours=12))
+    p = run(queue=[late, urgent], offers=[offer(price=10.0)], pol=policy(max_usd_per_hour=10.0))
+    assert "urgent" in binds(p) and "late" in unplaced(p)
+
+
+def case_burst_limit_is_a_quota():
+    pol = policy(teams=(Team("a", guaranteed_gpus=0, burst_gpus=8),))
+    p = run(queue=[job("j1", gpus=8), job("j2", gpus=8, submitted=T0 + timedelta(seconds=1))], offers=[offer()],
+            pol=pol)
+    assert "j1" in binds(p) and unplaced(p) == {"j2": Reason.QUOTA_EXCEEDED}
+
+
+# ----------------------------------------------------------------------------- placement
+
+def case_gang_on_one_node_when_it_fits():
+    fleet = [node("a", offer(zone="z1")), node("b", offer(zone="z1")), node("big", offer("g16", gpus=16, zone="z2"))]
+    p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet)
+    assert binds(p) == {"gang": ("big", "big")}
+
+
+def case_gang_spans_nodes_only_within_one_zone():
+    fleet = [node("a1", offer(zone="z1")), node("b1", offer(zone="z2")), node("b2", offer(zone="z2"))]
+    p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet)
+    assert sorted(binds(p)["gang"]) == ["b1", "b2"]
+
+
+def case_best_fit_keeps_large_blocks_free():
+    fleet = [node("big", offer("g8", gpus=8)), node("small", offer("g2", gpus=2, vcpus=24, memory_gib=256))]
+    p = run(queue=[job("one", gpus=1)], fleet=fleet)
+    assert binds(p) == {"one": ("small",)}
+
+
+def case_non_spot_eligible_refuses_spot_capacity():
+    fleet = [node("spot", offer(market=Market.SPOT))]
+    offers = [offer(price=3.0, market=Market.SPOT), offer(price=12.0, market=Market.ON_DEMAND)]
+    p = run(queue=[job("safe", gpus=1, spot=False)], fleet=fleet, offers=offers)
+    assert p.of_kind("launch")[0].offer.market is Market.ON_DEMAND
+
+
+def case_gpu_memory_constraint():
+    offers = [offer("small-mem", model="A10G", price=1.0, gpu_memory_gib=24.0), offer("a100", model="A100-80GB", price=9.0)]
+    p = run(queue=[replace(job("big-model", gpus=1), gpu_memory_gib_per_gpu=40.0)], offers=offers)
+    assert p.of_kind("launch")[0].offer.instance_type.name == "a100"
+
+
+def case_backfill_only_when_it_ends_before_the_waiting_gang():
+    # Two nodes in z1, each half busy until T0+2h; a 2x8 gang must wait (no budget to buy).
+    fleet = [node("n1"), node("n2")]
+    running = [bound(job("r1", gpus=4, duration_hours=3.0), "n1", started=T0 - timedelta(hours=1)),
+               bound(job("r2", gpus=4, duration_hours=3.0), "n2", started=T0 - timedelta(hours=1))]
+    gang = job("gang", workers=2, gpus=8, submitted=T0 - timedelta(hours=1))
+    short = job("short", gpus=2, duration_hours=1.0, submitted=T0)
+    long = job("long", gpus=2, duration_hours=5.0, submitted=T0 + timedelta(seconds=1))
+    p = run(queue=[*running, gang, short, long], fleet=fleet, offers=[offer(price=50.0)],
+            pol=policy(max_usd_per_hour=25.0))
+    assert "gang" in unplaced(p) and "waits for running work" in p.unplaced[0].detail
+    assert "short" in binds(p)
+    assert "long" in unplaced(p)
+
+
+# ----------------------------------------------------------------------------- preemption
+
+def case_preempts_smallest_set_checkpointable_first():
+    fleet = [node("n1")]
+    cp = replace(bound(job("cp", gpus=4), "n1", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    raw = bound(job("raw", gpus=4), "n1")
+    prod = job("prod", gpus=4, priority="production", spot=True)
+    p = run(queue=[cp, raw, prod], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    (pre,) = p.of_kind("preempt")
+    assert pre.job_id == "cp" and pre.by_job_id == "prod" and pre.reason is Reason.PREEMPTED_BY_HIGHER_PRIORITY
+    assert binds(p) == {"prod": ("n1",)}
+
+
+def case_never_preempts_non_preemptible_or_equal_priority():
+    fleet = [node("n1")]
+    other_prod = bound(job("other-prod", gpus=8, priority="production", spot=True), "n1")
+    batch_run = bound(job("batch-run", gpus=8), "n1")
+    for victim in (other_prod,):
+        p = run(queue=[victim, job("prod", gpus=8, priority="production", spot=True)], fleet=fleet, offers=[])
+        assert not p.of_kind("preempt") and "prod" in unplaced(p)
+    p = run(queue=[batch_run, job("batch2", gpus=8)], fleet=fleet, offers=[])
+    assert not p.of_kind("preempt")
+
+
+def case_buys_instead_of_preempting_when_the_budget_allows():
+    fleet = [node("n1")]
+    p = run(queue=[bound(job("b", gpus=8), "n1"), job("prod", gpus=8, priority="production", spot=True)],
+            fleet=fleet, offers=[offer(price=3.0)])
+    assert not p.of_kind("preempt") and p.of_kind("launch")
+
+
+# ----------------------------------------------------------------------------- new capacity
+
+def case_diversification_cap_forces_a_second_offer():
+    offers = [offer("cheap", price=8.0), offer("dear", price=9.0)]
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(4)]
+    p = run(queue=queue, offers=offers, pol=policy(max_share_per_instance_type=0.5, max_share_per_zone=1.0))
+    types = sorted(l.offer.instance_type.name for l in p.of_kind("launch") for _ in l.node_names)
+    assert types.count("cheap") <= 3 and "dear" in types  # 0.5 x 32 + one node = 24 GPUs of one type at most
+    p = run(queue=queue, offers=offers, pol=policy())
+    assert {l.offer.instance_type.name for l in p.of_kind("launch")} == {"cheap"}
+
+
+def case_min_distinct_offers():
+    offers = [offer("a", price=8.0), offer("b", price=8.5), offer("c", price=9.0)]
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(3)]
+    p = run(queue=queue, offers=offers, pol=policy(min_distinct_offers=3))
+    assert {l.offer.instance_type.name for l in p.of_kind("launch")} == {"a", "b", "c"}
+
+
+def case_zone_cap_spreads_across_zones():
+    offers = [offer("g", price=8.0, zone="z1"), offer("g", price=8.2, zone="z2")]
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(4)]
+    p = run(queue=queue, offers=offers, pol=policy(max_share_per_zone=0.5))
+    assert {l.offer.zone for l in p.of_kind("launch")} == {"z1", "z2"}
+
+
+def case_risk_changes_the_choice():
+    offers = [offer("risky", price=5.0), offer("steady", price=6.0)]
+    j = job("j", gpus=8, duration_hours=10.0)
+    calm = run(queue=[j], offers=offers)
+    assert calm.of_kind("launch")[0].offer.instance_type.name == "risky"
+    stormy = Forecast(interruption=(OfferRisk(offers[0].key, 60, 0.6), OfferRisk(offers[1].key, 60, 0.01)))
+    p = run(queue=[j], offers=offers, forecast=stormy)
+    assert p.of_kind("launch")[0].offer.instance_type.name == "steady"
+
+
+def case_checkpointing_makes_risk_cheaper():
+    offers = [offer("spot", price=5.0), offer("od", price=6.5, market=Market.ON_DEMAND)]
+    risky = Forecast(interruption=(OfferRisk(offers[0].key, 60, 0.3),))
+    long_job = job("j", gpus=8, duration_hours=8.0)
+    assert run(queue=[long_job], offers=offers, forecast=risky).of_kind("launch")[0].offer.market is Market.ON_DEMAND
+    ckpt = replace(long_job, checkpointable=True, checkpoint_interval_minutes=10.0)
+    assert run(queue=[ckpt], offers=offers, forecast=risky).of_kind("launch")[0].offer.market is Market.SPOT
+
+
+def case_recently_reclaimed_offer_is_avoided():
+    offers = [offer("g", price=5.0), offer("g", price=15.0, market=Market.ON_DEMAND)]
+    fc = Forecast(recent_reclaims=(OfferReclaim(offers[0].key, T0 - timedelta(minutes=5)),))
+    p = run(queue=[job("j", gpus=8)], offers=offers, forecast=fc, pol=policy(reclaimed_offer_ttl_minutes=30))
+    assert p.of_kind("launch")[0].offer.market is Market.ON_DEMAND
+    fc_old = Forecast(recent_reclaims=(OfferReclaim(offers[0].key, T0 - timedelta(minutes=50)),))
+    p = run(queue=[job("j", gpus=8)], offers=offers, forecast=fc_old, pol=policy(reclaimed_offer_ttl_minutes=30))
+    assert p.of_kind("launch")[0].offer.market is Market.SPOT
+
+
+def case_on_demand_base_uses_the_cheapest_move():
+    offers = [offer("big", gpus=8, price=8.0), offer("big", gpus=8, price=30.0, market=Market.ON_DEMAND),
+              offer("small", gpus=1, price=0.2, vcpus=8, memory_gib=64),
+              offer("small", gpus=1, price=0.5, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)]
+    queue = [job("big-job", gpus=8)] + [job(f"s{i}", gpus=1, submitted=T0 + timedelta(seconds=i)) for i in range(2)]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=2))
+    by_market = {l.offer.instance_type.name + "/" + l.offer.market.value: l.count for l in p.of_kind("launch")}
+    assert by_market == {"big/spot": 1, "small/on_demand": 2}
+    assert {l.reason for l in p.of_kind("launch") if l.offer.market is Market.ON_DEMAND} == {Reason.ON_DEMAND_BASE}
+
+
+def case_packs_small_jobs_into_a_bigger_node_when_cheaper():
+    offers = [offer("one", gpus=1, price=1.0, vcpus=8, memory_gib=64), offer("eight", gpus=8, price=6.0)]
+    queue = [job(f"s{i}", gpus=1, submitted=T0 + timedelta(seconds=i)) for i in range(8)]
+    p = run(queue=queue, offers=offers)
+    assert [(l.offer.instance_type.name, l.count) for l in p.of_kind("launch")] == [("eight", 1)]
+    assert p.usd_per_hour_after == pytest.approx(6.0)
+
+
+def case_budget_cap_holds():
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(5)]
+    p = run(queue=queue, offers=[offer(price=10.0)], pol=policy(max_usd_per_hour=35.0))
+    assert p.usd_per_hour_after <= 35.0 and len(p.of_kind("bind")) == 3
+    assert all(u.reason is Reason.BUDGET_EXCEEDED for u in p.unplaced)
+
+
+# ----------------------------------------------------------------------------- scale down
+
+def _consolidation_fleet(checkpoint_age_minutes: float, checkpointable: bool = True):
+    fleet = [node("busy", offer(price=10.0)), node("light", offer(price=10.0))]
+    on_busy = bound(job("stay", gpus=4), "busy")
+    mover = replace(bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=checkpoint_age_minutes)),
+                    checkpointable=checkpointable)
+    return fleet, [on_busy, mover]
+
+
+def case_consolidation_when_payback_is_short():
+    fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=5)
+    p = run(queue=jobs, fleet=fleet)
+    (mig,) = p.of_kind("migrate")
+    assert mig.job_id == "mover" and mig.to_node_ids == ("busy",)
+    assert [t.node_id for t in p.of_kind("terminate")] == ["light"]
+    assert p.of_kind("terminate")[0].reason is Reason.CONSOLIDATION
+    assert p.usd_per_hour_after == pytest.approx(10.0)
+
+
+def case_consolidation_declined_when_payback_too_long():
+    fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=60 * 30)  # 30 h of work would be lost
+    p = run(queue=jobs, fleet=fleet, pol=policy(consolidation_payback_hours=2.0))
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+    assert any("declined" in line for line in p.explanation("mover").considered)
+
+
+def case_never_migrates_jobs_that_cannot_checkpoint():
+    fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=5, checkpointable=False)
+    p = run(queue=jobs, fleet=fleet)
+    assert not p.of_kind("migrate")
+
+
+def case_disruption_budget_limits_nodes_per_pass():
+    fleet = [node("busy", offer("g16", gpus=16, price=20.0))] + [node(f"l{i}", offer(price=10.0)) for i in range(3)]
+    jobs = [bound(job("stay", gpus=2), "busy")] + [
+        replace(bound(job(f"m{i}", gpus=2), f"l{i}", checkpoint=T0), checkpointable=True) for i in range(3)]
+    p = run(queue=jobs, fleet=fleet, pol=policy(disruption_budget_nodes=2))
+    assert len(p.of_kind("terminate")) == 2
+
+
+def case_idle_nodes_terminated_after_timeout():
+    p = run(fleet=[node("old", ready_at=T0 - timedelta(hours=1)), node("new", ready_at=T0 - timedelta(minutes=1))],
+            pol=policy(idle_timeout_minutes=10))
+    assert [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [("old", Reason.IDLE)]
+
+
+CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_rule(case):
+    case()
+
+
+def test_every_action_and_unplaced_job_says_why():
+    offers = [offer(price=10.0)]
+    queue = [job(f"j{i}", gpus=8, workers=1 + i % 2, submitted=T0 + timedelta(seconds=i)) for i in range(6)]
+    p = run(queue=queue, offers=offers, pol=policy(max_usd_per_hour=45.0))
+    assert p.actions and p.unplaced
+    for item in (*p.actions, *p.unplaced):
+        assert isinstance(item.reason, Reason) and item.detail and "\n" not in item.detail
+
+
+def test_shuffled_inputs_give_an_identical_plan():
+    rng = random.Random(11)
+    zones = ["z1", "z2", "z3"]
+    offers = [offer(f"t{g}", gpus=g, price=round(g * rng.uniform(0.8, 1.6), 3), zone=z, market=m,
+                    vcpus=12 * g, memory_gib=96.0 * g, model=mod)
+              for g in (1, 4, 8) for z in zones for m in Market for mod in ("A100-80GB", "L4")]
+    fleet = [node(f"n{i}", offers[rng.randrange(len(offers))], ready_at=T0 - timedelta(minutes=rng.randrange(5, 90)))
+             for i in range(12)]
+    queue = []
+    for i in range(40):
+        j = job(f"j{i}", workers=rng.choice([1, 1, 1, 2]), gpus=rng.choice([1, 2, 4, 8]),
+                models=rng.choice([(), ("L4",), ("A100-80GB",)]), priority=rng.choice(["batch", "production"]),
+                team=rng.choice(["a", "b"]), submitted=T0 - timedelta(minutes=rng.randrange(0, 600)),
+                spot=rng.choice([None, True, False]), duration_hours=rng.choice([0.5, 2.0, 8.0]))
+        if rng.random() < 0.3:
+            j = replace(j, deadline_utc=T0 + timedelta(hours=rng.randrange(2, 48)))
+        if rng.random() < 0.4:
+            j = replace(j, checkpointable=True, checkpoint_interval_minutes=30.0)
+        queue.append(j)
+    # a few running jobs so preemption and consolidation have something to consider
+    queue[0] = bound(replace(queue[0], workers=1, gpus_per_worker=1, gpu_models=()), fleet[0].node_id)
+    pol = policy(max_usd_per_hour=150.0, max_share_per_instance_type=0.5, min_distinct_offers=3,
+                 on_demand_base_gpus=8, aging_priority_per_hour=5.0)
+    risk = Forecast(interruption=tuple(OfferRisk(o.key, 60, rng.uniform(0, 0.3)) for o in offers[::3]))
+    base = run(queue, fleet, offers, pol, risk)
+    assert base.actions
+    for _ in range(5):
+        q, f, o = list(queue), list(fleet), list(offers)
+        rng.shuffle(q), rng.shuffle(f), rng.shuffle(o)
+        assert run(q, f, o, pol, risk) == base
