@@ -34,19 +34,14 @@ class Slot:
     reserved_until: datetime | None = None  # a waiting gang may start here then (backfill)
     reserved_for: str | None = None
     touched: bool = False  # received work in this pass
+    kind: Kind = ("", "")
+    domain: Domain = ("", "", "")
 
     @classmethod
     def of(cls, name: str, offer: Offer, *, new: bool, schedulable: bool = True) -> "Slot":
         it = offer.instance_type
-        return cls(name, offer, new, schedulable, it.gpu_count, float(it.vcpus), it.memory_gib)
-
-    @property
-    def kind(self) -> Kind:
-        return kind_of(self.offer)
-
-    @property
-    def domain(self) -> Domain:
-        return self.offer.placement_domain
+        return cls(name, offer, new, schedulable, it.gpu_count, float(it.vcpus), it.memory_gib,
+                   kind=kind_of(offer), domain=offer.placement_domain)
 
     def workers_fit(self, job: Job) -> int:
         """How many workers of ``job`` fit in the free capacity."""
@@ -66,11 +61,28 @@ class CapacityIndex:
     def __init__(self) -> None:
         self.by_kind: dict[Kind, dict[int, dict[str, Slot]]] = {}
         self.by_domain: dict[Domain, dict[str, Slot]] = {}
+        self.by_domain_kind: dict[tuple[Domain, Kind], dict[str, Slot]] = {}
+        self.domains_of_kind: dict[Kind, set[Domain]] = {}
         self.free_by_domain_kind: dict[tuple[Domain, Kind], int] = {}
         self.slots: dict[str, Slot] = {}
+        # Gang shapes known not to fit anywhere; capacity only shrinks between
+        # changes of ``generation`` (bumped whenever capacity is added or returned).
+        self.generation = 0
+        self._no_gang_fit: set[tuple] = set()
+        self.reservations = 0  # slots reserved by waiting gangs (then the end time matters)
+        self.max_gpus_of_kind: dict[Kind, int] = {}
+        self.gpu_memory_of_kind: dict[Kind, float] = {}
+
+    def _grew(self) -> None:
+        self.generation += 1
+        self._no_gang_fit.clear()
 
     def add(self, slot: Slot) -> None:
         self.slots[slot.name] = slot
+        self._grew()
+        it = slot.offer.instance_type
+        self.max_gpus_of_kind[slot.kind] = max(self.max_gpus_of_kind.get(slot.kind, 0), it.gpu_count)
+        self.gpu_memory_of_kind[slot.kind] = it.gpu_memory_gib
         if slot.schedulable:
             self._file(slot)
 
@@ -78,13 +90,19 @@ class CapacityIndex:
         self.by_kind.setdefault(slot.kind, {}).setdefault(slot.free_gpus, {})[slot.name] = slot
         self.by_domain.setdefault(slot.domain, {})[slot.name] = slot
         key = (slot.domain, slot.kind)
+        self.by_domain_kind.setdefault(key, {})[slot.name] = slot
+        self.domains_of_kind.setdefault(slot.kind, set()).add(slot.domain)
         self.free_by_domain_kind[key] = self.free_by_domain_kind.get(key, 0) + slot.free_gpus
 
     def _unfile(self, slot: Slot) -> None:
-        bucket = self.by_kind[slot.kind][slot.free_gpus]
+        buckets = self.by_kind[slot.kind]
+        bucket = buckets[slot.free_gpus]
         del bucket[slot.name]
+        if not bucket:
+            del buckets[slot.free_gpus]
         del self.by_domain[slot.domain][slot.name]
         key = (slot.domain, slot.kind)
+        del self.by_domain_kind[key][slot.name]
         self.free_by_domain_kind[key] -= slot.free_gpus
 
     def withdraw(self, slot: Slot) -> None:
@@ -110,6 +128,7 @@ class CapacityIndex:
         workers = slot.jobs.pop(job.job_id, 0)
         if not workers:
             return 0
+        self._grew()
         filed = slot.schedulable
         if filed:
             self._unfile(slot)
@@ -134,8 +153,9 @@ class CapacityIndex:
             buckets = self.by_kind.get(kind)
             if not buckets:
                 continue
-            for free in sorted(buckets):
-                if free < need or free - need >= best_left:
+            top = min(self.max_gpus_of_kind.get(kind, 0), need + best_left - 1)
+            for free in range(need, top + 1):
+                if free not in buckets:
                     continue
                 found = None
                 for slot in buckets[free].values():
@@ -159,21 +179,27 @@ class CapacityIndex:
         slots leave the fewest GPUs unused; within it, the roomiest slots first
         (fewest nodes). Returns [(slot, workers)] or None."""
         need_gpus = job.gpus_per_worker * job.workers
+        shape = (kinds, job.workers, job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker,
+                 ends_at if self.reservations else None)
+        if shape in self._no_gang_fit:
+            return None
         best: list[tuple[Slot, int]] | None = None
         best_key: tuple | None = None
-        for domain in sorted(self.by_domain):
-            if need_gpus and sum(self.free_by_domain_kind.get((domain, k), 0) for k in kinds) < need_gpus:
-                continue
-            kind_set = set(kinds)
+        free = self.free_by_domain_kind
+        sums: dict[Domain, int] = {}
+        for k in kinds:
+            for d in self.domains_of_kind.get(k, ()):
+                sums[d] = sums.get(d, 0) + free.get((d, k), 0)
+        g = job.gpus_per_worker
+        for domain in sorted(d for d, total in sums.items() if total >= need_gpus):
             candidates = []
-            for slot in self.by_domain[domain].values():
-                if slot.kind not in kind_set:
-                    continue
-                if slot.reserved_until is not None and ends_at > slot.reserved_until:
-                    continue
-                fit = slot.workers_fit(job)
-                if fit:
-                    candidates.append((fit, slot))
+            for k in kinds:
+                for slot in self.by_domain_kind.get((domain, k), {}).values():
+                    if slot.free_gpus < g or (slot.reserved_until is not None and ends_at > slot.reserved_until):
+                        continue
+                    fit = slot.workers_fit(job)
+                    if fit:
+                        candidates.append((fit, slot))
             candidates.sort(key=lambda t: (-t[0], t[1].free_gpus, t[1].name))
             chosen: list[tuple[Slot, int]] = []
             left = job.workers
@@ -189,6 +215,8 @@ class CapacityIndex:
             key = (len(chosen), waste, domain)
             if best_key is None or key < best_key:
                 best, best_key = chosen, key
+        if best is None:
+            self._no_gang_fit.add(shape)
         return best
 
     def kinds(self) -> tuple[Kind, ...]:

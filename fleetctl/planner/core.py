@@ -29,7 +29,7 @@ checkpoint) plus the restart overhead.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from fleetctl.model import (
@@ -69,6 +69,10 @@ def _per_node(job: Job, offer: Offer) -> int:
     if job.gpus_per_worker > 0:
         limits.append(it.gpu_count // job.gpus_per_worker)
     return max(0, min(limits))
+
+
+def _pow2(x: float) -> float:
+    return float(2 ** math.ceil(math.log2(x))) if x > 1 else (1.0 if x > 0 else 0.0)
 
 
 def _describe_need(job: Job) -> str:
@@ -129,6 +133,15 @@ class _Pass:
                 z = o.placement_domain
                 self.max_gpus_in_zone[z] = max(self.max_gpus_in_zone.get(z, 0), o.instance_type.gpu_count)
         self._compatible_cache: dict[tuple, tuple[Offer, ...]] = {}
+        self._estimates: dict[tuple, _Option | None] = {}
+        # Per offer, computed once: key, kind, price, GPUs, vCPUs, GiB, interruption probability.
+        self.offer_info = {
+            id(o): (o.key, kind_of(o), o.usd_per_hour, o.instance_type.gpu_count, o.instance_type.vcpus,
+                    o.instance_type.memory_gib, self._p(o))
+            for o in self.offers
+        }
+        self.offer_key = {i: info[0] for i, info in self.offer_info.items()}
+        self.kind_memory = {kind_of(o): o.instance_type.gpu_memory_gib for o in self.offers}
         self._kinds_cache: dict[tuple, tuple[Kind, ...]] = {}
         self.new_count = 0
         self.preempted: set[str] = set()
@@ -180,7 +193,7 @@ class _Pass:
         if cached is not None:
             return cached
         kinds = []
-        memory = {kind_of(s.offer): s.offer.instance_type.gpu_memory_gib for s in self.index.slots.values()}
+        memory = self.index.gpu_memory_of_kind
         for kind in self.index.kinds():
             model, market = kind
             if market == Market.SPOT.value and not spot_ok:
@@ -204,10 +217,10 @@ class _Pass:
         if cached is not None:
             return cached
         full = self._compatible_offers(job, spot_ok)
-        by_node = sorted(full, key=lambda o: (o.usd_per_hour, o.key))
+        by_node = sorted(full, key=lambda o: (o.usd_per_hour, self.offer_key[id(o)]))
         seen: dict[str, Offer] = {}
         for o in (*full[:_SHORTLIST], *by_node[:_SHORTLIST]):
-            seen.setdefault(o.key, o)
+            seen.setdefault(self.offer_key[id(o)], o)
         cached = tuple(seen.values())
         self._compatible_cache[key] = cached
         return cached
@@ -230,7 +243,7 @@ class _Pass:
             if job.gpu_memory_gib_per_gpu and it.gpu_memory_gib < job.gpu_memory_gib_per_gpu:
                 continue
             result.append(o)
-        result.sort(key=lambda o: (o.usd_per_hour / max(1, o.instance_type.gpu_count), o.key))
+        result.sort(key=lambda o: (o.usd_per_hour / max(1, o.instance_type.gpu_count), self.offer_key[id(o)]))
         cached = tuple(result)
         self._compatible_cache[key] = cached
         return cached
@@ -312,35 +325,50 @@ class _Pass:
         self.actions_bind.append(Bind(job.job_id, tuple(names), reason, detail))
 
     def estimate(self, job: Job, spot_ok: bool) -> _Option | None:
+        """The cheapest purchase in dollars for ``job`` alone (cached by shape):
+        what admission checks against the budget and the GPU cap."""
+        # Design choice: the cache key rounds vCPUs and memory up to a power of
+        # two, so the many slightly different shapes of a real queue share one
+        # estimate; it is conservative (a bigger shape costs at least as much),
+        # and the exact shape is tried when the rounded one fits nowhere.
+        rounded = replace(job, vcpus_per_worker=_pow2(job.vcpus_per_worker),
+                          memory_gib_per_worker=_pow2(job.memory_gib_per_worker))
+        key = (job.workers, job.gpus_per_worker, rounded.vcpus_per_worker, rounded.memory_gib_per_worker,
+               job.gpu_models, job.gpu_memory_gib_per_gpu, spot_ok)
+        if key not in self._estimates:
+            self._estimates[key] = self._cheapest(rounded, spot_ok)
+        return self._estimates[key] or self._cheapest(job, spot_ok)
+
+    def _cheapest(self, job: Job, spot_ok: bool) -> _Option | None:
         options = self.options(job, spot_ok, short=True) or self.options(job, spot_ok)
-        if not options:
-            return None
-        return min(options, key=lambda o: (o.cost, o.offer.key))
+        return min(options, key=lambda o: (o.usd_per_hour, self.offer_key[id(o.offer)])) if options else None
 
     def options(self, job: Job, spot_ok: bool, short: bool = False, demand: dict[Kind, float] | None = None) -> list[_Option]:
         """Purchase options for ``job`` alone, best score first (``short``: the shortlist only)."""
-        result: list[_Option] = []
+        result: list[tuple] = []
         loss = self._loss_hours(job)
         need_gpus = job.gpus
+        g, v, m, w = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker, job.workers
+        demand = demand or {}
         for offer in (self._shortlist(job, spot_ok) if short else self._compatible_offers(job, spot_ok)):
-            per = _per_node(job, offer)
+            key, kind, price, gpus, vcpus, mem, p = self.offer_info[id(offer)]
+            per = min(int(vcpus // v) if v > 0 else 1 << 30, int(mem // m) if m > 0 else 1 << 30,
+                      gpus // g if g > 0 else 1 << 30)
             if per < 1:
                 continue
-            it = offer.instance_type
-            n = math.ceil(job.workers / per)
-            price = offer.usd_per_hour
-            if it.gpu_count:
-                share = need_gpus / it.gpu_count
-                spare = n * it.gpu_count - need_gpus
-                useful = need_gpus + min(spare, (demand or {}).get(kind_of(offer), 0.0))
+            n = -(-w // per)
+            if gpus:
+                share = need_gpus / gpus
+                spare = n * gpus - need_gpus
+                useful = need_gpus + min(spare, demand.get(kind, 0.0))
             else:
-                share = job.vcpus_per_worker * job.workers / max(1, it.vcpus)
-                useful = max(1.0, job.vcpus_per_worker * job.workers)
-            risk = self._p(offer) * loss * share * price
+                share = v * w / max(1, vcpus)
+                useful = max(1.0, v * w)
+            risk = p * loss * share * price
             cost = n * price + risk
-            result.append(_Option(cost / max(useful, 1e-9), cost, n, offer, risk))
-        result.sort(key=lambda o: (o.score, o.cost, o.offer.key))
-        return result
+            result.append((cost / max(useful, 1e-9), cost, key, n, offer, risk))
+        result.sort(key=lambda t: t[:3])
+        return [_Option(score, cost, n, offer, risk) for score, cost, _, n, offer, risk in result]
 
     def run_queue(self, queued: list[Job]) -> list[tuple[Job, bool]]:
         totals = [0.0, 0.0, 0.0]
@@ -544,6 +572,7 @@ class _Pass:
         for _, _, slot in chosen:
             slot.reserved_until = start
             slot.reserved_for = job.job_id
+            self.index.reservations += 1
         return start
 
     # ------------------------------------------------------------------ 3. new capacity
@@ -552,8 +581,12 @@ class _Pass:
         demand: dict[Kind, float] = {}
         kinds_of: dict[str, tuple[Kind, ...]] = {}
         all_kinds = {kind_of(o) for o in self.offers}
+        by_signature: dict[tuple, tuple[Kind, ...]] = {}
         for job, spot_ok in admitted:
-            ks = tuple(k for k in all_kinds if self._kind_ok(job, k, spot_ok))
+            sig = (job.gpu_models, job.gpus_per_worker > 0, job.gpu_memory_gib_per_gpu, spot_ok)
+            ks = by_signature.get(sig)
+            if ks is None:
+                ks = by_signature[sig] = tuple(sorted(k for k in all_kinds if self._kind_ok(job, k, spot_ok)))
             kinds_of[job.job_id] = ks
             if job.workers == 1:
                 for k in ks:
@@ -607,6 +640,8 @@ class _Pass:
         if market == Market.SPOT.value and not spot_ok:
             return False
         if job.gpus_per_worker > 0 and not model:
+            return False
+        if job.gpu_memory_gib_per_gpu and self.kind_memory.get(kind, 0.0) < job.gpu_memory_gib_per_gpu:
             return False
         return not job.gpu_models or model in job.gpu_models
 

@@ -348,3 +348,13 @@ def test_shuffled_inputs_give_an_identical_plan():
         q, f, o = list(queue), list(fleet), list(offers)
         rng.shuffle(q), rng.shuffle(f), rng.shuffle(o)
         assert run(q, f, o, pol, risk) == base
+
+
+def test_gpu_memory_constraint_holds_in_leftovers_of_new_nodes():
+    offers = [offer("small-mem", model="A10G", gpus=8, price=1.0, gpu_memory_gib=24.0),
+              offer("a100", model="A100-80GB", gpus=1, price=9.0, vcpus=12, memory_gib=128)]
+    queue = [job("any", gpus=1, submitted=T0), replace(job("big", gpus=1, submitted=T0 + timedelta(seconds=1)),
+                                                       gpu_memory_gib_per_gpu=40.0)]
+    p = run(queue=queue, offers=offers)
+    launched = {n: l.offer.instance_type.name for l in p.of_kind("launch") for n in l.node_names}
+    assert launched[binds(p)["big"][0]] == "a100"
