@@ -14,6 +14,10 @@ from datetime import datetime
 from fleetctl.model import Job, Market, Offer
 
 Kind = tuple[str, str]  # (gpu model or "", market)
+
+# Domains a gang looks at once it has a fit, at most: bounds the work per gang
+# in a large fleet (the domains are taken in a fixed order, so it stays deterministic).
+_GANG_DOMAINS = 16
 Domain = tuple[str, str, str]  # (provider, region, zone)
 
 
@@ -45,13 +49,19 @@ class Slot:
 
     def workers_fit(self, job: Job) -> int:
         """How many workers of ``job`` fit in the free capacity."""
-        limits = [
-            int(self.free_vcpus // job.vcpus_per_worker) if job.vcpus_per_worker > 0 else 1 << 30,
-            int(self.free_memory_gib // job.memory_gib_per_worker) if job.memory_gib_per_worker > 0 else 1 << 30,
-        ]
-        if job.gpus_per_worker > 0:
-            limits.append(self.free_gpus // job.gpus_per_worker)
-        return max(0, min(limits))
+        n = 1 << 30
+        v, m, g = job.vcpus_per_worker, job.memory_gib_per_worker, job.gpus_per_worker
+        if v > 0:
+            n = int(self.free_vcpus // v)
+        if m > 0:
+            k = int(self.free_memory_gib // m)
+            if k < n:
+                n = k
+        if g > 0:
+            k = self.free_gpus // g
+            if k < n:
+                n = k
+        return n if n > 0 else 0
 
 
 class CapacityIndex:
@@ -68,7 +78,7 @@ class CapacityIndex:
         # Gang shapes known not to fit anywhere; capacity only shrinks between
         # changes of ``generation`` (bumped whenever capacity is added or returned).
         self.generation = 0
-        self._no_gang_fit: set[tuple] = set()
+        self._no_gang_fit: dict[tuple, list[tuple]] = {}
         self.reservations = 0  # slots reserved by waiting gangs (then the end time matters)
         self.max_gpus_of_kind: dict[Kind, int] = {}
         self.gpu_memory_of_kind: dict[Kind, float] = {}
@@ -149,27 +159,31 @@ class CapacityIndex:
         need_m = job.memory_gib_per_worker * workers
         best: Slot | None = None
         best_left = 1 << 30
+        by_kind, max_gpus = self.by_kind, self.max_gpus_of_kind
         for kind in kinds:
-            buckets = self.by_kind.get(kind)
+            buckets = by_kind.get(kind)
             if not buckets:
                 continue
-            top = min(self.max_gpus_of_kind.get(kind, 0), need + best_left - 1)
+            top = need + best_left - 1
+            cap = max_gpus[kind]
+            if cap < top:
+                top = cap
             for free in range(need, top + 1):
-                if free not in buckets:
+                bucket = buckets.get(free)
+                if bucket is None:
                     continue
-                found = None
-                for slot in buckets[free].values():
+                found = False
+                for slot in bucket.values():
                     if (
                         slot.free_vcpus >= need_v
                         and slot.free_memory_gib >= need_m
-                        and slot.name != exclude
                         and (slot.reserved_until is None or ends_at <= slot.reserved_until)
+                        and slot.name != exclude
                     ):
-                        found = slot
+                        best, best_left, found = slot, free - need, True
                         break
-                if found is not None:
-                    best, best_left = found, free - need
-                    break
+                if found:
+                    break  # larger buckets of this kind only leave more over
             if best_left == 0:
                 break
         return best
@@ -179,9 +193,12 @@ class CapacityIndex:
         slots leave the fewest GPUs unused; within it, the roomiest slots first
         (fewest nodes). Returns [(slot, workers)] or None."""
         need_gpus = job.gpus_per_worker * job.workers
-        shape = (kinds, job.workers, job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker,
-                 ends_at if self.reservations else None)
-        if shape in self._no_gang_fit:
+        # A gang at least as big in every dimension as one that found no room
+        # finds none either (capacity has not grown since).
+        where = (kinds, ends_at if self.reservations else None)
+        shape = (job.workers, job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker)
+        failed = self._no_gang_fit.get(where, ())
+        if any(all(a >= b for a, b in zip(shape, f)) for f in failed):
             return None
         best: list[tuple[Slot, int]] | None = None
         best_key: tuple | None = None
@@ -191,7 +208,12 @@ class CapacityIndex:
             for d in self.domains_of_kind.get(k, ()):
                 sums[d] = sums.get(d, 0) + free.get((d, k), 0)
         g = job.gpus_per_worker
+        biggest = max((self.max_gpus_of_kind.get(k, 0) for k in kinds), default=0)
+        fewest = -(-need_gpus // biggest) if g and biggest else 1
+        examined = 0
         for domain in sorted(d for d, total in sums.items() if total >= need_gpus):
+            if examined >= _GANG_DOMAINS:
+                break
             candidates = []
             for k in kinds:
                 for slot in self.by_domain_kind.get((domain, k), {}).values():
@@ -211,12 +233,17 @@ class CapacityIndex:
                     break
             if left:
                 continue
+            examined += 1
             waste = sum(s.free_gpus - job.gpus_per_worker * w for s, w in chosen)
             key = (len(chosen), waste, domain)
             if best_key is None or key < best_key:
                 best, best_key = chosen, key
+            if key[:2] == (fewest, 0):
+                break  # nothing can beat the fewest nodes with no waste
         if best is None:
-            self._no_gang_fit.add(shape)
+            known = self._no_gang_fit.setdefault(where, [])
+            if len(known) < 64:
+                known.append(shape)
         return best
 
     def kinds(self) -> tuple[Kind, ...]:
