@@ -110,7 +110,11 @@ class _Pass:
         self.nodes = {n.node_id: n for n in self.fleet}
         self.jobs = tuple(sorted(queue, key=lambda j: j.job_id))
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
-        self.index = CapacityIndex()
+        self.index = CapacityIndex()  # the existing fleet
+        # Design choice: nodes bought in this pass get their own index. What
+        # found no room in the existing fleet in step 2 cannot find it there in
+        # step 3 (it only shrinks), so step 3 searches the new nodes alone.
+        self.new_index = CapacityIndex()
         self.usage: dict[str, TeamUsage] = {}
         self.actions_bind: list[Bind] = []
         self.actions_preempt: list[Preempt] = []
@@ -295,13 +299,14 @@ class _Pass:
 
     # ------------------------------------------------------------------ 2. queue
 
-    def place_existing(self, job: Job, kinds: tuple[Kind, ...]) -> list[tuple[Slot, int]] | None:
+    def place_existing(self, job: Job, kinds: tuple[Kind, ...], index: CapacityIndex | None = None) -> list[tuple[Slot, int]] | None:
+        index = index or self.index
         ends_at = self.now + timedelta(hours=job.duration_hours)
-        slot = self.index.best_fit(job, kinds, job.workers, ends_at)
+        slot = index.best_fit(job, kinds, job.workers, ends_at)
         if slot is not None:
             return [(slot, job.workers)]
         if job.workers > 1:
-            return self.index.gang_in_domain(job, kinds, ends_at)
+            return index.gang_in_domain(job, kinds, ends_at)
         return None
 
     def commit(self, job: Job, placed: list[tuple[Slot, int]], reason: Reason, order: QueueOrder | None) -> None:
@@ -309,7 +314,7 @@ class _Pass:
         admitted for new capacity were charged at admission)."""
         names = []
         for slot, workers in placed:
-            self.index.take(slot, job, workers)
+            (self.new_index if slot.new else self.index).take(slot, job, workers)
             slot.touched = True
             names.extend([slot.name] * workers)
         if order is not None:
@@ -601,7 +606,7 @@ class _Pass:
                     demand[k] -= job.gpus
             kinds = tuple(k for k in kinds_of[job.job_id])
             # Leftovers of nodes bought earlier in this pass (and any room freed since).
-            placed = self.place_existing(job, tuple(sorted(set(kinds) & set(self.index.by_kind))))
+            placed = self.place_existing(job, tuple(sorted(set(kinds) & set(self.new_index.by_kind))), self.new_index)
             if placed is not None:
                 self.commit(job, placed, Reason.FITS_NEW_CAPACITY if placed[0][0].new else Reason.FITS_FREE_CAPACITY, None)
                 continue
@@ -740,8 +745,7 @@ class _Pass:
             self.new_count += 1
             name = f"new-{self.new_count}"
             slot = Slot.of(name, offer, new=True)
-            self.index.add(slot)
-            self._kinds_cache.clear()
+            self.new_index.add(slot)
             slots.append(slot)
             self.launch_names.setdefault(offer.key, []).append(name)
         self.launch_offer[offer.key] = offer
