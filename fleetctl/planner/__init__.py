@@ -18,6 +18,6 @@ How a pass works (queue order, gangs, backfill, preemption, risk-adjusted
 diversified purchases, consolidation): see ``fleetctl.planner.core``.
 """
 
-from fleetctl.planner.core import plan
+from fleetctl.planner.core import PlannedFleet, plan
 
-__all__ = ["plan"]
+__all__ = ["PlannedFleet", "plan"]

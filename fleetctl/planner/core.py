@@ -899,3 +899,62 @@ def plan(
 ) -> Plan:
     """Turn queue + fleet + offers + forecast + policy into a Plan. Pure and deterministic."""
     return _Pass(now, queue, fleet, offers, forecast, policy).run()
+
+
+class PlannedFleet:
+    """A fleet after a full pass, ready to place newly arrived jobs one at a time.
+
+    ``PlannedFleet(now=..., queue=..., fleet=..., offers=..., forecast=..., policy=...)``
+    runs the same pass as ``plan`` (its result is ``.plan``) and keeps the
+    pass's working state, so ``place(job)`` answers for one new job in the time
+    of one placement instead of a whole pass: free capacity first (existing
+    nodes, then those the plan buys), else a purchase under the same market,
+    diversification, GPU-cap and budget rules, else the reason it waits.
+    It is pure like ``plan``: nothing outside the object changes.
+    """
+
+    def __init__(self, *, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy) -> None:
+        self._pass = _Pass(now, queue, fleet, offers, forecast, policy)
+        self.plan = self._pass.run()
+        self._risk = self.plan.risk_after
+
+    def place(self, job: Job) -> Plan:
+        """Place one new queued job; returns only this job's actions (a launch, a bind) or its reason."""
+        p = self._pass
+        binds_before, launches_before = len(p.actions_bind), {k: len(v) for k, v in p.launch_names.items()}
+        unplaced_before = len(p.unplaced)
+        usd_before = p.usd
+        spot_ok, _ = p._spot_ok(job)
+        kinds = p._kinds(job, spot_ok)
+        placed = p.place_existing(job, kinds)
+        if placed is None:
+            new_kinds = tuple(sorted(k for k in p.new_index.by_kind if p._kind_ok(job, k, spot_ok)))
+            placed = p.place_existing(job, new_kinds, p.new_index)
+        if placed is not None:
+            p.commit(job, placed, Reason.FITS_FREE_CAPACITY if not placed[0][0].new else Reason.FITS_NEW_CAPACITY, None)
+            p.usage.setdefault(job.team, TeamUsage()).add(job)
+        else:
+            quota = over_burst(job, p.usage, p.policy)
+            if quota is not None:
+                p.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
+            else:
+                p.usage.setdefault(job.team, TeamUsage()).add(job)  # _buy_one uncharges if it fails
+                p._buy_one(job, spot_ok, {})
+        launches = []
+        for key, names in p.launch_names.items():
+            fresh = tuple(names[launches_before.get(key, 0):])
+            if fresh:
+                launches.append(Launch(p.launch_offer[key], fresh, p.launch_reason[key],
+                                       f"{p.launch_offer[key].usd_per_hour:.4f} $/h each, risk-adjusted best for {job.job_id}"))
+        risk_before = self._risk
+        self._risk += sum(p._p(l.offer) * l.count for l in launches)
+        lines = tuple(p.explain.get(job.job_id, ()))
+        return Plan(
+            actions=(*launches, *p.actions_bind[binds_before:]),
+            unplaced=tuple(p.unplaced[unplaced_before:]),
+            usd_per_hour_before=round(usd_before, 6),
+            usd_per_hour_after=round(p.usd, 6),
+            risk_before=round(risk_before, 6),
+            risk_after=round(self._risk, 6),
+            explanations=(Explanation(job.job_id, lines),) if lines else (),
+        )

@@ -358,3 +358,20 @@ def test_gpu_memory_constraint_holds_in_leftovers_of_new_nodes():
     p = run(queue=queue, offers=offers)
     launched = {n: l.offer.instance_type.name for l in p.of_kind("launch") for n in l.node_names}
     assert launched[binds(p)["big"][0]] == "a100"
+
+
+def test_planned_fleet_places_a_new_job_like_a_full_plan():
+    from fleetctl.planner import PlannedFleet
+
+    offers = [offer("g8", price=8.0), offer("g1", gpus=1, price=1.5, vcpus=12, memory_gib=128)]
+    queue = [job(f"j{i}", gpus=[1, 4, 8][i % 3], submitted=T0 + timedelta(seconds=i)) for i in range(6)]
+    fleet = [node("n1")]
+    pf = PlannedFleet(now=T0, queue=queue, fleet=fleet, offers=offers, forecast=None, policy=policy())
+    assert pf.plan == run(queue, fleet, offers)
+    newcomer = job("late", gpus=1, submitted=T0 + timedelta(minutes=5))
+    step = pf.place(newcomer)
+    (bind,) = step.of_kind("bind")
+    assert bind.job_id == "late" and step.usd_per_hour_after >= step.usd_per_hour_before
+    # a huge gang that cannot fit anywhere says why
+    step = pf.place(job("huge", gpus=16))
+    assert not step.actions and step.unplaced[0].reason is Reason.GANG_DOES_NOT_FIT
