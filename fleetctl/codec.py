@@ -144,6 +144,9 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "started_at_utc": dt_to_str(job.started_at_utc),
         "last_checkpoint_utc": dt_to_str(job.last_checkpoint_utc),
         "interruptions": job.interruptions,
+        "checkpointed_work_hours": job.checkpointed_work_hours,
+        "priority_boost": job.priority_boost,
+        "avoid_offer_keys": list(job.avoid_offer_keys),
     }
 
 
@@ -169,6 +172,9 @@ def job_from_dict(d: dict[str, Any]) -> Job:
         started_at_utc=str_to_dt(d.get("started_at_utc")),
         last_checkpoint_utc=str_to_dt(d.get("last_checkpoint_utc")),
         interruptions=int(d.get("interruptions") or 0),
+        checkpointed_work_hours=float(d.get("checkpointed_work_hours") or 0.0),
+        priority_boost=float(d.get("priority_boost") or 0.0),
+        avoid_offer_keys=tuple(d.get("avoid_offer_keys") or ()),
     )
 
 

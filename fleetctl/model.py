@@ -192,10 +192,18 @@ class Job:
     started_at_utc: datetime | None = None  # when the current run started (bound/running)
     last_checkpoint_utc: datetime | None = None
     interruptions: int = 0  # times this job lost its nodes to a reclaim
+    checkpointed_work_hours: float = 0.0  # work kept by the last checkpoint (resumed from there)
+    priority_boost: float = 0.0  # added to the class value after a reclaim, so the job is re-placed first
+    avoid_offer_keys: tuple[str, ...] = ()  # offers that failed it recently (re-placed elsewhere)
 
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def remaining_hours(self) -> float:
+        """Work left if the job resumed from its last checkpoint now."""
+        return max(0.0, self.duration_hours - self.checkpointed_work_hours)
 
     def work_since_checkpoint_hours(self, now: datetime) -> float:
         """Hours of work a stop now would lose (all of the run if never checkpointed)."""
@@ -256,6 +264,8 @@ class Policy:
     consolidation_payback_hours: float = 2.0  # a migration must pay for itself within this time
     consolidation_max_gpu_utilisation: float = 0.5  # only nodes at most this busy are consolidated
     disruption_budget_nodes: int = 1  # nodes drained for consolidation per pass, at most
+    requeue_priority_boost: float = 100.0  # priority points a reclaimed job gets when requeued
+    rebalance_drain_probability: float = 0.2  # drain on a rebalance hint when the offer's risk is at least this
 
     def priority_class(self, name: str) -> PriorityClass:
         for pc in self.priority_classes:

@@ -267,6 +267,16 @@ class InterruptionsSpec(StrictModel):
         _D.reclaimed_offer_ttl_minutes, ge=0,
         description="Minutes an offer that was just reclaimed is avoided for new spot launches.",
     )
+    requeue_priority_boost: float = Field(
+        _D.requeue_priority_boost, ge=0,
+        description="Priority points a job gets when it is requeued after a reclaim, so it is re-placed before "
+                    "new work of its class (0 = none).",
+    )
+    rebalance_drain_probability: float = Field(
+        _D.rebalance_drain_probability, ge=0, le=1,
+        description="On a rebalance recommendation (an early hint, no deadline), drain the node proactively if "
+                    "the offer's interruption probability per hour is at least this (0..1; 1 = never drain early).",
+    )
     restart_overhead_minutes: float = Field(
         _D.restart_overhead_minutes, ge=0,
         description="Minutes a restarted job spends (scheduling, image pull, loading a checkpoint) before it does "
@@ -435,6 +445,8 @@ def _to_core(spec: PolicySpec) -> model.Policy:
         max_interruptions_before_on_demand=spec.interruptions.max_interruptions_before_on_demand,
         reclaimed_offer_ttl_minutes=spec.interruptions.reclaimed_offer_ttl_minutes,
         restart_overhead_minutes=spec.interruptions.restart_overhead_minutes,
+        requeue_priority_boost=spec.interruptions.requeue_priority_boost,
+        rebalance_drain_probability=spec.interruptions.rebalance_drain_probability,
         consolidation_payback_hours=spec.scaling.consolidation_payback_hours,
         consolidation_max_gpu_utilisation=spec.scaling.consolidation_max_gpu_utilisation,
         disruption_budget_nodes=spec.scaling.disruption_budget_nodes,

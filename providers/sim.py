@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from fleetctl.model import InterruptionEvent, Node, NodeState, Offer
+from fleetctl.model import InterruptionEvent, InterruptionKind, Node, NodeState, Offer
 from fleetctl.store import Store
 from providers.base import (
     Capabilities,
@@ -32,6 +32,9 @@ from providers.base import (
 from providers.catalog import load_catalog
 
 DEFAULT_LAUNCH_DELAY_SECONDS = 30.0
+# Lead time of a reclaim notice per cloud: AWS's two-minute warning, GCP's
+# 30 s preemption notice, Azure's Scheduled Events Preempt (at least 30 s).
+NOTICE_SECONDS = {"aws": 120, "gcp": 30, "azure": 30}
 
 
 class SimProvider:
@@ -64,7 +67,6 @@ class SimProvider:
         self._offers = tuple(sorted(offers if offers is not None else load_catalog(), key=lambda o: o.key))
         self._by_key = {o.key: o for o in self._offers}
         self._unavailable = unavailable_offer_keys
-        self._pending_events: list[InterruptionEvent] = []
 
     # ------------------------------------------------------------------ contract
 
@@ -74,7 +76,17 @@ class SimProvider:
     def nodes(self, now: datetime) -> tuple[Node, ...]:
         """Nodes of the sandbox; passive transition launching -> ready when due."""
         result = []
+        # The cloud takes a reclaimed node at the notice's deadline, handled or not.
+        taken = {
+            e.node_id
+            for e in self._store.interruptions(unhandled_only=False)
+            if e.kind is not InterruptionKind.REBALANCE and (e.deadline_utc is None or e.deadline_utc <= now)
+            and e.received_at_utc <= now
+        }
         for node in self._store.nodes(include_gone=True):
+            if node.node_id in taken and node.state is not NodeState.GONE:
+                node = replace(node, state=NodeState.GONE)
+                self._store.put_node(node, now)
             if node.state is NodeState.LAUNCHING and node.ready_at_utc is not None and node.ready_at_utc <= now:
                 node = replace(node, state=NodeState.READY, idle_since_utc=node.idle_since_utc or node.ready_at_utc)
                 self._store.put_node(node, now)
@@ -116,18 +128,35 @@ class SimProvider:
         raise NodeNotFound(node_id)
 
     def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
-        """Notices injected with ``notify`` and not yet acknowledged.
-
-        Market-trace-driven reclaims arrive with the discrete-event simulator.
-        """
-        return tuple(e for e in self._pending_events if e.received_at_utc <= now)
+        """Notices not yet handled (the sandbox's notices live in the store, so
+        they survive between `reconcile --once` runs)."""
+        return tuple(e for e in self._store.interruptions(unhandled_only=True) if e.received_at_utc <= now)
 
     def acknowledge(self, event_id: str) -> None:
-        self._pending_events = [e for e in self._pending_events if e.event_id != event_id]
+        """Nothing to do: the controller marks the notice handled in the same store."""
 
     def notify(self, event: InterruptionEvent) -> None:
-        """Inject a reclaim notice (tests, simulator)."""
-        self._pending_events.append(event)
+        """Deliver a notice (tests, the simulator)."""
+        self._store.add_interruption(event)
+
+    def reclaim(self, node_id: str, now: datetime, lead_seconds: float | None = None,
+                kind: InterruptionKind = InterruptionKind.RECLAIM_WARNING) -> InterruptionEvent:
+        """Announce that the cloud takes ``node_id`` back after ``lead_seconds``
+        (default: the provider's notice: AWS 120 s, GCP and Azure 30 s)."""
+        node = next((n for n in self._store.nodes(include_gone=True) if n.node_id == node_id), None)
+        if node is None:
+            raise NodeNotFound(node_id)
+        lead = NOTICE_SECONDS.get(node.offer.provider, 30) if lead_seconds is None else lead_seconds
+        event = InterruptionEvent(
+            event_id=f"sim-{kind.value}-{node_id}-{now.isoformat()}",
+            provider=node.offer.provider,
+            node_id=node_id,
+            kind=kind,
+            received_at_utc=now,
+            deadline_utc=None if kind is InterruptionKind.REBALANCE else now + timedelta(seconds=lead),
+        )
+        self.notify(event)
+        return event
 
     # ------------------------------------------------------------------ helpers
 

@@ -6,6 +6,7 @@ import typer
 
 from fleetctl.cli import jobs, policy_cmd
 from fleetctl.cli.catalog import catalog
+from fleetctl.cli.controller_cmd import daemon, reconcile
 from fleetctl.cli.explain import explain
 from fleetctl.cli.plan_apply import apply, plan
 from fleetctl.cli.status import status
@@ -24,6 +25,8 @@ app.command()(plan)
 app.command()(apply)
 app.command()(status)
 app.command()(explain)
+app.command()(reconcile)
+app.command()(daemon)
 app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(jobs.app, name="jobs")
 

@@ -33,6 +33,11 @@ from fleetctl.model import (
 from fleetctl.store import Store
 from providers.base import LaunchRequest, Provider, ProviderError
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fleetctl.controller.runtime import Runtime
+
 
 class ApplyError(Exception):
     """A plan could not be carried out; the message says which action and why."""
@@ -99,9 +104,13 @@ class ApplyResult:
 _SUPPORTED = ("launch", "bind", "terminate", "preempt", "migrate")
 
 
-def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str) -> ApplyResult:
+def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
+            runtime: "Runtime | None" = None) -> ApplyResult:
     """Carry out ``plan``. ``plan_id`` (the plan's fingerprint) seeds the
     idempotency keys, so applying the same plan twice never buys twice.
+
+    ``runtime`` (if given) checkpoints and stops the jobs that preemptions and
+    migrations move; without one, they are moved as they stand.
 
     Everything happens in one store transaction: if an action fails, the
     store is left as it was (the sandbox keeps its nodes in the store, so it
@@ -150,7 +159,12 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                 if victim is None:
                     raise ApplyError(f"preempt: job {action.job_id!r} is no longer active")
                 # Requeued with its checkpoint; the runtime stops it (checkpointing first if it can).
-                victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None)
+                kept = victim.checkpointed_work_hours
+                if runtime is not None and victim.state is JobState.RUNNING:
+                    kept = (runtime.checkpoint(victim, None, now) if victim.checkpointable
+                            else runtime.stop(victim, now)).checkpointed_hours
+                victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
+                                 checkpointed_work_hours=kept)
                 store.put_job(victim, now)
                 jobs[victim.job_id] = victim
                 store.record("preempt", now, victim.job_id, by=action.by_job_id, reason=action.reason.value,
@@ -160,7 +174,12 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                 if job is None or tuple(sorted(set(job.node_ids))) != tuple(sorted(set(action.from_node_ids))):
                     raise ApplyError(f"migrate: job {action.job_id!r} is no longer on {', '.join(action.from_node_ids)}")
                 targets = tuple(names.get(n, n) for n in action.to_node_ids)
-                job = replace(job, node_ids=targets * (job.workers // max(1, len(targets))) or targets)
+                kept = job.checkpointed_work_hours
+                if runtime is not None and job.state is JobState.RUNNING:
+                    kept = runtime.checkpoint(job, None, now).checkpointed_hours
+                # Checkpointed, stopped, and bound to its new nodes: it resumes there.
+                job = replace(job, state=JobState.BOUND, started_at_utc=None, checkpointed_work_hours=kept,
+                              node_ids=targets * (job.workers // max(1, len(targets))) or targets)
                 store.put_job(job, now)
                 jobs[job.job_id] = job
                 store.record("migrate", now, job.job_id, to=list(targets), reason=action.reason.value,

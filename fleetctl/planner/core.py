@@ -176,8 +176,8 @@ class _Pass:
     def _loss_hours(self, job: Job) -> float:
         restart = self.policy.restart_overhead_minutes / 60
         if job.checkpointable and job.checkpoint_interval_minutes:
-            return job.checkpoint_interval_minutes / 120 + restart
-        return job.duration_hours / 2 + restart
+            return min(job.checkpoint_interval_minutes / 60, job.remaining_hours) / 2 + restart
+        return job.remaining_hours / 2 + restart
 
     def _spot_ok(self, job: Job) -> tuple[bool, str | None]:
         allowed = job.spot_eligible if job.spot_eligible is not None else self.policy.priority_class(job.priority).spot_eligible
@@ -187,7 +187,7 @@ class _Pass:
             return False, f"interrupted {job.interruptions} times (policy allows {self.policy.max_interruptions_before_on_demand} on spot)"
         if job.deadline_utc is not None:
             left = (job.deadline_utc - self.now).total_seconds() / 3600
-            if left < job.duration_hours + self.policy.restart_overhead_minutes / 60:
+            if left < job.remaining_hours + self.policy.restart_overhead_minutes / 60:
                 return False, "deadline at risk: the slack no longer covers a restart"
         return True, None
 
@@ -301,7 +301,7 @@ class _Pass:
 
     def place_existing(self, job: Job, kinds: tuple[Kind, ...], index: CapacityIndex | None = None) -> list[tuple[Slot, int]] | None:
         index = index or self.index
-        ends_at = self.now + timedelta(hours=job.duration_hours)
+        ends_at = self.now + timedelta(hours=job.remaining_hours)
         slot = index.best_fit(job, kinds, job.workers, ends_at)
         if slot is not None:
             return [(slot, job.workers)]
@@ -355,8 +355,14 @@ class _Pass:
         need_gpus = job.gpus
         g, v, m, w = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker, job.workers
         demand = demand or {}
-        for offer in (self._shortlist(job, spot_ok) if short else self._compatible_offers(job, spot_ok)):
+        avoid = job.avoid_offer_keys
+        candidates = self._shortlist(job, spot_ok) if short else self._compatible_offers(job, spot_ok)
+        if avoid and all(self.offer_key[id(o)] in avoid for o in candidates):
+            avoid = ()  # a preference, not a ban: with nothing else left, an offer that failed it is fine
+        for offer in candidates:
             key, kind, price, gpus, vcpus, mem, p = self.offer_info[id(offer)]
+            if avoid and key in avoid:
+                continue  # failed this job recently: prefer capacity that does not fail with it
             per = min(int(vcpus // v) if v > 0 else 1 << 30, int(mem // m) if m > 0 else 1 << 30,
                       gpus // g if g > 0 else 1 << 30)
             if per < 1:
@@ -836,7 +842,13 @@ class _Pass:
         result = []
         for node in self.fleet:
             slot = self.index.slots.get(node.node_id)
-            if slot is None or node.node_id in already or node.state is not NodeState.READY:
+            if slot is None or node.node_id in already:
+                continue
+            if node.state is NodeState.DRAINING and not slot.jobs:
+                result.append(Terminate(node.node_id, Reason.INTERRUPTION,
+                    f"drained after a reclaim notice; saves ${node.offer.usd_per_hour:.2f}/h"))
+                continue
+            if node.state is not NodeState.READY:
                 continue
             if slot.jobs or slot.reserved_for is not None:
                 continue

@@ -29,10 +29,10 @@ _FAR = datetime.max.replace(tzinfo=None)
 def effective_band(job: Job, policy: Policy, now: datetime, class_values: tuple[int, ...]) -> int:
     """The class value a queued job competes at (after aging)."""
     own = policy.priority_class(job.priority).value
-    if policy.aging_priority_per_hour <= 0:
+    if policy.aging_priority_per_hour <= 0 and not job.priority_boost:
         return own
     waited_hours = max(0.0, (now - job.submitted_at_utc).total_seconds() / 3600)
-    effective = own + policy.aging_priority_per_hour * waited_hours
+    effective = own + policy.aging_priority_per_hour * waited_hours + job.priority_boost
     band = own
     for value in class_values:  # ascending
         if own < value <= effective:
@@ -55,7 +55,7 @@ class TeamUsage:
 
 def _team_job_key(job: Job) -> tuple:
     deadline = job.deadline_utc.replace(tzinfo=None) if job.deadline_utc else _FAR
-    return (deadline, job.submitted_at_utc, job.job_id)
+    return (-job.priority_boost, deadline, job.submitted_at_utc, job.job_id)
 
 
 class QueueOrder:

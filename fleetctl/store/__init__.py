@@ -24,8 +24,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
-from fleetctl.codec import dt_to_str, job_from_dict, job_to_dict, node_from_dict, node_to_dict
-from fleetctl.model import Job, JobState, Node, NodeState
+from fleetctl.codec import dt_to_str, job_from_dict, job_to_dict, node_from_dict, node_to_dict, str_to_dt
+from fleetctl.model import InterruptionEvent, InterruptionKind, Job, JobState, Node, NodeState
 from fleetctl.store import tables
 
 DEFAULT_STATE_DIR = ".fleetctl"
@@ -236,6 +236,43 @@ class Store:
                 .where(tables.launches.c.idempotency_key == key)
                 .values(status=status, node_ids=json.dumps(sorted(node_ids)))
             )
+
+    # ------------------------------------------------------------------ interruptions
+
+    def add_interruption(self, event: InterruptionEvent) -> bool:
+        """Record a notice; False if it was already recorded (notices may be delivered twice)."""
+        with self._tx() as conn:
+            t = tables.interruptions
+            if conn.execute(sa.select(t.c.event_id).where(t.c.event_id == event.event_id)).first():
+                return False
+            conn.execute(t.insert().values(
+                event_id=event.event_id, provider=event.provider, node_id=event.node_id, kind=event.kind.value,
+                received_at_utc=dt_to_str(event.received_at_utc), deadline_utc=dt_to_str(event.deadline_utc),
+                handled_at_utc=None,
+            ))
+            return True
+
+    def interruptions(self, *, unhandled_only: bool = True) -> tuple[InterruptionEvent, ...]:
+        t = tables.interruptions
+        query = sa.select(t)
+        if unhandled_only:
+            query = query.where(t.c.handled_at_utc.is_(None))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        events = [
+            InterruptionEvent(
+                event_id=r.event_id, provider=r.provider, node_id=r.node_id, kind=InterruptionKind(r.kind),
+                received_at_utc=str_to_dt(r.received_at_utc),  # type: ignore[arg-type]
+                deadline_utc=str_to_dt(r.deadline_utc),
+            )
+            for r in rows
+        ]
+        return tuple(sorted(events, key=lambda e: (e.received_at_utc, e.event_id)))
+
+    def mark_interruption_handled(self, event_id: str, now: datetime) -> None:
+        t = tables.interruptions
+        with self._tx() as conn:
+            conn.execute(t.update().where(t.c.event_id == event_id).values(handled_at_utc=dt_to_str(now)))
 
     # ------------------------------------------------------------------ events
 

@@ -56,3 +56,17 @@ events = Table(
     Column("subject", String(255), nullable=False, default=""),
     Column("payload", Text, nullable=False, default="{}"),
 )
+
+interruptions = Table(
+    "interruptions",
+    metadata,
+    # A reclaim notice is written here when received and marked handled only
+    # after its node is drained and its jobs requeued (acknowledge after handling).
+    Column("event_id", String(255), primary_key=True),
+    Column("provider", String(32), nullable=False),
+    Column("node_id", String(255), nullable=False, index=True),
+    Column("kind", String(32), nullable=False),
+    Column("received_at_utc", String(40), nullable=False),
+    Column("deadline_utc", String(40), nullable=True),
+    Column("handled_at_utc", String(40), nullable=True, index=True),
+)

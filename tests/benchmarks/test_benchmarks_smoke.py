@@ -123,7 +123,7 @@ def test_checker_flags_a_violating_plan():
 def test_checker_accepts_a_valid_plan_and_prices_it():
     instance, offers = _instance()
     good = _plan(
-        [(offers["od"], ("o1", "o2", "o3", "o4"))],
+        [(offers["od"], ("o1", "o2", "o3", "o4", "spare"))],
         [("batch", ("o1",)), ("prod", ("o2",)), ("gang", ("o3", "o4"))],
     )
     solution = po.solution_of_plan(good)
@@ -132,7 +132,8 @@ def test_checker_accepts_a_valid_plan_and_prices_it():
     reported = po.Solution(solution.nodes, solution.placements, unplaced=("big",))
     evaluation = po.evaluate(instance, reported)
     assert evaluation.violations == () and evaluation.unplaced == ("big",) and not evaluation.feasible
-    assert evaluation.cost == pytest.approx(4 * 30.0)  # on demand: no risk term
+    assert evaluation.cost == pytest.approx(5 * 30.0)  # on demand: no risk term
+    assert evaluation.empty_nodes == 1
 
 
 def test_distinct_offers_rule():

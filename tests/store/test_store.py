@@ -28,9 +28,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0001"
+    assert store.schema_revision() == "0002"
     again = Store(store.url)
-    assert again.schema_revision() == "0001"
+    assert again.schema_revision() == "0002"
     again.close()
 
 

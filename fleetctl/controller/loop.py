@@ -1,0 +1,114 @@
+"""The daemon: apscheduler wiring around the plain tick functions.
+
+* reconcile every ``interval_seconds`` (``max_instances=1, coalesce=True``: a
+  slow tick is never run twice at once, and missed runs collapse into one);
+* interruptions every ``interruption_seconds`` (reclaim notices cannot wait
+  for the next reconcile: AWS gives two minutes, GCP and Azure 30 s);
+* prices every ``price_seconds`` (offers re-read from the provider).
+
+One lock serialises the three, so they never interleave on the store. A tick
+that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
+the loop goes on. ``stop()`` (SIGTERM, SIGINT) lets the current tick finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from fleetctl.controller.reconcile import handle_interruptions, tick
+from fleetctl.controller.runtime import Runtime
+from fleetctl.metrics import FleetMetrics
+from fleetctl.model import Policy
+from fleetctl.store import Store
+from providers.base import Provider
+
+log = logging.getLogger("fleetctl.daemon")
+
+
+@dataclass
+class LoopContext:
+    store: Store
+    provider: Provider
+    runtime: Runtime
+    policy: Policy
+    metrics: FleetMetrics
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Daemon:
+    def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
+                 price_seconds: float = 3600.0, clock: Callable[[], datetime] = _utcnow) -> None:
+        self.ctx = ctx
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.ticks = 0
+        self.scheduler = BackgroundScheduler(timezone=timezone.utc)
+        common = dict(max_instances=1, coalesce=True, next_run_time=datetime.now(timezone.utc))
+        self.scheduler.add_job(self.reconcile, "interval", seconds=interval_seconds, id="reconcile", **common)
+        self.scheduler.add_job(self.interruptions, "interval", seconds=interruption_seconds, id="interruptions", **common)
+        self.scheduler.add_job(self.prices, "interval", seconds=price_seconds, id="prices", **common)
+
+    def reconcile(self) -> None:
+        with self.lock:
+            if self.stopped.is_set():
+                return
+            now = self.clock()
+            try:
+                report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
+                              policy=self.ctx.policy, now=now, metrics=self.ctx.metrics)
+            except Exception:  # the tick boundary: count, log with the traceback, go on
+                self.ctx.metrics.tick_errors.inc()
+                log.exception("reconcile tick failed at %s", now.isoformat())
+                return
+            self.ticks += 1
+            summary = report.plan.actions if report.plan else ()
+            log.info("tick %d: %d actions, %d started, %d completed, %d requeued", self.ticks, len(summary),
+                     len(report.started), len(report.completed), len(report.requeued))
+
+    def interruptions(self) -> None:
+        with self.lock:
+            if self.stopped.is_set():
+                return
+            try:
+                handle_interruptions(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
+                                     policy=self.ctx.policy, now=self.clock(), metrics=self.ctx.metrics)
+            except Exception:  # the tick boundary, as above
+                self.ctx.metrics.tick_errors.inc()
+                log.exception("interruption handling failed")
+
+    def prices(self) -> None:
+        with self.lock:
+            try:
+                offers = self.ctx.provider.offers(self.clock())
+                log.info("prices: %d offers", len(offers))
+            except Exception:  # the tick boundary, as above
+                self.ctx.metrics.tick_errors.inc()
+                log.exception("price refresh failed")
+
+    def start(self) -> None:
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        """Stop after the current tick (waits for it), then return."""
+        self.stopped.set()
+        self.scheduler.shutdown(wait=True)
+
+    def run_until_stopped(self, poll_seconds: float = 0.2) -> None:
+        self.start()
+        try:
+            while not self.stopped.is_set():
+                time.sleep(poll_seconds)
+        finally:
+            if self.scheduler.running:
+                self.scheduler.shutdown(wait=True)

@@ -1,0 +1,204 @@
+"""One tick of the controller: a plain function that cron, the daemon, the
+tests and the simulator all call.
+
+    handle interruptions -> advance jobs (start, finish) -> observe -> plan -> act -> record
+
+The tick decides nothing itself: placement, purchases, terminations and
+migrations come from the planner; the tick carries out the runtime's side of
+them (start, checkpoint, stop) and writes every fact to the store first.
+
+Reclaim handling (in the spirit of Can't Be Late's uniform progress): the node
+is cordoned; each job on it is asked to checkpoint before the notice's
+deadline (a job that cannot checkpoint is stopped and its run is lost); the
+job is requeued with the work it kept, a priority boost, and the failed offer
+to avoid, and the next plan re-places it. The planner moves it to on-demand
+when spot is scarce, when it was interrupted more often than the policy allows,
+or when its deadline no longer covers the remaining work plus a restart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from fleetctl.controller import execute, fingerprint, observe
+from fleetctl.controller.runtime import Runtime
+from fleetctl.metrics import FleetMetrics
+from fleetctl.model import (
+    Forecast,
+    InterruptionEvent,
+    InterruptionKind,
+    Job,
+    JobState,
+    Market,
+    NodeState,
+    Plan,
+    Policy,
+    Reason,
+)
+from fleetctl.planner import plan as make_plan
+from fleetctl.store import Store
+from providers.base import Provider
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one tick did (also what the simulator counts)."""
+
+    plan: Plan | None = None
+    started: list[str] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+    interruptions: int = 0
+    lost_gpu_hours: float = 0.0
+    checkpoints: int = 0
+
+
+def _risk(policy: Policy, forecast: Forecast | None, offer_key: str, market: Market) -> float:
+    if market is not Market.SPOT:
+        return 0.0
+    for r in forecast.interruption if forecast else ():
+        if r.offer_key == offer_key:
+            return r.interruption_probability
+    return policy.default_spot_interruption_probability_per_hour
+
+
+def requeue(job: Job, kept_hours: float, now: datetime, policy: Policy, avoid: str | None, interrupted: bool) -> Job:
+    """The job back in the queue, resuming from ``kept_hours`` of work."""
+    return replace(
+        job,
+        state=JobState.QUEUED,
+        node_ids=(),
+        started_at_utc=None,
+        checkpointed_work_hours=kept_hours,
+        last_checkpoint_utc=now if kept_hours else None,
+        interruptions=job.interruptions + (1 if interrupted else 0),
+        priority_boost=job.priority_boost + (policy.requeue_priority_boost if interrupted else 0.0),
+        avoid_offer_keys=tuple(sorted({*job.avoid_offer_keys, avoid})) if avoid else job.avoid_offer_keys,
+    )
+
+
+def handle_interruptions(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
+                         forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
+                         report: TickReport | None = None) -> int:
+    """Drain nodes named by reclaim notices and requeue their jobs. Each notice
+    is recorded before it is handled and acknowledged only after. Returns how
+    many notices were handled."""
+    report = report or TickReport()
+    handled = 0
+    for event in provider.interruption_events(now):
+        store.add_interruption(event)
+        with store.transaction():
+            _handle_one(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                        metrics=metrics, report=report)
+            store.mark_interruption_handled(event.event_id, now)
+        provider.acknowledge(event.event_id)
+        handled += 1
+    return handled
+
+
+def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, policy: Policy, now: datetime,
+                forecast: Forecast | None, metrics: FleetMetrics | None, report: TickReport) -> None:
+    nodes = {n.node_id: n for n in store.nodes(include_gone=True)}
+    node = nodes.get(event.node_id)
+    store.record("interruption", now, event.node_id, notice=event.kind.value, event_id=event.event_id,
+                 deadline_utc=str(event.deadline_utc))
+    if metrics:
+        metrics.interruptions.labels(event.provider, event.kind.value).inc()
+    report.interruptions += 1
+    if node is None or node.state is NodeState.GONE:
+        return
+    if event.kind is InterruptionKind.REBALANCE:
+        risk = _risk(policy, forecast, node.offer.key, node.offer.market)
+        if risk < policy.rebalance_drain_probability:
+            store.record("rebalance_ignored", now, node.node_id, risk=risk)
+            return
+    store.put_node(replace(node, state=NodeState.DRAINING), now)
+    for job in store.jobs(active_only=True):
+        if node.node_id not in job.node_ids:
+            continue
+        kept = job.checkpointed_work_hours
+        lost = 0.0
+        if job.state is JobState.RUNNING:
+            before = runtime.progress(job, now)
+            if job.checkpointable:
+                after = runtime.checkpoint(job, event.deadline_utc, now)
+                report.checkpoints += 1
+                if metrics:
+                    metrics.checkpoints.inc()
+            else:
+                after = runtime.stop(job, now)
+            kept = after.checkpointed_hours
+            lost = max(0.0, before.done_hours - kept)
+        lost_gpu_hours = lost * job.gpus
+        report.lost_gpu_hours += lost_gpu_hours
+        if metrics and lost_gpu_hours:
+            metrics.lost_gpu_hours.inc(lost_gpu_hours)
+        avoid = node.offer.key if node.offer.market is Market.SPOT else None
+        store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True), now)
+        report.requeued.append(job.job_id)
+        store.record("requeue", now, job.job_id, node=node.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
+                     reason=Reason.INTERRUPTION.value)
+
+
+def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,
+                 metrics: FleetMetrics | None = None, report: TickReport | None = None) -> None:
+    """Passive transitions: bound jobs start once all their nodes are ready;
+    running jobs finish when their work is done (their nodes become idle)."""
+    report = report or TickReport()
+    nodes = {n.node_id: n for n in provider.nodes(now)}
+    for job in store.jobs(active_only=True):
+        if job.state is JobState.BOUND and job.node_ids and all(
+            nodes.get(n) is not None and nodes[n].state is NodeState.READY for n in job.node_ids
+        ):
+            runtime.start(job, job.node_ids, now)
+            store.put_job(replace(job, state=JobState.RUNNING, started_at_utc=now), now)
+            store.record("start", now, job.job_id, nodes=list(job.node_ids))
+            report.started.append(job.job_id)
+            if metrics:
+                metrics.job_wait.observe(max(0.0, (now - job.submitted_at_utc).total_seconds() / 3600))
+        elif job.state is JobState.RUNNING:
+            progress = runtime.progress(job, now)
+            if progress.finished:
+                runtime.stop(job, now)
+                store.put_job(replace(job, state=JobState.SUCCEEDED, checkpointed_work_hours=job.duration_hours), now)
+                store.record("complete", now, job.job_id)
+                report.completed.append(job.job_id)
+                if metrics:
+                    metrics.completed.inc()
+                for nid in set(job.node_ids):
+                    if nid in nodes:
+                        store.put_node(replace(nodes[nid], idle_since_utc=now), now)
+            elif progress.last_checkpoint_utc != job.last_checkpoint_utc:
+                store.put_job(replace(job, last_checkpoint_utc=progress.last_checkpoint_utc), now)
+
+
+def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
+         forecast: Forecast | None = None, metrics: FleetMetrics | None = None) -> TickReport:
+    """One reconcile pass. Exceptions propagate: the caller (daemon, cron)
+    decides what a failed tick means; nothing is half-applied (each step is
+    one store transaction)."""
+    started = time.perf_counter()
+    report = TickReport()
+    handle_interruptions(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                         metrics=metrics, report=report)
+    advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
+    obs = observe(store, provider, now)
+    result = make_plan(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy)
+    report.plan = result
+    if result.has_changes:
+        execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy), runtime=runtime)
+        store.record("plan_applied", now, "", summary=f"{len(result.actions)} actions",
+                     usd_per_hour=result.usd_per_hour_after)
+    if metrics:
+        for a in result.actions:
+            if a.kind == "migrate":
+                metrics.migrations.inc()
+            elif a.kind == "preempt":
+                metrics.preemptions.inc()
+            elif a.kind == "launch" and a.reason in (Reason.ON_DEMAND_FALLBACK,):
+                metrics.fallbacks.inc(a.count)  # type: ignore[union-attr]
+        metrics.observe_state(provider.nodes(now), store.jobs(active_only=True))
+        metrics.tick_seconds.observe(time.perf_counter() - started)
+    return report

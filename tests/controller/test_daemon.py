@@ -1,0 +1,152 @@
+"""The daemon: apscheduler loop, /metrics read with prometheus-client's own
+parser, clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetctl.controller.loop import Daemon, LoopContext
+from fleetctl.metrics import FleetMetrics, serve
+from fleetctl.model import JobState
+from tests.builders import job, offer, policy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict[str, list]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_daemon_reconciles_and_serves_metrics(world_factory):
+    w = world_factory(offers=(offer("a8", price=8.0), offer("b1", gpus=1, price=1.0, vcpus=8, memory_gib=64)))
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    w.store.add_jobs([job("big", gpus=8, submitted=now, duration_hours=5), job("small", gpus=1, submitted=now,
+                                                                             duration_hours=5)], now)
+    metrics = FleetMetrics()
+    port = free_port()
+    server, thread = serve(metrics, f"127.0.0.1:{port}")
+    loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), metrics), interval_seconds=0.2,
+                  interruption_seconds=0.1, price_seconds=60)
+    loop.start()
+    try:
+        assert wait_for(lambda: all(j.state is JobState.RUNNING for j in w.store.jobs()))
+        families = scrape(port)
+    finally:
+        loop.stop()
+        server.shutdown()
+    assert not loop.scheduler.running
+    for name in ("fleetctl_nodes", "fleetctl_gpus", "fleetctl_gpu_allocation_ratio", "fleetctl_queued_jobs",
+                 "fleetctl_job_wait_hours", "fleetctl_usd_per_hour", "fleetctl_interruptions",
+                 "fleetctl_checkpoints", "fleetctl_migrations", "fleetctl_on_demand_fallbacks",
+                 "fleetctl_tick_duration_seconds", "fleetctl_tick_errors"):
+        assert name in families, name
+    gpus = {tuple(sorted(s.labels.items())): s.value for s in families["fleetctl_gpus"]}
+    assert gpus[(("market", "spot"), ("provider", "aws"), ("state", "ready"))] == 9
+    assert [s.value for s in families["fleetctl_gpu_allocation_ratio"]] == [1.0]
+    usd = {s.labels["market"]: s.value for s in families["fleetctl_usd_per_hour"] if s.labels["provider"] == "aws"}
+    assert usd["spot"] == 9.0
+    waits = [s for s in families["fleetctl_job_wait_hours"] if s.name.endswith("_count")]
+    assert waits[0].value == 2
+    ticks = [s for s in families["fleetctl_tick_duration_seconds"] if s.name.endswith("_count")]
+    assert ticks[0].value >= 2
+    assert [s.value for s in families["fleetctl_tick_errors"] if s.name.endswith("_total")] == [0.0]
+
+
+def test_tick_errors_are_counted_and_the_loop_goes_on(world_factory):
+    w = world_factory(offers=(offer("a8", price=8.0),))
+
+    class Broken:
+        def __getattr__(self, name):
+            return getattr(w.provider, name)
+
+        def offers(self, now):
+            raise RuntimeError("cloud API down")
+
+    metrics = FleetMetrics()
+    loop = Daemon(LoopContext(w.store, Broken(), w.runtime, policy(), metrics), interval_seconds=0.1,
+                  interruption_seconds=10, price_seconds=60)
+    loop.start()
+    try:
+        assert wait_for(lambda: metrics.tick_errors._value.get() >= 3)
+    finally:
+        loop.stop()
+
+
+def test_cli_daemon_stops_cleanly_on_sigterm(tmp_path):
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
+    subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", "examples/jobs.yaml"], cwd=tmp_path, env=env,
+                   check=True, capture_output=True)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "0.5",
+                             "--metrics-addr", f"127.0.0.1:{port}"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def running() -> bool:
+            try:
+                fams = scrape(port)
+            except OSError:
+                return False
+            return any(s.value > 0 for s in fams.get("fleetctl_gpus", []))
+
+        assert wait_for(running, timeout=30), proc.stderr.read() if proc.poll() is not None else "no gpus yet"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped after" in out
+    listed = subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "list", "--format", "json"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, check=True)
+    assert '"running"' in listed.stdout or '"bound"' in listed.stdout
+
+
+def test_reconcile_once_twice_changes_nothing_the_second_time(tmp_path):
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
+
+    def fleetctl(*args):
+        return subprocess.run([sys.executable, "-m", "fleetctl", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True)
+
+    fleetctl("jobs", "submit", "examples/jobs.yaml")
+    assert "tick: 0 actions" not in fleetctl("reconcile", "--once").stdout
+    fleetctl("reconcile", "--once")  # starts the jobs on the now-ready nodes
+    before = fleetctl("jobs", "list", "--format", "json").stdout
+    again = fleetctl("reconcile", "--once")
+    assert again.returncode == 0 and "tick: 0 actions, 0 jobs started, 0 completed" in again.stdout
+    assert fleetctl("jobs", "list", "--format", "json").stdout == before
+    assert fleetctl("reconcile").returncode == 2

@@ -1,0 +1,196 @@
+"""The tick on the sandbox with a virtual clock: the job lifecycle, idempotence,
+reclaim handling, and an interruption storm."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.controller.reconcile import tick
+from fleetctl.metrics import FleetMetrics
+from fleetctl.model import Forecast, InterruptionKind, JobState, Market, NodeState, OfferRisk
+from tests.builders import T0, job, offer, policy
+
+SPOT_A = offer("a8", price=8.0, zone="z1")
+SPOT_B = offer("b8", price=9.0, zone="z2")
+OD = offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND)
+OFFERS = (SPOT_A, SPOT_B, OD)
+
+
+def run_tick(w, now, pol=None, forecast=None, metrics=None):
+    return tick(store=w.store, provider=w.provider, runtime=w.runtime, policy=pol or policy(), now=now,
+                forecast=forecast, metrics=metrics)
+
+
+def jobs(w):
+    return {j.job_id: j for j in w.store.jobs()}
+
+
+def invariants(w, now, pol=None):
+    """Checked after every event: no job lost, none on two nodes, nothing bound
+    to a gone or cordoned node (unless being requeued), budget kept."""
+    nodes = {n.node_id: n for n in w.store.nodes(include_gone=True)}
+    all_jobs = w.store.jobs()
+    for j in all_jobs:
+        assert j.state in (JobState.QUEUED, JobState.BOUND, JobState.RUNNING, JobState.SUCCEEDED), j
+        if j.state in (JobState.BOUND, JobState.RUNNING):
+            assert len(j.node_ids) == j.workers
+            for nid in j.node_ids:
+                assert nid in nodes and nodes[nid].state in (NodeState.LAUNCHING, NodeState.READY), (j, nodes.get(nid))
+    used: dict[str, int] = {}
+    for j in all_jobs:
+        if j.state in (JobState.BOUND, JobState.RUNNING):
+            for nid in j.node_ids:
+                used[nid] = used.get(nid, 0) + j.gpus_per_worker
+    for nid, gpus in used.items():
+        assert gpus <= nodes[nid].offer.instance_type.gpu_count
+    pol = pol or policy()
+    if pol.max_usd_per_hour is not None:
+        live = [n for n in nodes.values() if n.state is not NodeState.GONE]
+        assert sum(n.offer.usd_per_hour for n in live) <= pol.max_usd_per_hour + 1e-6
+
+
+def test_lifecycle_launch_start_finish_idle_terminate(world_factory):
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, duration_hours=1.0)], T0)
+    r = run_tick(w, T0)
+    assert [a.kind for a in r.plan.actions] == ["launch", "bind"]
+    r = run_tick(w, T0 + timedelta(minutes=1))
+    assert r.started == ["j"] and jobs(w)["j"].state is JobState.RUNNING
+    r = run_tick(w, T0 + timedelta(minutes=62))
+    assert r.completed == ["j"] and jobs(w)["j"].state is JobState.SUCCEEDED
+    r = run_tick(w, T0 + timedelta(minutes=62 + 11), pol=policy(idle_timeout_minutes=10))
+    assert [a.kind for a in r.plan.actions] == ["terminate"]
+    assert w.store.nodes() == ()
+
+
+def test_reconcile_is_idempotent(world_factory):
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, duration_hours=5.0)], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))
+    before = (w.store.jobs(), w.store.nodes(include_gone=True))
+    r = run_tick(w, T0 + timedelta(minutes=2))
+    assert not r.plan.has_changes and not r.started and not r.completed
+    assert (w.store.jobs(), w.store.nodes(include_gone=True)) == before
+
+
+def _running_on_spot(w, **job_kw):
+    w.store.add_jobs([job("j", gpus=8, duration_hours=4.0, **job_kw)], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))
+    j = jobs(w)["j"]
+    assert j.state is JobState.RUNNING
+    return j
+
+
+def test_reclaim_checkpoints_requeues_and_replaces_elsewhere(world_factory):
+    w = world_factory(offers=OFFERS)
+    j = _running_on_spot(w, spot=True)
+    j = replace(j, checkpointable=True, checkpoint_interval_minutes=30.0)
+    w.store.put_job(j, T0)
+    node = w.store.nodes()[0]
+    assert node.offer == SPOT_A
+    now = T0 + timedelta(minutes=1, seconds=100 * 60)  # 100 minutes into the run
+    w.provider.reclaim(node.node_id, now)  # AWS: 120 s notice
+    metrics = FleetMetrics()
+    r = run_tick(w, now, metrics=metrics)
+    assert r.interruptions == 1 and r.requeued == ["j"] and r.checkpoints == 1
+    assert r.lost_gpu_hours == pytest.approx(0.0)  # checkpointed within the 2-minute notice
+    j = jobs(w)["j"]
+    assert j.checkpointed_work_hours == pytest.approx(100 / 60) and j.interruptions == 1
+    assert j.priority_boost == policy().requeue_priority_boost and SPOT_A.key in j.avoid_offer_keys
+    # re-placed in the same tick, on capacity that does not fail with the lost node
+    assert j.state is JobState.BOUND
+    new_node = {n.node_id: n for n in w.store.nodes()}[j.node_ids[0]]
+    assert new_node.offer == SPOT_B
+    # the drained, now empty node is terminated in the same pass (the cloud would take it anyway)
+    (term,) = r.plan.of_kind("terminate")
+    assert term.node_id == node.node_id and term.reason.value == "interruption"
+    assert node.node_id not in {n.node_id for n in w.store.nodes()}
+    assert w.store.interruptions() == ()  # handled, acknowledged
+    invariants(w, now)
+
+
+def test_non_checkpointable_job_restarts_and_its_work_is_counted(world_factory):
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    now = T0 + timedelta(minutes=61)
+    w.provider.reclaim(w.store.nodes()[0].node_id, now)
+    r = run_tick(w, now)
+    assert r.lost_gpu_hours == pytest.approx(8 * 1.0)
+    assert jobs(w)["j"].checkpointed_work_hours == 0.0
+
+
+def test_too_many_interruptions_fall_back_to_on_demand(world_factory):
+    spot_c = offer("c8", price=9.5, zone="z3")
+    w = world_factory(offers=(*OFFERS, spot_c))
+    _running_on_spot(w, spot=True)
+    now = T0 + timedelta(minutes=2)
+    pol = policy(max_interruptions_before_on_demand=1)
+    markets = []
+    for _ in range(2):
+        (node,) = w.store.nodes()
+        w.provider.reclaim(node.node_id, now)
+        run_tick(w, now, pol=pol)
+        j = jobs(w)["j"]
+        markets.append({n.node_id: n for n in w.store.nodes()}[j.node_ids[0]].offer.market)
+        now += timedelta(minutes=3)
+        run_tick(w, now, pol=pol)
+    # after the first reclaim another spot offer (a third one is still untried);
+    # after the second, more than the policy allows: on-demand
+    assert markets == [Market.SPOT, Market.ON_DEMAND] and jobs(w)["j"].interruptions == 2
+
+
+def test_avoided_offers_are_a_preference_not_a_ban(world_factory):
+    w = world_factory(offers=(SPOT_A,))
+    _running_on_spot(w, spot=True)
+    (node,) = w.store.nodes()
+    w.provider.reclaim(node.node_id, T0 + timedelta(minutes=5))
+    r = run_tick(w, T0 + timedelta(minutes=5))
+    assert not r.plan.unplaced and jobs(w)["j"].state is JobState.BOUND  # the only offer, failed or not
+
+
+@pytest.mark.parametrize("risk, drains", [(0.05, False), (0.5, True)], ids=["low-risk-ignored", "high-risk-drains"])
+def test_rebalance_recommendation_drains_only_when_risk_is_high(world_factory, risk, drains):
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=30)
+    w.provider.reclaim(node.node_id, now, kind=InterruptionKind.REBALANCE)
+    fc = Forecast(interruption=(OfferRisk(node.offer.key, 60, risk),))
+    r = run_tick(w, now, pol=policy(rebalance_drain_probability=0.2), forecast=fc)
+    assert (r.requeued == ["j"]) is drains
+    # drained and then terminated in the same pass, or left running
+    assert (node.node_id not in {n.node_id for n in w.store.nodes()}) is drains
+
+
+def test_interruption_storm_every_job_completes(world_factory):
+    """Half the spot fleet is reclaimed within two minutes; every job still completes
+    and the invariants hold after every event."""
+    offers = (SPOT_A, SPOT_B, offer("c8", price=9.5, zone="z3"), OD)
+    w = world_factory(offers=offers)
+    pol = policy(max_usd_per_hour=400.0, max_share_per_instance_type=0.5)
+    queue = [replace(job(f"j{i}", gpus=8, duration_hours=2.0 + (i % 3), submitted=T0 + timedelta(seconds=i)),
+                     checkpointable=i % 2 == 0, checkpoint_interval_minutes=20.0 if i % 2 == 0 else None)
+             for i in range(12)]
+    w.store.add_jobs(queue, T0)
+    now = T0
+    for _ in range(3):
+        run_tick(w, now, pol=pol)
+        invariants(w, now, pol)
+        now += timedelta(minutes=1)
+    spot = sorted((n for n in w.store.nodes() if n.offer.market is Market.SPOT), key=lambda n: n.node_id)
+    assert len(spot) >= 4
+    for k, n in enumerate(spot[: len(spot) // 2]):
+        w.provider.reclaim(n.node_id, now + timedelta(seconds=10 * k))
+    for _ in range(24 * 60 // 5):
+        run_tick(w, now, pol=pol)
+        invariants(w, now, pol)
+        if all(j.state is JobState.SUCCEEDED for j in w.store.jobs()):
+            break
+        now += timedelta(seconds=30) if now < T0 + timedelta(minutes=10) else timedelta(minutes=5)
+    assert all(j.state is JobState.SUCCEEDED for j in w.store.jobs()), [(j.job_id, j.state) for j in w.store.jobs()]
+    assert any(e["kind"] == "requeue" for e in w.store.events())
