@@ -15,8 +15,9 @@ from fleetctl.model import Job, Market, Offer
 
 Kind = tuple[str, str]  # (gpu model or "", market)
 
-# Domains a gang looks at once it has a fit, at most: bounds the work per gang
-# in a large fleet (the domains are taken in a fixed order, so it stays deterministic).
+# Domains a gang looks at, at most (those with enough free GPUs in total, in a
+# fixed order, so it stays deterministic): bounds the work per gang in a large
+# fleet. A gang that fits in none of them buys new capacity instead.
 _GANG_DOMAINS = 16
 Domain = tuple[str, str, str]  # (provider, region, zone)
 
@@ -40,6 +41,7 @@ class Slot:
     touched: bool = False  # received work in this pass
     kind: Kind = ("", "")
     domain: Domain = ("", "", "")
+    bin: tuple[int, int] = (0, 0)  # where the index filed it: (vCPU bin, memory bin)
 
     @classmethod
     def of(cls, name: str, offer: Offer, *, new: bool, schedulable: bool = True) -> "Slot":
@@ -69,9 +71,12 @@ class CapacityIndex:
     order they are added, which the planner keeps deterministic."""
 
     def __init__(self) -> None:
-        self.by_kind: dict[Kind, dict[int, dict[str, Slot]]] = {}
-        self.by_domain: dict[Domain, dict[str, Slot]] = {}
-        self.by_domain_kind: dict[tuple[Domain, Kind], dict[str, Slot]] = {}
+        # kind -> free GPUs -> (vCPU bin, memory bin) -> slots. The bins keep a
+        # best-fit lookup from scanning nodes whose GPUs are free but whose
+        # vCPUs or memory are not (fragmentation), which made it quadratic.
+        self.by_kind: dict[Kind, dict[int, dict[tuple[int, int], dict[str, Slot]]]] = {}
+        # (domain, kind) -> free GPUs -> slots, for gangs (roomiest first).
+        self.by_domain_kind: dict[tuple[Domain, Kind], dict[int, dict[str, Slot]]] = {}
         self.domains_of_kind: dict[Kind, set[Domain]] = {}
         self.free_by_domain_kind: dict[tuple[Domain, Kind], int] = {}
         self.slots: dict[str, Slot] = {}
@@ -97,22 +102,27 @@ class CapacityIndex:
             self._file(slot)
 
     def _file(self, slot: Slot) -> None:
-        self.by_kind.setdefault(slot.kind, {}).setdefault(slot.free_gpus, {})[slot.name] = slot
-        self.by_domain.setdefault(slot.domain, {})[slot.name] = slot
+        slot.bin = (_bin(slot.free_vcpus), _bin(slot.free_memory_gib))
+        self.by_kind.setdefault(slot.kind, {}).setdefault(slot.free_gpus, {}).setdefault(slot.bin, {})[slot.name] = slot
         key = (slot.domain, slot.kind)
-        self.by_domain_kind.setdefault(key, {})[slot.name] = slot
+        self.by_domain_kind.setdefault(key, {}).setdefault(slot.free_gpus, {})[slot.name] = slot
         self.domains_of_kind.setdefault(slot.kind, set()).add(slot.domain)
         self.free_by_domain_kind[key] = self.free_by_domain_kind.get(key, 0) + slot.free_gpus
 
     def _unfile(self, slot: Slot) -> None:
         buckets = self.by_kind[slot.kind]
-        bucket = buckets[slot.free_gpus]
+        groups = buckets[slot.free_gpus]
+        bucket = groups[slot.bin]
         del bucket[slot.name]
         if not bucket:
-            del buckets[slot.free_gpus]
-        del self.by_domain[slot.domain][slot.name]
+            del groups[slot.bin]
+            if not groups:
+                del buckets[slot.free_gpus]
         key = (slot.domain, slot.kind)
-        del self.by_domain_kind[key][slot.name]
+        by_free = self.by_domain_kind[key]
+        del by_free[slot.free_gpus][slot.name]
+        if not by_free[slot.free_gpus]:
+            del by_free[slot.free_gpus]
         self.free_by_domain_kind[key] -= slot.free_gpus
 
     def withdraw(self, slot: Slot) -> None:
@@ -157,6 +167,7 @@ class CapacityIndex:
         need = job.gpus_per_worker * workers
         need_v = job.vcpus_per_worker * workers
         need_m = job.memory_gib_per_worker * workers
+        need_vb, need_mb = _bin(need_v), _bin(need_m)
         best: Slot | None = None
         best_left = 1 << 30
         by_kind, max_gpus = self.by_kind, self.max_gpus_of_kind
@@ -169,18 +180,23 @@ class CapacityIndex:
             if cap < top:
                 top = cap
             for free in range(need, top + 1):
-                bucket = buckets.get(free)
-                if bucket is None:
+                groups = buckets.get(free)
+                if groups is None:
                     continue
                 found = False
-                for slot in bucket.values():
-                    if (
-                        slot.free_vcpus >= need_v
-                        and slot.free_memory_gib >= need_m
-                        and (slot.reserved_until is None or ends_at <= slot.reserved_until)
-                        and slot.name != exclude
-                    ):
-                        best, best_left, found = slot, free - need, True
+                for (vb, mb), bucket in groups.items():
+                    if vb < need_vb or mb < need_mb:
+                        continue  # every slot here has less than 2**(bin+1) <= the need
+                    for slot in bucket.values():
+                        if (
+                            slot.free_vcpus >= need_v
+                            and slot.free_memory_gib >= need_m
+                            and (slot.reserved_until is None or ends_at <= slot.reserved_until)
+                            and slot.name != exclude
+                        ):
+                            best, best_left, found = slot, free - need, True
+                            break
+                    if found:
                         break
                 if found:
                     break  # larger buckets of this kind only leave more over
@@ -214,26 +230,33 @@ class CapacityIndex:
         for domain in sorted(d for d, total in sums.items() if total >= need_gpus):
             if examined >= _GANG_DOMAINS:
                 break
-            candidates = []
-            for k in kinds:
-                for slot in self.by_domain_kind.get((domain, k), {}).values():
-                    if slot.free_gpus < g or (slot.reserved_until is not None and ends_at > slot.reserved_until):
-                        continue
-                    fit = slot.workers_fit(job)
-                    if fit:
-                        candidates.append((fit, slot))
-            candidates.sort(key=lambda t: (-t[0], t[1].free_gpus, t[1].name))
+            # Roomiest slots first (fewest nodes), looking only as far as needed.
+            by_free = [self.by_domain_kind.get((domain, k), {}) for k in kinds]
+            top = max((max(b) for b in by_free if b), default=0)
             chosen: list[tuple[Slot, int]] = []
             left = job.workers
-            for fit, slot in candidates:
-                take = min(fit, left)
-                chosen.append((slot, take))
-                left -= take
+            examined += 1  # a domain looked at counts, found or not: the work per gang stays bounded
+            v, m = job.vcpus_per_worker, job.memory_gib_per_worker
+            for free in range(top, max(g, 1) - 1, -1):
+                for b in by_free:
+                    for slot in b.get(free, {}).values():
+                        if slot.free_vcpus < v or slot.free_memory_gib < m:
+                            continue
+                        if slot.reserved_until is not None and ends_at > slot.reserved_until:
+                            continue
+                        fit = slot.workers_fit(job)
+                        if fit:
+                            take = min(fit, left)
+                            chosen.append((slot, take))
+                            left -= take
+                            if left == 0:
+                                break
+                    if left == 0:
+                        break
                 if left == 0:
                     break
             if left:
                 continue
-            examined += 1
             waste = sum(s.free_gpus - job.gpus_per_worker * w for s, w in chosen)
             key = (len(chosen), waste, domain)
             if best_key is None or key < best_key:
@@ -248,6 +271,13 @@ class CapacityIndex:
 
     def kinds(self) -> tuple[Kind, ...]:
         return tuple(sorted(self.by_kind))
+
+
+def _bin(x: float) -> int:
+    """floor(log2(x)) for x >= 1, else -1 (0 < x < 1) or -2 (nothing)."""
+    if x >= 1:
+        return int(x).bit_length() - 1
+    return -1 if x > 0 else -2
 
 
 def market_of(kind: Kind) -> Market:

@@ -150,6 +150,7 @@ class _Pass:
         self.new_count = 0
         self.preempted: set[str] = set()
         self.victim_slots: list[Slot] = []
+        self.active_jobs: dict[str, Job] = {}
         self.reservations = 0
         self.on_demand_base_jobs: set[str] = set()
 
@@ -292,8 +293,8 @@ class _Pass:
             else:
                 queued.append(job)
                 self._note(job, "its nodes are gone: placed again")
-        preemptible = {j.job_id for j in self.jobs if j.state in (JobState.BOUND, JobState.RUNNING)
-                       and self.policy.priority_class(j.priority).preemptible}
+        self.active_jobs = {j.job_id: j for j in self.jobs if j.state in (JobState.BOUND, JobState.RUNNING)}
+        preemptible = {jid for jid, j in self.active_jobs.items() if self.policy.priority_class(j.priority).preemptible}
         self.victim_slots = [s for s in self.index.slots.values() if any(j in preemptible for j in s.jobs)]
         return queued
 
@@ -465,7 +466,7 @@ class _Pass:
         since their last checkpoint first. One node for a job that fits one,
         otherwise one zone."""
         band = order.band_of.get(job.job_id, self.policy.priority_class(job.priority).value)
-        active = {j.job_id: j for j in self.jobs if j.state in (JobState.BOUND, JobState.RUNNING)}
+        active = self.active_jobs
 
         def victim_ok(jid: str) -> bool:
             v = active.get(jid)
