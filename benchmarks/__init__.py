@@ -1,0 +1,1 @@
+"""Benchmarks of the planner (speed, scaling, optimality). See benchmarks/README.md."""

@@ -1,0 +1,793 @@
+"""How far the planner's purchases are from the cheapest possible: planner vs. exact MILP.
+
+On small random instances (up to 30 queued jobs, up to 20 offers sampled from
+the real catalog, an empty fleet, diversification on) the planner's plan and an
+exact mixed-integer program solved by HiGHS (``pip install highspy``) are
+measured on one objective, the **risk-adjusted USD/hour**::
+
+    sum over bought nodes of offer.usd_per_hour
+  + sum over placed workers of p(offer) * L(job) * gpus_per_worker / gpu_count(offer) * offer.usd_per_hour
+
+``p`` is the policy's default spot interruption probability per hour for a
+spot offer and 0 on demand (no forecast); ``L`` the hours an interruption
+costs the job (half its checkpoint interval if it checkpoints, else half its
+duration) plus the restart overhead. For a job whose workers are all on one
+offer the second term is ``p * L * share(job, offer) * price`` with
+``share = workers * gpus_per_worker / gpu_count``; a gang split over several
+offers of one zone pays it per worker, on each worker's offer.
+
+Both plans must satisfy the same rules (checked by :func:`evaluate`, which is
+also run on the MILP's own solution): every job placed, all workers of a gang
+in one placement domain; per node, GPUs/vCPUs/memory within the instance type;
+the job's GPU models; no spot for jobs that may not use it; and on the spot
+capacity bought: per instance type ``<= share * spot GPUs + one node of it``,
+per zone ``<= share * spot GPUs + the largest spot node offered there``, at
+least ``min(min_distinct_offers, spot nodes)`` distinct spot offers, spot GPUs
+``<= max_spot_share`` of all, on-demand GPUs ``>= min(on_demand_base_gpus,
+all)``.
+
+The MILP bounds the nodes of each offer by ``max(1, sum over the jobs that fit
+it of ceil(workers / workers per node))`` (enough to run every job that fits on
+that offer alone). Every generated job also has an on-demand offer it fits, so
+an all-on-demand plan always exists and the MILP is never infeasible.
+
+Writes ``benchmarks/results/plan_optimality.json`` and prints a summary.
+
+Usage::
+
+    python benchmarks/plan_optimality.py [--instances 50] [--seed 0] [--time-limit 20] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import json
+import math
+import random
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Final
+
+from fleetctl.model import (
+    Bind,
+    Job,
+    Launch,
+    Market,
+    Offer,
+    Plan,
+    Policy,
+    PriorityClass,
+    Team,
+)
+from providers.catalog import load_catalog
+
+HERE: Final[Path] = Path(__file__).resolve().parent
+DEFAULT_OUT: Final[Path] = HERE / "results" / "plan_optimality.json"
+NOW: Final[datetime] = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+EPS: Final[float] = 1e-6
+
+MAX_JOBS: Final[int] = 30
+MAX_OFFERS: Final[int] = 20
+
+PlanFn = Callable[..., Plan]
+
+
+# =========================================================================== instances
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One small planning problem: queued jobs, offers, policy; the fleet is empty."""
+
+    index: int
+    jobs: tuple[Job, ...]
+    offers: tuple[Offer, ...]
+    policy: Policy
+
+    def job(self, job_id: str) -> Job | None:
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j
+        return None
+
+
+def instance_policy(rng: random.Random) -> Policy:
+    """Diversification on (0.5 per type, 0.5 per zone, 3 distinct offers); the
+    market rules vary: max spot share 1.0 or 0.75, on-demand base 0 or 8 GPUs."""
+    return Policy(
+        priority_classes=(
+            PriorityClass("production", 1000, preemptible=False, spot_eligible=False),
+            PriorityClass("batch", 100, preemptible=True, spot_eligible=True),
+        ),
+        default_priority_class="batch",
+        teams=(Team("a"), Team("b")),
+        max_usd_per_hour=None,
+        max_share_per_instance_type=0.5,
+        max_share_per_zone=0.5,
+        min_distinct_offers=3,
+        max_spot_share=rng.choice((1.0, 1.0, 0.75)),
+        on_demand_base_gpus=rng.choice((0, 0, 0, 8)),
+    )
+
+
+def spot_ok(job: Job, policy: Policy) -> bool:
+    """May the job run on spot (its own flag, else its priority class)?"""
+    if job.spot_eligible is not None:
+        return job.spot_eligible
+    return policy.priority_class(job.priority).spot_eligible
+
+
+def workers_per_node(job: Job, offer: Offer) -> int:
+    """Workers of ``job`` one empty node of ``offer`` holds (resources only)."""
+    it = offer.instance_type
+    limits = [it.gpu_count // job.gpus_per_worker if job.gpus_per_worker else 1 << 30]
+    if job.vcpus_per_worker > 0:
+        limits.append(int(it.vcpus // job.vcpus_per_worker))
+    if job.memory_gib_per_worker > 0:
+        limits.append(int(it.memory_gib // job.memory_gib_per_worker))
+    return max(0, min(limits))
+
+
+def compatible(job: Job, offer: Offer, policy: Policy) -> bool:
+    """A worker of ``job`` may run on an (empty) node of ``offer``."""
+    it = offer.instance_type
+    if offer.market is Market.SPOT and not spot_ok(job, policy):
+        return False
+    if job.gpus_per_worker > 0 and (it.gpu_model is None or it.gpu_count == 0):
+        return False
+    if job.gpu_models and it.gpu_model not in job.gpu_models:
+        return False
+    return workers_per_node(job, offer) >= 1
+
+
+def interruption_probability(offer: Offer, policy: Policy) -> float:
+    """p(offer): the policy's default per hour for spot, 0 on demand (no forecast)."""
+    return policy.default_spot_interruption_probability_per_hour if offer.market is Market.SPOT else 0.0
+
+
+def loss_hours(job: Job, policy: Policy) -> float:
+    """L(job): hours one interruption costs (lost work plus restart)."""
+    if job.checkpointable and job.checkpoint_interval_minutes:
+        lost = job.checkpoint_interval_minutes / 2 / 60
+    else:
+        lost = job.duration_hours / 2
+    return lost + policy.restart_overhead_minutes / 60
+
+
+def worker_risk_usd(job: Job, offer: Offer, policy: Policy) -> float:
+    """Risk-adjusted USD/h of one worker of ``job`` on ``offer`` (beyond the node price)."""
+    gpus = offer.instance_type.gpu_count
+    if gpus == 0:
+        return 0.0
+    return interruption_probability(offer, policy) * loss_hours(job, policy) * job.gpus_per_worker / gpus * offer.usd_per_hour
+
+
+def _sample_offers(rng: random.Random, catalog: Sequence[Offer], n: int) -> list[Offer]:
+    """``n`` offers: up to 5 from each of 3 busy placement domains (so gangs have
+    choices within a zone), the rest anywhere; both markets present."""
+    by_domain: dict[tuple[str, str, str], list[Offer]] = collections.defaultdict(list)
+    for o in catalog:
+        by_domain[o.placement_domain].append(o)
+    busy = sorted(d for d, os_ in by_domain.items() if len(os_) >= 4)
+    chosen: dict[str, Offer] = {}
+    for domain in rng.sample(busy, min(3, len(busy))):
+        for o in rng.sample(by_domain[domain], min(5, len(by_domain[domain]))):
+            chosen.setdefault(o.key, o)
+    while len(chosen) < n:
+        o = rng.choice(catalog)
+        chosen.setdefault(o.key, o)
+    offers = sorted(chosen.values(), key=lambda o: o.key)
+    rng.shuffle(offers)
+    offers = offers[:n]
+    for market in (Market.SPOT, Market.ON_DEMAND):
+        if not any(o.market is market for o in offers):
+            offers[-1] = rng.choice([o for o in catalog if o.market is market and o.key not in chosen])
+    return sorted(offers, key=lambda o: o.key)
+
+
+def _sample_job(rng: random.Random, job_id: str, offers: Sequence[Offer], policy: Policy) -> Job:
+    """A job with an on-demand offer it fits (tries a few shapes, then drops its constraint)."""
+    models = sorted({o.instance_type.gpu_model for o in offers if o.instance_type.gpu_model})
+    for attempt in range(60):
+        gpw = rng.choices((1, 2, 4, 8), (0.45, 0.25, 0.2, 0.1))[0]
+        workers = rng.randint(2, 4) if rng.random() < 0.25 else 1
+        constraint: tuple[str, ...] = ()
+        if rng.random() < 0.3 and attempt < 50:
+            constraint = tuple(sorted(rng.sample(models, min(len(models), rng.choice((1, 1, 2))))))
+        priority = "production" if rng.random() < 0.15 else "batch"
+        spot: bool | None = False if rng.random() < 0.15 else None
+        duration = round(rng.uniform(0.25, 24.0), 2)
+        checkpointable = rng.random() < 0.4
+        job = Job(
+            job_id=job_id,
+            workers=workers,
+            gpus_per_worker=gpw,
+            vcpus_per_worker=float(gpw * rng.choice((2, 4, 6, 8))),
+            memory_gib_per_worker=float(gpw * rng.choice((8, 16, 32))),
+            priority=priority,
+            team=rng.choice(("a", "b")),
+            duration_hours=duration,
+            submitted_at_utc=NOW - timedelta(minutes=rng.randint(0, 240)),
+            gpu_models=constraint,
+            checkpointable=checkpointable,
+            checkpoint_interval_minutes=float(rng.choice((15, 30, 60))) if checkpointable else None,
+            spot_eligible=spot,
+        )
+        if any(o.market is Market.ON_DEMAND and compatible(job, o, policy) for o in offers):
+            return job
+    raise RuntimeError(f"no job shape fits the on-demand offers of this instance ({job_id})")
+
+
+def make_instance(index: int, seed: int, catalog: Sequence[Offer] | None = None,
+                  max_jobs: int = MAX_JOBS, max_offers: int = MAX_OFFERS) -> Instance:
+    """Instance ``index`` of ``seed`` (independent of the other instances)."""
+    rng = random.Random(f"{seed}:optimality:{index}")
+    catalog = list(catalog if catalog is not None else load_catalog())
+    policy = instance_policy(rng)
+    while True:
+        offers = _sample_offers(rng, catalog, rng.randint(min(8, max_offers), max_offers))
+        # the instance needs on-demand offers that can hold 1-GPU jobs at least
+        if any(o.market is Market.ON_DEMAND and o.instance_type.gpu_count >= 1 for o in offers):
+            break
+    n_jobs = rng.randint(min(8, max_jobs), max_jobs)
+    jobs = tuple(_sample_job(rng, f"j{i:02d}", offers, policy) for i in range(n_jobs))
+    return Instance(index, jobs, tuple(offers), policy)
+
+
+# =========================================================================== solutions and the checker
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What a plan buys and where it puts each worker (fleet empty)."""
+
+    nodes: dict[str, Offer]  # node name -> offer it is bought from
+    placements: dict[str, tuple[str, ...]]  # job id -> node of each worker
+    unplaced: tuple[str, ...] = ()  # job ids the plan reports as not placed
+    other_actions: tuple[str, ...] = ()  # actions an empty-fleet plan should not hold
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken rule: ``code`` (e.g. ``type_share``) and a readable detail."""
+
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A solution measured on the common objective and checked against the rules."""
+
+    node_usd_per_hour: float
+    risk_usd_per_hour: float
+    unplaced: tuple[str, ...]
+    violations: tuple[Violation, ...]
+    empty_nodes: int = 0  # nodes bought that hold no worker (e.g. bought only to spread spot capacity)
+
+    @property
+    def cost(self) -> float:
+        """Risk-adjusted USD/hour."""
+        return self.node_usd_per_hour + self.risk_usd_per_hour
+
+    @property
+    def complete(self) -> bool:
+        """Every job placed."""
+        return not self.unplaced
+
+    @property
+    def feasible(self) -> bool:
+        """Every job placed and no rule broken."""
+        return self.complete and not self.violations
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "cost": round(self.cost, 6),
+            "node_usd_per_hour": round(self.node_usd_per_hour, 6),
+            "risk_usd_per_hour": round(self.risk_usd_per_hour, 6),
+            "unplaced": list(self.unplaced),
+            "violations": [asdict(v) for v in self.violations],
+            "empty_nodes": self.empty_nodes,
+            "complete": self.complete,
+            "feasible": self.feasible,
+        }
+
+
+def solution_of_plan(plan: Plan) -> Solution:
+    """Read Launches and Binds out of a Plan; anything else is noted."""
+    nodes: dict[str, Offer] = {}
+    placements: dict[str, tuple[str, ...]] = {}
+    other: list[str] = []
+    for action in plan.actions:
+        if isinstance(action, Launch):
+            for name in action.node_names:
+                if name in nodes:
+                    other.append(f"launch reuses node name {name}")
+                nodes[name] = action.offer
+        elif isinstance(action, Bind):
+            if action.job_id in placements:
+                other.append(f"job {action.job_id} bound twice")
+            placements[action.job_id] = tuple(action.node_ids)
+        else:
+            other.append(f"{action.kind} {getattr(action, 'job_id', getattr(action, 'node_id', ''))}")
+    return Solution(nodes, placements, tuple(u.job_id for u in plan.unplaced), tuple(other))
+
+
+def evaluate(instance: Instance, solution: Solution) -> Evaluation:
+    """The common objective of ``solution`` and every rule it breaks."""
+    policy = instance.policy
+    violations: list[Violation] = [Violation("unexpected_action", a) for a in solution.other_actions]
+    offer_keys = {o.key for o in instance.offers}
+    for name, offer in sorted(solution.nodes.items()):
+        if offer.key not in offer_keys:
+            violations.append(Violation("unknown_offer", f"node {name} bought from {offer.key}, not offered"))
+
+    node_usd = sum(o.usd_per_hour for o in solution.nodes.values())
+    risk_usd = 0.0
+    used: dict[str, list[float]] = {name: [0, 0.0, 0.0] for name in solution.nodes}
+    unplaced = []
+    for job in instance.jobs:
+        node_ids = solution.placements.get(job.job_id)
+        if node_ids is None:
+            unplaced.append(job.job_id)
+            if job.job_id not in solution.unplaced:
+                violations.append(Violation("missing_job", f"{job.job_id} is neither bound nor reported unplaced"))
+            continue
+        if job.job_id in solution.unplaced:
+            violations.append(Violation("double_report", f"{job.job_id} is bound and reported unplaced"))
+        if len(node_ids) != job.workers:
+            violations.append(Violation("incomplete_gang", f"{job.job_id}: {len(node_ids)} nodes for {job.workers} workers"))
+        domains = set()
+        for name in node_ids:
+            offer = solution.nodes.get(name)
+            if offer is None:
+                violations.append(Violation("unknown_node", f"{job.job_id} bound to {name}, which the plan does not buy"))
+                continue
+            domains.add(offer.placement_domain)
+            it = offer.instance_type
+            if offer.market is Market.SPOT and not spot_ok(job, policy):
+                violations.append(Violation("spot_not_allowed", f"{job.job_id} ({job.priority}) on spot node {name} ({offer.key})"))
+            if job.gpu_models and it.gpu_model not in job.gpu_models:
+                violations.append(Violation("gpu_model", f"{job.job_id} needs {'/'.join(job.gpu_models)}, node {name} has {it.gpu_model}"))
+            used[name][0] += job.gpus_per_worker
+            used[name][1] += job.vcpus_per_worker
+            used[name][2] += job.memory_gib_per_worker
+            risk_usd += worker_risk_usd(job, offer, policy)
+        if len(domains) > 1:
+            violations.append(Violation("gang_domain", f"{job.job_id} spans {len(domains)} placement domains: {sorted(domains)}"))
+    for job_id in solution.placements:
+        if instance.job(job_id) is None:
+            violations.append(Violation("unknown_job", f"bind of {job_id}, which is not in the queue"))
+    for name, (gpus, vcpus, memory) in sorted(used.items()):
+        it = solution.nodes[name].instance_type
+        if gpus > it.gpu_count or vcpus > it.vcpus + EPS or memory > it.memory_gib + EPS:
+            violations.append(Violation(
+                "capacity", f"node {name} ({it.name}): {gpus}/{it.gpu_count} GPUs, {vcpus:g}/{it.vcpus} vCPU, "
+                            f"{memory:g}/{it.memory_gib:g} GiB"))
+    violations += _market_and_diversification(instance, solution)
+    empty = sum(1 for name in solution.nodes if used[name][0] == 0 and used[name][1] == 0 and used[name][2] == 0)
+    return Evaluation(node_usd, risk_usd, tuple(unplaced), tuple(violations), empty)
+
+
+def _market_and_diversification(instance: Instance, solution: Solution) -> list[Violation]:
+    """The spot-capacity rules on the nodes bought (the fleet is empty)."""
+    policy = instance.policy
+    out: list[Violation] = []
+    spot = [o for o in solution.nodes.values() if o.market is Market.SPOT]
+    spot_gpus = sum(o.instance_type.gpu_count for o in spot)
+    all_gpus = sum(o.instance_type.gpu_count for o in solution.nodes.values())
+    on_demand_gpus = all_gpus - spot_gpus
+
+    type_gpus: dict[str, int] = collections.Counter()
+    type_node: dict[str, int] = {}
+    zone_gpus: dict[tuple[str, str, str], int] = collections.Counter()
+    for o in spot:
+        type_gpus[o.instance_type.name] += o.instance_type.gpu_count
+        type_node[o.instance_type.name] = max(type_node.get(o.instance_type.name, 0), o.instance_type.gpu_count)
+        zone_gpus[o.placement_domain] += o.instance_type.gpu_count
+    for name, gpus in sorted(type_gpus.items()):
+        limit = policy.max_share_per_instance_type * spot_gpus + type_node[name]
+        if gpus > limit + EPS:
+            out.append(Violation("type_share", f"{gpus} spot GPUs of {name} > {policy.max_share_per_instance_type:g} x "
+                                               f"{spot_gpus} + {type_node[name]} = {limit:g}"))
+    for zone, gpus in sorted(zone_gpus.items()):
+        largest = zone_largest_spot_node(instance, zone, spot)
+        limit = policy.max_share_per_zone * spot_gpus + largest
+        if gpus > limit + EPS:
+            out.append(Violation("zone_share", f"{gpus} spot GPUs in {'/'.join(z or '*' for z in zone)} > "
+                                               f"{policy.max_share_per_zone:g} x {spot_gpus} + {largest} = {limit:g}"))
+    distinct = len({o.key for o in spot})
+    need = min(policy.min_distinct_offers, len(spot))
+    if distinct < need:
+        out.append(Violation("distinct_offers", f"{len(spot)} spot nodes on {distinct} distinct offers < {need}"))
+    if spot_gpus > policy.max_spot_share * all_gpus + EPS:
+        out.append(Violation("max_spot_share", f"{spot_gpus} spot GPUs > {policy.max_spot_share:g} x {all_gpus}"))
+    base = min(policy.on_demand_base_gpus, all_gpus)
+    if on_demand_gpus < base:
+        out.append(Violation("on_demand_base", f"{on_demand_gpus} on-demand GPUs < min({policy.on_demand_base_gpus}, {all_gpus})"))
+    return out
+
+
+def zone_largest_spot_node(instance: Instance, zone: tuple[str, str, str], bought: Sequence[Offer] = ()) -> int:
+    """The largest gpu_count among the instance's spot offers in ``zone`` (and any bought there)."""
+    counts = [o.instance_type.gpu_count for o in (*instance.offers, *bought)
+              if o.market is Market.SPOT and o.placement_domain == zone]
+    return max(counts, default=0)
+
+
+# =========================================================================== the MILP
+
+
+@dataclass
+class _Lp:
+    """Columns and rows collected before one hand-over to HiGHS."""
+
+    cost: list[float] = field(default_factory=list)
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    rows: list[tuple[float, float, dict[int, float]]] = field(default_factory=list)
+
+    def var(self, upper: float, cost: float = 0.0) -> int:
+        """A new integer variable in ``[0, upper]``."""
+        self.cost.append(cost)
+        self.lower.append(0.0)
+        self.upper.append(upper)
+        return len(self.cost) - 1
+
+    def row(self, terms: dict[int, float], lower: float = -math.inf, upper: float = math.inf) -> None:
+        self.rows.append((lower, upper, {k: v for k, v in terms.items() if v != 0}))
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    """What HiGHS found: status, objective, whether optimality was proved, the
+    solution (if any), its relative gap and the solver's seconds."""
+
+    status: str
+    objective: float | None
+    proved_optimal: bool
+    solution: Solution | None
+    gap: float | None
+    seconds: float
+    variables: int
+    constraints: int
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "status": self.status,
+            "objective": None if self.objective is None else round(self.objective, 6),
+            "proved_optimal": self.proved_optimal,
+            "gap": None if self.gap is None else round(self.gap, 6),
+            "seconds": round(self.seconds, 3),
+            "variables": self.variables,
+            "constraints": self.constraints,
+        }
+
+
+def node_bound(instance: Instance, offer: Offer) -> int:
+    """Most nodes of ``offer`` the MILP may buy: enough for every job that fits it, alone."""
+    return max(1, sum(math.ceil(j.workers / workers_per_node(j, offer))
+                      for j in instance.jobs if compatible(j, offer, instance.policy)))
+
+
+def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -> MilpResult:
+    """The cheapest risk-adjusted plan that keeps every rule, by HiGHS."""
+    import highspy  # bench-only dependency: imported here so the checker works without it
+    import numpy as np
+
+    policy = instance.policy
+    offers = instance.offers
+    jobs = instance.jobs
+    lp = _Lp()
+    # y[o][k]: node k of offer o is bought; x[(j, o, k)]: workers of job j on it
+    y: list[list[int]] = []
+    for o in offers:
+        y.append([lp.var(1, o.usd_per_hour) for _ in range(node_bound(instance, o))])
+    x: dict[tuple[int, int, int], int] = {}
+    for ji, job in enumerate(jobs):
+        for oi, o in enumerate(offers):
+            if compatible(job, o, policy):
+                cap = min(job.workers, workers_per_node(job, o))
+                for k in range(len(y[oi])):
+                    x[(ji, oi, k)] = lp.var(cap, worker_risk_usd(job, o, policy))
+    by_job: dict[int, list[tuple[int, int, int]]] = collections.defaultdict(list)
+    by_node: dict[tuple[int, int], list[tuple[int, int, int]]] = collections.defaultdict(list)
+    for key in x:
+        by_job[key[0]].append(key)
+        by_node[(key[1], key[2])].append(key)
+
+    for ji, job in enumerate(jobs):  # every worker placed
+        lp.row({x[k]: 1.0 for k in by_job[ji]}, job.workers, job.workers)
+        domains = sorted({offers[oi].placement_domain for (_, oi, _) in by_job[ji]})
+        if job.workers > 1 and len(domains) > 1:  # a gang in one domain
+            pick = {d: lp.var(1) for d in domains}
+            lp.row({v: 1.0 for v in pick.values()}, 1, 1)
+            for d, v in pick.items():
+                terms = {x[k]: 1.0 for k in by_job[ji] if offers[k[1]].placement_domain == d}
+                terms[v] = -float(job.workers)
+                lp.row(terms, upper=0)
+    for oi, o in enumerate(offers):
+        it = o.instance_type
+        for k, yk in enumerate(y[oi]):
+            keys = by_node[(oi, k)]
+            for attr, capacity in (("gpus_per_worker", it.gpu_count), ("vcpus_per_worker", it.vcpus),
+                                   ("memory_gib_per_worker", it.memory_gib)):
+                terms = {x[key]: float(getattr(jobs[key[0]], attr)) for key in keys}
+                terms[yk] = -float(capacity)
+                lp.row(terms, upper=0)
+            for key in keys:  # no worker on a node not bought (tightens the relaxation)
+                lp.row({x[key]: 1.0, yk: -lp.upper[x[key]]}, upper=0)
+            if k > 0:  # symmetry: buy node k only after node k-1
+                lp.row({y[oi][k - 1]: 1.0, yk: -1.0}, lower=0)
+
+    spot = [oi for oi, o in enumerate(offers) if o.market is Market.SPOT]
+    on_demand = [oi for oi, o in enumerate(offers) if o.market is Market.ON_DEMAND]
+
+    def gpus_of(indexes: Sequence[int], scale: float = 1.0) -> dict[int, float]:
+        return {v: scale * offers[oi].instance_type.gpu_count for oi in indexes for v in y[oi]}
+
+    def add(*parts: dict[int, float]) -> dict[int, float]:
+        total: dict[int, float] = collections.defaultdict(float)
+        for part in parts:
+            for k, v in part.items():
+                total[k] += v
+        return total
+
+    if spot:
+        for name in sorted({offers[oi].instance_type.name for oi in spot}):
+            of_type = [oi for oi in spot if offers[oi].instance_type.name == name]
+            one_node = max(offers[oi].instance_type.gpu_count for oi in of_type)
+            lp.row(add(gpus_of(of_type), gpus_of(spot, -policy.max_share_per_instance_type)), upper=one_node)
+        for zone in sorted({offers[oi].placement_domain for oi in spot}):
+            in_zone = [oi for oi in spot if offers[oi].placement_domain == zone]
+            lp.row(add(gpus_of(in_zone), gpus_of(spot, -policy.max_share_per_zone)),
+                   upper=zone_largest_spot_node(instance, zone))
+        if policy.min_distinct_offers > 1:
+            # distinct >= min(m, N): b = 1 -> distinct >= m; b = 0 -> distinct >= N
+            b = lp.var(1)
+            distinct = {y[oi][0]: 1.0 for oi in spot}
+            big = float(sum(len(y[oi]) for oi in spot))
+            lp.row({**distinct, b: -float(policy.min_distinct_offers)}, lower=0)
+            lp.row(add(distinct, {v: -1.0 for oi in spot for v in y[oi]}, {b: big}), lower=0)
+        if policy.max_spot_share < 1:
+            lp.row(add(gpus_of(spot, 1 - policy.max_spot_share), gpus_of(on_demand, -policy.max_spot_share)), upper=0)
+        if policy.on_demand_base_gpus > 0:
+            # on-demand >= min(B, all): c = 1 -> on-demand >= B; c = 0 -> no spot GPUs
+            c = lp.var(1)
+            lp.row({**gpus_of(on_demand), c: -float(policy.on_demand_base_gpus)}, lower=0)
+            big = float(sum(offers[oi].instance_type.gpu_count * len(y[oi]) for oi in spot))
+            lp.row({**gpus_of(spot, -1.0), c: big}, lower=0)
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("threads", threads)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("mip_rel_gap", 1e-6)
+    n = len(lp.cost)
+    h.addVars(n, np.array(lp.lower), np.array(lp.upper))
+    idx = np.arange(n, dtype=np.int32)
+    h.changeColsCost(n, idx, np.array(lp.cost))
+    h.changeColsIntegrality(n, idx, np.full(n, 1, dtype=np.uint8))  # kInteger
+    starts, indices, values = [], [], []
+    for _, _, terms in lp.rows:
+        starts.append(len(indices))
+        indices += list(terms)
+        values += list(terms.values())
+    h.addRows(len(lp.rows), np.array([r[0] for r in lp.rows]), np.array([r[1] for r in lp.rows]), len(indices),
+              np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(values))
+    started = time.perf_counter()
+    h.run()
+    seconds = time.perf_counter() - started
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    if not has_solution:
+        return MilpResult(h.modelStatusToString(status), None, False, None, None, seconds, n, len(lp.rows))
+    values_ = list(h.getSolution().col_value)
+    nodes: dict[str, Offer] = {}
+    placements: dict[str, list[str]] = collections.defaultdict(list)
+    for oi, o in enumerate(offers):
+        for k, v in enumerate(y[oi]):
+            if values_[v] > 0.5:
+                nodes[f"o{oi:02d}-{k:02d}"] = o
+    for (ji, oi, k), v in sorted(x.items()):
+        for _ in range(int(round(values_[v]))):
+            placements[jobs[ji].job_id].append(f"o{oi:02d}-{k:02d}")
+    solution = Solution(nodes, {j: tuple(n_) for j, n_ in placements.items()})
+    proved = status == highspy.HighsModelStatus.kOptimal
+    return MilpResult(h.modelStatusToString(status), info.objective_function_value, proved, solution,
+                      info.mip_gap, seconds, n, len(lp.rows))
+
+
+# =========================================================================== the benchmark
+
+
+def planner_version() -> str:
+    """The commit of the work tree, and whether fleetctl/planner/ has local changes (read-only git)."""
+    import subprocess
+
+    root = HERE.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "fleetctl/planner"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return f"{head}{' + uncommitted changes in fleetctl/planner/' if dirty else ''}"
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def load_planner(spec: str) -> PlanFn:
+    """``module:function``, e.g. the default ``fleetctl.planner:plan``."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name or "plan")
+
+
+def run_planner(instance: Instance, planner: PlanFn) -> Plan:
+    return planner(now=NOW, queue=instance.jobs, fleet=(), offers=instance.offers, forecast=None,
+                   policy=instance.policy)
+
+
+def describe_instance(instance: Instance) -> dict[str, object]:
+    jobs = instance.jobs
+    return {
+        "index": instance.index,
+        "jobs": len(jobs),
+        "workers": sum(j.workers for j in jobs),
+        "gangs": sum(j.workers > 1 for j in jobs),
+        "constrained": sum(bool(j.gpu_models) for j in jobs),
+        "not_spot_eligible": sum(not spot_ok(j, instance.policy) for j in jobs),
+        "offers": len(instance.offers),
+        "spot_offers": sum(o.market is Market.SPOT for o in instance.offers),
+        "zones": len({o.placement_domain for o in instance.offers}),
+        "max_spot_share": instance.policy.max_spot_share,
+        "on_demand_base_gpus": instance.policy.on_demand_base_gpus,
+    }
+
+
+def run_instance(instance: Instance, planner: PlanFn, time_limit: float) -> dict[str, object]:
+    """One instance: the planner's plan and the MILP, both evaluated."""
+    started = time.perf_counter()
+    result = run_planner(instance, planner)
+    planner_seconds = time.perf_counter() - started
+    ours = evaluate(instance, solution_of_plan(result))
+    milp = solve_milp(instance, time_limit)
+    best = evaluate(instance, milp.solution) if milp.solution is not None else None
+    ratio = None
+    if best is not None and best.feasible and ours.complete and best.cost > 0:
+        ratio = ours.cost / best.cost
+    return {
+        "instance": describe_instance(instance),
+        "planner": {**ours.as_json(), "seconds": round(planner_seconds, 4)},
+        "optimum": {**milp.as_json(), **(best.as_json() if best is not None else {"feasible": False})},
+        "ratio": None if ratio is None else round(ratio, 6),
+    }
+
+
+def summarise(rows: list[dict[str, object]]) -> dict[str, object]:
+    """Counts and ratios over all instances."""
+    def p(row: dict, side: str) -> dict:  # noqa: ANN001 - JSON rows
+        return row[side]  # type: ignore[no-any-return]
+
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    feasible_ratios = [r["ratio"] for r in rows if r["ratio"] is not None and p(r, "planner")["feasible"]]
+    codes: collections.Counter[str] = collections.Counter()
+    instances_with: collections.Counter[str] = collections.Counter()
+    for r in rows:
+        seen = set()
+        for v in p(r, "planner")["violations"]:
+            codes[v["code"]] += 1
+            seen.add(v["code"])
+        instances_with.update(seen)
+    optimum_feasible = [r for r in rows if p(r, "optimum").get("feasible")]
+    return {
+        "instances": len(rows),
+        "optimum_feasible": len(optimum_feasible),
+        "optimum_proved": sum(bool(p(r, "optimum")["proved_optimal"]) for r in rows),
+        "optimum_not_proved": [p(r, "instance")["index"] for r in rows if not p(r, "optimum")["proved_optimal"]],
+        "optimum_check_failed": [p(r, "instance")["index"] for r in rows
+                                 if p(r, "optimum").get("objective") is not None and not p(r, "optimum").get("feasible")],
+        "planner_complete": sum(bool(p(r, "planner")["complete"]) for r in rows),
+        "planner_feasible": sum(bool(p(r, "planner")["feasible"]) for r in rows),
+        "unplaced_while_optimum_feasible": sum(not p(r, "planner")["complete"] for r in optimum_feasible),
+        "mean_ratio": round(sum(ratios) / len(ratios), 6) if ratios else None,
+        "max_ratio": round(max(ratios), 6) if ratios else None,
+        "min_ratio": round(min(ratios), 6) if ratios else None,
+        "ratios_counted": len(ratios),
+        "mean_ratio_planner_feasible": round(sum(feasible_ratios) / len(feasible_ratios), 6) if feasible_ratios else None,
+        "max_ratio_planner_feasible": round(max(feasible_ratios), 6) if feasible_ratios else None,
+        "below_optimum": sum(1 for x in ratios if x < 1 - 1e-6),
+        "optimum_buys_empty_nodes": [p(r, "instance")["index"] for r in rows if p(r, "optimum").get("empty_nodes")],
+        "planner_buys_empty_nodes": [p(r, "instance")["index"] for r in rows if p(r, "planner").get("empty_nodes")],
+        "violations_by_rule": dict(sorted(codes.items())),
+        "instances_violating_rule": dict(sorted(instances_with.items())),
+    }
+
+
+def print_summary(doc: dict[str, object], rows: list[dict[str, object]]) -> None:
+    s = doc["summary"]
+    assert isinstance(s, dict)
+    print(f"planner {doc['planner']} at {doc['planner_version']}; MILP time limit {doc['time_limit_seconds']:g} s")
+    print(f"instances: {s['instances']}  MILP: {s['optimum_feasible']} solved, {s['optimum_proved']} proved optimal"
+          + (f" (not proved: {s['optimum_not_proved']})" if s["optimum_not_proved"] else ""))
+    print(f"planner: {s['planner_complete']} placed every job, {s['planner_feasible']} also broke no rule; "
+          f"{s['unplaced_while_optimum_feasible']} left a job unplaced although a feasible plan exists")
+    if s["mean_ratio"] is not None:
+        print(f"cost ratio planner / optimum (risk-adjusted USD/h, {s['ratios_counted']} instances where the planner "
+              f"placed every job): mean {s['mean_ratio']:.4f}, max {s['max_ratio']:.4f}, min {s['min_ratio']:.4f}; "
+              f"{s['below_optimum']} below 1 (only possible by breaking a rule)")
+    if s["mean_ratio_planner_feasible"] is not None:
+        print(f"  over the {s['planner_feasible']} rule-abiding plans: mean {s['mean_ratio_planner_feasible']:.4f}, "
+              f"max {s['max_ratio_planner_feasible']:.4f}")
+    if s["violations_by_rule"]:
+        print("rules the planner broke (violations; instances): " + ", ".join(
+            f"{k} {v}; {s['instances_violating_rule'][k]}" for k, v in s["violations_by_rule"].items()))
+        for r in rows:
+            for v in r["planner"]["violations"][:3]:  # type: ignore[index]
+                print(f"  #{r['instance']['index']}: {v['code']}: {v['detail']}")  # type: ignore[index]
+    if s["optimum_buys_empty_nodes"]:
+        print(f"the optimum buys nodes that hold no job (to meet the spot spreading rules) in instances "
+              f"{s['optimum_buys_empty_nodes']}")
+    if s["planner_buys_empty_nodes"]:
+        print(f"the planner buys nodes that hold no job in instances {s['planner_buys_empty_nodes']}")
+    if s["optimum_check_failed"]:
+        print(f"WARNING: the MILP's own solution failed the checker on {s['optimum_check_failed']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instances", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=20.0, help="HiGHS seconds per instance")
+    parser.add_argument("--planner", default="fleetctl.planner:plan", help="module:function with plan()'s signature")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--quiet", action="store_true", help="no line per instance")
+    args = parser.parse_args(argv)
+    try:
+        import highspy  # noqa: F401
+    except ImportError:
+        print("plan_optimality needs HiGHS: pip install highspy (the [bench] extra)", file=sys.stderr)
+        return 2
+    version = planner_version()  # read before the import, which fixes the planner for this run
+    planner = load_planner(args.planner)
+    catalog = load_catalog()
+    rows = []
+    started = time.perf_counter()
+    for i in range(args.instances):
+        row = run_instance(make_instance(i, args.seed, catalog), planner, args.time_limit)
+        rows.append(row)
+        if not args.quiet:
+            ours, best = row["planner"], row["optimum"]
+            assert isinstance(ours, dict) and isinstance(best, dict)
+            ratio = f"{row['ratio']:.4f}" if row["ratio"] is not None else "  n/a "
+            print(f"#{i:02d} planner {ours['cost']:9.3f} optimum {best.get('cost', float('nan')):9.3f} "
+                  f"({best['status']}, {best['seconds']:.1f} s) ratio {ratio} "
+                  f"unplaced {len(ours['unplaced'])} violations {len(ours['violations'])}", flush=True)
+    doc = {
+        "description": "planner vs exact MILP (HiGHS) on risk-adjusted USD/hour; see benchmarks/plan_optimality.py",
+        "command": shlex.join(["python", "benchmarks/plan_optimality.py", *(argv if argv is not None else sys.argv[1:])]),
+        "seed": args.seed,
+        "time_limit_seconds": args.time_limit,
+        "planner": args.planner,
+        "planner_version": version,
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "summary": summarise(rows),
+        "instances": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print_summary(doc, rows)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
