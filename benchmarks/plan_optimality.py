@@ -22,7 +22,7 @@ in one placement domain; per node, GPUs/vCPUs/memory within the instance type;
 the job's GPU models; no spot for jobs that may not use it; and on the spot
 capacity bought: per instance type ``<= share * spot GPUs + one node of it``,
 per zone ``<= share * spot GPUs + the largest spot node offered there``, at
-least ``min(min_distinct_offers, spot nodes)`` distinct spot offers, spot GPUs
+least ``min_distinct_offers`` distinct spot offers once it has that many spot nodes, spot GPUs
 ``<= max_spot_share`` of all, on-demand GPUs ``>= min(on_demand_base_gpus,
 all)``.
 
@@ -404,8 +404,8 @@ def _market_and_diversification(instance: Instance, solution: Solution) -> list[
             out.append(Violation("zone_share", f"{gpus} spot GPUs in {'/'.join(z or '*' for z in zone)} > "
                                                f"{policy.max_share_per_zone:g} x {spot_gpus} + {largest} = {limit:g}"))
     distinct = len({o.key for o in spot})
-    need = min(policy.min_distinct_offers, len(spot))
-    if distinct < need:
+    need = policy.min_distinct_offers
+    if len(spot) >= need and distinct < need:  # the policy: "once it has that many spot nodes"
         out.append(Violation("distinct_offers", f"{len(spot)} spot nodes on {distinct} distinct offers < {need}"))
     if spot_gpus > policy.max_spot_share * all_gpus + EPS:
         out.append(Violation("max_spot_share", f"{spot_gpus} spot GPUs > {policy.max_spot_share:g} x {all_gpus}"))
@@ -524,6 +524,9 @@ def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -
                 lp.row(terms, upper=0)
             for key in keys:  # no worker on a node not bought (tightens the relaxation)
                 lp.row({x[key]: 1.0, yk: -lp.upper[x[key]]}, upper=0)
+            # a node bought holds work: an empty node is idle capacity the
+            # controller would terminate, not a plan (the planner never buys one)
+            lp.row({**{x[key]: 1.0 for key in keys}, yk: -1.0}, lower=0)
             if k > 0:  # symmetry: buy node k only after node k-1
                 lp.row({y[oi][k - 1]: 1.0, yk: -1.0}, lower=0)
 
@@ -550,12 +553,14 @@ def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -
             lp.row(add(gpus_of(in_zone), gpus_of(spot, -policy.max_share_per_zone)),
                    upper=zone_largest_spot_node(instance, zone))
         if policy.min_distinct_offers > 1:
-            # distinct >= min(m, N): b = 1 -> distinct >= m; b = 0 -> distinct >= N
+            # once there are m spot nodes, at least m distinct spot offers:
+            # b = 1 -> distinct >= m; b = 0 -> fewer than m spot nodes
+            m = float(policy.min_distinct_offers)
             b = lp.var(1)
             distinct = {y[oi][0]: 1.0 for oi in spot}
             big = float(sum(len(y[oi]) for oi in spot))
-            lp.row({**distinct, b: -float(policy.min_distinct_offers)}, lower=0)
-            lp.row(add(distinct, {v: -1.0 for oi in spot for v in y[oi]}, {b: big}), lower=0)
+            lp.row({**distinct, b: -m}, lower=0)
+            lp.row(add({v: 1.0 for oi in spot for v in y[oi]}, {b: -big}), upper=m - 1)
         if policy.max_spot_share < 1:
             lp.row(add(gpus_of(spot, 1 - policy.max_spot_share), gpus_of(on_demand, -policy.max_spot_share)), upper=0)
         if policy.on_demand_base_gpus > 0:

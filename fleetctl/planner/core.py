@@ -57,7 +57,10 @@ from fleetctl.planner.order import QueueOrder, TeamUsage, over_burst
 
 _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
 _SHORTLIST = 24  # offers scored per purchase (by per-GPU price), before the full list is tried
-_MAX_RESERVATIONS = 64  # waiting gangs that reserve capacity per pass (bounds the work per pass)
+_PROJECTION_ROUNDS = 3  # tries of step 3 with projected spot totals before the strict rule
+_MAX_RESERVATIONS = 64
+_SPREAD_PREMIUM = 1.25  # how much dearer a new spot offer may be and still be preferred (diversification)
+_MULTI_ORDER_MAX_JOBS = 400  # steps this small try several purchase orders (see buy)  # waiting gangs that reserve capacity per pass (bounds the work per pass)
 
 
 def _per_node(job: Job, offer: Offer) -> int:
@@ -153,6 +156,10 @@ class _Pass:
         self.active_jobs: dict[str, Job] = {}
         self.reservations = 0
         self.on_demand_base_jobs: set[str] = set()
+        self.strict = True  # diversification checked after every purchase (see buy)
+        self.projected_spot_gpus = 0
+        self.projected_total_gpus = 0
+        self.step_risk = 0.0  # expected loss (USD/h) of the jobs placed on nodes bought in this pass
 
     # ------------------------------------------------------------------ helpers
 
@@ -314,7 +321,13 @@ class _Pass:
         """Bind ``job`` to ``placed``; with ``order``, charge its team now (jobs
         admitted for new capacity were charged at admission)."""
         names = []
+        loss = None
         for slot, workers in placed:
+            if slot.new:
+                it = slot.offer.instance_type
+                loss = self._loss_hours(job) if loss is None else loss
+                share = job.gpus_per_worker * workers / it.gpu_count if it.gpu_count else 0.0
+                self.step_risk += self._p(slot.offer) * loss * share * slot.offer.usd_per_hour
             (self.new_index if slot.new else self.index).take(slot, job, workers)
             slot.touched = True
             names.extend([slot.name] * workers)
@@ -590,10 +603,17 @@ class _Pass:
     # ------------------------------------------------------------------ 3. new capacity
 
     def buy(self, admitted: list[tuple[Job, bool]]) -> None:
-        demand: dict[Kind, float] = {}
+        """Step 3. Design choice: the diversification caps are first checked
+        against the spot capacity the whole step is expected to hold (so the
+        first large gang is not pushed to on-demand just because it comes
+        first); if the result breaks a rule, the step is redone with the strict
+        rule checked after every purchase, which cannot end in a violation."""
+        rank = {job.job_id: i for i, (job, _) in enumerate(admitted)}
+        admitted = self._on_demand_base(admitted)
         kinds_of: dict[str, tuple[Kind, ...]] = {}
         all_kinds = {kind_of(o) for o in self.offers}
         by_signature: dict[tuple, tuple[Kind, ...]] = {}
+        demand: dict[Kind, float] = {}
         for job, spot_ok in admitted:
             sig = (job.gpu_models, job.gpus_per_worker > 0, job.gpu_memory_gib_per_gpu, spot_ok)
             ks = by_signature.get(sig)
@@ -601,40 +621,155 @@ class _Pass:
                 ks = by_signature[sig] = tuple(sorted(k for k in all_kinds if self._kind_ok(job, k, spot_ok)))
             kinds_of[job.job_id] = ks
             if job.workers == 1:
-                for k in ks:
+                for k in self._likely_kinds(ks, spot_ok):
                     demand[k] = demand.get(k, 0.0) + job.gpus
-        rank = {job.job_id: i for i, (job, _) in enumerate(admitted)}
-        admitted = self._on_demand_base(admitted)
-        # Best-fit decreasing; jobs bound to on-demand first, so they count toward the base.
-        ordered = sorted(admitted, key=lambda t: (t[1], -t[0].gpus, -t[0].workers, rank[t[0].job_id]))
+        snapshot = self._snapshot()
+        orderings = self._orderings(admitted, rank)
+        if len(orderings) == 1:
+            self._buy_in_order(orderings[0], admitted, kinds_of, demand, snapshot)
+            return
+        # Design choice: for small steps, try a few orders (largest first, most
+        # constrained first, ...) and keep the cheapest result: greedy packing
+        # is sensitive to order, and these few passes cost milliseconds here.
+        best: tuple | None = None
+        for i, ordered in enumerate(orderings):
+            self._buy_in_order(ordered, admitted, kinds_of, demand, snapshot)
+            key = (len(self.unplaced), round(self.usd + self.step_risk, 6), i)
+            if best is None or key < best:
+                best = key
+            self._restore(snapshot)
+        self._buy_in_order(orderings[best[2]], admitted, kinds_of, demand, snapshot)  # type: ignore[index]
+
+    def _orderings(self, admitted: list[tuple[Job, bool]], rank: dict[str, int]) -> list[list[tuple[Job, bool]]]:
+        """Jobs bound to on-demand first (they count toward the base), then:
+        best-fit decreasing; most constrained (fewest offers) first; biggest
+        worker first; most memory first."""
+        bfd = sorted(admitted, key=lambda t: (t[1], -t[0].gpus, -t[0].workers, rank[t[0].job_id]))
+        if len(admitted) > _MULTI_ORDER_MAX_JOBS:
+            return [bfd]
+        choices = {t[0].job_id: len(self._compatible_offers(t[0], t[1])) for t in admitted}
+        return [
+            bfd,
+            sorted(admitted, key=lambda t: (t[1], choices[t[0].job_id], -t[0].gpus, rank[t[0].job_id])),
+            sorted(admitted, key=lambda t: (t[1], -t[0].gpus_per_worker, -t[0].memory_gib_per_worker, -t[0].gpus,
+                                            rank[t[0].job_id])),
+            sorted(admitted, key=lambda t: (t[1], -t[0].memory_gib_per_worker * t[0].workers, -t[0].gpus,
+                                            rank[t[0].job_id])),
+        ]
+
+    def _buy_in_order(self, ordered: list[tuple[Job, bool]], admitted: list[tuple[Job, bool]],
+                      kinds_of: dict[str, tuple[Kind, ...]], demand: dict[Kind, float], snapshot: dict) -> None:
+        projected = self.spot_gpus + sum(job.gpus for job, spot_ok in admitted if spot_ok)
+        total_projected = self.gpus + sum(job.gpus for job, _ in admitted)
+        self.strict = False
+        for _ in range(_PROJECTION_ROUNDS):
+            self.projected_spot_gpus = projected
+            self.projected_total_gpus = total_projected
+            self._buy_pass(ordered, kinds_of, dict(demand))
+            if not self._diversification_broken():
+                return
+            # Less spot was bought than projected: project what was bought, and redo.
+            projected = min(projected - 1, self.spot_gpus)
+            self._restore(snapshot)
+            if projected <= 0:
+                break
+        self.strict = True
+        self.projected_spot_gpus = self.projected_total_gpus = 0
+        self._buy_pass(ordered, kinds_of, dict(demand))
+
+    @staticmethod
+    def _likely_kinds(kinds: tuple[Kind, ...], spot_ok: bool) -> tuple[Kind, ...]:
+        """Where a job will probably go: spot if it may (it is cheaper), so the
+        fill estimate does not count it toward on-demand nodes as well."""
+        market = Market.SPOT.value if spot_ok else Market.ON_DEMAND.value
+        return tuple(k for k in kinds if k[1] == market) or kinds
+
+    def _buy_pass(self, ordered: list[tuple[Job, bool]], kinds_of: dict[str, tuple[Kind, ...]],
+                  demand: dict[Kind, float]) -> None:
         for job, spot_ok in ordered:
             if job.workers == 1:
-                for k in kinds_of[job.job_id]:
+                for k in self._likely_kinds(kinds_of[job.job_id], spot_ok):
                     demand[k] -= job.gpus
-            kinds = tuple(k for k in kinds_of[job.job_id])
-            # Leftovers of nodes bought earlier in this pass (and any room freed since).
+            kinds = kinds_of[job.job_id]
+            # Leftovers of nodes bought earlier in this step.
             placed = self.place_existing(job, tuple(sorted(set(kinds) & set(self.new_index.by_kind))), self.new_index)
             if placed is not None:
-                self.commit(job, placed, Reason.FITS_NEW_CAPACITY if placed[0][0].new else Reason.FITS_FREE_CAPACITY, None)
+                self.commit(job, placed, Reason.FITS_NEW_CAPACITY, None)
                 continue
             self._buy_one(job, spot_ok, demand)
+
+    def _diversification_broken(self) -> bool:
+        p = self.policy
+        total = self.spot_gpus
+        biggest_of_type: dict[str, int] = {}
+        for slot in (*self.index.slots.values(), *self.new_index.slots.values()):
+            if slot.offer.market is Market.SPOT:
+                it = slot.offer.instance_type
+                biggest_of_type[it.name] = max(biggest_of_type.get(it.name, 0), it.gpu_count)
+        for name, gpus in self.spot_by_type.items():
+            if gpus > p.max_share_per_instance_type * total + biggest_of_type.get(name, 0) + 1e-9:
+                return True
+        for zone, gpus in self.spot_by_zone.items():
+            if gpus > p.max_share_per_zone * total + self.max_gpus_in_zone.get(zone, 0) + 1e-9:
+                return True
+        if self.spot_gpus > p.max_spot_share * self.gpus + 1e-9:
+            return True
+        nodes = sum(self.spot_nodes_by_offer.values())
+        return nodes >= p.min_distinct_offers and len(self.spot_nodes_by_offer) < p.min_distinct_offers
+
+    def _snapshot(self) -> dict:
+        return {
+            "binds": len(self.actions_bind), "unplaced": len(self.unplaced),
+            "explain": {k: len(v) for k, v in self.explain.items()},
+            "usage": {t: (u.gpus, u.vcpus, u.memory_gib) for t, u in self.usage.items()},
+            "totals": (self.usd, self.gpus, self.spot_gpus, self.on_demand_gpus, self.step_risk),
+            "spot": (dict(self.spot_by_type), dict(self.spot_by_zone), dict(self.spot_nodes_by_offer)),
+        }
+
+    def _restore(self, snap: dict) -> None:
+        """Undo step 3 (it only adds: new nodes, binds, launches, notes)."""
+        del self.actions_bind[snap["binds"]:]
+        del self.unplaced[snap["unplaced"]:]
+        for k in list(self.explain):
+            keep = snap["explain"].get(k, 0)
+            if keep:
+                del self.explain[k][keep:]
+            else:
+                del self.explain[k]
+        self.usage.clear()
+        for t, (g, v, m) in snap["usage"].items():
+            self.usage[t] = TeamUsage(g, v, m)
+        self.usd, self.gpus, self.spot_gpus, self.on_demand_gpus, self.step_risk = snap["totals"]
+        self.spot_by_type, self.spot_by_zone, self.spot_nodes_by_offer = (dict(d) for d in snap["spot"])
+        self.new_index = CapacityIndex()
+        self.new_count = 0
+        self.launch_names.clear()
+        self.launch_offer.clear()
+        self.launch_jobs.clear()
+        self.launch_reason.clear()
 
     def _on_demand_base(self, admitted: list[tuple[Job, bool]]) -> list[tuple[Job, bool]]:
         """Meet the policy's on-demand base with the jobs whose move to
         on-demand costs least per GPU (not with whichever job comes first)."""
-        deficit = self.policy.on_demand_base_gpus - self.on_demand_gpus
-        deficit -= sum(job.gpus for job, spot_ok in admitted if not spot_ok)
+        od_admitted = sum(job.gpus for job, spot_ok in admitted if not spot_ok)
+        deficit = self.policy.on_demand_base_gpus - self.on_demand_gpus - od_admitted
+        # max_spot_share works the same way: (1 - share) of the GPUs must be on demand.
+        total = self.gpus + sum(job.gpus for job, _ in admitted)
+        share_deficit = math.ceil((1 - self.policy.max_spot_share) * total - 1e-9) - self.on_demand_gpus - od_admitted
+        deficit = max(deficit, share_deficit)
         if deficit <= 0:
             return admitted
         premiums = []
         for job, spot_ok in admitted:
             if not spot_ok or job.gpus == 0:
                 continue
-            spot = self.estimate(job, True)
-            od = self.estimate(job, False)
+            # Per GPU, as packed: a small job shares a big node, so its own
+            # cheapest node says little about what moving it costs.
+            spot = self._cheapest_per_gpu(job, Market.SPOT)
+            od = self._cheapest_per_gpu(job, Market.ON_DEMAND)
             if spot is None or od is None:
                 continue
-            premiums.append(((od.usd_per_hour - spot.usd_per_hour) / job.gpus, job.job_id, job))
+            premiums.append((od - spot, job.job_id, job))
         premiums.sort(key=lambda t: (t[0], t[1]))
         moved: set[str] = set()
         for premium, job_id, job in premiums:
@@ -642,10 +777,17 @@ class _Pass:
                 break
             moved.add(job_id)
             deficit -= job.gpus
-            self._note(job, f"on-demand to meet the policy's on-demand base of {self.policy.on_demand_base_gpus} GPUs "
-                            f"(cheapest move: +${premium:.2f}/h per GPU)")
+            self._note(job, f"on-demand to meet the policy's on-demand base ({self.policy.on_demand_base_gpus} GPUs) "
+                            f"and spot share ({self.policy.max_spot_share:.0%}); cheapest move: +${premium:.2f}/h per GPU")
         self.on_demand_base_jobs = moved
         return [(job, spot_ok and job.job_id not in moved) for job, spot_ok in admitted]
+
+    def _cheapest_per_gpu(self, job: Job, market: Market) -> float | None:
+        """Lowest risk-free USD per GPU-hour of an offer in ``market`` that holds a worker."""
+        for offer in self._compatible_offers(job, True):  # sorted by USD per GPU
+            if offer.market is market and _per_node(job, offer) >= 1:
+                return offer.usd_per_hour / max(1, offer.instance_type.gpu_count)
+        return None
 
     def _kind_ok(self, job: Job, kind: Kind, spot_ok: bool) -> bool:
         model, market = kind
@@ -660,10 +802,10 @@ class _Pass:
     def _market_rule(self, offer: Offer, gpus: int) -> str | None:
         p = self.policy
         if offer.market is Market.SPOT:
-            if self.spot_gpus + gpus > p.max_spot_share * (self.gpus + gpus) + 1e-9:
+            if self.spot_gpus + gpus > p.max_spot_share * max(self.gpus + gpus, self.projected_total_gpus) + 1e-9:
                 return f"spot would pass {p.max_spot_share:.0%} of the fleet's GPUs"
             it = offer.instance_type
-            total = self.spot_gpus + gpus
+            total = max(self.spot_gpus + gpus, self.projected_spot_gpus)
             if self.spot_by_type.get(it.name, 0) + gpus > p.max_share_per_instance_type * total + it.gpu_count + 1e-9:
                 return f"{it.name} would pass {p.max_share_per_instance_type:.0%} of spot GPUs (diversification)"
             z = offer.placement_domain
@@ -686,10 +828,12 @@ class _Pass:
             return False
         distinct = len(self.spot_nodes_by_offer)
         spot_nodes = sum(self.spot_nodes_by_offer.values())
-        want_new = distinct < min(p.min_distinct_offers, spot_nodes + 1)
-        unused_available = want_new and any(
-            o.offer.market is Market.SPOT and o.offer.key not in self.spot_nodes_by_offer for o in options
-        )
+        want_new = distinct < p.min_distinct_offers
+        # While fewer than min_distinct_offers spot offers are in use, prefer a
+        # new spot offer over reusing one, if it costs at most _SPREAD_PREMIUM more.
+        unused_scores = [o.score for o in options
+                         if o.offer.market is Market.SPOT and o.offer.key not in self.spot_nodes_by_offer]
+        best_unused = min(unused_scores) if (want_new and unused_scores) else None
         rejected: list[str] = []
         budget_block: _Option | None = None
         gpu_block: _Option | None = None
@@ -697,8 +841,14 @@ class _Pass:
             offer = option.offer
             gpus = option.nodes * offer.instance_type.gpu_count
             why = self._market_rule(offer, gpus)
-            if why is None and offer.market is Market.SPOT and unused_available and offer.key in self.spot_nodes_by_offer:
-                why = f"at least {p.min_distinct_offers} distinct spot offers wanted (diversification)"
+            if why is None and offer.market is Market.SPOT and want_new:
+                fresh = offer.key not in self.spot_nodes_by_offer
+                if best_unused is not None and not fresh and best_unused <= option.score * _SPREAD_PREMIUM:
+                    why = f"at least {p.min_distinct_offers} distinct spot offers wanted (diversification)"
+                elif self.strict and spot_nodes + option.nodes >= p.min_distinct_offers and \
+                        distinct + fresh < p.min_distinct_offers:
+                    why = (f"{spot_nodes + option.nodes} spot nodes would sit on fewer than "
+                           f"{p.min_distinct_offers} distinct offers (diversification)")
             if why is None and p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
                 gpu_block = gpu_block or option
                 why = f"{gpus} more GPUs would pass the max of {p.max_gpus}"
@@ -934,6 +1084,7 @@ class PlannedFleet:
     def place(self, job: Job) -> Plan:
         """Place one new queued job; returns only this job's actions (a launch, a bind) or its reason."""
         p = self._pass
+        p.strict, p.projected_spot_gpus, p.projected_total_gpus = True, 0, 0  # one job at a time: the rule after every purchase
         binds_before, launches_before = len(p.actions_bind), {k: len(v) for k, v in p.launch_names.items()}
         unplaced_before = len(p.unplaced)
         usd_before = p.usd
