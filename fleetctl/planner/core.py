@@ -29,6 +29,7 @@ checkpoint) plus the restart overhead.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -60,7 +61,8 @@ _SHORTLIST = 24  # offers scored per purchase (by per-GPU price), before the ful
 _PROJECTION_ROUNDS = 3  # tries of step 3 with projected spot totals before the strict rule
 _MAX_RESERVATIONS = 64
 _SPREAD_PREMIUM = 1.25  # how much dearer a new spot offer may be and still be preferred (diversification)
-_MULTI_ORDER_MAX_JOBS = 400  # steps this small try several purchase orders (see buy)  # waiting gangs that reserve capacity per pass (bounds the work per pass)
+_MULTI_ORDER_MAX_JOBS = 400
+_SHUFFLED_ORDERS = 6  # steps this small try several purchase orders (see buy)  # waiting gangs that reserve capacity per pass (bounds the work per pass)
 
 
 def _per_node(job: Job, offer: Offer) -> int:
@@ -159,6 +161,7 @@ class _Pass:
         self.strict = True  # diversification checked after every purchase (see buy)
         self.projected_spot_gpus = 0
         self.projected_total_gpus = 0
+        self.spread_premium = _SPREAD_PREMIUM
         self.step_risk = 0.0  # expected loss (USD/h) of the jobs placed on nodes bought in this pass
 
     # ------------------------------------------------------------------ helpers
@@ -655,22 +658,44 @@ class _Pass:
                                             rank[t[0].job_id])),
             sorted(admitted, key=lambda t: (t[1], -t[0].memory_gib_per_worker * t[0].workers, -t[0].gpus,
                                             rank[t[0].job_id])),
+            sorted(admitted, key=lambda t: (t[1], t[0].gpus, t[0].workers, rank[t[0].job_id])),
+            sorted(admitted, key=lambda t: (t[1], -t[0].workers, -t[0].gpus, rank[t[0].job_id])),
+            *self._shuffled(bfd),
         ]
+
+    @staticmethod
+    def _shuffled(bfd: list[tuple[Job, bool]]) -> list[list[tuple[Job, bool]]]:
+        """A few fixed-seed shuffles of the canonical order (on-demand-bound jobs
+        still first): the same input always gives the same orders."""
+        result = []
+        for seed in range(_SHUFFLED_ORDERS):
+            rng = random.Random(seed)
+            head = [t for t in bfd if not t[1]]
+            tail = [t for t in bfd if t[1]]
+            rng.shuffle(head)
+            rng.shuffle(tail)
+            result.append(head + tail)
+        return result
 
     def _buy_in_order(self, ordered: list[tuple[Job, bool]], admitted: list[tuple[Job, bool]],
                       kinds_of: dict[str, tuple[Kind, ...]], demand: dict[Kind, float], snapshot: dict) -> None:
         projected = self.spot_gpus + sum(job.gpus for job, spot_ok in admitted if spot_ok)
         total_projected = self.gpus + sum(job.gpus for job, _ in admitted)
         self.strict = False
-        for _ in range(_PROJECTION_ROUNDS):
+        self.spread_premium = _SPREAD_PREMIUM
+        for round_ in range(_PROJECTION_ROUNDS + 1):
             self.projected_spot_gpus = projected
             self.projected_total_gpus = total_projected
             self._buy_pass(ordered, kinds_of, dict(demand))
             if not self._diversification_broken():
                 return
+            self._restore(snapshot)
+            if round_ == 0:
+                # First, spread harder: any new spot offer beats reusing one.
+                self.spread_premium = math.inf
+                continue
             # Less spot was bought than projected: project what was bought, and redo.
             projected = min(projected - 1, self.spot_gpus)
-            self._restore(snapshot)
             if projected <= 0:
                 break
         self.strict = True
@@ -843,7 +868,7 @@ class _Pass:
             why = self._market_rule(offer, gpus)
             if why is None and offer.market is Market.SPOT and want_new:
                 fresh = offer.key not in self.spot_nodes_by_offer
-                if best_unused is not None and not fresh and best_unused <= option.score * _SPREAD_PREMIUM:
+                if best_unused is not None and not fresh and best_unused <= option.score * self.spread_premium:
                     why = f"at least {p.min_distinct_offers} distinct spot offers wanted (diversification)"
                 elif self.strict and spot_nodes + option.nodes >= p.min_distinct_offers and \
                         distinct + fresh < p.min_distinct_offers:
