@@ -660,15 +660,16 @@ class _Pass:
                                             rank[t[0].job_id])),
             sorted(admitted, key=lambda t: (t[1], t[0].gpus, t[0].workers, rank[t[0].job_id])),
             sorted(admitted, key=lambda t: (t[1], -t[0].workers, -t[0].gpus, rank[t[0].job_id])),
-            *self._shuffled(bfd),
+            *self._shuffled(bfd, max(_SHUFFLED_ORDERS, min(4 * _SHUFFLED_ORDERS, 1000 // max(1, len(admitted))))),
         ]
 
     @staticmethod
-    def _shuffled(bfd: list[tuple[Job, bool]]) -> list[list[tuple[Job, bool]]]:
-        """A few fixed-seed shuffles of the canonical order (on-demand-bound jobs
-        still first): the same input always gives the same orders."""
+    def _shuffled(bfd: list[tuple[Job, bool]], count: int) -> list[list[tuple[Job, bool]]]:
+        """``count`` fixed-seed shuffles of the canonical order (on-demand-bound
+        jobs still first): the same input always gives the same orders. Small
+        steps get more of them (they are cheap there)."""
         result = []
-        for seed in range(_SHUFFLED_ORDERS):
+        for seed in range(count):
             rng = random.Random(seed)
             head = [t for t in bfd if not t[1]]
             tail = [t for t in bfd if t[1]]
