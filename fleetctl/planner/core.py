@@ -273,6 +273,12 @@ class _Pass:
             z = offer.placement_domain
             self.spot_by_zone[z] = self.spot_by_zone.get(z, 0) + it.gpu_count * count
             self.spot_nodes_by_offer[offer.key] = self.spot_nodes_by_offer.get(offer.key, 0) + count
+            if self.spot_nodes_by_offer[offer.key] <= 0:
+                del self.spot_nodes_by_offer[offer.key]
+            if self.spot_by_type[it.name] <= 0:
+                del self.spot_by_type[it.name]
+            if self.spot_by_zone[z] <= 0:
+                del self.spot_by_zone[z]
         else:
             self.on_demand_gpus += it.gpu_count * count
 
@@ -723,6 +729,87 @@ class _Pass:
                 self.commit(job, placed, Reason.FITS_NEW_CAPACITY, None)
                 continue
             self._buy_one(job, spot_ok, demand)
+        if len(ordered) <= _MULTI_ORDER_MAX_JOBS and not self._diversification_broken():
+            self._eliminate_nodes({job.job_id: job for job, _ in ordered}, kinds_of)
+
+    def _eliminate_nodes(self, jobs: dict[str, Job], kinds_of: dict[str, tuple[Kind, ...]]) -> None:
+        """Local improvement: a node bought in this step whose jobs all fit in
+        the leftovers of the other new nodes is not bought after all (emptiest
+        and dearest first), unless that would break a market or spread rule."""
+        candidates = sorted(
+            self.new_index.slots.values(),
+            key=lambda sl: ((sl.offer.instance_type.gpu_count - sl.free_gpus) / max(1, sl.offer.instance_type.gpu_count),
+                            -sl.offer.usd_per_hour, sl.name),
+        )
+        bind_at = {b.job_id: i for i, b in enumerate(self.actions_bind)}
+        for slot in candidates:
+            movable = [jobs.get(jid) for jid in slot.jobs]
+            if not movable or any(j is None or slot.jobs[j.job_id] != j.workers for j in movable):
+                continue  # a job of another pass, or a gang spread over several nodes
+            self.new_index.withdraw(slot)
+            moves: list[tuple[Job, list[tuple[Slot, int]]]] = []
+            for job in sorted(movable, key=lambda j: (-j.gpus, j.job_id)):  # type: ignore[union-attr]
+                kinds = tuple(sorted(set(kinds_of[job.job_id]) & set(self.new_index.by_kind)))  # type: ignore[union-attr]
+                placed = self.place_existing(job, kinds, self.new_index)  # type: ignore[arg-type]
+                if placed is None:
+                    break
+                for target, workers in placed:
+                    self.new_index.take(target, job, workers)  # type: ignore[arg-type]
+                moves.append((job, placed))  # type: ignore[arg-type]
+            ok = len(moves) == len(movable)
+            if ok:
+                self._unbuy(slot)
+                ok = not self._diversification_broken() and self.on_demand_gpus >= min(
+                    self.policy.on_demand_base_gpus, self.gpus)
+                if not ok:
+                    self._rebuy(slot)
+            if not ok:
+                for job, placed in moves:
+                    for target, _ in placed:
+                        self.new_index.give_back(target, job)
+                slot.schedulable = True
+                self.new_index._file(slot)
+                continue
+            for job, placed in moves:
+                self.index_jobs_moved(job, slot, placed, bind_at)
+            del self.new_index.slots[slot.name]
+
+    def index_jobs_moved(self, job: Job, old: Slot, placed: list[tuple[Slot, int]], bind_at: dict[str, int]) -> None:
+        """Point the job's Bind at its new nodes and move its expected loss."""
+        loss = self._loss_hours(job)
+        it = old.offer.instance_type
+        self.step_risk -= self._p(old.offer) * loss * (job.gpus / it.gpu_count if it.gpu_count else 0.0) * old.offer.usd_per_hour
+        names: list[str] = []
+        for target, workers in placed:
+            t_it = target.offer.instance_type
+            share = job.gpus_per_worker * workers / t_it.gpu_count if t_it.gpu_count else 0.0
+            self.step_risk += self._p(target.offer) * loss * share * target.offer.usd_per_hour
+            names.extend([target.name] * workers)
+        i = bind_at[job.job_id]
+        offer = placed[0][0].offer
+        where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
+        self.actions_bind[i] = Bind(job.job_id, tuple(names), self.actions_bind[i].reason,
+                                    f"{job.workers} x {job.gpus_per_worker} GPU on {len(placed)} new "
+                                    f"{offer.instance_type.name} ({offer.market.value}) in {where}")
+        old.jobs.pop(job.job_id, None)
+
+    def _unbuy(self, slot: Slot) -> None:
+        """Take a node bought in this step out of the step's purchases."""
+        key = slot.offer.key
+        self.launch_names[key].remove(slot.name)
+        if not self.launch_names[key]:
+            for d in (self.launch_names, self.launch_offer, self.launch_jobs, self.launch_reason):
+                d.pop(key, None)
+        self._charge_offer(slot.offer, -1)
+
+    def _rebuy(self, slot: Slot) -> None:
+        key = slot.offer.key
+        if key not in self.launch_names:
+            self.launch_offer[key] = slot.offer
+            self.launch_jobs[key] = sorted(slot.jobs)
+            self.launch_reason[key] = Reason.CHEAPEST_OFFER
+        self.launch_names.setdefault(key, []).append(slot.name)
+        self._charge_offer(slot.offer, 1)
 
     def _diversification_broken(self) -> bool:
         p = self.policy
