@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Callable
 
 from fleetctl.controller import execute, fingerprint, observe
 from fleetctl.controller.runtime import Runtime
@@ -175,17 +176,19 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
 
 
 def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
-         forecast: Forecast | None = None, metrics: FleetMetrics | None = None) -> TickReport:
+         forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
+         planner: Callable[..., Plan] = make_plan) -> TickReport:
     """One reconcile pass. Exceptions propagate: the caller (daemon, cron)
     decides what a failed tick means; nothing is half-applied (each step is
-    one store transaction)."""
+    one store transaction). ``planner`` has the signature of
+    ``fleetctl.planner.plan`` (the backtest swaps in the baselines' planners)."""
     started = time.perf_counter()
     report = TickReport()
     handle_interruptions(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
                          metrics=metrics, report=report)
     advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
     obs = observe(store, provider, now)
-    result = make_plan(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy)
+    result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy)
     report.plan = result
     if result.has_changes:
         execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy), runtime=runtime)

@@ -1,0 +1,140 @@
+"""`fleetctl trace import alibaba-2023`: public cluster traces -> job traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from fleetctl.cli.common import console, err_console, fail
+
+app = typer.Typer(help="Job traces for the simulator: import public cluster traces.", no_args_is_help=True)
+import_app = typer.Typer(help="Convert a public cluster trace into a job-trace CSV (docs/traces.md).",
+                         no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("alibaba-2023")
+def alibaba_2023(
+    pod_csv: Annotated[Path, typer.Argument(help="Pod list of the Alibaba GPU trace v2023, e.g. "
+                                                 "openb_pod_list_gpuspec33.csv.", show_default=False)],
+    start: Annotated[str, typer.Option("--start", help="Wall-clock time of the trace's second 0, ISO-8601 with a "
+                                                       "time zone, e.g. 2023-02-15T00:00:00Z.", show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Job-trace CSV to write.", show_default=False)],
+    include_cpu: Annotated[bool, typer.Option("--include-cpu", help="Keep CPU-only pods too.")] = False,
+    pending_duration_hours: Annotated[Optional[float], typer.Option(
+        "--pending-duration-hours",
+        help="Keep Pending pods (never scheduled) with this duration in hours. Default: drop them.",
+        show_default=False)] = None,
+    priority_map: Annotated[Optional[str], typer.Option(
+        "--priority-map",
+        help="qos -> priority class, e.g. LS=production,BE=batch; entries replace those of the default "
+             "LS=production,Guaranteed=production,Burstable=batch,BE=batch.", show_default=False)] = None,
+    team: Annotated[str, typer.Option("--team", help="Team of every job (the trace has none).")] = "default",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random choices below.")] = 0,
+    checkpointable_fraction: Annotated[float, typer.Option(
+        "--checkpointable-fraction", min=0.0, max=1.0, help="Fraction of jobs (0..1) made checkpointable.")] = 0.0,
+    checkpoint_interval_minutes: Annotated[float, typer.Option(
+        "--checkpoint-interval-minutes",
+        help="Checkpoint interval of the checkpointable jobs.")] = 30.0,
+    deadline_fraction: Annotated[float, typer.Option(
+        "--deadline-fraction", min=0.0, max=1.0,
+        help="Fraction of jobs (0..1) given a deadline: submit + duration x a random slack in [1.5, 3].")] = 0.0,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=0, help="Keep at most N jobs (the earliest).",
+                                                 show_default=False)] = None,
+    window_hours: Annotated[Optional[float], typer.Option(
+        "--window-hours",
+        help="Keep pods submitted within H hours after the earliest kept pod.", show_default=False)] = None,
+) -> None:
+    """Convert the Alibaba GPU cluster trace v2023 pod list into a job trace.
+
+    One pod is one job of one worker. GPU pods only unless --include-cpu;
+    Running pods are kept with the duration observed (right-censored); Pending
+    pods are dropped unless --pending-duration-hours; fractional GPUs are
+    rounded up to one GPU; G2/G3 GPU codes (undisclosed models) are removed from
+    the GPU constraint. Every rule is in docs/traces.md. Bad input is reported
+    as FILE:LINE:COLUMN: column: message (exit code 2)."""
+    from fleetctl.jobspec import parse_utc_timestamp
+    from fleetctl.sim.importers import DEFAULT_ALIBABA_PRIORITY_MAP, AlibabaOptions, import_alibaba_2023, \
+        parse_priority_map
+    from fleetctl.sim.traces import is_valid_name, write_job_trace
+    from fleetctl.yamlerrors import SpecError
+
+    try:
+        start_utc = parse_utc_timestamp(start)
+    except ValueError as exc:
+        fail(f"--start: {exc}", 2)
+    try:
+        mapping = DEFAULT_ALIBABA_PRIORITY_MAP if priority_map is None else parse_priority_map(priority_map)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if not is_valid_name(team):
+        fail(f"--team: invalid name {team!r}: use letters, digits, '-' and '_' (at most 63, starting with a letter "
+             "or digit)", 2)
+    for flag, value, high in (("--pending-duration-hours", pending_duration_hours, 100_000.0),
+                              ("--checkpoint-interval-minutes", checkpoint_interval_minutes, None),
+                              ("--window-hours", window_hours, None)):
+        if value is not None and not (0 < value and (high is None or value <= high)):
+            fail(f"{flag} must be above 0" + (f" and at most {high:g}" if high else "") + f" (got {value:g})", 2)
+    try:
+        options = AlibabaOptions(
+            start_utc=start_utc,
+            include_cpu=include_cpu,
+            pending_duration_hours=pending_duration_hours,
+            priority_map=mapping,
+            team=team,
+            seed=seed,
+            checkpointable_fraction=checkpointable_fraction,
+            checkpoint_interval_minutes=checkpoint_interval_minutes,
+            deadline_fraction=deadline_fraction,
+            limit=limit,
+            window_hours=window_hours,
+        )
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        result = import_alibaba_2023(pod_csv, options)
+    except SpecError as exc:
+        for issue in exc.issues:
+            err_console.print(str(issue), markup=False)
+        fail(f"{pod_csv}: {len(exc.issues)} error(s); nothing was written", 2)
+    try:
+        write_job_trace(result.jobs, output)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+    _print_summary(pod_csv, output, result.summary)
+
+
+def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an ImportSummary
+    from fleetctl.sim.importers import DROP_REASONS
+    from fleetctl.sim.traces import format_utc
+
+    table = Table(title=f"{source.name}: {s.pods_read} pods -> {s.kept} jobs")
+    table.add_column("", style="bold")
+    table.add_column("pods", justify="right")
+    table.add_column("note")
+    table.add_row("read", str(s.pods_read), "")
+    table.add_row("kept", str(s.kept), "")
+    for reason, count in s.dropped.items():
+        table.add_row("dropped", str(count), DROP_REASONS[reason])
+    notes = (
+        ("censored", s.censored, "Running at trace end: duration = time observed so far"),
+        ("pending kept", s.pending_with_assumed_duration, "never scheduled: duration assumed"),
+        ("fractional GPU", s.fractional_gpu_rounded_up, "gpu_milli < 1000: rounded up to 1 GPU"),
+        ("CPU-only", s.cpu_only, "kept with --include-cpu"),
+        ("GPU constraint", s.gpu_spec_mapped, "gpu_spec mapped to GPU models"),
+        ("G2/G3 only", s.gpu_spec_undisclosed_dropped, "only G2/G3: constraint dropped (any GPU)"),
+        ("G2/G3 removed", s.gpu_spec_undisclosed_narrowed, "G2/G3 removed, the named models kept"),
+        ("checkpointable", s.checkpointable, ""),
+        ("with deadline", s.with_deadline, ""),
+    )
+    for label, count, note in notes:
+        if count:
+            table.add_row(label, str(count), note)
+    console.print(table)
+    if s.first_submit_utc is not None and s.last_submit_utc is not None:
+        console.print(f"submits from {format_utc(s.first_submit_utc)} to {format_utc(s.last_submit_utc)}",
+                      markup=False)
+    console.print(f"wrote {s.kept} jobs to {output}", markup=False)

@@ -1,0 +1,613 @@
+"""Job traces (round trip, strict validation at the right cell, no exception
+but SpecError on garbage) and the Alibaba v2023 importer (pure functions and
+the CLI end to end on a small inline pod list)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fleetctl import model
+from fleetctl.policy import GPU_MODELS, load_policy
+from fleetctl.sim.importers import (
+    DEFAULT_ALIBABA_PRIORITY_MAP,
+    AlibabaOptions,
+    convert_alibaba_pods,
+    import_alibaba_2023,
+    parse_alibaba_pods,
+    parse_priority_map,
+)
+from fleetctl.sim.traces import (
+    TRACE_COLUMNS,
+    format_job_trace,
+    parse_job_trace,
+    read_job_trace,
+    trace_fields,
+    write_job_trace,
+)
+from fleetctl.yamlerrors import SpecError, ValidationIssue
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = ",".join(TRACE_COLUMNS)
+T0 = datetime(2023, 2, 15, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def policy() -> model.Policy:
+    return load_policy(REPO / "policies" / "example.yaml")
+
+
+def job(job_id: str = "j1", **kw: object) -> model.Job:
+    fields: dict[str, object] = dict(
+        job_id=job_id, workers=1, gpus_per_worker=1, vcpus_per_worker=4.0, memory_gib_per_worker=16.0,
+        priority="batch", team="ml", duration_hours=1.5, submitted_at_utc=T0,
+    )
+    fields.update(kw)
+    return model.Job(**fields)  # type: ignore[arg-type]
+
+
+def issues_of(text: str, policy: model.Policy | None = None) -> list[tuple[int, int, str, str]]:
+    with pytest.raises(SpecError) as info:
+        parse_job_trace(text, "t.csv", policy)
+    assert all(i.file == "t.csv" for i in info.value.issues)
+    return [(i.line, i.column, i.field_path, i.message) for i in info.value.issues]
+
+
+# =========================================================================== round trip
+
+
+ROUND_TRIP_JOBS = (
+    job("plain"),
+    job("gang-8x8", workers=8, gpus_per_worker=8, gpu_models=("A100-80GB", "H100-80GB"), vcpus_per_worker=96.0,
+        memory_gib_per_worker=1152.0, priority="production", team="ml-research", duration_hours=48.0,
+        submitted_at_utc=T0 + timedelta(seconds=1, microseconds=250_000), checkpointable=True,
+        checkpoint_interval_minutes=30.0, deadline_utc=T0 + timedelta(days=3), spot_eligible=False),
+    job("cpu.only_1", gpus_per_worker=0, vcpus_per_worker=0.5, memory_gib_per_worker=0.0009765625,
+        duration_hours=0.23305555555555554, spot_eligible=True, checkpointable=True),
+    job("tiny", duration_hours=1e-05, vcpus_per_worker=1 / 3, memory_gib_per_worker=12345.678,
+        submitted_at_utc=datetime(2023, 2, 15, 3, 0, tzinfo=timezone(timedelta(hours=2))),
+        deadline_utc=datetime(2099, 12, 31, 23, 59, 59, 999_999, tzinfo=timezone.utc)),
+)
+
+
+def test_round_trip_is_exact(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    write_job_trace(ROUND_TRIP_JOBS, path)
+    back = read_job_trace(path)
+    assert back == ROUND_TRIP_JOBS
+    assert all(j.state is model.JobState.QUEUED for j in back)
+    assert back[3].submitted_at_utc.tzinfo is timezone.utc  # +02:00 is stored as UTC
+    # Writing what was read gives the same bytes.
+    assert format_job_trace(back) == path.read_text(encoding="utf-8")
+
+
+def test_written_text_is_canonical(tmp_path: Path) -> None:
+    text = format_job_trace(ROUND_TRIP_JOBS[:3])
+    assert text == (
+        HEADER + "\n"
+        "plain,2023-02-15T00:00:00Z,1.5,1,1,,4,16,batch,ml,false,,,\n"
+        "gang-8x8,2023-02-15T00:00:01.250000Z,48,8,8,A100-80GB|H100-80GB,96,1152,production,ml-research,true,30,"
+        "2023-02-18T00:00:00Z,false\n"
+        "cpu.only_1,2023-02-15T00:00:00Z,0.23305555555555554,1,0,,0.5,0.0009765625,batch,ml,true,,,true\n"
+    )
+
+
+def test_runtime_fields_are_not_written_and_models_come_back_sorted() -> None:
+    running = job("r", state=model.JobState.RUNNING, node_ids=("n1",), interruptions=2, priority_boost=100.0,
+                  gpu_models=("T4", "A10"))
+    back = parse_job_trace(format_job_trace([running]))
+    assert back == (trace_fields(running),)
+    assert back[0].gpu_models == ("A10", "T4") and back[0].state is model.JobState.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (job("x", gpu_memory_gib_per_gpu=40.0), "gpu_memory_gib_per_gpu=40.0 is not a job-trace column"),
+        (job("x", team=""), "job 'x': team is empty"),
+        (job("bad id"), "job 'bad id': job_id: invalid job id 'bad id'"),
+        (job("x", duration_hours=float("nan")), "job 'x': duration_hours: must be a number such as 1.5 (got 'nan')"),
+        (job("x", workers=0), "job 'x': workers: must be at least 1 (got '0')"),
+    ],
+)
+def test_writer_refuses_jobs_it_could_not_read_back(tmp_path: Path, bad: model.Job, message: str) -> None:
+    path = tmp_path / "out.csv"
+    with pytest.raises(ValueError) as info:
+        write_job_trace([job("ok"), bad], path)
+    assert message in str(info.value)
+    assert not path.exists()
+
+
+def test_writer_refuses_duplicate_ids() -> None:
+    with pytest.raises(ValueError) as info:
+        format_job_trace([job("a"), job("a")])
+    assert "job 'a': job_id: duplicate job id 'a' (first used at line 2)" in str(info.value)
+
+
+def test_writer_refuses_naive_times() -> None:
+    with pytest.raises(ValueError, match="has no time zone"):
+        format_job_trace([job("a", submitted_at_utc=datetime(2023, 1, 1))])
+
+
+JOB_STRATEGY = st.builds(
+    model.Job,
+    job_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True),
+    workers=st.integers(1, 100_000),
+    gpus_per_worker=st.integers(0, 1024),
+    vcpus_per_worker=st.floats(min_value=1e-6, max_value=100_000, allow_nan=False),
+    memory_gib_per_worker=st.floats(min_value=1e-6, max_value=1_000_000, allow_nan=False),
+    priority=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,10}", fullmatch=True),
+    team=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,10}", fullmatch=True),
+    duration_hours=st.floats(min_value=1e-9, max_value=100_000, allow_nan=False),
+    submitted_at_utc=st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2100, 1, 1),
+                                  timezones=st.just(timezone.utc)),
+    checkpointable=st.booleans(),
+    spot_eligible=st.none() | st.booleans(),
+)
+
+
+@st.composite
+def trace_jobs(draw: st.DrawFn) -> list[model.Job]:
+    jobs = []
+    for index, j in enumerate(draw(st.lists(JOB_STRATEGY, max_size=5))):
+        models = draw(st.lists(st.sampled_from(GPU_MODELS), unique=True, max_size=3)) if j.gpus_per_worker else []
+        interval = draw(st.none() | st.floats(min_value=1e-3, max_value=1e6)) if j.checkpointable else None
+        deadline = draw(st.none() | st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=999)))
+        jobs.append(replace(
+            j, job_id=f"{j.job_id}-{index}", gpu_models=tuple(sorted(models)), checkpoint_interval_minutes=interval,
+            deadline_utc=None if deadline is None else j.submitted_at_utc + deadline,
+        ))
+    return jobs
+
+
+@settings(max_examples=150, deadline=None)
+@given(jobs=trace_jobs())
+def test_any_valid_jobs_round_trip(jobs: list[model.Job]) -> None:
+    assert parse_job_trace(format_job_trace(jobs)) == tuple(jobs)
+
+
+# =========================================================================== reading
+
+
+def test_empty_priority_and_team_take_the_defaults(policy: model.Policy) -> None:
+    text = HEADER + "\nj,2023-02-15T00:00:00Z,1,1,0,,1,1,,,false,,,\n"
+    assert parse_job_trace(text)[0].priority == "default"  # model.Policy's default class
+    (j,) = parse_job_trace(text, policy=policy)
+    assert (j.priority, j.team) == (policy.default_priority_class, "default") == ("batch", "default")
+    assert (j.gpu_models, j.checkpoint_interval_minutes, j.deadline_utc, j.spot_eligible) == ((), None, None, None)
+
+
+def test_crlf_quotes_and_bom_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (HEADER + '\r\n"q-1",2023-02-15T00:00:00Z,1,1,1,"T4|A10",2,8,batch,ml,'
+                                                 'false,,,\r\n').encode())
+    (j,) = read_job_trace(path)
+    assert (j.job_id, j.gpu_models) == ("q-1", ("A10", "T4"))
+
+
+GOOD = "j1,2023-02-15T00:00:00Z,1.5,1,1,T4,4,16,batch,ml,true,30,2023-02-16T00:00:00Z,false"
+# Cell columns of BASE: j2 1, submit 4, duration 25, workers 29, gpus 31, models 33, vcpus 36, memory 38,
+# priority 41, team 47, checkpointable 50, interval 55, deadline 58, spot_eligible 79.
+BASE = dict(zip(TRACE_COLUMNS, ["j2", "2023-02-15T01:00:00Z", "1.5", "1", "1", "T4", "4", "16", "batch", "ml",
+                                "true", "30", "2023-02-16T00:00:00Z", "false"]))
+
+
+def row(**cells: str) -> str:
+    return ",".join({**BASE, **cells}.values())
+
+
+BAD_ROWS = [
+    # (third line of the file, expected issues as (line, column, field, message))
+    (row(job_id=""), [(3, 1, "job_id", "required value is missing (the cell is empty)")]),
+    (row(job_id="a b"), [(3, 1, "job_id", "invalid job id 'a b': use letters, digits, '.', '-' and '_' (at most "
+                                          "128, starting with a letter or digit)")]),
+    (row(job_id="j1"), [(3, 1, "job_id", "duplicate job id 'j1' (first used at line 2)")]),
+    (row(submit_time_utc="2023-02-15T01:00:00"),
+     [(3, 4, "submit_time_utc", "timestamp '2023-02-15T01:00:00' has no time zone; add 'Z' or an offset like "
+                                "+00:00")]),
+    (row(submit_time_utc="yesterday"),
+     [(3, 4, "submit_time_utc", "invalid timestamp 'yesterday': use ISO-8601 with a time zone, e.g. "
+                                "2030-01-31T18:00:00Z")]),
+    (row(duration_hours="0"), [(3, 25, "duration_hours", "must be greater than 0 (got '0')")]),
+    (row(duration_hours="nan"), [(3, 25, "duration_hours", "must be a number such as 1.5 (got 'nan')")]),
+    (row(duration_hours="1_000"), [(3, 25, "duration_hours", "must be a number such as 1.5 (got '1_000')")]),
+    (row(duration_hours="1e999"), [(3, 25, "duration_hours", "must be a finite number (got '1e999')")]),
+    (row(duration_hours="100001"), [(3, 25, "duration_hours", "must be at most 100000 (got '100001')")]),
+    (row(workers="0"), [(3, 29, "workers", "must be at least 1 (got '0')")]),
+    (row(workers="1.0"), [(3, 29, "workers", "must be a whole number (got '1.0')")]),
+    (row(workers="٣"), [(3, 29, "workers", "must be a whole number (got '٣')")]),
+    (row(workers=" 2"), [(3, 29, "workers", "has leading or trailing spaces (' 2'); remove them")]),
+    (row(gpus_per_worker="-1"), [(3, 31, "gpus_per_worker", "must be at least 0 (got '-1')")]),
+    (row(gpus_per_worker="1025"), [(3, 31, "gpus_per_worker", "must be at most 1024 (got '1025')")]),
+    (row(gpus_per_worker="9" * 5000),
+     [(3, 31, "gpus_per_worker", "must be at most 1024 (got '999999999999999999999999999999999999...)")]),
+    (row(gpu_models="V100M16"),
+     [(3, 33, "gpu_models", "unknown GPU model 'V100M16' (did you mean 'V100-16GB'?); allowed: "
+                            + ", ".join(GPU_MODELS))]),
+    (row(gpu_models="T4|T4"), [(3, 33, "gpu_models", "GPU model 'T4' is listed twice")]),
+    (row(gpu_models="T4||A10"),
+     [(3, 33, "gpu_models", "empty GPU model name in 'T4||A10'; separate names with a single '|'")]),
+    (row(gpus_per_worker="0"),
+     [(3, 33, "gpu_models", "gpu_models is set but gpus_per_worker is 0; a CPU-only job cannot ask for a GPU "
+                            "model")]),
+    (row(vcpus_per_worker=""), [(3, 36, "vcpus_per_worker", "required value is missing (the cell is empty)")]),
+    (row(memory_gib_per_worker="-16"), [(3, 38, "memory_gib_per_worker", "must be greater than 0 (got '-16')")]),
+    (row(priority="prod class"),
+     [(3, 41, "priority", "invalid name 'prod class': use letters, digits, '-' and '_' (at most 63, starting "
+                          "with a letter or digit)")]),
+    (row(team="ml.research"),
+     [(3, 47, "team", "invalid name 'ml.research': use letters, digits, '-' and '_' (at most 63, starting "
+                      "with a letter or digit)")]),
+    (row(checkpointable="True"), [(3, 50, "checkpointable", "must be true or false (got 'True')")]),
+    (row(checkpointable=""),
+     [(3, 50, "checkpointable", "required value is missing (the cell is empty); write true or false")]),
+    (row(checkpointable="false"),
+     [(3, 56, "checkpoint_interval_minutes", "checkpoint_interval_minutes is set but checkpointable is false; "
+                                             "set checkpointable to true or leave the interval empty")]),
+    (row(checkpoint_interval_minutes="0"),
+     [(3, 55, "checkpoint_interval_minutes", "must be greater than 0 (got '0')")]),
+    (row(deadline_utc="2023-02-15T01:00:00Z"),
+     [(3, 58, "deadline_utc", "deadline_utc must be after submit_time_utc (2023-02-15T01:00:00Z)")]),
+    (row(spot_eligible="yes"), [(3, 79, "spot_eligible", "must be true or false (got 'yes')")]),
+    (row(spot_eligible='"false"x'),
+     [(3, 86, "", "unexpected 'x' after a closing quote; a quoted cell must be followed by ',' or the end of the "
+                  "line")]),
+    (row(team='m"l'), [(3, 48, "", "a '\"' inside an unquoted cell; quote the whole cell and double the quote "
+                                   "(\"\")")]),
+    ("j2,2023-02-15T01:00:00Z,1.5", [(3, 1, "", "the row has 3 cells; the header has 14")]),
+    ("", [(3, 1, "", "blank line; remove it")]),
+    (row(job_id='"j\n2"'), [(3, 1, "job_id", "invalid job id 'j\\n2': use letters, digits, '.', '-' and '_' (at "
+                                             "most 128, starting with a letter or digit)")]),
+    (row(team='"ml'), [(3, 47, "", "a quoted cell is never closed (a '\"' is missing); nothing after it was "
+                                   "read")]),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), BAD_ROWS, ids=[str(i) for i in range(len(BAD_ROWS))])
+def test_bad_row_is_reported_at_its_line_and_column(line: str, expected: list[tuple[int, int, str, str]]) -> None:
+    text = f"{HEADER}\n{GOOD}\n{line}\n{GOOD.replace('j1', 'j9')}\n"
+    assert issues_of(text) == expected
+
+
+def test_every_error_of_a_file_is_reported_in_order() -> None:
+    text = "\n".join([HEADER, row(workers="0", team="a b"), GOOD, row(job_id="j3", duration_hours="x"),
+                      '"j4",2023-02-15T00:00:00Z,1,1,1,,1,1,,,false,,,']) + "\n"
+    assert issues_of(text) == [
+        (2, 29, "workers", "must be at least 1 (got '0')"),
+        (2, 47, "team", "invalid name 'a b': use letters, digits, '-' and '_' (at most 63, starting with a letter "
+                        "or digit)"),
+        (4, 25, "duration_hours", "must be a number such as 1.5 (got 'x')"),
+    ]
+
+
+def test_multi_line_cell_moves_the_line_numbers_on() -> None:
+    text = f'{HEADER}\n{row(team=chr(34) + "m" + chr(10) + "l" + chr(34))}\n{row(job_id="j3", workers="0")}\n'
+    assert issues_of(text) == [
+        (2, 47, "team", "invalid name 'm\\nl': use letters, digits, '-' and '_' (at most 63, starting with a "
+                        "letter or digit)"),
+        (4, 29, "workers", "must be at least 1 (got '0')"),
+    ]
+
+
+def test_unknown_priority_class_with_a_policy(policy: model.Policy) -> None:
+    assert issues_of(f"{HEADER}\n{row(priority='urgent')}\n", policy) == [
+        (2, 41, "priority", "unknown priority class 'urgent'; the policy defines: batch, production"),
+    ]
+    assert parse_job_trace(f"{HEADER}\n{row(priority='urgent')}\n")[0].priority == "urgent"
+
+
+EXPECTED_HEADER = "the header must be exactly: " + HEADER
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (HEADER.replace("workers,", "worker,", 1),
+         [(1, 39, "", "unknown column 'worker' (did you mean 'workers'?); " + EXPECTED_HEADER),
+          (1, 1, "", "missing column(s) workers; " + EXPECTED_HEADER)]),
+        (HEADER.replace(",spot_eligible", ""), [(1, 1, "", "missing column(s) spot_eligible; " + EXPECTED_HEADER)]),
+        (HEADER.replace("job_id,submit_time_utc", "submit_time_utc,job_id"),
+         [(1, 1, "", "columns are out of order; " + EXPECTED_HEADER)]),
+        (HEADER + ",job_id", [(1, 197, "job_id", "column is listed twice in the header")]),
+    ],
+)
+def test_header_must_be_exact(header: str, expected: list[tuple[int, int, str, str]]) -> None:
+    assert sorted(issues_of(f"{header}\n{GOOD}\n")) == sorted(expected)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    def issues(path: Path) -> list[str]:
+        with pytest.raises(SpecError) as info:
+            read_job_trace(path)
+        return [str(i) for i in info.value.issues]
+
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert issues(empty) == [f"{empty}:1:1: (root): file is empty; expected the header {HEADER}"]
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes((HEADER + "\nj\xe9,").encode("latin-1"))
+    assert issues(latin) == [f"{latin}:2:2: (root): file is not UTF-8 text (byte 0xe9); save it as UTF-8"]
+    missing = tmp_path / "missing.csv"
+    assert issues(missing) == [f"{missing}:1:1: (root): cannot read the file: No such file or directory"]
+    assert issues(tmp_path) == [f"{tmp_path}:1:1: (root): cannot read the file: Is a directory"]
+
+
+# =========================================================================== garbage in, SpecError out
+
+
+def check_trace_text(text: str, policy: model.Policy | None = None) -> None:
+    try:
+        jobs = parse_job_trace(text, "g.csv", policy)
+    except SpecError as exc:
+        assert exc.issues
+        lines = text.count("\n") + 1
+        for issue in exc.issues:
+            assert isinstance(issue, ValidationIssue) and issue.file == "g.csv"
+            assert 1 <= issue.line <= lines, str(issue)
+            assert issue.column >= 1 and issue.message
+    else:
+        assert all(isinstance(j, model.Job) for j in jobs)
+        assert len({j.job_id for j in jobs}) == len(jobs)
+        # What was accepted can be written and read back unchanged.
+        assert parse_job_trace(format_job_trace(jobs), policy=policy) == jobs
+
+
+VALID_TEXT = f"{HEADER}\n{GOOD}\n{row()}\n"
+SNIPPETS = [",", '"', '""', "\n", "\r\n", "\r", "|", "||", "T4", "-1", "0", "1e309", "nan", "true", "True", " ",
+            "\x00", "\ufeff", "2023-02-30T00:00:00Z", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00",
+            "٣", "1_0", "A100-80GB|T4"]
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: str) -> str:
+    text = base
+    for _ in range(draw(st.integers(1, 5))):
+        i = draw(st.integers(0, len(text)))
+        j = draw(st.integers(i, min(len(text), i + 30)))
+        text = text[:i] + draw(st.text(max_size=6) | st.sampled_from(SNIPPETS)) + text[j:]
+    return text
+
+
+@st.composite
+def random_rows(draw: st.DrawFn) -> str:
+    cell = st.sampled_from(SNIPPETS) | st.text(max_size=8) | st.sampled_from(list(BASE.values()))
+    rows = draw(st.lists(st.lists(cell, min_size=12, max_size=15), max_size=4))
+    return HEADER + "\n" + "\n".join(",".join(r) for r in rows)
+
+
+GARBAGE_SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@GARBAGE_SETTINGS
+@given(text=mutated(VALID_TEXT) | random_rows() | st.text(max_size=300), use_policy=st.booleans())
+def test_garbage_text_gives_jobs_or_spec_error(policy: model.Policy, text: str, use_policy: bool) -> None:
+    check_trace_text(text, policy if use_policy else None)
+
+
+@GARBAGE_SETTINGS
+@given(raw=st.binary(max_size=300) | mutated(VALID_TEXT).map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_garbage_bytes_give_jobs_or_spec_error(tmp_path_factory: pytest.TempPathFactory, raw: bytes) -> None:
+    path = tmp_path_factory.getbasetemp() / "garbage.csv"
+    path.write_bytes(raw)
+    try:
+        read_job_trace(path)
+    except SpecError as exc:
+        assert all(i.file == str(path) for i in exc.issues)
+
+
+# =========================================================================== the Alibaba importer
+
+PODS = textwrap.dedent("""\
+    name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+    p-done,8000,30720,1,1000,V100M16|V100M32|V100M32,LS,Succeeded,3600,10800,3660
+    p-run,4000,8192,1,500,T4,BE,Running,0,86400,120
+    p-pend,2000,4096,1,1000,,LS,Pending,7200,9000,
+    p-zero,6000,12288,2,1000,P100,Burstable,Failed,1800,1800,1800
+    p-cpu,1000,2048,0,0,,BE,Succeeded,60,660,60
+    p-g2,12000,49152,8,1000,G2,Guaranteed,Failed,5400,9000,5400
+    p-g3mix,6000,24576,1,1000,G3|A10|T4,BE,Succeeded,600,4200,900
+    p-mem0,14000,0,1,1000,,Burstable,Succeeded,100,200,100
+    """)
+
+EXPECTED_JOBS_CSV = HEADER + "\n" + textwrap.dedent("""\
+    p-run,2023-02-15T00:00:00Z,23.966666666666665,1,1,T4,4,8,batch,default,false,,,
+    p-g3mix,2023-02-15T00:10:00Z,0.9166666666666666,1,1,A10|T4,6,24,batch,default,false,,,
+    p-done,2023-02-15T01:00:00Z,1.9833333333333334,1,1,V100-16GB|V100-32GB,8,30,production,default,false,,,
+    p-g2,2023-02-15T01:30:00Z,1,1,8,,12,48,production,default,false,,,
+    """)
+
+
+def options(**kw: object) -> AlibabaOptions:
+    return AlibabaOptions(start_utc=T0, **kw)  # type: ignore[arg-type]
+
+
+def test_importer_default_options_exact_output() -> None:
+    result = convert_alibaba_pods(parse_alibaba_pods(PODS, "pods.csv"), options())
+    assert format_job_trace(result.jobs) == EXPECTED_JOBS_CSV
+    s = result.summary
+    assert (s.pods_read, s.kept) == (8, 4)
+    assert dict(s.dropped) == {"cpu_only": 1, "pending": 1, "zero_request": 1, "non_positive_duration": 1}
+    assert list(s.dropped) == ["cpu_only", "pending", "zero_request", "non_positive_duration"]
+    assert (s.censored, s.fractional_gpu_rounded_up, s.gpu_spec_mapped) == (1, 1, 3)
+    assert (s.gpu_spec_undisclosed_dropped, s.gpu_spec_undisclosed_narrowed) == (1, 1)
+    assert (s.checkpointable, s.with_deadline, s.pending_with_assumed_duration, s.cpu_only) == (0, 0, 0, 0)
+    assert (s.first_submit_utc, s.last_submit_utc) == (T0, T0 + timedelta(minutes=90))
+
+
+def test_importer_keeps_cpu_and_pending_pods_when_asked() -> None:
+    pods = parse_alibaba_pods(PODS)
+    result = convert_alibaba_pods(pods, options(include_cpu=True, pending_duration_hours=2.0))
+    by_id = {j.job_id: j for j in result.jobs}
+    assert [j.job_id for j in result.jobs] == ["p-run", "p-cpu", "p-g3mix", "p-done", "p-g2", "p-pend"]
+    assert by_id["p-pend"].duration_hours == 2.0
+    assert by_id["p-pend"].submitted_at_utc == T0 + timedelta(hours=2)
+    assert (by_id["p-cpu"].gpus_per_worker, by_id["p-cpu"].vcpus_per_worker, by_id["p-cpu"].duration_hours) == \
+        (0, 1.0, 600 / 3600)
+    assert dict(result.summary.dropped) == {"zero_request": 1, "non_positive_duration": 1}
+    assert (result.summary.pending_with_assumed_duration, result.summary.cpu_only) == (1, 1)
+
+
+def test_importer_priority_map_window_and_limit() -> None:
+    pods = parse_alibaba_pods(PODS)
+    mapped = convert_alibaba_pods(pods, options(priority_map=parse_priority_map("BE=low, LS=high")))
+    assert [j.priority for j in mapped.jobs] == ["low", "low", "high", "production"]
+    window = convert_alibaba_pods(pods, options(window_hours=1.0))  # [00:00, 01:00): p-done at 01:00 is out
+    assert [j.job_id for j in window.jobs] == ["p-run", "p-g3mix"]
+    assert window.summary.dropped["outside_window"] == 2
+    limited = convert_alibaba_pods(pods, options(limit=3))
+    assert [j.job_id for j in limited.jobs] == ["p-run", "p-g3mix", "p-done"]
+    assert limited.summary.dropped["over_limit"] == 1
+
+
+def test_importer_seeded_choices_are_stable_per_pod() -> None:
+    pods = parse_alibaba_pods(PODS)
+    everything = options(checkpointable_fraction=1.0, checkpoint_interval_minutes=15.0, deadline_fraction=1.0,
+                         seed=3)
+    jobs = convert_alibaba_pods(pods, everything).jobs
+    assert all(j.checkpointable and j.checkpoint_interval_minutes == 15.0 for j in jobs)
+    for j in jobs:
+        assert j.deadline_utc is not None
+        slack = (j.deadline_utc - j.submitted_at_utc).total_seconds() / (j.duration_hours * 3600)
+        assert 1.5 <= slack <= 3.0 + 1 / (j.duration_hours * 3600)
+    assert convert_alibaba_pods(pods, everything).jobs == jobs  # same seed, same jobs
+    assert convert_alibaba_pods(pods, replace(everything, seed=4)).jobs != jobs
+    # A pod's choices do not depend on which other pods are kept.
+    assert convert_alibaba_pods(pods, replace(everything, limit=2)).jobs == jobs[:2]
+    half = convert_alibaba_pods(pods, options(checkpointable_fraction=0.5, deadline_fraction=0.5, seed=3)).jobs
+    assert [j.checkpointable for j in half] == [j.checkpointable for j in
+                                                convert_alibaba_pods(pods, options(checkpointable_fraction=0.5,
+                                                                                   seed=3)).jobs]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("LS=prod", None),
+        ("XX=a", "--priority-map: unknown qos 'XX'; the trace uses LS, Guaranteed, Burstable, BE"),
+        ("ls=a", "--priority-map: unknown qos 'ls' (did you mean 'LS'?); the trace uses LS, Guaranteed, "
+                 "Burstable, BE"),
+        ("LS", "--priority-map entry 'LS' is not QOS=CLASS (e.g. LS=production)"),
+        ("LS=a,LS=b", "--priority-map: qos 'LS' is mapped twice"),
+        ("LS=a b", "--priority-map: invalid priority class name 'a b': use letters, digits, '-' and '_' (at most "
+                   "63, starting with a letter or digit)"),
+    ],
+)
+def test_parse_priority_map(text: str, message: str | None) -> None:
+    if message is None:
+        assert parse_priority_map(text) == {**DEFAULT_ALIBABA_PRIORITY_MAP, "LS": "prod"}
+    else:
+        with pytest.raises(ValueError) as info:
+            parse_priority_map(text)
+        assert str(info.value) == message
+
+
+def test_bad_pod_list_reports_every_problem() -> None:
+    text = PODS.splitlines()[0] + "\n" + textwrap.dedent("""\
+        p1,8000,30720,0,500,,LS,Succeeded,0,10,0
+        p2,8000,30720,1,1000,H800,LS,Succeeded,0,10,0
+        p3,8000,30720,1,1000,,XX,Succeeded,0,10,0
+        p4,8000,30720,1,1000,,LS,Pending,0,10,5
+        p5,8000,30720,1,1000,,LS,Failed,0,10,
+        p1,8000,30720,4,250,,LS,Done,-1,10,0
+        """)
+    with pytest.raises(SpecError) as info:
+        parse_alibaba_pods(text, "pods.csv")
+    assert [str(i) for i in info.value.issues] == [
+        "pods.csv:2:17: gpu_milli: must be 0 for a pod without GPUs (got 500)",
+        "pods.csv:3:22: gpu_spec: unknown GPU code 'H800'; known: A10, G2, G3, P100, T4, V100M16, V100M32",
+        "pods.csv:4:23: qos: unknown qos 'XX'; allowed: LS, Guaranteed, Burstable, BE",
+        "pods.csv:5:39: scheduled_time: must be empty for a Pending pod (it was never scheduled)",
+        "pods.csv:6:38: scheduled_time: required value is missing (the cell is empty) for a Failed pod; only "
+        "Pending pods have none",
+        "pods.csv:7:1: name: duplicate pod name 'p1' (first used at line 2)",
+        "pods.csv:7:17: gpu_milli: must be 1000 for a pod with 4 GPUs (only 1-GPU pods share a GPU; got 250)",
+        "pods.csv:7:25: pod_phase: unknown pod_phase 'Done'; allowed: Running, Succeeded, Failed, Pending",
+        "pods.csv:7:30: creation_time: must be at least 0 (got '-1')",
+    ]
+
+
+def test_pod_list_without_times_is_refused() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_alibaba_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,1000\n", "multigpu50.csv")
+    assert [str(i) for i in info.value.issues] == [
+        "multigpu50.csv:1:1: (root): missing column(s) gpu_spec, qos, pod_phase, creation_time, deletion_time, "
+        "scheduled_time (openb_pod_list_multigpu50.csv has no times or qos; use openb_pod_list_default.csv or "
+        "openb_pod_list_gpuspec33.csv)",
+    ]
+
+
+def test_import_reads_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text(PODS)
+    assert format_job_trace(import_alibaba_2023(path, options()).jobs) == EXPECTED_JOBS_CSV
+
+
+# =========================================================================== the CLI, end to end
+
+
+def run_fleetctl(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run([sys.executable, "-m", "fleetctl", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cli_import_alibaba_2023(tmp_path: Path) -> None:
+    (tmp_path / "pods.csv").write_text(PODS)
+    done = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
+                        "-o", "jobs.csv")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "jobs.csv").read_text() == EXPECTED_JOBS_CSV
+    out = " ".join(done.stdout.split())
+    for expected in ("pods.csv: 8 pods -> 4 jobs", "dropped │ 1 │ CPU-only pod", "censored │ 1 │",
+                     "fractional GPU │ 1 │", "G2/G3 only │ 1 │", "G2/G3 removed │ 1 │",
+                     "wrote 4 jobs to jobs.csv"):
+        assert expected in out, done.stdout
+    assert read_job_trace(tmp_path / "jobs.csv") == import_alibaba_2023(tmp_path / "pods.csv", options()).jobs
+
+    seeded = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
+                          "-o", "seeded.csv", "--include-cpu", "--pending-duration-hours", "2", "--seed", "3",
+                          "--checkpointable-fraction", "1", "--checkpoint-interval-minutes", "15",
+                          "--deadline-fraction", "1", "--priority-map", "BE=low", "--limit", "5")
+    assert seeded.returncode == 0, seeded.stderr
+    expected = convert_alibaba_pods(parse_alibaba_pods(PODS), options(
+        include_cpu=True, pending_duration_hours=2.0, seed=3, checkpointable_fraction=1.0,
+        checkpoint_interval_minutes=15.0, deadline_fraction=1.0, priority_map=parse_priority_map("BE=low"),
+        limit=5)).jobs
+    assert read_job_trace(tmp_path / "seeded.csv") == expected and len(expected) == 5
+
+
+def test_cli_import_errors(tmp_path: Path) -> None:
+    (tmp_path / "pods.csv").write_text(PODS.replace("p-run,4000", "p-run,4k"))
+    bad = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
+                       "-o", "jobs.csv")
+    assert bad.returncode == 2
+    assert "pods.csv:3:7: cpu_milli: must be a whole number (got '4k')" in bad.stderr
+    assert "nothing was written" in bad.stderr and not (tmp_path / "jobs.csv").exists()
+
+    naive = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15",
+                         "-o", "jobs.csv")
+    assert naive.returncode == 2
+    assert "--start: timestamp '2023-02-15' has no time zone" in " ".join(naive.stderr.split())
+
+
+@GARBAGE_SETTINGS
+@given(text=mutated(PODS) | st.text(max_size=200), include_cpu=st.booleans())
+def test_garbage_pod_lists_give_jobs_or_spec_error(text: str, include_cpu: bool) -> None:
+    try:
+        pods = parse_alibaba_pods(text, "pods.csv")
+    except SpecError as exc:
+        assert all(i.file == "pods.csv" and i.line >= 1 and i.column >= 1 for i in exc.issues)
+        return
+    result = convert_alibaba_pods(pods, options(include_cpu=include_cpu, pending_duration_hours=1.0,
+                                                deadline_fraction=0.5, checkpointable_fraction=0.5))
+    assert parse_job_trace(format_job_trace(result.jobs)) == result.jobs
