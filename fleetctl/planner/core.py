@@ -58,7 +58,7 @@ from fleetctl.planner.order import QueueOrder, TeamUsage, over_burst
 
 _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
 _SHORTLIST = 24  # offers scored per purchase (by per-GPU price), before the full list is tried
-_PROJECTION_ROUNDS = 3  # tries of step 3 with projected spot totals before the strict rule
+_PROJECTION_ROUNDS = 5  # tries of step 3 with projected spot totals before the strict rule
 _MAX_RESERVATIONS = 64
 _SPREAD_PREMIUM = 1.25  # how much dearer a new spot offer may be and still be preferred (diversification)
 _MULTI_ORDER_MAX_JOBS = 400
@@ -701,8 +701,9 @@ class _Pass:
                 # First, spread harder: any new spot offer beats reusing one.
                 self.spread_premium = math.inf
                 continue
-            # Less spot was bought than projected: project what was bought, and redo.
-            projected = min(projected - 1, self.spot_gpus)
+            # Less spot was bought than projected: project (a little less than)
+            # what was bought, and redo.
+            projected = min(int(projected * 0.9), self.spot_gpus)
             if projected <= 0:
                 break
         self.strict = True
@@ -730,7 +731,88 @@ class _Pass:
                 continue
             self._buy_one(job, spot_ok, demand)
         if len(ordered) <= _MULTI_ORDER_MAX_JOBS and not self._diversification_broken():
-            self._eliminate_nodes({job.job_id: job for job, _ in ordered}, kinds_of)
+            by_id = {job.job_id: job for job, _ in ordered}
+            spot_ok = {job.job_id: ok for job, ok in ordered}
+            self._eliminate_nodes(by_id, kinds_of)
+            self._downsize_nodes(by_id, spot_ok)
+
+    def _downsize_nodes(self, jobs: dict[str, Job], spot_ok: dict[str, bool]) -> None:
+        """Local improvement: a node bought in this step is swapped for the
+        cheapest offer that holds the same jobs (risk included), dearest first,
+        unless that breaks a rule. A node holding part of a gang stays in its zone."""
+        bind_at = {b.job_id: i for i, b in enumerate(self.actions_bind)}
+        for slot in sorted(self.new_index.slots.values(), key=lambda sl: (-sl.offer.usd_per_hour, sl.name)):
+            held = [jobs.get(jid) for jid in slot.jobs]
+            if not held or any(j is None for j in held):
+                continue
+            gang_elsewhere = any(slot.jobs[j.job_id] != j.workers for j in held)  # type: ignore[union-attr]
+            used_g = sum(j.gpus_per_worker * slot.jobs[j.job_id] for j in held)  # type: ignore[union-attr]
+            used_v = sum(j.vcpus_per_worker * slot.jobs[j.job_id] for j in held)  # type: ignore[union-attr]
+            used_m = sum(j.memory_gib_per_worker * slot.jobs[j.job_id] for j in held)  # type: ignore[union-attr]
+            all_spot = all(spot_ok.get(j.job_id, False) for j in held)  # type: ignore[union-attr]
+            min_mem = max(j.gpu_memory_gib_per_gpu for j in held)  # type: ignore[union-attr]
+            current = self._node_cost(slot.offer, held, slot)
+            best: tuple[float, str, Offer] | None = None
+            for offer in self.offers:
+                it = offer.instance_type
+                if offer.usd_per_hour >= slot.offer.usd_per_hour or offer is slot.offer:
+                    continue
+                if any(self.offer_key[id(offer)] in j.avoid_offer_keys for j in held):  # type: ignore[union-attr]
+                    continue  # failed one of these jobs recently
+                if offer.market is Market.SPOT and not all_spot:
+                    continue
+                if gang_elsewhere and offer.placement_domain != slot.domain:
+                    continue
+                if it.gpu_count < used_g or it.vcpus < used_v or it.memory_gib < used_m:
+                    continue
+                if used_g and (it.gpu_model is None or it.gpu_memory_gib < min_mem):
+                    continue
+                if any(j.gpu_models and it.gpu_model not in j.gpu_models for j in held):  # type: ignore[union-attr]
+                    continue
+                cost = self._node_cost(offer, held, slot)
+                if cost < current - 1e-9 and (best is None or (cost, self.offer_key[id(offer)]) < best[:2]):
+                    best = (cost, self.offer_key[id(offer)], offer)
+            if best is None:
+                continue
+            old_offer = slot.offer
+            self._swap(slot, best[2])
+            if self._diversification_broken() or self.on_demand_gpus < min(self.policy.on_demand_base_gpus, self.gpus):
+                self._swap(slot, old_offer)
+                continue
+            self.step_risk += best[0] - current - (best[2].usd_per_hour - old_offer.usd_per_hour)
+            for j in held:
+                i = bind_at[j.job_id]  # type: ignore[union-attr]
+                b = self.actions_bind[i]
+                self.actions_bind[i] = Bind(b.job_id, b.node_ids, b.reason, self._bind_text(j, best[2]))  # type: ignore[arg-type]
+
+    def _node_cost(self, offer: Offer, held: list, slot: Slot) -> float:
+        """Risk-adjusted USD/h of one node of ``offer`` holding the slot's jobs."""
+        it = offer.instance_type
+        cost = offer.usd_per_hour
+        p = self._p(offer)
+        if p and it.gpu_count:
+            for j in held:
+                cost += p * self._loss_hours(j) * (j.gpus_per_worker * slot.jobs[j.job_id] / it.gpu_count) * offer.usd_per_hour
+        return cost
+
+    def _swap(self, slot: Slot, offer: Offer) -> None:
+        """Make a node bought in this step a node of ``offer`` (its jobs stay)."""
+        self._unbuy(slot)
+        self.new_index.withdraw(slot)
+        old_it, it = slot.offer.instance_type, offer.instance_type
+        slot.free_gpus += it.gpu_count - old_it.gpu_count
+        slot.free_vcpus += it.vcpus - old_it.vcpus
+        slot.free_memory_gib += it.memory_gib - old_it.memory_gib
+        slot.offer, slot.kind, slot.domain = offer, kind_of(offer), offer.placement_domain
+        slot.schedulable = True
+        self.new_index.add(slot)
+        self._rebuy(slot)
+
+    @staticmethod
+    def _bind_text(job: Job, offer: Offer) -> str:
+        where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
+        return (f"{job.workers} x {job.gpus_per_worker} GPU on new {offer.instance_type.name} "
+                f"({offer.market.value}) in {where}")
 
     def _eliminate_nodes(self, jobs: dict[str, Job], kinds_of: dict[str, tuple[Kind, ...]]) -> None:
         """Local improvement: a node bought in this step whose jobs all fit in
