@@ -19,6 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstrings reflow as paragraphs in --help
 )
 app.command()(catalog)
 app.command()(plan)
