@@ -666,6 +666,9 @@ class _Pass:
                                             rank[t[0].job_id])),
             sorted(admitted, key=lambda t: (t[1], t[0].gpus, t[0].workers, rank[t[0].job_id])),
             sorted(admitted, key=lambda t: (t[1], -t[0].workers, -t[0].gpus, rank[t[0].job_id])),
+            # without the on-demand-first grouping: scarce capacity first, whatever the market
+            sorted(admitted, key=lambda t: (choices[t[0].job_id], -t[0].gpus, rank[t[0].job_id])),
+            sorted(admitted, key=lambda t: (len(t[0].gpu_models) or 99, -t[0].gpus, rank[t[0].job_id])),
             *self._shuffled(bfd, max(_SHUFFLED_ORDERS, min(4 * _SHUFFLED_ORDERS, 1000 // max(1, len(admitted))))),
         ]
 
@@ -966,12 +969,20 @@ class _Pass:
                 continue
             premiums.append((od - spot, job.job_id, job))
         premiums.sort(key=lambda t: (t[0], t[1]))
-        moved: set[str] = set()
+        chosen: list[tuple[float, str, Job]] = []
         for premium, job_id, job in premiums:
             if deficit <= 0:
                 break
-            moved.add(job_id)
+            chosen.append((premium, job_id, job))
             deficit -= job.gpus
+        # Overshoot wastes on-demand GPUs: drop moves the deficit does not need
+        # (the dearest first).
+        for item in sorted(chosen, key=lambda t: (-t[0], t[1])):
+            if deficit + item[2].gpus <= 0:
+                chosen.remove(item)
+                deficit += item[2].gpus
+        moved = {job_id for _, job_id, _ in chosen}
+        for premium, _, job in chosen:
             self._note(job, f"on-demand to meet the policy's on-demand base ({self.policy.on_demand_base_gpus} GPUs) "
                             f"and spot share ({self.policy.max_spot_share:.0%}); cheapest move: +${premium:.2f}/h per GPU")
         self.on_demand_base_jobs = moved
