@@ -41,11 +41,8 @@ def test_example_policy_loads() -> None:
     policy = load_policy(EXAMPLE_POLICY)
     assert isinstance(policy, model.Policy)
     assert policy.providers == ("aws", "azure", "gcp")
-    assert set(policy.regions) == {
-        "us-east-1", "us-east-2", "us-west-2",
-        "us-central1", "us-east4", "europe-west4",
-        "eastus", "eastus2", "westus2", "westeurope",
-    }
+    # no region pin: the example serves backtests on any market
+    assert policy.regions == ()
     assert set(policy.gpu_models) == {"A100-40GB", "A100-80GB", "H100-80GB", "A10G", "L4", "T4", "V100-16GB"}
     assert policy.max_usd_per_hour == 400
     assert [t.name for t in policy.teams] == ["ml-product", "ml-research"]
