@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from fleetctl.cli import jobs, policy_cmd, trace
+from fleetctl.cli.backtest import backtest
 from fleetctl.cli.catalog import catalog
 from fleetctl.cli.controller_cmd import daemon, reconcile
 from fleetctl.cli.explain import explain
@@ -28,6 +29,7 @@ app.command()(status)
 app.command()(explain)
 app.command()(reconcile)
 app.command()(daemon)
+app.command()(backtest)
 app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(trace.app, name="trace")
