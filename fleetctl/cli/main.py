@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from fleetctl.cli import jobs, policy_cmd, trace
+from fleetctl.cli import forecast, jobs, policy_cmd, trace
 from fleetctl.cli.backtest import backtest
 from fleetctl.cli.catalog import catalog
 from fleetctl.cli.controller_cmd import daemon, reconcile
@@ -33,6 +33,7 @@ app.command()(backtest)
 app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(trace.app, name="trace")
+app.add_typer(forecast.app, name="forecast")
 
 
 if __name__ == "__main__":  # pragma: no cover

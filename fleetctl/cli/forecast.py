@@ -1,0 +1,25 @@
+"""`fleetctl forecast train|evaluate`: the interruption-risk and demand models.
+
+The commands themselves live in ``forecast_interruption.py`` and
+``forecast_demand.py``; this module only groups them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="Train and evaluate the forecasting models (interruption risk, demand).",
+                  no_args_is_help=True)
+train_app = typer.Typer(help="Train a model from recorded history and save it to a directory.", no_args_is_help=True)
+evaluate_app = typer.Typer(help="Measure a saved model against naive baselines on held-out data.",
+                           no_args_is_help=True)
+app.add_typer(train_app, name="train")
+app.add_typer(evaluate_app, name="evaluate")
+
+
+def _register() -> None:
+    # Each module adds its `train X` and `evaluate X` commands to the two groups above.
+    from fleetctl.cli import forecast_demand, forecast_interruption  # noqa: F401
+
+
+_register()

@@ -1,0 +1,1 @@
+"""`fleetctl forecast train|evaluate demand` (to be written)."""

@@ -1,0 +1,1 @@
+"""`fleetctl forecast train|evaluate interruption` (to be written)."""
