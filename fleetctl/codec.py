@@ -147,6 +147,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "checkpointed_work_hours": job.checkpointed_work_hours,
         "priority_boost": job.priority_boost,
         "avoid_offer_keys": list(job.avoid_offer_keys),
+        "requeued_at_utc": dt_to_str(job.requeued_at_utc),
     }
 
 
@@ -175,6 +176,7 @@ def job_from_dict(d: dict[str, Any]) -> Job:
         checkpointed_work_hours=float(d.get("checkpointed_work_hours") or 0.0),
         priority_boost=float(d.get("priority_boost") or 0.0),
         avoid_offer_keys=tuple(d.get("avoid_offer_keys") or ()),
+        requeued_at_utc=str_to_dt(d.get("requeued_at_utc")),
     )
 
 

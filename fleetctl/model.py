@@ -195,10 +195,16 @@ class Job:
     checkpointed_work_hours: float = 0.0  # work kept by the last checkpoint (resumed from there)
     priority_boost: float = 0.0  # added to the class value after a reclaim, so the job is re-placed first
     avoid_offer_keys: tuple[str, ...] = ()  # offers that failed it recently (re-placed elsewhere)
+    requeued_at_utc: datetime | None = None  # last time a reclaim put it back in the queue
 
     @property
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def queued_since_utc(self) -> datetime:
+        """When the job last entered the queue (submission, or its last requeue)."""
+        return self.requeued_at_utc or self.submitted_at_utc
 
     @property
     def remaining_hours(self) -> float:
@@ -259,6 +265,8 @@ class Policy:
     max_interruptions_before_on_demand: int = 2
     reclaimed_offer_ttl_minutes: float = 30.0
     default_spot_interruption_probability_per_hour: float = 0.05
+    max_wait_for_spot_minutes: float = 0.0  # a spot-eligible job waits this long for spot before on-demand
+    replace_on_demand_with_spot: bool = False  # migrate checkpointable jobs from on-demand to spot when it pays back
     aging_priority_per_hour: float = 0.0  # priority points a queued job gains per hour waited
     restart_overhead_minutes: float = 5.0  # time a (re)started job spends before doing new work
     consolidation_payback_hours: float = 2.0  # a migration must pay for itself within this time

@@ -8,7 +8,8 @@ Shape of the file (every section but ``budget`` is optional; see
     regions: [us-east-1, europe-west4]
     gpu_models: [A100-80GB, H100-80GB]
     markets: {max_spot_share, on_demand_base_gpus,
-              default_spot_interruption_probability_per_hour}
+              default_spot_interruption_probability_per_hour,
+              max_wait_for_spot_minutes, replace_on_demand_with_spot}
     diversification: {max_share_per_instance_type, max_share_per_zone, min_distinct_offers}
     budget: {max_usd_per_hour, max_gpus}
     teams: {<name>: {guaranteed_gpus, burst_gpus, weight}}
@@ -152,6 +153,17 @@ class MarketsSpec(StrictModel):
         _D.default_spot_interruption_probability_per_hour, ge=0, le=1,
         description="Probability (0..1) that a spot node is reclaimed within an hour, assumed for offers the "
                     "forecast has no number for.",
+    )
+    max_wait_for_spot_minutes: float = Field(
+        _D.max_wait_for_spot_minutes, ge=0,
+        description="Minutes a spot-eligible job waits for spot capacity when none is available, before it falls "
+                    "back to on-demand (0 = fall back at once). Never longer than its deadline's slack allows.",
+    )
+    replace_on_demand_with_spot: bool = Field(
+        _D.replace_on_demand_with_spot,
+        description="Move checkpointable jobs from on-demand nodes to new spot nodes once spot is available again, "
+                    "when the saving pays back the migration within scaling.consolidation_payback_hours (counts "
+                    "against scaling.disruption_budget_nodes).",
     )
 
 
@@ -424,6 +436,8 @@ def _to_core(spec: PolicySpec) -> model.Policy:
         max_spot_share=spec.markets.max_spot_share,
         on_demand_base_gpus=spec.markets.on_demand_base_gpus,
         default_spot_interruption_probability_per_hour=spec.markets.default_spot_interruption_probability_per_hour,
+        max_wait_for_spot_minutes=spec.markets.max_wait_for_spot_minutes,
+        replace_on_demand_with_spot=spec.markets.replace_on_demand_with_spot,
         max_share_per_instance_type=spec.diversification.max_share_per_instance_type,
         max_share_per_zone=spec.diversification.max_share_per_zone,
         min_distinct_offers=spec.diversification.min_distinct_offers,

@@ -77,6 +77,7 @@ def requeue(job: Job, kept_hours: float, now: datetime, policy: Policy, avoid: s
         interruptions=job.interruptions + (1 if interrupted else 0),
         priority_boost=job.priority_boost + (policy.requeue_priority_boost if interrupted else 0.0),
         avoid_offer_keys=tuple(sorted({*job.avoid_offer_keys, avoid})) if avoid else job.avoid_offer_keys,
+        requeued_at_utc=now,
     )
 
 

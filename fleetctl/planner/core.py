@@ -114,6 +114,8 @@ class _Pass:
         self.fleet = tuple(sorted(fleet, key=lambda n: n.node_id))
         self.nodes = {n.node_id: n for n in self.fleet}
         self.jobs = tuple(sorted(queue, key=lambda j: j.job_id))
+        self.jobs_by_id = {j.job_id: j for j in self.jobs}
+        self.idle_fallback: set[str] = set()  # jobs that skipped an idle node to buy spot (_idle_dearer)
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
         self.index = CapacityIndex()  # the existing fleet
         # Design choice: nodes bought in this pass get their own index. What
@@ -426,10 +428,14 @@ class _Pass:
                 self._note(job, f"on-demand only: {why_not_spot}")
             kinds = self._kinds(job, spot_ok)
             placed = self.place_existing(job, kinds)
+            if placed is not None and spot_ok and self._idle_dearer(job, placed, spot_ok, committed_usd):
+                self.idle_fallback.add(job.job_id)
+                placed = None
             if placed is not None:
                 self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
                 continue
-            self._note(job, "free capacity: no node (or zone) with room for it")
+            if job.job_id not in self.idle_fallback:
+                self._note(job, "free capacity: no node (or zone) with room for it")
             quota = over_burst(job, self.usage, self.policy)
             if quota is not None:
                 self.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
@@ -447,6 +453,11 @@ class _Pass:
                            f"{_describe_need(job)}; the cheapest fit ({estimate.offer.instance_type.name}, "
                            f"${estimate.usd_per_hour:.2f}/h) would take the fleet to "
                            f"${committed_usd + estimate.usd_per_hour:.2f}/h, above the budget of ${self.policy.max_usd_per_hour:.2f}/h")
+            if blocked is None and spot_ok:
+                waiting = self._waits_for_spot(job)
+                if waiting is not None:
+                    self.unplaced.append(Unplaced(job.job_id, *waiting))
+                    continue
             if blocked is None:
                 committed_usd += estimate.usd_per_hour  # type: ignore[union-attr]
                 committed_gpus += estimate.nodes * estimate.offer.instance_type.gpu_count  # type: ignore[union-attr]
@@ -464,6 +475,76 @@ class _Pass:
                 detail += f"; waits for running work to end (~{start:%Y-%m-%d %H:%M} UTC)"
             self.unplaced.append(Unplaced(job.job_id, reason, detail))
         return admitted
+
+    def _waits_for_spot(self, job: Job) -> tuple[Reason, str] | None:
+        """Design choice (``markets.max_wait_for_spot_minutes``): a spot-eligible
+        job in the queue (new, or requeued after a reclaim) that finds no spot offer at all waits for
+        spot, up to the policy's patience, instead of buying on-demand at once;
+        never past what its deadline's slack allows (remaining work plus a
+        restart must still fit after the wait). Checked each pass, so the job
+        is placed on spot as soon as an offer comes back, and on-demand once the
+        patience is spent."""
+        patience = self.policy.max_wait_for_spot_minutes / 60
+        if patience <= 0:
+            return None
+        if any(o.market is Market.SPOT for o in self._compatible_offers(job, True)):
+            return None
+        waited = (self.now - job.queued_since_utc).total_seconds() / 3600
+        if waited >= patience:
+            self._note(job, f"no spot offer after {waited * 60:.0f} min of waiting "
+                            f"(policy waits {self.policy.max_wait_for_spot_minutes:g}): on-demand")
+            return None
+        if job.deadline_utc is not None:
+            slack = (job.deadline_utc - self.now).total_seconds() / 3600 - job.remaining_hours \
+                - self.policy.restart_overhead_minutes / 60
+            if slack < patience - waited:
+                return None
+        return (Reason.WAITING_FOR_CAPACITY,
+                f"{_describe_need(job)}; no spot offer available now: waits for spot up to "
+                f"{self.policy.max_wait_for_spot_minutes:g} min (waited {waited * 60:.0f}) before on-demand")
+
+    def _idle_dearer(self, job: Job, placed: list[tuple[Slot, int]], spot_ok: bool, committed_usd: float) -> bool:
+        """An idle node is not a sunk cost: binding a job to it keeps it, at its
+        price, for the job's whole run. Design choice: a spot-eligible job skips
+        idle existing nodes (typically on-demand bought while spot was short)
+        when new spot capacity, risk-adjusted, saves more over the job's
+        remaining hours than the idle node costs until its idle timeout ends
+        it. If the purchase then fails, the job still takes the idle node
+        (``_fallback_to_idle``)."""
+        if not self.policy.replace_on_demand_with_spot:
+            return False
+        if any(slot.new or slot.jobs or slot.offer.market is not Market.ON_DEMAND for slot, _ in placed):
+            return False
+        estimate = self.estimate(job, spot_ok)
+        if estimate is None or estimate.offer.market is not Market.SPOT:
+            return False
+        if self.policy.max_usd_per_hour is not None and \
+                committed_usd + estimate.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
+            return False
+        held = sum(slot.offer.usd_per_hour for slot, _ in placed)
+        saved = (held - estimate.cost) * job.remaining_hours
+        if saved <= held * self.policy.idle_timeout_minutes / 60:
+            return False
+        self._note(job, f"skipped idle {placed[0][0].offer.instance_type.name} ({placed[0][0].offer.market.value}, "
+                        f"${held:.2f}/h): new {estimate.offer.instance_type.name} spot saves ${saved:.2f} over its run")
+        return True
+
+    def _fallback_to_idle(self) -> None:
+        """Jobs that skipped an idle node for a purchase that did not happen take a node after all."""
+        if not self.idle_fallback:
+            return
+        waiting = {u.job_id: u for u in self.unplaced}
+        for job_id in sorted(self.idle_fallback):
+            if job_id not in waiting:
+                continue
+            job = self.jobs_by_id[job_id]
+            spot_ok, _ = self._spot_ok(job)
+            placed = self.place_existing(job, self._kinds(job, spot_ok))
+            if placed is None:
+                continue
+            self.unplaced.remove(waiting[job_id])
+            self._note(job, "the purchase it skipped an idle node for did not happen: took the idle node")
+            self.commit(job, placed, Reason.FITS_FREE_CAPACITY, self.order)
 
     def _no_offer(self, job: Job, spot_ok: bool) -> tuple[Reason, str]:
         models = [o for o in self.offers if (not job.gpu_models or o.instance_type.gpu_model in job.gpu_models)
@@ -1194,6 +1275,83 @@ class _Pass:
                 f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${saving:.2f}/h"))
         return migrations, terminations
 
+    def replace_with_spot(self, budget_left: int) -> tuple[list[Migrate], list[Terminate]]:
+        """Design choice (``markets.replace_on_demand_with_spot``, as Karpenter's
+        replacement consolidation): an on-demand node holding one checkpointable
+        single-node job is replaced by a new spot node once spot is back, when
+        the saving (on-demand price minus the spot option's risk-adjusted cost)
+        pays back the move (the work since the last checkpoint plus a restart,
+        at the on-demand price) within ``consolidation_payback_hours`` and before
+        the job ends. The on-demand base, spot share, diversification, budget
+        and disruption budget still hold."""
+        p = self.policy
+        if not p.replace_on_demand_with_spot or budget_left <= 0 or p.consolidation_payback_hours <= 0:
+            return [], []
+        candidates = []
+        for slot in self.index.slots.values():
+            node = self.nodes.get(slot.name)
+            if slot.new or slot.touched or not slot.schedulable or node is None or node.state is not NodeState.READY:
+                continue
+            if slot.offer.market is not Market.ON_DEMAND or len(slot.jobs) != 1 or slot.reserved_for is not None:
+                continue
+            (job_id, workers), = slot.jobs.items()
+            job = self.jobs_by_id.get(job_id)
+            if job is None or job.workers != 1 or workers != 1 or not job.checkpointable:
+                continue
+            candidates.append((-slot.offer.usd_per_hour, slot.name, slot, job))
+        candidates.sort(key=lambda t: (t[0], t[1]))
+        migrations: list[Migrate] = []
+        terminations: list[Terminate] = []
+        for _, _, slot, job in candidates:
+            if len(terminations) >= budget_left:
+                break
+            gpus_here = slot.offer.instance_type.gpu_count
+            if self.on_demand_gpus - gpus_here < p.on_demand_base_gpus:
+                continue
+            spot_ok, _ = self._spot_ok(job)
+            if not spot_ok:
+                continue
+            held = slot.offer.usd_per_hour
+            since = job.work_since_checkpoint_hours(self.now)
+            left = job.remaining_hours - since  # work still to do in this run
+            cost = held * (since + p.restart_overhead_minutes / 60)
+            for option in self.options(job, True):
+                offer = option.offer
+                if offer.market is not Market.SPOT or option.nodes != 1:
+                    continue
+                saving = held - option.cost
+                if saving <= 0:
+                    break  # options are sorted by risk-adjusted cost: none cheaper follows
+                payback = cost / saving
+                if payback > p.consolidation_payback_hours or payback >= left:
+                    break
+                if self._market_rule(offer, offer.instance_type.gpu_count) is not None:
+                    continue
+                if p.max_usd_per_hour is not None and self.usd + offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                    continue
+                self.new_count += 1
+                name = f"new-{self.new_count}"
+                target = Slot.of(name, offer, new=True)
+                self.new_index.add(target)
+                self.launch_names.setdefault(offer.key, []).append(name)
+                self.launch_offer[offer.key] = offer
+                self.launch_jobs.setdefault(offer.key, []).append(job.job_id)
+                self.launch_reason.setdefault(offer.key, Reason.CONSOLIDATION)
+                self._charge_offer(offer)
+                self._charge_offer(slot.offer, -1)
+                self.new_index.take(target, job)
+                self.index.withdraw(slot)
+                self.index.give_back(slot, job)
+                detail = (f"spot is back: {offer.instance_type.name} spot in {offer.provider} {offer.region}"
+                          f"{('/' + offer.zone) if offer.zone else ''} (${option.cost:.2f}/h risk-adjusted) "
+                          f"replaces {slot.name} (${held:.2f}/h); the move costs ${cost:.2f}, pays back in {payback:.1f} h")
+                self._note(job, f"migrates to spot: {detail}")
+                migrations.append(Migrate(job.job_id, (slot.name,), (name,), Reason.CONSOLIDATION, detail))
+                terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,
+                    f"its job moved to spot; saves ${held:.2f}/h"))
+                break
+        return migrations, terminations
+
     def idle(self, already: set[str]) -> list[Terminate]:
         timeout = timedelta(minutes=self.policy.idle_timeout_minutes)
         result = []
@@ -1225,7 +1383,11 @@ class _Pass:
         queued = self.load_fleet()
         admitted = self.run_queue(queued)
         self.buy(admitted)
+        self._fallback_to_idle()
         migrations, consolidated = self.consolidate()
+        moved, replaced = self.replace_with_spot(self.policy.disruption_budget_nodes - len(consolidated))
+        migrations += moved
+        consolidated += replaced
         idle = self.idle({t.node_id for t in consolidated})
         terminates = sorted(consolidated + idle, key=lambda t: t.node_id)
         launches = [
