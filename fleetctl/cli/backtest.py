@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Callable, Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -80,16 +80,27 @@ def backtest(
         print(json.dumps(doc, indent=2, sort_keys=False))
         return
     od = doc["policies"].get("on-demand", {}).get("cost_usd")
-    table = Table(title=f"backtest: {len(trace)} jobs, lower bound ${doc['lower_bound_cost_usd']:,.2f}")
-    for col in ("policy", "cost $", "x on-demand", "x lower bound", "useful GPU-h", "lost GPU-h", "util",
-                "wait p50 h", "wait p95 h", "deadline misses", "done/total", "lost", "interruptions", "migrations"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
     lb = doc["lower_bound_cost_usd"]
-    for name, m in doc["policies"].items():
-        table.add_row(name, f"{m['cost_usd']:,.2f}", f"{m['cost_usd'] / od:.3f}" if od else "-",
-                      f"{m['cost_usd'] / lb:.3f}" if lb else "-", f"{m['useful_gpu_hours']:,.1f}",
-                      f"{m['lost_gpu_hours']:,.2f}", f"{m['gpu_utilization']:.3f}", f"{m['wait_p50_hours']:.3f}",
-                      f"{m['wait_p95_hours']:.3f}", str(m["deadline_misses"]),
-                      f"{m['jobs_completed']}/{m['jobs_total']}", str(m["jobs_lost"]), str(m["interruptions"]),
-                      str(m["migrations"]))
+    # One column per policy, one row per metric: stays readable in an 80-column terminal.
+    table = Table(title=f"backtest: {len(trace)} jobs, lower bound ${lb:,.2f}")
+    table.add_column("metric", justify="left")
+    for name in doc["policies"]:
+        table.add_column(name, justify="right")
+    rows: list[tuple[str, Callable[[dict], str]]] = [
+        ("cost $", lambda m: f"{m['cost_usd']:,.2f}"),
+        ("x on-demand", lambda m: f"{m['cost_usd'] / od:.3f}" if od else "-"),
+        ("x lower bound", lambda m: f"{m['cost_usd'] / lb:.3f}" if lb else "-"),
+        ("useful GPU-h", lambda m: f"{m['useful_gpu_hours']:,.1f}"),
+        ("lost GPU-h", lambda m: f"{m['lost_gpu_hours']:,.2f}"),
+        ("GPU utilisation", lambda m: f"{m['gpu_utilization']:.3f}"),
+        ("wait p50 h", lambda m: f"{m['wait_p50_hours']:.3f}"),
+        ("wait p95 h", lambda m: f"{m['wait_p95_hours']:.3f}"),
+        ("deadline misses", lambda m: str(m["deadline_misses"])),
+        ("jobs done/total", lambda m: f"{m['jobs_completed']}/{m['jobs_total']}"),
+        ("jobs lost", lambda m: str(m["jobs_lost"])),
+        ("interruptions", lambda m: str(m["interruptions"])),
+        ("migrations", lambda m: str(m["migrations"])),
+    ]
+    for label, cell in rows:
+        table.add_row(label, *(cell(m) for m in doc["policies"].values()))
     console.print(table)

@@ -35,7 +35,7 @@ from typing import Callable
 from fleetctl.model import Job, Market as OfferMarket, Offer, Policy
 from fleetctl.sim.baselines import PLANNERS, planner_for
 from fleetctl.sim.market import Market
-from fleetctl.sim.simulator import SimConfig, SimResult, simulate
+from fleetctl.sim.simulator import RiskForecaster, SimConfig, SimResult, simulate
 
 FORMAT_VERSION = "1"
 METRIC_KEYS = ("cost_usd", "useful_gpu_hours", "lost_gpu_hours", "gpu_utilization", "wait_p50_hours",
@@ -137,15 +137,21 @@ def lower_bound_cost(jobs: tuple[Job, ...] | list[Job], market: Market, policy: 
 
 def run_backtest(jobs: tuple[Job, ...] | list[Job], market: Market, policy: Policy, names: tuple[str, ...],
                  config: SimConfig = SimConfig(),
-                 progress: Callable[[str, float], None] | None = None) -> Backtest:
-    """Simulate each named policy (``fleetctl`` must be among them)."""
+                 progress: Callable[[str, float], None] | None = None,
+                 forecaster: RiskForecaster | None = None) -> Backtest:
+    """Simulate each named policy (``fleetctl`` must be among them).
+
+    ``forecaster`` (interruption risk by offer at a time, from the market up
+    to that time) feeds the ``fleetctl`` run only; ``fleetctl-no-forecast`` is
+    the same planner without it (the policy's default risk per market)."""
     if "fleetctl" not in names:
         raise ValueError("the backtest always includes fleetctl")
     results = []
     for name in names:
         planner = planner_for(name)
         cb = (lambda f, n=name: progress(n, f)) if progress else None
-        results.append((name, simulate(jobs, market, policy, planner=planner, config=config, progress=cb)))
+        results.append((name, simulate(jobs, market, policy, planner=planner, config=config, progress=cb,
+                                       forecaster=forecaster if name == "fleetctl" else None)))
     return Backtest(tuple(results), lower_bound_cost(jobs, market, policy))
 
 

@@ -84,6 +84,7 @@ def skypilot_failover_plan(*, now: datetime, queue, fleet, offers, forecast: For
 
 PLANNERS: dict[str, Planner] = {
     "fleetctl": fleetctl_plan,
+    "fleetctl-no-forecast": fleetctl_plan,  # the same planner; the backtest gives it no interruption forecast
     "on-demand": on_demand_plan,
     "spot-greedy": spot_greedy_plan,
     "skypilot-failover": skypilot_failover_plan,

@@ -61,6 +61,7 @@ from fleetctl.model import (
     JobState,
     NodeState,
     OfferReclaim,
+    OfferRisk,
     Plan,
     Policy,
 )
@@ -150,13 +151,20 @@ def _reclaim_forecast(store: Store) -> Forecast:
                                           for e in events if e.node_id in offer_of))
 
 
+RiskForecaster = Callable[[datetime], "tuple[OfferRisk, ...]"]
+
+
 def simulate(jobs: tuple[Job, ...] | list[Job], market: Market, policy: Policy, *,
              planner: Planner = fleetctl_plan, config: SimConfig = SimConfig(),
              until_utc: datetime | None = None,
+             forecaster: RiskForecaster | None = None,
              on_event: Callable[[datetime, World], None] | None = None,
              progress: Callable[[float], None] | None = None) -> SimResult:
     """Run the controller with ``planner`` and ``policy`` over ``jobs`` on ``market``.
 
+    ``forecaster(now)`` (optional) gives the interruption probabilities the
+    planner sees at ``now``; it must use nothing after ``now`` (the backtest's
+    forecaster reads the market only up to ``now``).
     ``jobs`` come from a job trace (queued, unique ids). ``on_event(now, world)``
     is called after every step; ``progress(fraction)`` with the share of
     simulated time done. Raises ``ValueError`` for bad input; errors of the
@@ -180,13 +188,13 @@ def simulate(jobs: tuple[Job, ...] | list[Job], market: Market, policy: Policy, 
                                   ice_ttl_seconds=config.ice_ttl_seconds)
         runtime = SimRuntime(checkpoint_seconds=config.checkpoint_seconds)
         world = World(store, provider, runtime, policy, {})
-        return _run(jobs, market, policy, planner, config, start, end_cap, world, on_event, progress)
+        return _run(jobs, market, policy, planner, config, start, end_cap, world, on_event, progress, forecaster)
     finally:
         store.close()
 
 
 def _run(jobs: list[Job], market: Market, policy: Policy, planner: Planner, config: SimConfig, start: datetime,
-         end_cap: datetime, world: World, on_event, progress) -> SimResult:
+         end_cap: datetime, world: World, on_event, progress, forecaster: RiskForecaster | None = None) -> SimResult:
     store, provider, runtime = world.store, world.provider, world.runtime
     changes = market.change_times()
     tick_gap = timedelta(seconds=config.tick_seconds)
@@ -231,6 +239,8 @@ def _run(jobs: list[Job], market: Market, policy: Policy, planner: Planner, conf
             tried: set[str] = set()
             while True:
                 forecast = _reclaim_forecast(store) if planned_forecast else None
+                if forecaster is not None:
+                    forecast = replace(forecast or Forecast(), interruption=tuple(forecaster(now)))
                 try:
                     report = tick(store=store, provider=provider, runtime=runtime, policy=policy, now=now,
                                   forecast=forecast, planner=planner)
