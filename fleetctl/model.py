@@ -69,6 +69,7 @@ class Reason(str, enum.Enum):
     IDLE = "idle"
     NODE_GONE = "node_gone"
     CONSOLIDATION = "consolidation"
+    FORECAST_HEADROOM = "forecast_headroom"  # bought or kept ahead of forecast demand
     INTERRUPTION = "interruption"
     PREEMPTED_BY_HIGHER_PRIORITY = "preempted_by_higher_priority"
     # reasons a job stays unplaced
@@ -259,6 +260,7 @@ class Policy:
     priority_classes: tuple[PriorityClass, ...] = (PriorityClass("default", 0),)
     default_priority_class: str = "default"
     idle_timeout_minutes: float = 10.0
+    max_headroom_gpus: int = 0  # idle GPUs the planner may hold ahead of forecast demand (p90), per GPU model
     scale_up_cooldown_seconds: float = 0.0
     scale_down_cooldown_minutes: float = 5.0
     checkpoint_grace_seconds: float = 60.0

@@ -15,7 +15,7 @@ Shape of the file (every section but ``budget`` is optional; see
     teams: {<name>: {guaranteed_gpus, burst_gpus, weight}}
     priority_classes: {<name>: {value, preemptible, spot_eligible}}
     default_priority_class: <name>
-    scaling: {idle_timeout_minutes, scale_up_cooldown_seconds, scale_down_cooldown_minutes}
+    scaling: {idle_timeout_minutes, scale_up_cooldown_seconds, scale_down_cooldown_minutes, max_headroom_gpus}
     interruptions: {checkpoint_grace_seconds, max_interruptions_before_on_demand,
                     reclaimed_offer_ttl_minutes}
 
@@ -257,6 +257,11 @@ class ScalingSpec(StrictModel):
         _D.consolidation_max_gpu_utilisation, ge=0, le=1,
         description="Only nodes whose GPUs are at most this busy (0..1) are considered for consolidation.",
     )
+    max_headroom_gpus: int = Field(
+        _D.max_headroom_gpus, ge=0,
+        description="GPUs (count, per GPU model) the planner may buy or keep idle ahead of the 90th-percentile "
+                    "demand forecast, so the fleet is warm before the queue arrives (0 = never buy ahead).",
+    )
     disruption_budget_nodes: int = Field(
         _D.disruption_budget_nodes, ge=0,
         description="Most nodes (count) emptied by consolidation in one pass (0 = none).",
@@ -453,6 +458,7 @@ def _to_core(spec: PolicySpec) -> model.Policy:
         ),
         default_priority_class=spec.default_priority_class,
         idle_timeout_minutes=spec.scaling.idle_timeout_minutes,
+        max_headroom_gpus=spec.scaling.max_headroom_gpus,
         scale_up_cooldown_seconds=spec.scaling.scale_up_cooldown_seconds,
         scale_down_cooldown_minutes=spec.scaling.scale_down_cooldown_minutes,
         checkpoint_grace_seconds=spec.interruptions.checkpoint_grace_seconds,

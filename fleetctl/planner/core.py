@@ -109,12 +109,20 @@ class _Pass:
         forecast = forecast or Forecast()
         self.risk = {r.offer_key: r.interruption_probability for r in forecast.interruption
                      if r.horizon_minutes == 60} or {r.offer_key: r.interruption_probability for r in forecast.interruption}
+        # 90th-percentile GPU demand per model, one hour ahead (else the shortest horizon given)
+        by_model: dict[str, tuple[int, float]] = {}
+        for d in forecast.demand:
+            key = (abs(d.horizon_minutes - 60), d.horizon_minutes)
+            if d.gpu_model not in by_model or key < by_model[d.gpu_model][0]:
+                by_model[d.gpu_model] = (key, d.gpus_p90)  # type: ignore[assignment]
+        self.demand_p90 = {m: v for m, (_, v) in by_model.items()}
         ttl = timedelta(minutes=policy.reclaimed_offer_ttl_minutes)
         self.reclaimed = {r.offer_key for r in forecast.recent_reclaims if now - r.at_utc <= ttl}
         self.fleet = tuple(sorted(fleet, key=lambda n: n.node_id))
         self.nodes = {n.node_id: n for n in self.fleet}
         self.jobs = tuple(sorted(queue, key=lambda j: j.job_id))
         self.jobs_by_id = {j.job_id: j for j in self.jobs}
+        self.headroom_gpus: dict[str, int] = {}  # offer key -> GPUs bought ahead of forecast demand
         self.idle_fallback: set[str] = set()  # jobs that skipped an idle node to buy spot (_idle_dearer)
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
         self.index = CapacityIndex()  # the existing fleet
@@ -1275,6 +1283,10 @@ class _Pass:
                 f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${saving:.2f}/h"))
         return migrations, terminations
 
+    def _new_headroom(self, model: str) -> int:
+        return sum(g for key, g in self.headroom_gpus.items()
+                   if self.launch_offer[key].instance_type.gpu_model == model)
+
     def replace_with_spot(self, budget_left: int) -> tuple[list[Migrate], list[Terminate]]:
         """Design choice (``markets.replace_on_demand_with_spot``, as Karpenter's
         replacement consolidation): an on-demand node holding one checkpointable
@@ -1352,9 +1364,69 @@ class _Pass:
                 break
         return migrations, terminations
 
+    def _gpus_by_model(self) -> tuple[dict[str, int], dict[str, int]]:
+        """GPUs held (existing and bought in this pass) and GPUs busy, per GPU model."""
+        held: dict[str, int] = {}
+        busy: dict[str, int] = {}
+        for index in (self.index, self.new_index):
+            for slot in index.slots.values():
+                it = slot.offer.instance_type
+                if not it.gpu_model or (not slot.new and not slot.schedulable and not slot.jobs):
+                    continue
+                held[it.gpu_model] = held.get(it.gpu_model, 0) + it.gpu_count
+                busy[it.gpu_model] = busy.get(it.gpu_model, 0) + it.gpu_count - slot.free_gpus
+        return held, busy
+
+    def headroom(self) -> None:
+        """Design choice (``scaling.max_headroom_gpus``): when the forecast's
+        90th-percentile demand for a GPU model an hour ahead is above what the
+        fleet holds, buy the difference ahead, at most the policy's cap, from
+        the cheapest offers per GPU (risk-adjusted, spot allowed), within the
+        market rules and the budget. The nodes are kept idle by ``idle`` while
+        the forecast still wants them."""
+        cap = self.policy.max_headroom_gpus
+        if cap <= 0 or not self.demand_p90:
+            return
+        held, _ = self._gpus_by_model()
+        for model in sorted(self.demand_p90):
+            want = min(cap, math.ceil(self.demand_p90[model] - held.get(model, 0) - 1e-9))
+            if want <= 0:
+                continue
+            offers = [o for o in self.offers if o.instance_type.gpu_model == model and o.instance_type.gpu_count > 0]
+            offers.sort(key=lambda o: (o.usd_per_hour * (1 + self._p(o)) / o.instance_type.gpu_count,
+                                       self.offer_key[id(o)]))
+            for offer in offers:
+                gpus = offer.instance_type.gpu_count
+                while want > 0 and gpus <= want:
+                    if self._market_rule(offer, gpus) is not None:
+                        break
+                    if self.policy.max_gpus is not None and self.gpus + gpus > self.policy.max_gpus:
+                        break
+                    if self.policy.max_usd_per_hour is not None and \
+                            self.usd + offer.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
+                        break
+                    self.new_count += 1
+                    name = f"new-{self.new_count}"
+                    self.new_index.add(Slot.of(name, offer, new=True))
+                    self.launch_names.setdefault(offer.key, []).append(name)
+                    self.launch_offer[offer.key] = offer
+                    self.launch_reason.setdefault(offer.key, Reason.FORECAST_HEADROOM)
+                    self.headroom_gpus[offer.key] = self.headroom_gpus.get(offer.key, 0) + gpus
+                    self._charge_offer(offer)
+                    want -= gpus
+                if want <= 0:
+                    break
+
     def idle(self, already: set[str]) -> list[Terminate]:
         timeout = timedelta(minutes=self.policy.idle_timeout_minutes)
         result = []
+        # idle GPUs per model the forecast still wants kept (scaling.max_headroom_gpus)
+        keep: dict[str, int] = {}
+        if self.policy.max_headroom_gpus > 0 and self.demand_p90:
+            _, busy = self._gpus_by_model()
+            keep = {m: min(self.policy.max_headroom_gpus, math.ceil(p90 - busy.get(m, 0) - 1e-9))
+                    for m, p90 in self.demand_p90.items()}
+            keep = {m: k - self._new_headroom(m) for m, k in keep.items()}
         for node in self.fleet:
             slot = self.index.slots.get(node.node_id)
             if slot is None or node.node_id in already:
@@ -1368,6 +1440,11 @@ class _Pass:
             if slot.jobs or slot.reserved_for is not None:
                 continue
             since = node.idle_since_utc or node.ready_at_utc or node.launched_at_utc
+            model = node.offer.instance_type.gpu_model
+            gpus = node.offer.instance_type.gpu_count
+            if model and keep.get(model, 0) >= gpus:
+                keep[model] -= gpus  # kept warm for the forecast demand
+                continue
             if self.now - since >= timeout:
                 minutes = (self.now - since).total_seconds() / 60
                 result.append(Terminate(node.node_id, Reason.IDLE,
@@ -1384,6 +1461,7 @@ class _Pass:
         admitted = self.run_queue(queued)
         self.buy(admitted)
         self._fallback_to_idle()
+        self.headroom()
         migrations, consolidated = self.consolidate()
         moved, replaced = self.replace_with_spot(self.policy.disruption_budget_nodes - len(consolidated))
         migrations += moved
@@ -1395,8 +1473,10 @@ class _Pass:
                 self.launch_offer[key],
                 tuple(names),
                 self.launch_reason[key],
-                f"{self.launch_offer[key].usd_per_hour:.4f} $/h each, risk-adjusted best for "
-                f"{', '.join(self.launch_jobs[key])}",
+                f"{self.launch_offer[key].usd_per_hour:.4f} $/h each, " + (
+                    f"risk-adjusted best for {', '.join(self.launch_jobs[key])}" if key in self.launch_jobs else "")
+                + (f"{'; ' if key in self.launch_jobs else ''}{self.headroom_gpus[key]} GPU(s) ahead of the "
+                   f"forecast demand" if key in self.headroom_gpus else ""),
             )
             for key, names in self.launch_names.items()
         ]
