@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -58,24 +60,38 @@ def daemon(
     metrics_addr: Annotated[
         str, typer.Option("--metrics-addr", help="Where to serve Prometheus /metrics (HOST:PORT).")
     ] = "127.0.0.1:9108",
+    notice_addr: Annotated[Optional[str], typer.Option(
+        "--notice-addr", envvar="FLEETCTL_NOTICE_ADDR", show_default=False,
+        help="Serve POST /v1/notices for `fleetctl node-watch` on HOST:PORT (e.g. 127.0.0.1:9109, or the "
+        "node-facing address with a token). Off unless set.")] = None,
+    notice_token_file: Annotated[Optional[Path], typer.Option(
+        "--notice-token-file", show_default=False,
+        help="File holding the bearer token node-watch must send. Default: $FLEETCTL_NOTICE_TOKEN. "
+        "Required unless --notice-addr is a loopback address.")] = None,
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
 ) -> None:
     """Run the controller loop: reconcile every --interval seconds, handle reclaim notices every
-    --interruption-interval seconds, refresh prices hourly, and serve /metrics. SIGTERM or Ctrl-C
-    stops it after the current tick."""
+    --interruption-interval seconds, refresh prices hourly, and serve /metrics. With --notice-addr
+    it also takes reclaim notices posted by `fleetctl node-watch` (GCP and Azure announce them only
+    on the node). SIGTERM or Ctrl-C stops it after the current tick."""
     from fleetctl.controller.loop import Daemon, LoopContext
     from fleetctl.controller.runtime import SimRuntime
     from fleetctl.metrics import FleetMetrics, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, _ = load_policy_or_exit(policy)
     store = open_store(state)
+    notices = _start_notice_server(notice_addr, notice_token, store) if notice_addr else None
     metrics = FleetMetrics()
     try:
         server, thread = serve(metrics, metrics_addr)
     except (OSError, ValueError) as exc:
+        if notices is not None:
+            notices.shutdown()
+            notices.store.close()
         store.close()
         fail(f"cannot serve metrics on {metrics_addr}: {exc}")
     loop = Daemon(LoopContext(store, make_provider(store, seed), SimRuntime(), pol, metrics),
@@ -87,12 +103,52 @@ def daemon(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on http://{metrics_addr}/metrics",
-                  markup=False)
+    console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on http://{metrics_addr}/metrics"
+                  + (f", notices on {notices.url}/v1/notices" if notices else ""), markup=False)
     try:
         loop.run_until_stopped()
     finally:
         server.shutdown()
         thread.join(timeout=5)
+        if notices is not None:
+            notices.shutdown()
+            notices.store.close()
         store.close()
     console.print(f"stopped after {loop.ticks} ticks", markup=False)
+
+
+def _check_notice_options(addr: str, path: Path | None) -> str | None:
+    """The endpoint's bearer token (from ``path``, else ``$FLEETCTL_NOTICE_TOKEN``, else none),
+    checked before anything starts: no token is allowed on a loopback address only."""
+    from fleetctl.controller.notices import is_loopback, split_addr
+
+    try:
+        host, _ = split_addr(addr)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if path is None:
+        token = os.environ.get("FLEETCTL_NOTICE_TOKEN", "").strip() or None
+    else:
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            fail(f"--notice-token-file {path}: {exc.strerror or exc}")
+        if not token:
+            fail(f"--notice-token-file {path} is empty")
+    if token is None and not is_loopback(host):
+        fail(f"refusing to serve notices on {addr} without a token: pass --notice-token-file FILE or set "
+             "FLEETCTL_NOTICE_TOKEN (a tokenless endpoint is allowed on a loopback address only)")
+    return token
+
+
+def _start_notice_server(addr: str, token: str | None, store):  # noqa: ANN001, ANN202
+    """The endpoint gets its own store handle (the loop's is not shared across threads)."""
+    from fleetctl.controller.notices import NoticeServer
+
+    endpoint_store = open_store(store.url)
+    try:
+        return NoticeServer(endpoint_store, addr, token=token).start()
+    except (OSError, ValueError) as exc:
+        endpoint_store.close()
+        store.close()
+        fail(f"cannot serve notices on {addr}: {exc}")

@@ -9,6 +9,7 @@ from fleetctl.cli.backtest import backtest
 from fleetctl.cli.catalog import catalog
 from fleetctl.cli.controller_cmd import daemon, reconcile
 from fleetctl.cli.explain import explain
+from fleetctl.cli.nodewatch_cmd import node_watch
 from fleetctl.cli.plan_apply import apply, plan
 from fleetctl.cli.status import status
 
@@ -30,6 +31,7 @@ app.command()(explain)
 app.command()(reconcile)
 app.command()(daemon)
 app.command()(backtest)
+app.command("node-watch")(node_watch)
 app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(trace.app, name="trace")

@@ -86,18 +86,36 @@ def handle_interruptions(*, store: Store, provider: Provider, runtime: Runtime, 
                          report: TickReport | None = None) -> int:
     """Drain nodes named by reclaim notices and requeue their jobs. Each notice
     is recorded before it is handled and acknowledged only after. Returns how
-    many notices were handled."""
+    many notices were handled.
+
+    Notices come from the provider (AWS's queue, the sandbox) and from the
+    store: the daemon's notice endpoint (``fleetctl node-watch`` on GCP and
+    Azure nodes) writes them there, and a pass that crashed after recording a
+    notice left it there unhandled. Store-only notices have nothing to
+    acknowledge at the provider."""
     report = report or TickReport()
-    handled = 0
+    done: set[str] = set()
     for event in provider.interruption_events(now):
         store.add_interruption(event)
-        with store.transaction():
-            _handle_one(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
-                        metrics=metrics, report=report)
-            store.mark_interruption_handled(event.event_id, now)
+        _handle_and_mark(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                         metrics=metrics, report=report)
         provider.acknowledge(event.event_id)
-        handled += 1
-    return handled
+        done.add(event.event_id)
+    for event in store.interruptions(unhandled_only=True):
+        if event.event_id in done or event.received_at_utc > now:
+            continue
+        _handle_and_mark(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                         metrics=metrics, report=report)
+        done.add(event.event_id)
+    return len(done)
+
+
+def _handle_and_mark(event: InterruptionEvent, *, store: Store, runtime: Runtime, policy: Policy, now: datetime,
+                     forecast: Forecast | None, metrics: FleetMetrics | None, report: TickReport) -> None:
+    with store.transaction():
+        _handle_one(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                    metrics=metrics, report=report)
+        store.mark_interruption_handled(event.event_id, now)
 
 
 def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, policy: Policy, now: datetime,

@@ -1,0 +1,127 @@
+"""`fleetctl node-watch`: runs on each node, posts reclaim notices from the
+instance metadata service to the daemon's notice endpoint (see docs/node-watch.md)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+import typer
+
+from fleetctl.cli.common import console, fail
+
+
+class Cloud(str, Enum):
+    aws = "aws"
+    gcp = "gcp"
+    azure = "azure"
+
+
+def node_watch(
+    controller: Annotated[str, typer.Option("--controller", help="The daemon's notice endpoint base URL, e.g. "
+                                            "http://10.0.0.5:9109 (notices go to POST /v1/notices).",
+                                            show_default=False)],
+    cloud: Annotated[Cloud, typer.Option("--cloud", help="Which metadata service to poll.", show_default=False)],
+    token_file: Annotated[Optional[Path], typer.Option(
+        "--token-file", help="File holding the bearer token the daemon expects (its --notice-token-file). "
+        "Without it no token is sent (only a loopback daemon accepts that).", show_default=False)] = None,
+    node_id: Annotated[Optional[str], typer.Option(
+        "--node-id", help="This node's id in fleetctl. Default: from metadata (AWS instance-id, GCP "
+        "ZONE/NAME, Azure VM name).", show_default=False)] = None,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between metadata polls (AWS recommends "
+                                            "5).", min=0.1)] = 5.0,
+    metadata_url: Annotated[str, typer.Option("--metadata-url", envvar="FLEETCTL_METADATA_URL",
+                                              help="Base URL of the metadata service (tests point it at a "
+                                              "local fake).")] = "http://169.254.169.254",
+    gce_wait_for_change: Annotated[bool, typer.Option(
+        "--gce-wait-for-change", help="GCP: block on instance/preempted?wait_for_change=true instead of polling "
+        "every --interval.")] = False,
+    max_attempts: Annotated[int, typer.Option("--max-attempts", help="Posts of one notice before giving up "
+                                              "(exponential backoff between them).", min=1)] = 10,
+    max_backoff: Annotated[float, typer.Option("--max-backoff", help="Longest wait between two posts, seconds.",
+                                               min=0.0)] = 8.0,
+    once: Annotated[bool, typer.Option("--once", help="Poll once, deliver what is announced, exit.")] = False,
+) -> None:
+    """Watch this node's instance metadata for reclaim notices and post each one once to the
+    controller daemon (`fleetctl daemon --notice-addr`), retrying with backoff until it is accepted.
+
+    AWS: IMDSv2 spot/instance-action and rebalance recommendations. GCP: instance/preempted.
+    Azure: Scheduled Events Preempt, acknowledged after the controller accepted the notice.
+    Exits 1 with the reason when a notice cannot be delivered within --max-attempts."""
+    from fleetctl.nodewatch import (
+        Backoff,
+        DeliveryFailed,
+        MetadataError,
+        NodeWatcher,
+        NoticeClient,
+        metadata_source,
+    )
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    token = _read_token(token_file)
+    source = metadata_source(cloud.value, metadata_url, gce_wait_for_change=gce_wait_for_change)
+    try:
+        node = node_id or source.discover_node_id()
+    except (MetadataError, OSError) as exc:
+        fail(f"cannot discover this node's id from the {cloud.value} metadata service at {metadata_url}: {exc} "
+             "(is --cloud right? or pass --node-id)")
+    watcher = NodeWatcher(
+        source=source,
+        client=NoticeClient(controller, token),
+        node_id=node,
+        interval_seconds=0.0 if gce_wait_for_change and cloud is Cloud.gcp else interval,
+        backoff=Backoff(max_seconds=max_backoff, max_attempts=max_attempts),
+    )
+    console.print(f"fleetctl node-watch: {cloud.value} node {node}, notices to {watcher.client.url}", markup=False)
+    try:
+        if once:
+            delivered = watcher.poll_once()
+            console.print(f"{len(delivered)} notice(s) delivered" + (f": {', '.join(delivered)}" if delivered else ""),
+                          markup=False)
+        else:
+            with _stop_on_signals(watcher.stop):
+                watcher.run()
+    except DeliveryFailed as exc:
+        fail(str(exc))
+    except (MetadataError, OSError) as exc:  # --once: the one poll failed
+        fail(f"reading the {cloud.value} metadata service at {metadata_url}: {exc}")
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set ``stop`` (the watcher finishes its poll); the
+    previous handlers are put back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _stop(signum, _frame):  # noqa: ANN001
+        logging.getLogger("fleetctl.nodewatch").info("signal %d: stopping", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _read_token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        fail(f"--token-file {path}: {exc.strerror or exc}")
+    if not token:
+        fail(f"--token-file {path} is empty")
+    if os.name == "posix" and path.stat().st_mode & 0o077:
+        logging.getLogger("fleetctl.nodewatch").warning("%s is readable by other users; chmod 600 it", path)
+    return token

@@ -1,0 +1,269 @@
+"""The daemon's notice endpoint: ``POST /v1/notices`` for ``fleetctl node-watch``.
+
+GCP (30 s) and Azure (at least 30 s) announce a reclaim only on the node
+itself, through its metadata service; AWS announces it there too. The watcher
+on each node posts what it sees here, and the endpoint turns it into the same
+``InterruptionEvent`` the provider path produces and writes it to the store.
+The daemon's next interruptions pass (every few seconds) handles it like any
+other notice: cordon, checkpoint, requeue, re-place
+(``reconcile.handle_interruptions`` takes unhandled notices from the store as
+well as from the provider).
+
+The request body (JSON, at most 64 KiB)::
+
+    {"provider": "gcp",                      # aws | gcp | azure
+     "node_id": "my-node",                   # fleetctl's id of the node
+     "kind": "reclaim_warning",              # reclaim_warning | rebalance | terminated
+     "notice_id": "preempted@7311894",       # the cloud's identity of this notice
+     "deadline_utc": "2026-11-02T09:00:30Z", # when the cloud takes the node; null if none
+     "detail": "GCE instance/preempted=TRUE"}  # optional, for the audit log
+
+Answers: ``202 {"event_id": ..., "duplicate": false}`` once the notice is
+stored (``duplicate: true`` when the same notice was stored before: a re-post
+is idempotent, because ``event_id`` is derived from provider, node, kind and
+notice id); ``400`` naming each bad field; ``401`` without the right bearer
+token; ``404``/``405`` for other paths and methods; ``413`` for a body over
+the limit; ``500`` if the store fails (the watcher retries).
+
+Design choice: the endpoint writes to the store and nothing else, instead of
+handling the notice in the request. Handling needs the daemon's lock and may
+take a while (checkpoints); the watcher needs an answer at once so it can
+acknowledge the cloud (Azure) and stop retrying. Storing first is also what
+DESIGN.md asks of every new fact: a daemon restarted between the post and the
+handling loses nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from fleetctl.model import InterruptionEvent, InterruptionKind
+from fleetctl.store import Store
+
+log = logging.getLogger("fleetctl.notices")
+
+NOTICES_PATH = "/v1/notices"
+MAX_BODY_BYTES = 64 * 1024
+
+
+class NoticeBody(BaseModel):
+    """The JSON a node posts. Pydantic at the edge; converted to an
+    ``InterruptionEvent`` once, by ``to_event``."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    provider: Literal["aws", "gcp", "azure"]
+    node_id: str = Field(min_length=1, max_length=255)
+    kind: InterruptionKind
+    notice_id: str = Field(min_length=1, max_length=255)
+    deadline_utc: AwareDatetime | None = None
+    detail: str = Field(default="", max_length=1000)
+
+
+class InvalidNotice(ValueError):
+    """A body that is not a valid notice; ``issues`` are ``(field, message)``."""
+
+    def __init__(self, issues: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{f}: {m}" for f, m in issues))
+        self.issues = issues
+
+
+def event_id_for(provider: str, node_id: str, kind: InterruptionKind, notice_id: str) -> str:
+    """Deterministic: the same notice posted twice (a retry, a restarted
+    watcher) gets the same id, so the store keeps one event."""
+    digest = hashlib.sha256("\0".join((provider, node_id, kind.value, notice_id)).encode()).hexdigest()
+    return f"node-{provider}-{digest[:24]}"
+
+
+def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEvent, NoticeBody]:
+    """Validate a posted body and build its event. Raises ``InvalidNotice``."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidNotice([("body", f"not JSON: {exc}")]) from exc
+    if not isinstance(data, dict):
+        raise InvalidNotice([("body", "expected a JSON object")])
+    try:
+        body = NoticeBody.model_validate(data)
+    except ValidationError as exc:
+        issues = [(".".join(str(p) for p in err["loc"]) or "body", err["msg"]) for err in exc.errors()]
+        raise InvalidNotice(issues) from exc
+    event = InterruptionEvent(
+        event_id=event_id_for(body.provider, body.node_id, body.kind, body.notice_id),
+        provider=body.provider,
+        node_id=body.node_id,
+        kind=body.kind,
+        received_at_utc=received_at_utc,
+        deadline_utc=body.deadline_utc.astimezone(timezone.utc) if body.deadline_utc else None,
+    )
+    return event, body
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+def split_addr(addr: str, option: str = "--notice-addr") -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{option} {addr!r}: expected HOST:PORT, e.g. 127.0.0.1:9109")
+    return host.strip("[]"), int(port)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class NoticeServer:
+    """``POST /v1/notices`` on ``HOST:PORT`` in a background thread.
+
+    ``store`` should be a handle of its own (``Store(url)`` on the daemon's
+    URL), not the loop's: ``Store.transaction`` keeps its connection on the
+    handle, so two threads must not share one. Writes are serialised by a
+    lock, so two concurrent posts of one notice store it once.
+
+    ``token`` is the bearer token nodes must send (compared in constant time).
+    Without one the endpoint only starts on a loopback address: anyone who can
+    reach it could otherwise drain the fleet. ``clock`` stamps
+    ``received_at_utc`` (tests pass a virtual one).
+    """
+
+    def __init__(self, store: Store, addr: str, *, token: str | None,
+                 clock: Callable[[], datetime] = _utcnow) -> None:
+        host, port = split_addr(addr)
+        if not token and not is_loopback(host):
+            raise ValueError(
+                f"refusing to serve notices on {addr} without a token: pass --notice-token-file FILE "
+                "or set FLEETCTL_NOTICE_TOKEN (a tokenless endpoint is allowed on a loopback address only)"
+            )
+        self.store = store
+        self.token = token or None
+        self.clock = clock
+        self._write_lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def start(self) -> "NoticeServer":
+        self._thread = threading.Thread(target=lambda: self._httpd.serve_forever(poll_interval=0.1),
+                                        name="fleetctl-notices", daemon=True)
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop serving and close the socket (also for a server never started)."""
+        if self._thread is not None:
+            self._httpd.shutdown()  # waits for serve_forever to return: only if it ran
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> "NoticeServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ request handling
+
+    def authorized(self, header: str | None) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, given = (header or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    def accept(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """Validate and store one posted notice; returns (status, JSON answer)."""
+        now = self.clock()
+        try:
+            event, body = parse_notice(raw, now)
+        except InvalidNotice as exc:
+            return 400, {"error": f"invalid notice: {exc}",
+                         "issues": [{"field": f, "message": m} for f, m in exc.issues]}
+        with self._write_lock:
+            new = self.store.add_interruption(event)
+            if new:
+                self.store.record("notice_received", now, event.node_id, event_id=event.event_id,
+                                  provider=event.provider, notice=event.kind.value, notice_id=body.notice_id,
+                                  deadline_utc=str(event.deadline_utc), detail=body.detail)
+        log.info("notice %s from %s: %s %s on %s (deadline %s)", event.event_id, event.provider,
+                 "new" if new else "duplicate", event.kind.value, event.node_id, event.deadline_utc)
+        return 202, {"event_id": event.event_id, "duplicate": not new}
+
+
+def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "fleetctl-notices/1"
+
+        def _answer(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload, sort_keys=True).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path.split("?", 1)[0] != NOTICES_PATH:
+                self._answer(404, {"error": f"no such endpoint: {self.path} (notices go to POST {NOTICES_PATH})"})
+                return
+            if not server.authorized(self.headers.get("Authorization")):
+                self._answer(401, {"error": "missing or wrong bearer token"},
+                             {"WWW-Authenticate": 'Bearer realm="fleetctl-notices"'})
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or "0")
+            except ValueError:
+                self._answer(400, {"error": "invalid Content-Length"})
+                return
+            if length > MAX_BODY_BYTES:
+                self._answer(413, {"error": f"body over {MAX_BODY_BYTES} bytes"})
+                self.close_connection = True
+                return
+            raw = self.rfile.read(length)
+            try:
+                status, payload = server.accept(raw)
+            except Exception as exc:  # the request boundary: the watcher retries on 5xx
+                log.exception("storing a notice failed")
+                self._answer(500, {"error": f"cannot store the notice: {type(exc).__name__}: {exc}"})
+                return
+            self._answer(status, payload)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._answer(405, {"error": f"use POST {NOTICES_PATH}"}, {"Allow": "POST"})
+
+        do_PUT = do_DELETE = do_PATCH = do_GET  # noqa: N815
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+            log.debug("%s - %s", self.address_string(), format % args)
+
+    return Handler

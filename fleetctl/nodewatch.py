@@ -1,0 +1,533 @@
+"""The node-side watcher: reclaim notices from the instance metadata service
+to the controller's notice endpoint (``fleetctl node-watch``).
+
+GCP (30 s) and Azure (at least 30 s) announce a reclaim only on the node
+itself; AWS announces it in instance metadata as well as through EventBridge.
+The Terraform modules' user data start one watcher per node; it polls the
+metadata service every few seconds, posts each distinct notice once to the
+daemon's ``POST /v1/notices`` (``fleetctl.controller.notices``) with a bearer
+token, retrying with bounded exponential backoff until the controller answers
+2xx, and on Azure acknowledges the Scheduled Event only after that.
+
+What it reads, per cloud (base URL ``http://169.254.169.254`` unless overridden):
+
+* **AWS** (IMDSv2): ``PUT /latest/api/token`` with
+  ``X-aws-ec2-metadata-token-ttl-seconds``, then with ``X-aws-ec2-metadata-token``:
+  ``/latest/meta-data/spot/instance-action`` (404 until a notice;
+  ``{"action": "terminate|stop|hibernate", "time": "2026-11-02T09:02:00Z"}``),
+  ``/latest/meta-data/events/recommendations/rebalance`` (404 until a hint;
+  ``{"noticeTime": "..."}``) and ``/latest/meta-data/instance-id``.
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html
+* **GCP**: ``/computeMetadata/v1/instance/preempted`` with ``Metadata-Flavor: Google``
+  (``TRUE``/``FALSE``; optionally ``?wait_for_change=true`` to block until it
+  changes); the node is ``ZONE/NAME`` from ``instance/zone`` and ``instance/name``
+  (the GCP adapter's node id). The preemption notice gives 30 s, so
+  the deadline is the moment ``TRUE`` was seen plus 30 s.
+  https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting_if_an_instance_was_preempted
+* **Azure** (Scheduled Events): ``/metadata/scheduledevents?api-version=2020-07-01``
+  with ``Metadata: true``; an event with ``EventType`` ``Preempt`` whose
+  ``Resources`` name this VM (``/metadata/instance/compute/name``) is a notice
+  with ``NotBefore`` as the deadline; after the controller accepted it the
+  watcher POSTs ``{"StartRequests": [{"EventId": ...}]}`` to the same URL.
+  https://learn.microsoft.com/azure/virtual-machines/linux/scheduled-events
+
+Only the standard library is used (``urllib``): the watcher runs on every
+node and should not widen what a node image needs.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import random
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
+from typing import Callable, Protocol
+
+from fleetctl.model import InterruptionKind
+
+log = logging.getLogger("fleetctl.nodewatch")
+
+DEFAULT_METADATA_URL = "http://169.254.169.254"
+NOTICES_PATH = "/v1/notices"
+CLOUDS = ("aws", "gcp", "azure")
+# GCE gives 30 s between the preemption notice and the stop:
+# https://cloud.google.com/compute/docs/instances/preemptible#preemption-process
+GCE_NOTICE_SECONDS = 30
+AWS_TOKEN_TTL_SECONDS = 21600  # the IMDSv2 maximum
+AZURE_API_VERSION = "2020-07-01"
+AZURE_COMPUTE_API_VERSION = "2021-02-01"
+
+
+class MetadataError(Exception):
+    """The metadata service could not be read or answered something unexpected."""
+
+
+class DeliveryFailed(Exception):
+    """A notice could not be delivered to the controller within the retry bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One notice as the metadata service announced it, in the endpoint's terms.
+
+    ``notice_id`` is the cloud's identity of the notice (AWS: action and time;
+    GCP: the instance id; Azure: the EventId): the watcher posts each distinct
+    one once, and the endpoint derives a deterministic event id from it."""
+
+    provider: str
+    node_id: str
+    kind: InterruptionKind
+    notice_id: str
+    deadline_utc: datetime | None
+    detail: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.provider, self.node_id, self.kind.value, self.notice_id)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "provider": self.provider,
+            "node_id": self.node_id,
+            "kind": self.kind.value,
+            "notice_id": self.notice_id,
+            "deadline_utc": _iso(self.deadline_utc),
+            "detail": self.detail,
+        }
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return None if dt is None else dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _parse_iso(value: str, what: str) -> datetime:
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise MetadataError(f"{what}: not an ISO-8601 time: {value!r}") from exc
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+# The metadata service is link-local: never ask a proxy for it (a proxy from
+# HTTP_PROXY would answer for its own host, not for this node).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_ENV_PROXIES = urllib.request.build_opener()
+
+
+def _request(method: str, url: str, *, headers: dict[str, str] | None = None, data: bytes | None = None,
+             timeout: float = 5.0, direct: bool = True) -> Response:
+    """One request; any HTTP status is returned, only transport failures raise
+    (``OSError``). ``direct``: ignore HTTP(S)_PROXY (metadata); else honour it."""
+    req = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
+    opener = _DIRECT if direct else _ENV_PROXIES
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            return Response(resp.status, resp.read(), {k.lower(): v for k, v in resp.headers.items()})
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return Response(exc.code, exc.read(), {k.lower(): v for k, v in (exc.headers or {}).items()})
+    except http.client.HTTPException as exc:  # a garbled answer: a transport failure to the caller
+        raise ConnectionError(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- metadata sources
+
+
+class MetadataSource(Protocol):
+    """One cloud's metadata service.
+
+    * ``discover_node_id()``: this node's id as fleetctl knows it.
+    * ``poll(node_id, now)``: the notices announced now (the same notice comes
+      back on every poll while it stands; the watcher deduplicates).
+    * ``accepted(notice)``: called once the controller accepted ``notice``.
+    """
+
+    cloud: str
+
+    def discover_node_id(self) -> str: ...
+
+    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]: ...
+
+    def accepted(self, notice: Notice) -> None: ...
+
+
+class AwsImds:
+    """EC2 instance metadata, IMDSv2 (session token)."""
+
+    cloud = "aws"
+
+    def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0,
+                 token_ttl_seconds: int = AWS_TOKEN_TTL_SECONDS) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+        self.ttl = token_ttl_seconds
+        self._token: str | None = None
+
+    def _new_token(self) -> str:
+        r = _request("PUT", f"{self.base}/latest/api/token", timeout=self.timeout,
+                     headers={"X-aws-ec2-metadata-token-ttl-seconds": str(self.ttl)})
+        if r.status != 200 or not r.body:
+            raise MetadataError(f"IMDSv2 token: HTTP {r.status} {r.text()[:200]}")
+        return r.text().strip()
+
+    def _get(self, path: str) -> Response:
+        """GET with the session token; a token the service no longer takes
+        (expired, the service restarted) is replaced once."""
+        r = self._get_with_token(path)
+        if r.status == 401:
+            self._token = None
+            r = self._get_with_token(path)
+        return r
+
+    def _get_with_token(self, path: str) -> Response:
+        if self._token is None:
+            self._token = self._new_token()
+        return _request("GET", f"{self.base}{path}", timeout=self.timeout,
+                        headers={"X-aws-ec2-metadata-token": self._token})
+
+    def discover_node_id(self) -> str:
+        r = self._get("/latest/meta-data/instance-id")
+        if r.status != 200 or not r.body.strip():
+            raise MetadataError(f"instance-id: HTTP {r.status} {r.text()[:200]}")
+        return r.text().strip()
+
+    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]:
+        notices = []
+        r = self._get("/latest/meta-data/spot/instance-action")
+        if r.status == 200:
+            doc = _json_object(r, "spot/instance-action")
+            action, when = doc.get("action"), doc.get("time")
+            if not isinstance(action, str) or not isinstance(when, str):
+                raise MetadataError(f"spot/instance-action: expected action and time, got {doc}")
+            notices.append(Notice("aws", node_id, InterruptionKind.RECLAIM_WARNING, f"{action}@{when}",
+                                  _parse_iso(when, "spot/instance-action time"),
+                                  f"IMDS spot/instance-action {action} at {when}"))
+        elif r.status != 404:
+            raise MetadataError(f"spot/instance-action: HTTP {r.status} {r.text()[:200]}")
+        r = self._get("/latest/meta-data/events/recommendations/rebalance")
+        if r.status == 200:
+            doc = _json_object(r, "events/recommendations/rebalance")
+            when = doc.get("noticeTime")
+            if not isinstance(when, str):
+                raise MetadataError(f"events/recommendations/rebalance: expected noticeTime, got {doc}")
+            notices.append(Notice("aws", node_id, InterruptionKind.REBALANCE, f"rebalance@{when}", None,
+                                  f"IMDS rebalance recommendation at {when}"))
+        elif r.status != 404:
+            raise MetadataError(f"events/recommendations/rebalance: HTTP {r.status} {r.text()[:200]}")
+        return tuple(notices)
+
+    def accepted(self, notice: Notice) -> None:
+        """Nothing to acknowledge: EC2 takes the instance at the notice's time."""
+
+
+class GceMetadata:
+    """GCE metadata server. With ``wait_for_change`` each poll after the first
+    blocks (up to ``wait_seconds``) until ``preempted`` changes, so a notice is
+    seen at once.
+
+    Design choice: the wait carries the ``ETag`` of the last answer
+    (``last_etag``). A bare ``wait_for_change`` waits for the *next* change,
+    so a watcher (re)started after the preemption would sit out the timeout
+    with the notice already standing; with the ETag the server answers at once
+    when the value is not what the watcher last saw."""
+
+    cloud = "gcp"
+
+    def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0,
+                 wait_for_change: bool = False, wait_seconds: int = 30) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+        self.wait_for_change = wait_for_change
+        self.wait_seconds = wait_seconds
+        self._instance_id: str | None = None
+        self._etag: str | None = None
+
+    def _get(self, path: str, timeout: float | None = None) -> Response:
+        return _request("GET", f"{self.base}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"},
+                        timeout=timeout or self.timeout)
+
+    def _read(self, path: str) -> str:
+        r = self._get(path)
+        if r.status != 200 or not r.body.strip():
+            raise MetadataError(f"computeMetadata {path}: HTTP {r.status} {r.text()[:200]}")
+        return r.text().strip()
+
+    def discover_node_id(self) -> str:
+        """``ZONE/NAME``, the id the GCP adapter gives its nodes (``providers/gcp.py``);
+        ``instance/zone`` reads ``projects/NUMBER/zones/ZONE``."""
+        zone = self._read("instance/zone").rsplit("/", 1)[-1]
+        return f"{zone}/{self._read('instance/name')}"
+
+    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]:
+        if self._instance_id is None:
+            # A MIG recreates a preempted VM under the same name with a new id:
+            # the id tells one preemption from the next.
+            self._instance_id = self._read("instance/id")
+        if self.wait_for_change and self._etag:
+            query = urllib.parse.urlencode({"wait_for_change": "true", "last_etag": self._etag,
+                                            "timeout_sec": self.wait_seconds})
+            r = self._get(f"instance/preempted?{query}", timeout=self.wait_seconds + self.timeout)
+        else:
+            r = self._get("instance/preempted")
+        if r.status != 200:
+            self._etag = None
+            raise MetadataError(f"computeMetadata instance/preempted: HTTP {r.status} {r.text()[:200]}")
+        self._etag = r.headers.get("etag")
+        value = r.text().strip().upper()
+        if value == "FALSE":
+            return ()
+        if value != "TRUE":
+            raise MetadataError(f"computeMetadata instance/preempted: expected TRUE or FALSE, got {r.text()[:50]!r}")
+        return (Notice("gcp", node_id, InterruptionKind.RECLAIM_WARNING, f"preempted@{self._instance_id}",
+                       now + timedelta(seconds=GCE_NOTICE_SECONDS), "GCE instance/preempted=TRUE"),)
+
+    def accepted(self, notice: Notice) -> None:
+        """Nothing to acknowledge: GCE stops the VM 30 s after the notice."""
+
+
+class AzureScheduledEvents:
+    """Azure Instance Metadata Service, Scheduled Events."""
+
+    cloud = "azure"
+
+    def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0) -> None:
+        self.base = base_url.rstrip("/")
+        self.timeout = timeout
+        self.events_url = f"{self.base}/metadata/scheduledevents?api-version={AZURE_API_VERSION}"
+        self._resource_name: str | None = None
+
+    def resource_name(self) -> str:
+        """This VM's name as Scheduled Events lists it in ``Resources``."""
+        if self._resource_name is None:
+            url = f"{self.base}/metadata/instance/compute/name?api-version={AZURE_COMPUTE_API_VERSION}&format=text"
+            r = _request("GET", url, headers={"Metadata": "true"}, timeout=self.timeout)
+            if r.status != 200 or not r.body.strip():
+                raise MetadataError(f"instance/compute/name: HTTP {r.status} {r.text()[:200]}")
+            self._resource_name = r.text().strip()
+        return self._resource_name
+
+    def discover_node_id(self) -> str:
+        return self.resource_name()
+
+    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]:
+        me = self.resource_name()
+        r = _request("GET", self.events_url, headers={"Metadata": "true"}, timeout=self.timeout)
+        if r.status != 200:
+            raise MetadataError(f"scheduledevents: HTTP {r.status} {r.text()[:200]}")
+        doc = _json_object(r, "scheduledevents")
+        events = doc.get("Events", [])
+        if not isinstance(events, list):
+            raise MetadataError(f"scheduledevents: Events is not a list: {events!r}")
+        notices = []
+        for ev in events:
+            if not isinstance(ev, dict) or ev.get("EventType") != "Preempt" or me not in (ev.get("Resources") or ()):
+                continue
+            event_id = ev.get("EventId")
+            if not isinstance(event_id, str) or not event_id:
+                raise MetadataError(f"scheduledevents: a Preempt event without EventId: {ev}")
+            not_before = ev.get("NotBefore") or ""
+            # An event already Started has an empty NotBefore: the VM goes now.
+            deadline = _parse_http_date(not_before) if not_before else now
+            notices.append(Notice("azure", node_id, InterruptionKind.RECLAIM_WARNING, event_id, deadline,
+                                  f"Azure Scheduled Event Preempt {event_id} ({ev.get('EventStatus')}, "
+                                  f"NotBefore {not_before or 'now'})"))
+        return tuple(notices)
+
+    def accepted(self, notice: Notice) -> None:
+        """Approve the Preempt event (``StartRequests``): the controller has it,
+        so Azure need not hold the VM until ``NotBefore``."""
+        body = json.dumps({"StartRequests": [{"EventId": notice.notice_id}]}).encode()
+        r = _request("POST", self.events_url, data=body, timeout=self.timeout,
+                     headers={"Metadata": "true", "Content-Type": "application/json"})
+        if not 200 <= r.status < 300:
+            raise MetadataError(f"scheduledevents StartRequests {notice.notice_id}: HTTP {r.status} {r.text()[:200]}")
+
+
+def _json_object(r: Response, what: str) -> dict:
+    try:
+        doc = json.loads(r.body)
+    except ValueError as exc:
+        raise MetadataError(f"{what}: not JSON: {r.text()[:200]!r}") from exc
+    if not isinstance(doc, dict):
+        raise MetadataError(f"{what}: expected a JSON object, got {r.text()[:200]!r}")
+    return doc
+
+
+def _parse_http_date(value: str) -> datetime:
+    """Azure's ``NotBefore`` is an HTTP date (``Mon, 19 Sep 2016 18:29:47 GMT``)."""
+    try:
+        return parsedate_to_datetime(value).astimezone(timezone.utc)
+    except (TypeError, ValueError):
+        return _parse_iso(value, "scheduledevents NotBefore")
+
+
+def metadata_source(cloud: str, base_url: str = DEFAULT_METADATA_URL, *,
+                    gce_wait_for_change: bool = False) -> MetadataSource:
+    if cloud == "aws":
+        return AwsImds(base_url)
+    if cloud == "gcp":
+        return GceMetadata(base_url, wait_for_change=gce_wait_for_change)
+    if cloud == "azure":
+        return AzureScheduledEvents(base_url)
+    raise ValueError(f"unknown cloud {cloud!r}: expected one of {', '.join(CLOUDS)}")
+
+
+# --------------------------------------------------------------------------- the controller side
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Bounded exponential backoff with jitter: attempt ``n`` (from 1) failed,
+    wait between half and all of ``min(max_seconds, initial_seconds * 2**(n-1))``
+    (the jitter spreads a storm of reclaimed nodes), give up after ``max_attempts``."""
+
+    initial_seconds: float = 0.5
+    max_seconds: float = 8.0
+    max_attempts: int = 10
+
+    def delay(self, failed_attempts: int, rng: random.Random) -> float:
+        cap = min(self.max_seconds, self.initial_seconds * 2 ** (failed_attempts - 1))
+        return rng.uniform(cap / 2, cap)
+
+
+class NoticeClient:
+    """Posts notices to ``{controller}/v1/notices`` with a bearer token."""
+
+    def __init__(self, controller_url: str, token: str | None, *, timeout: float = 5.0) -> None:
+        base = controller_url.rstrip("/")
+        self.url = base if base.endswith(NOTICES_PATH) else base + NOTICES_PATH
+        self.token = token
+        self.timeout = timeout
+
+    def post(self, notice: Notice) -> Response:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return _request("POST", self.url, headers=headers, data=json.dumps(notice.to_json()).encode(),
+                        timeout=self.timeout, direct=False)
+
+
+@dataclass
+class NodeWatcher:
+    """Polls one metadata source and delivers each distinct notice once.
+
+    ``sleep`` waits between retries and polls (default: ``stop.wait``, so a
+    stop interrupts it); ``clock`` is the watcher's notion of now (GCP's
+    deadline is the moment ``TRUE`` was seen plus 30 s). Both are injected by
+    tests, which therefore never wait on real time.
+    """
+
+    source: MetadataSource
+    client: NoticeClient
+    node_id: str
+    interval_seconds: float = 5.0
+    backoff: Backoff = field(default_factory=Backoff)
+    clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    sleep: Callable[[float], None] | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    stop: threading.Event = field(default_factory=threading.Event)
+    delivered: dict[tuple[str, str, str, str], str] = field(default_factory=dict)  # notice key -> event id
+    acknowledged: set[tuple[str, str, str, str]] = field(default_factory=set)  # notice keys the source was told of
+
+    def _sleep(self, seconds: float) -> None:
+        if self.sleep is not None:
+            self.sleep(seconds)
+        else:
+            self.stop.wait(seconds)
+
+    def poll_once(self) -> list[str]:
+        """Read the metadata service once; deliver what is new. Returns the event
+        ids the controller gave the notices delivered now. Raises
+        ``MetadataError`` (the caller logs it and polls again) or
+        ``DeliveryFailed`` (the retry bound was reached)."""
+        new = []
+        for notice in self.source.poll(self.node_id, self.clock()):
+            if notice.key not in self.delivered:
+                self.delivered[notice.key] = self.deliver(notice)
+                new.append(self.delivered[notice.key])
+            if notice.key not in self.acknowledged:
+                # Only now (the controller has it); a failed acknowledgement is
+                # tried again on the next poll, the post is not repeated.
+                self.source.accepted(notice)
+                self.acknowledged.add(notice.key)
+        return new
+
+    def deliver(self, notice: Notice) -> str:
+        """Post until the controller answers 2xx; returns its event id.
+
+        Retried with ``backoff``: transport errors (controller down or
+        unreachable), 401/403 (a token not yet deployed on the controller),
+        408, 429 and 5xx. A 400 means the body itself is wrong and is not
+        retried."""
+        last = ""
+        for attempt in range(1, self.backoff.max_attempts + 1):
+            try:
+                r = self.client.post(notice)
+            except OSError as exc:
+                last = f"controller unreachable at {self.client.url}: {exc}"
+            else:
+                if 200 <= r.status < 300:
+                    event_id = _event_id(r)
+                    log.info("notice %s %s delivered: event %s", notice.kind.value, notice.notice_id, event_id)
+                    return event_id
+                if r.status == 400:
+                    raise DeliveryFailed(f"the controller rejected the notice as invalid (HTTP 400): {r.text()[:500]}")
+                hint = ""
+                if r.status in (401, 403):
+                    hint = " (check --token-file against the daemon's --notice-token-file)"
+                last = f"HTTP {r.status} from {self.client.url}{hint}: {r.text()[:200]}"
+            if self.stop.is_set() or attempt == self.backoff.max_attempts:
+                break
+            delay = self.backoff.delay(attempt, self.rng)
+            log.warning("notice %s not delivered (attempt %d of %d): %s; retrying in %.1f s", notice.notice_id,
+                        attempt, self.backoff.max_attempts, last, delay)
+            self._sleep(delay)
+        raise DeliveryFailed(f"gave up delivering {notice.kind.value} notice {notice.notice_id} for node "
+                             f"{notice.node_id} after {attempt} attempt(s): {last}")
+
+    def run(self, *, max_polls: int | None = None) -> None:
+        """Poll every ``interval_seconds`` until ``stop`` is set (or ``max_polls``
+        polls). A metadata hiccup is logged and the next poll tries again;
+        ``DeliveryFailed`` propagates (the process exits non-zero and its
+        supervisor restarts it; the endpoint deduplicates the re-post)."""
+        polls = 0
+        while not self.stop.is_set():
+            try:
+                self.poll_once()
+            except MetadataError as exc:
+                log.warning("metadata: %s", exc)
+            except OSError as exc:
+                log.warning("metadata service unreachable: %s", exc)
+            polls += 1
+            if max_polls is not None and polls >= max_polls:
+                return
+            if self.interval_seconds > 0:
+                self._sleep(self.interval_seconds)
+
+
+def _event_id(r: Response) -> str:
+    try:
+        doc = json.loads(r.body)
+    except ValueError:
+        return ""
+    return str(doc.get("event_id", "")) if isinstance(doc, dict) else ""

@@ -1,0 +1,219 @@
+"""`fleetctl node-watch` and `fleetctl daemon --notice-addr` as commands: the
+options the Terraform user data passes, exit codes and messages, and the whole
+path with the daemon as a separate process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.model import InterruptionKind
+from fleetctl.store import Store
+from tests.builders import T0
+from tests.nodewatch.conftest import TOKEN
+from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "notice-token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def node_watch(*args: str):  # noqa: ANN201
+    return runner.invoke(app, ["node-watch", *args], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp", "azure"])
+def test_node_watch_once_delivers_the_notice(cloud, make_controller, token_file):
+    c = make_controller(cloud)
+    if cloud == "aws":
+        fake = FakeImds("i-0f00")
+        fake.instance_action = {"action": "terminate", "time": "2026-11-02T09:02:00Z"}
+        node, deadline = "i-0f00", T0 + timedelta(minutes=2)
+    elif cloud == "gcp":
+        fake = FakeGce("gpu-node-1")
+        fake.preempt()
+        node, deadline = "us-central1-a/gpu-node-1", None  # the watcher's clock + 30 s
+    else:
+        fake = FakeAzure("vm-gpu-1")
+        fake.schedule_preempt("ev-9", T0 + timedelta(seconds=40))
+        node, deadline = "vm-gpu-1", T0 + timedelta(seconds=40)
+    started = datetime.now(timezone.utc)
+    with fake:
+        result = node_watch("--controller", c.endpoint.url, "--token-file", str(token_file), "--cloud", cloud,
+                            "--metadata-url", fake.url, "--once")
+    assert result.exit_code == 0, result.output
+    (event,) = c.store.interruptions()
+    assert f"1 notice(s) delivered: {event.event_id}" in result.output
+    assert (event.provider, event.node_id, event.kind) == (cloud, node, InterruptionKind.RECLAIM_WARNING)
+    if deadline is not None:
+        assert event.deadline_utc == deadline
+    else:
+        # 30 s from when the watcher asked: after the command started, not after GCE answered TRUE
+        assert started + timedelta(seconds=30) <= event.deadline_utc <= fake.first_true_served + timedelta(seconds=30)
+    if cloud == "azure":
+        assert fake.acks == ["ev-9"]
+
+
+def test_node_watch_takes_the_metadata_url_from_the_environment_and_an_explicit_node_id(make_controller,
+                                                                                      token_file):
+    c = make_controller("aws")
+    with FakeImds("i-0f00") as fake:
+        fake.rebalance = {"noticeTime": "2026-11-02T08:58:00Z"}
+        result = runner.invoke(app, ["node-watch", "--controller", c.endpoint.url + "/", "--token-file",
+                                     str(token_file), "--cloud", "aws", "--node-id", "sim-aws-1", "--once"],
+                               env={"FLEETCTL_METADATA_URL": fake.url}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (event,) = c.store.interruptions()
+    assert (event.node_id, event.kind, event.deadline_utc) == ("sim-aws-1", InterruptionKind.REBALANCE, None)
+
+
+def test_node_watch_gives_up_on_a_wrong_token_with_a_clear_error(make_controller, tmp_path):
+    c = make_controller("gcp")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-it")
+    wrong.chmod(0o600)
+    with FakeGce("n1") as fake:
+        fake.preempt()
+        result = node_watch("--controller", c.endpoint.url, "--token-file", str(wrong), "--cloud", "gcp",
+                            "--metadata-url", fake.url, "--once", "--max-attempts", "3", "--max-backoff", "0")
+    assert result.exit_code == 1
+    assert "gave up delivering" in result.output and "after 3 attempt(s)" in result.output
+    assert "HTTP 401" in result.output
+    assert c.store.interruptions(unhandled_only=False) == ()
+
+
+@pytest.mark.parametrize("setup, words", [
+    ("missing", "--token-file"),
+    ("empty", "is empty"),
+    ("wrong-cloud", "cannot discover this node's id from the gcp metadata service"),
+])
+def test_node_watch_start_errors(setup, words, tmp_path, token_file):
+    path = token_file
+    if setup == "missing":
+        path = tmp_path / "nope"
+    elif setup == "empty":
+        path = tmp_path / "empty"
+        path.write_text("\n")
+    with FakeImds("i-0f00") as imds:  # an AWS metadata service, asked as if it were GCE
+        result = node_watch("--controller", "http://127.0.0.1:9", "--token-file", str(path), "--cloud", "gcp",
+                            "--metadata-url", imds.url, "--once")
+    assert result.exit_code == 1
+    assert words in result.output
+
+
+def test_daemon_refuses_a_node_facing_endpoint_without_a_token(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLEETCTL_NOTICE_TOKEN", raising=False)
+    result = runner.invoke(app, ["daemon", "--notice-addr", "0.0.0.0:9109"])
+    assert result.exit_code == 1
+    assert "refusing to serve notices on 0.0.0.0:9109 without a token" in result.output
+    assert not (tmp_path / ".fleetctl").exists()  # refused before anything was opened
+
+
+# --------------------------------------------------------------------------- the whole path, two processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=25.0):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return None
+
+
+JOBS = """jobs:
+  - id: train
+    team: ml-research
+    priority: batch
+    gpus_per_worker: 1
+    vcpus_per_worker: 4
+    memory_gib_per_worker: 16
+    duration_hours: 10
+    checkpointable: true
+    checkpoint_interval_minutes: 30
+    spot_eligible: true
+"""
+
+
+def test_daemon_takes_a_notice_from_node_watch_and_replaces_the_job(tmp_path, token_file):
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    (tmp_path / "jobs.yaml").write_text(JOBS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
+    subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", "jobs.yaml"], cwd=tmp_path, env=env,
+                   check=True, capture_output=True)
+    notice_port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetctl", "daemon", "--interval", "0.3", "--interruption-interval", "0.2",
+         "--metrics-addr", f"127.0.0.1:{free_port()}", "--notice-addr", f"127.0.0.1:{notice_port}",
+         "--notice-token-file", str(token_file)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store(f"sqlite:///{tmp_path / '.fleetctl' / 'state.db'}")
+    try:
+        def running():  # noqa: ANN202
+            jobs = [j for j in store.jobs() if j.job_id == "train" and j.state.value == "running"]
+            return jobs[0] if jobs else None
+
+        job = wait_for(running)
+        assert job is not None, proc.stderr.read() if proc.poll() is not None else "the job never ran"
+        node = {n.node_id: n for n in store.nodes()}[job.node_ids[0]]
+        cloud = node.offer.provider
+        fakes = {"aws": lambda: FakeImds(node.node_id), "gcp": lambda: FakeGce(node.node_id),
+                 "azure": lambda: FakeAzure(node.node_id)}
+        with fakes[cloud]() as fake:
+            if cloud == "aws":
+                when = datetime.now(timezone.utc) + timedelta(minutes=2)
+                fake.instance_action = {"action": "terminate", "time": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            elif cloud == "gcp":
+                fake.preempt()
+            else:
+                fake.schedule_preempt("ev-daemon", datetime.now(timezone.utc) + timedelta(seconds=60))
+            result = node_watch("--controller", f"http://127.0.0.1:{notice_port}", "--token-file", str(token_file),
+                                "--cloud", cloud, "--metadata-url", fake.url, "--node-id", node.node_id, "--once")
+        assert result.exit_code == 0, result.output
+
+        def replaced():  # noqa: ANN202
+            j = next(j for j in store.jobs() if j.job_id == "train")
+            return j if j.interruptions == 1 and j.node_ids and node.node_id not in j.node_ids else None
+
+        moved = wait_for(replaced)
+        assert moved is not None, next(j for j in store.jobs() if j.job_id == "train")
+        assert moved.checkpointed_work_hours > 0 and moved.last_checkpoint_utc is not None  # checkpointed
+        assert store.interruptions() == ()  # handled by the daemon's pass
+        requeue = [e for e in store.events("requeue") if e["subject"] == "train"]
+        assert requeue and requeue[0]["payload"]["node"] == node.node_id
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        store.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert f"notices on http://127.0.0.1:{notice_port}/v1/notices" in out

@@ -1,0 +1,152 @@
+"""The daemon's notice endpoint over real HTTP: auth, validation, idempotence,
+and the event it writes (the same InterruptionEvent the provider path makes)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.controller.notices import MAX_BODY_BYTES, NoticeServer, event_id_for, is_loopback
+from fleetctl.model import InterruptionKind
+from tests.builders import T0
+from tests.nodewatch.conftest import TOKEN
+
+GOOD = {"provider": "gcp", "node_id": "gke-node-1", "kind": "reclaim_warning", "notice_id": "preempted@42",
+        "deadline_utc": "2026-11-02T09:00:30Z", "detail": "GCE instance/preempted=TRUE"}
+
+
+def post(url, body, token=TOKEN, method="POST", raw=None):  # noqa: ANN001, ANN201
+    data = raw if raw is not None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url + "/v1/notices", data=data if method == "POST" else None, headers=headers,
+                                 method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read()), dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read()), dict(exc.headers)
+
+
+def test_a_notice_is_stored_as_the_same_event_the_provider_path_makes(make_controller):
+    c = make_controller("gcp")
+    c.clock.now = T0 + timedelta(seconds=3)
+    status, answer, _ = post(c.endpoint.url, GOOD)
+    assert status == 202 and answer["duplicate"] is False
+    (event,) = c.store.interruptions()
+    assert event.event_id == answer["event_id"] == event_id_for("gcp", "gke-node-1",
+                                                                InterruptionKind.RECLAIM_WARNING, "preempted@42")
+    assert event.provider == "gcp" and event.node_id == "gke-node-1"
+    assert event.kind is InterruptionKind.RECLAIM_WARNING
+    assert event.received_at_utc == T0 + timedelta(seconds=3)
+    assert event.deadline_utc == T0 + timedelta(seconds=30)
+    (audit,) = c.store.events("notice_received")
+    assert audit["payload"]["notice_id"] == "preempted@42" and audit["payload"]["detail"] == GOOD["detail"]
+
+
+def test_a_re_post_is_idempotent(make_controller):
+    c = make_controller()
+    first = post(c.endpoint.url, GOOD)
+    c.clock.now = T0 + timedelta(seconds=5)
+    again = post(c.endpoint.url, GOOD)
+    assert first[0] == again[0] == 202
+    assert again[1] == {"event_id": first[1]["event_id"], "duplicate": True}
+    (event,) = c.store.interruptions()
+    assert event.received_at_utc == T0  # the first receipt counts
+    other = post(c.endpoint.url, {**GOOD, "notice_id": "preempted@43"})  # a later preemption of a recreated VM
+    assert other[1]["event_id"] != first[1]["event_id"] and len(c.store.interruptions()) == 2
+
+
+def test_concurrent_posts_of_one_notice_store_one_event(make_controller):
+    c = make_controller()
+    answers: list[tuple] = []
+    threads = [threading.Thread(target=lambda: answers.append(post(c.endpoint.url, GOOD))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [a[0] for a in answers] == [202] * 8
+    assert sorted(a[1]["duplicate"] for a in answers) == [False] + [True] * 7
+    assert len(c.store.interruptions()) == 1
+
+
+@pytest.mark.parametrize("token", [None, "wrong", TOKEN + "x", ""], ids=["none", "wrong", "longer", "empty"])
+def test_without_the_right_token_401_and_nothing_stored(make_controller, token):
+    c = make_controller()
+    status, answer, headers = post(c.endpoint.url, GOOD, token=token)
+    assert status == 401 and "token" in answer["error"]
+    assert headers["WWW-Authenticate"].startswith("Bearer")
+    assert c.store.interruptions(unhandled_only=False) == ()
+
+
+def test_a_non_bearer_scheme_is_refused(make_controller):
+    c = make_controller()
+    req = urllib.request.Request(c.endpoint.url + "/v1/notices", data=json.dumps(GOOD).encode(),
+                                 headers={"Authorization": f"Basic {TOKEN}"}, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=5)
+    assert exc.value.code == 401
+
+
+@pytest.mark.parametrize(
+    "body, field, words",
+    [
+        (b"{not json", "body", "not JSON"),
+        (b"[1, 2]", "body", "JSON object"),
+        ({k: v for k, v in GOOD.items() if k != "node_id"}, "node_id", "required"),
+        ({**GOOD, "node_id": ""}, "node_id", "at least 1"),
+        ({**GOOD, "kind": "evicted"}, "kind", "reclaim_warning"),
+        ({**GOOD, "provider": "ibm"}, "provider", "aws"),
+        ({**GOOD, "deadline_utc": "2026-11-02T09:00:30"}, "deadline_utc", "timezone"),
+        ({**GOOD, "deadline_utc": "soon"}, "deadline_utc", "datetime"),
+        ({**GOOD, "notice_id": None}, "notice_id", "string"),
+        ({**GOOD, "colour": "red"}, "colour", "not permitted"),
+    ],
+    ids=["not-json", "not-object", "no-node", "empty-node", "bad-kind", "bad-provider", "naive-deadline",
+         "bad-deadline", "null-notice-id", "extra-field"],
+)
+def test_an_invalid_body_is_400_naming_the_field(make_controller, body, field, words):
+    c = make_controller()
+    raw = body if isinstance(body, bytes) else None
+    status, answer, _ = post(c.endpoint.url, body, raw=raw)
+    assert status == 400
+    assert field in [i["field"] for i in answer["issues"]]
+    assert f"{field}:" in answer["error"] and words.lower() in answer["error"].lower()
+    assert c.store.interruptions(unhandled_only=False) == ()
+
+
+def test_other_methods_paths_and_sizes(make_controller):
+    c = make_controller()
+    assert post(c.endpoint.url, GOOD, method="GET")[0] == 405
+    req = urllib.request.Request(c.endpoint.url + "/v1/other", data=b"{}", method="POST",
+                                 headers={"Authorization": f"Bearer {TOKEN}"})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=5)
+    assert exc.value.code == 404
+    status, answer, _ = post(c.endpoint.url, None, raw=b" " * (MAX_BODY_BYTES + 1))
+    assert status == 413
+    assert c.store.interruptions(unhandled_only=False) == ()
+
+
+def test_a_tokenless_endpoint_only_on_loopback(make_controller):
+    c = make_controller(token=None)
+    assert post(c.endpoint.url, GOOD, token=None)[0] == 202  # loopback: no token needed
+    for addr in ("0.0.0.0:0", "10.0.0.5:9109", "[::]:0", "controller.internal:9109"):
+        with pytest.raises(ValueError, match="without a token"):
+            NoticeServer(c.endpoint_store, addr, token=None)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        NoticeServer(c.endpoint_store, "9109", token=TOKEN)
+
+
+@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.3.2.1", True), ("::1", True),
+                                            ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
+                                            ("10.1.2.3", False), ("example.org", False)])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback

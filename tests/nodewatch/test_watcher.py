@@ -1,0 +1,312 @@
+"""The watcher against the metadata fakes and the real endpoint: what each
+cloud's service says becomes which notice, retries with bounded backoff,
+acknowledgement order on Azure. Sleeps are injected and recorded: nothing
+here waits on the wall clock."""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+import urllib.error
+import urllib.request
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.controller.notices import NoticeServer
+from fleetctl.model import InterruptionKind
+from fleetctl.nodewatch import (
+    AwsImds,
+    AzureScheduledEvents,
+    Backoff,
+    DeliveryFailed,
+    GceMetadata,
+    MetadataError,
+    Notice,
+    metadata_source,
+)
+from tests.builders import T0
+from tests.nodewatch.conftest import TOKEN, Clock, Sleeps, watcher_for
+from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- what each cloud says
+
+
+def test_imdsv2_token_ttl_header_and_refresh_after_expiry():
+    with FakeImds("i-0abc") as fake:
+        imds = AwsImds(fake.url)
+        assert imds.discover_node_id() == "i-0abc"
+        puts = [h for m, p, h in fake.requests if m == "PUT"]
+        assert len(puts) == 1 and puts[0]["x-aws-ec2-metadata-token-ttl-seconds"] == "21600"
+        assert imds.poll("i-0abc", T0) == ()  # 404 on both: nothing announced
+        assert len([r for r in fake.requests if r[0] == "PUT"]) == 1  # the session token is reused
+        fake.revoke_tokens()
+        fake.instance_action = {"action": "stop", "time": "2026-11-02T09:02:00Z"}
+        fake.rebalance = {"noticeTime": "2026-11-02T08:59:00Z"}
+        warning, hint = imds.poll("i-0abc", T0)
+        assert len([r for r in fake.requests if r[0] == "PUT"]) == 2  # a 401 got a new token, once
+    assert (warning.kind, warning.deadline_utc, warning.notice_id) == (
+        InterruptionKind.RECLAIM_WARNING, T0 + timedelta(minutes=2), "stop@2026-11-02T09:02:00Z")
+    assert (hint.kind, hint.deadline_utc, hint.notice_id) == (
+        InterruptionKind.REBALANCE, None, "rebalance@2026-11-02T08:59:00Z")
+
+
+def test_imds_without_a_token_is_refused_by_the_fake():
+    """The fake enforces IMDSv2, so the watcher passing above is not vacuous."""
+    with FakeImds("i-0abc") as fake:
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(fake.url + "/latest/meta-data/instance-id", timeout=5)
+        assert exc.value.code == 401
+
+
+def test_gce_header_name_and_preemption():
+    with FakeGce("gpu-node-7", instance_id="99") as fake:
+        req = urllib.request.Request(fake.url + "/computeMetadata/v1/instance/name")
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(req, timeout=5)
+        assert exc.value.code == 403  # no Metadata-Flavor: Google
+        gce = GceMetadata(fake.url)
+        assert gce.discover_node_id() == "us-central1-a/gpu-node-7"  # ZONE/NAME, as the GCP adapter names it
+        assert gce.poll("gpu-node-7", T0) == ()
+        fake.preempt()
+        (notice,) = gce.poll("gpu-node-7", T0)
+    assert notice.kind is InterruptionKind.RECLAIM_WARNING
+    assert notice.deadline_utc == T0 + timedelta(seconds=30) and notice.notice_id == "preempted@99"
+
+
+def test_gce_wait_for_change_delivers_as_soon_as_the_value_flips(make_controller):
+    c = make_controller("gcp")
+    with FakeGce("gpu-node-7") as fake:
+        source = GceMetadata(fake.url, wait_for_change=True, wait_seconds=5)
+        watcher = watcher_for(source, c.endpoint.url, clock=c.clock)
+        thread = threading.Thread(target=watcher.run)
+        thread.start()
+        try:
+            assert fake.waiting.wait(10)  # the watcher read FALSE, then blocked waiting for a change
+            fake.preempt()
+            assert watcher_delivered(watcher)
+        finally:
+            watcher.stop.set()
+            fake.close()  # releases a request still waiting for a change
+            thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert any("wait_for_change=true&last_etag=e-false" in p for m, p, h in fake.requests)
+    (event,) = c.store.interruptions()
+    assert event.node_id == "us-central1-a/gpu-node-7"
+
+
+def test_gce_wait_for_change_sees_a_notice_that_stood_before_the_watcher_started(make_controller):
+    """A restarted watcher must not sit out the wait with the notice already standing."""
+    c = make_controller("gcp")
+    with FakeGce("gpu-node-7") as fake:
+        fake.preempt()
+        source = GceMetadata(fake.url, wait_for_change=True, wait_seconds=600)
+        watcher = watcher_for(source, c.endpoint.url, clock=c.clock)
+        assert len(watcher.poll_once()) == 1  # the first read does not wait
+    assert not any("wait_for_change" in p for m, p, h in fake.requests)
+
+
+def watcher_delivered(watcher, timeout=10.0) -> bool:  # noqa: ANN001
+    done = threading.Event()
+
+    def check() -> None:
+        while not done.is_set() and not watcher.delivered:
+            done.wait(0.02)
+        done.set()
+
+    t = threading.Thread(target=check)
+    t.start()
+    t.join(timeout)
+    done.set()
+    return bool(watcher.delivered)
+
+
+def test_azure_preempt_for_this_vm_only_and_nothing_else():
+    with FakeAzure("vm-gpu-3") as fake:
+        az = AzureScheduledEvents(fake.url)
+        assert az.discover_node_id() == "vm-gpu-3"
+        fake.schedule_preempt("ev-other", T0 + timedelta(seconds=30), resources=["vm-gpu-4"])
+        fake.events.append({"EventId": "ev-reboot", "EventType": "Reboot", "Resources": ["vm-gpu-3"],
+                            "EventStatus": "Scheduled", "NotBefore": "Mon, 02 Nov 2026 09:15:00 GMT"})
+        assert az.poll("vm-gpu-3", T0) == ()
+        fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=45))
+        (notice,) = az.poll("vm-gpu-3", T0)
+        assert not fake.acks  # polling never acknowledges
+    assert (notice.notice_id, notice.deadline_utc) == ("ev-mine", T0 + timedelta(seconds=45))
+    gets = [h for m, p, h in fake.requests if "scheduledevents" in p]
+    assert all(h["metadata"] == "true" for h in gets)
+    assert all("api-version=2020-07-01" in p for m, p, h in fake.requests if "scheduledevents" in p)
+
+
+def test_azure_started_event_has_its_deadline_now():
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev", T0 + timedelta(seconds=30))
+        fake.events[0].update(EventStatus="Started", NotBefore="")
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0 + timedelta(seconds=5))
+    assert notice.deadline_utc == T0 + timedelta(seconds=5)
+
+
+def test_garbled_metadata_is_a_clear_error():
+    with FakeImds("i-0abc") as fake:
+        fake.instance_action = {"action": "terminate"}  # no time
+        with pytest.raises(MetadataError, match="expected action and time"):
+            AwsImds(fake.url).poll("i-0abc", T0)
+
+
+# --------------------------------------------------------------------------- delivery and retries
+
+
+def test_wrong_token_is_retried_with_bounded_backoff_then_given_up(make_controller):
+    c = make_controller("aws")
+    with FakeImds("i-0abc") as fake:
+        fake.instance_action = {"action": "terminate", "time": "2026-11-02T09:02:00Z"}
+        sleeps = Sleeps()
+        watcher = watcher_for(AwsImds(fake.url), c.endpoint.url, token="not-the-token", sleeps=sleeps,
+                              max_attempts=6)
+        with pytest.raises(DeliveryFailed) as exc:
+            watcher.poll_once()
+    message = str(exc.value)
+    assert "after 6 attempt(s)" in message and "HTTP 401" in message and "--token-file" in message
+    assert len(sleeps) == 5  # between the six attempts
+    caps = [min(2.0, 0.5 * 2 ** i) for i in range(5)]  # 0.5, 1, 2, 2, 2: exponential, then capped
+    assert all(cap / 2 <= s <= cap for s, cap in zip(sleeps, caps)), sleeps
+    assert watcher.delivered == {}
+    assert c.store.interruptions(unhandled_only=False) == ()
+
+
+def test_controller_down_is_retried_until_it_comes_up(make_controller):
+    c = make_controller("aws", start=False)
+    port = free_port()
+    late: list[NoticeServer] = []
+
+    def bring_up() -> None:
+        late.append(NoticeServer(c.endpoint_store, f"127.0.0.1:{port}", token=TOKEN, clock=c.clock).start())
+
+    sleeps = Sleeps(then={2: bring_up})  # refused twice, then the daemon is up
+    try:
+        with FakeImds("i-0abc") as fake:
+            fake.instance_action = {"action": "terminate", "time": "2026-11-02T09:02:00Z"}
+            watcher = watcher_for(AwsImds(fake.url), f"http://127.0.0.1:{port}", sleeps=sleeps)
+            (event_id,) = watcher.poll_once()
+    finally:
+        for s in late:
+            s.shutdown()
+    assert len(sleeps) == 2
+    (event,) = c.store.interruptions()
+    assert event.event_id == event_id and event.node_id == "i-0abc"
+
+
+def test_controller_down_for_good_gives_up_with_the_reason():
+    port = free_port()
+    with FakeGce("n1") as fake:
+        fake.preempt()
+        sleeps = Sleeps()
+        watcher = watcher_for(GceMetadata(fake.url), f"http://127.0.0.1:{port}", sleeps=sleeps, max_attempts=3)
+        with pytest.raises(DeliveryFailed, match=r"after 3 attempt\(s\): controller unreachable"):
+            watcher.poll_once()
+    assert len(sleeps) == 2
+
+
+def test_an_invalid_notice_is_not_retried(make_controller):
+    c = make_controller()
+
+    class Odd:
+        cloud = "aws"
+
+        def discover_node_id(self) -> str:
+            return "n1"
+
+        def poll(self, node_id, now):  # noqa: ANN001, ANN201
+            return (Notice("sim", node_id, InterruptionKind.RECLAIM_WARNING, "x", None),)
+
+        def accepted(self, notice) -> None:  # noqa: ANN001
+            raise AssertionError("never accepted")
+
+    sleeps = Sleeps()
+    with pytest.raises(DeliveryFailed, match="HTTP 400.*provider"):
+        watcher_for(Odd(), c.endpoint.url, sleeps=sleeps).poll_once()
+    assert sleeps == []
+
+
+def test_azure_is_acknowledged_only_after_the_controller_accepted(make_controller):
+    c = make_controller("azure")
+    seen_in_store_at_ack: list[bool] = []
+    with FakeAzure("vm-gpu-3", on_ack=lambda _id: seen_in_store_at_ack.append(
+            len(c.store.interruptions(unhandled_only=False)) == 1)) as fake:
+        fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
+        refused = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url, token="stale", max_attempts=2)
+        with pytest.raises(DeliveryFailed):
+            refused.poll_once()
+        assert fake.acks == []  # not accepted, not acknowledged
+        watcher = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url)
+        watcher.poll_once()
+        assert fake.acks == ["ev-1"] and seen_in_store_at_ack == [True]
+        watcher.poll_once()  # the event is Started now; still one notice, acknowledged once
+        assert fake.acks == ["ev-1"]
+    assert len(c.store.interruptions()) == 1
+
+
+def test_a_failed_azure_acknowledgement_is_retried_without_re_posting(make_controller):
+    c = make_controller("azure")
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
+        watcher = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url)
+        posts: list[str] = []
+        original = watcher.client.post
+        watcher.client.post = lambda n: posts.append(n.notice_id) or original(n)
+        fake.refuse_acks = True
+        with pytest.raises(MetadataError, match="StartRequests ev-1: HTTP 500"):
+            watcher.poll_once()
+        assert posts == ["ev-1"] and fake.acks == []  # delivered, not acknowledged
+        fake.refuse_acks = False
+        watcher.poll_once()
+        assert posts == ["ev-1"] and fake.acks == ["ev-1"]  # acknowledged now, not posted again
+    assert len(c.store.interruptions()) == 1
+
+
+def test_run_survives_an_unreachable_metadata_service(caplog):
+    port = free_port()
+    sleeps = Sleeps()
+    watcher = watcher_for(AwsImds(f"http://127.0.0.1:{port}"), f"http://127.0.0.1:{free_port()}", sleeps=sleeps,
+                          node_id="i-0abc")
+    watcher.interval_seconds = 5.0
+    with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
+        watcher.run(max_polls=3)
+    assert sleeps == [5.0, 5.0]  # polled three times, waited the interval between
+    assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 3
+
+
+def test_backoff_bounds():
+    b = Backoff(initial_seconds=1.0, max_seconds=4.0, max_attempts=5)
+    rng = random.Random(1)
+    caps = [1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0]  # doubling from initial_seconds, capped at max_seconds
+    for failed, cap in enumerate(caps, start=1):
+        for _ in range(20):
+            assert cap / 2 <= b.delay(failed, rng) <= cap
+
+
+def test_metadata_source_names_the_clouds():
+    assert isinstance(metadata_source("aws"), AwsImds)
+    assert isinstance(metadata_source("gcp", gce_wait_for_change=True), GceMetadata)
+    assert isinstance(metadata_source("azure"), AzureScheduledEvents)
+    with pytest.raises(ValueError, match="aws, gcp, azure"):
+        metadata_source("ibm")
+
+
+def test_clock_is_used_for_the_gce_deadline(make_controller):
+    c = make_controller("gcp")
+    c.clock.now = T0 + timedelta(minutes=7)
+    with FakeGce("n1") as fake:
+        fake.preempt()
+        watcher_for(GceMetadata(fake.url), c.endpoint.url, clock=Clock(T0 + timedelta(minutes=7))).poll_once()
+    (event,) = c.store.interruptions()
+    assert event.deadline_utc == T0 + timedelta(minutes=7, seconds=30)
