@@ -279,6 +279,40 @@ AWS_ON_DEMAND_PRICE_REGION: Final[Mapping[str, str]] = MappingProxyType(
 #: (a2: A100 SXM4 with NVSwitch; a3: H100 SXM5 with NVSwitch). g2 (L4) is PCIe.
 GCP_NVLINK_SERIES: Final[frozenset[str]] = frozenset({"a2", "a3"})
 
+
+class N1GpuLimit(NamedTuple):
+    """The largest N1 machine one attachment of ``gpu_count`` GPUs allows."""
+
+    gpu_count: int
+    max_vcpus: int
+    max_memory_gib: float
+
+
+#: GPUs that attach to N1 machine types (``guestAccelerators``), by GCP
+#: accelerator type: the valid GPU counts and, for each, the largest N1 machine
+#: (vCPUs, memory) it may be attached to. Source: cloud.google.com/compute/docs/gpus
+#: ("N1 general-purpose machine series" tables of T4, P4, V100 and P100). For P100 x 4
+#: the table allows 96 vCPUs / 624 GB in some zones only; we keep the general 64 / 208.
+#:
+#: Design choice: an N1 + GPU shape is named ``<machine>+<count>x<accelerator>``
+#: (``n1-standard-8+4xnvidia-tesla-v100``), one InstanceType per valid
+#: combination, so the planner sees a shape like any other. Interconnect is PCIE
+#: for all of them: GCE does not document the NVLink topology of attached V100s
+#: per count, and claiming less than the truth only makes the planner careful.
+#: These shapes are NOT in the snapshot: the price source has no per-GPU SKUs
+#: for attached GPUs (``providers/data/README.md``, price rule 5), so no offer
+#: can be priced; the GCP adapter still recognises such instances.
+GCP_N1_ACCELERATORS: Final[Mapping[str, tuple[N1GpuLimit, ...]]] = MappingProxyType(
+    {
+        "nvidia-tesla-p100": (N1GpuLimit(1, 16, 104.0), N1GpuLimit(2, 32, 208.0), N1GpuLimit(4, 64, 208.0)),
+        "nvidia-tesla-p4": (N1GpuLimit(1, 24, 156.0), N1GpuLimit(2, 48, 312.0), N1GpuLimit(4, 96, 624.0)),
+        "nvidia-tesla-t4": (N1GpuLimit(1, 48, 312.0), N1GpuLimit(2, 48, 312.0), N1GpuLimit(4, 96, 624.0)),
+        "nvidia-tesla-v100": (
+            N1GpuLimit(1, 12, 78.0), N1GpuLimit(2, 24, 156.0), N1GpuLimit(4, 48, 312.0), N1GpuLimit(8, 96, 624.0),
+        ),
+    }
+)
+
 # ---------------------------------------------------------------- Azure
 # Source: learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/*
 # (NC, NCv2, NCv3, NCasT4_v3, NC A100 v4, ND, NDv2, ND A100 v4, NDm A100 v4,
@@ -508,6 +542,44 @@ def gcp_instance_type(row: Mapping[str, str]) -> InstanceType | None:
         raise ValueError(f"gcp/{row['machine_type']}: unknown accelerator {row['accelerator_type']!r}")
     return _gpu_type("gcp", row["machine_type"], int(row["vcpus"]), float(row["memory_gb"]), model,
                      int(row["accelerator_count"]), nvlink_capable=row["series"] in GCP_NVLINK_SERIES)
+
+
+def gcp_n1_gpu_type_name(machine_type: str, accelerator_type: str, gpu_count: int) -> str:
+    """``("n1-standard-8", "nvidia-tesla-v100", 4)`` -> ``"n1-standard-8+4xnvidia-tesla-v100"``."""
+    return f"{machine_type}+{gpu_count}x{accelerator_type}"
+
+
+_N1_GPU_TYPE_NAME = re.compile(r"^(n1-[a-z0-9-]+)\+(\d+)x([a-z0-9-]+)$")
+
+
+def parse_gcp_n1_gpu_type_name(name: str) -> tuple[str, str, int] | None:
+    """Inverse of :func:`gcp_n1_gpu_type_name`: ``(machine_type, accelerator_type,
+    gpu_count)``, or ``None`` for a name that is not an N1 + GPU shape."""
+    m = _N1_GPU_TYPE_NAME.match(name)
+    if m is None:
+        return None
+    return m.group(1), m.group(3), int(m.group(2))
+
+
+def gcp_n1_gpu_instance_type(
+    machine_type: str, vcpus: int, memory_gib: float, accelerator_type: str, gpu_count: int,
+) -> InstanceType | None:
+    """The InstanceType of N1 machine ``machine_type`` (``vcpus``, ``memory_gib``)
+    with ``gpu_count`` GPUs of ``accelerator_type`` attached, or ``None`` when GCE
+    refuses that combination (not an N1 machine, a GPU that does not attach to
+    N1, a count the GPU does not come in, or a machine too large for the count:
+    :data:`GCP_N1_ACCELERATORS`)."""
+    if not machine_type.startswith("n1-"):
+        return None
+    limits = {limit.gpu_count: limit for limit in GCP_N1_ACCELERATORS.get(accelerator_type, ())}
+    limit = limits.get(gpu_count)
+    if limit is None or vcpus > limit.max_vcpus or memory_gib > limit.max_memory_gib:
+        return None
+    model = normalise_gpu_model(accelerator_type)
+    if model is None:
+        raise ValueError(f"gcp/{accelerator_type}: not in the GPU vocabulary")
+    return _gpu_type("gcp", gcp_n1_gpu_type_name(machine_type, accelerator_type, gpu_count), vcpus,
+                     memory_gib, model, gpu_count, nvlink_capable=False)
 
 
 def azure_size(raw_size: str) -> str:
