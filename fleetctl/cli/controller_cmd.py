@@ -32,6 +32,7 @@ def reconcile(
     """One reconcile tick: handle reclaim notices, start and finish jobs, plan, act, record.
 
     Idempotent: a second run with nothing new changes nothing. For a loop, use `fleetctl daemon`."""
+    from fleetctl.controller.forecast import build_forecast
     from fleetctl.controller.reconcile import tick
     from fleetctl.controller.runtime import SimRuntime
 
@@ -40,7 +41,9 @@ def reconcile(
     pol, _ = load_policy_or_exit(policy)
     store = open_store(state)
     try:
-        report = tick(store=store, provider=make_provider(store, seed), runtime=SimRuntime(), policy=pol, now=utcnow())
+        now = utcnow()
+        report = tick(store=store, provider=make_provider(store, seed), runtime=SimRuntime(), policy=pol, now=now,
+                      forecast=build_forecast(store, now, None))
     finally:
         store.close()
     actions = report.plan.actions if report.plan else ()

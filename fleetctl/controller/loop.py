@@ -22,6 +22,7 @@ from typing import Callable
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from fleetctl.controller.forecast import Forecaster, build_forecast
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
@@ -39,6 +40,7 @@ class LoopContext:
     runtime: Runtime
     policy: Policy
     metrics: FleetMetrics
+    forecaster: Forecaster | None = None  # the trained models (forecasting.runtime); None: the policy's default risk
 
 
 def _utcnow() -> datetime:
@@ -65,8 +67,9 @@ class Daemon:
                 return
             now = self.clock()
             try:
+                forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
                 report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                              policy=self.ctx.policy, now=now, metrics=self.ctx.metrics)
+                              policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
             except Exception:  # the tick boundary: count, log with the traceback, go on
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("reconcile tick failed at %s", now.isoformat())
@@ -81,8 +84,10 @@ class Daemon:
             if self.stopped.is_set():
                 return
             try:
+                now = self.clock()
                 handle_interruptions(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                                     policy=self.ctx.policy, now=self.clock(), metrics=self.ctx.metrics)
+                                     policy=self.ctx.policy, now=now, metrics=self.ctx.metrics,
+                                     forecast=build_forecast(self.ctx.store, now, self.ctx.forecaster))
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("interruption handling failed")

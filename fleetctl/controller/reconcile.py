@@ -207,6 +207,7 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
                          metrics=metrics, report=report)
     advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
     obs = observe(store, provider, now)
+    store.record_offers(obs.offers, now)  # the market history the interruption forecaster learns from
     result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy)
     report.plan = result
     if result.has_changes:

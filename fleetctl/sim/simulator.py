@@ -52,6 +52,7 @@ from datetime import datetime, timedelta
 from typing import Callable
 
 from fleetctl.controller import ApplyError
+from fleetctl.controller.forecast import recent_reclaims
 from fleetctl.controller.reconcile import tick
 from fleetctl.controller.runtime import SimRuntime
 from fleetctl.model import (
@@ -60,7 +61,6 @@ from fleetctl.model import (
     Job,
     JobState,
     NodeState,
-    OfferReclaim,
     OfferRisk,
     Plan,
     Policy,
@@ -143,12 +143,7 @@ class World:
 def _reclaim_forecast(store: Store) -> Forecast:
     """The reclaims the controller itself saw (its own notices), as the planner's
     ``recent_reclaims``: no knowledge of the market's future."""
-    events = [e for e in store.interruptions(unhandled_only=False) if e.kind is not InterruptionKind.REBALANCE]
-    if not events:
-        return Forecast()
-    offer_of = {n.node_id: n.offer.key for n in store.nodes(include_gone=True)}
-    return Forecast(recent_reclaims=tuple(OfferReclaim(offer_of[e.node_id], e.received_at_utc)
-                                          for e in events if e.node_id in offer_of))
+    return Forecast(recent_reclaims=recent_reclaims(store))
 
 
 RiskForecaster = Callable[[datetime], "tuple[OfferRisk, ...]"]

@@ -25,7 +25,7 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
 from fleetctl.codec import dt_to_str, job_from_dict, job_to_dict, node_from_dict, node_to_dict, str_to_dt
-from fleetctl.model import InterruptionEvent, InterruptionKind, Job, JobState, Node, NodeState
+from fleetctl.model import InterruptionEvent, InterruptionKind, Job, JobState, Market, Node, NodeState, Offer
 from fleetctl.store import tables
 
 DEFAULT_STATE_DIR = ".fleetctl"
@@ -273,6 +273,52 @@ class Store:
         t = tables.interruptions
         with self._tx() as conn:
             conn.execute(t.update().where(t.c.event_id == event_id).values(handled_at_utc=dt_to_str(now)))
+
+    # ------------------------------------------------------------------ offer observations
+
+    def record_offers(self, offers: Iterable[Offer], now: datetime) -> int:
+        """Record what changed in the spot market since the last observation:
+        spot offers newly listed or repriced (available) and offers seen before
+        but not listed now (unavailable). A change log, so a static market
+        costs nothing; ``offers_observed`` in the audit log marks each
+        observation. The interruption forecaster's history (forecasting/).
+        Returns the rows written."""
+        offers = list(offers)
+        on_demand = {(o.provider, o.instance_type.name, o.region): o.usd_per_hour
+                     for o in offers if o.market is Market.ON_DEMAND}
+        listed = {o.key: o for o in offers if o.market is Market.SPOT}
+        t = tables.offer_observations
+        stamp = dt_to_str(now)
+        with self._tx() as conn:
+            last_seq = sa.select(sa.func.max(t.c.seq)).group_by(t.c.offer_key)
+            last = {r.offer_key: (bool(r.available), r.usd_per_hour)
+                    for r in conn.execute(sa.select(t).where(t.c.seq.in_(last_seq))).all()}
+            rows = []
+            for key, o in sorted(listed.items()):
+                if last.get(key) != (True, o.usd_per_hour):
+                    rows.append(dict(observed_at_utc=stamp, offer_key=key, available=1, usd_per_hour=o.usd_per_hour,
+                                     on_demand_usd_per_hour=on_demand.get((o.provider, o.instance_type.name, o.region))))
+            for key in sorted(k for k, (available, _) in last.items() if available and k not in listed):
+                rows.append(dict(observed_at_utc=stamp, offer_key=key, available=0, usd_per_hour=None,
+                                 on_demand_usd_per_hour=None))
+            if rows:
+                conn.execute(t.insert(), rows)
+            conn.execute(tables.events.insert().values(at_utc=stamp, kind="offers_observed", subject="",
+                                                       payload=json.dumps({"changes": len(rows)})))
+        return len(rows)
+
+    def offer_observations(self, since: datetime | None = None) -> tuple[dict[str, Any], ...]:
+        """Recorded observations, oldest first: ``observed_at_utc`` (datetime),
+        ``offer_key``, ``available`` (bool), ``usd_per_hour``, ``on_demand_usd_per_hour``."""
+        t = tables.offer_observations
+        query = sa.select(t).order_by(t.c.observed_at_utc, t.c.offer_key)
+        if since is not None:
+            query = query.where(t.c.observed_at_utc >= dt_to_str(since))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return tuple({"observed_at_utc": str_to_dt(r.observed_at_utc), "offer_key": r.offer_key,
+                      "available": bool(r.available), "usd_per_hour": r.usd_per_hour,
+                      "on_demand_usd_per_hour": r.on_demand_usd_per_hour} for r in rows)
 
     # ------------------------------------------------------------------ events
 

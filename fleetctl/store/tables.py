@@ -8,7 +8,7 @@ indexed columns.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, Text
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -69,4 +69,18 @@ interruptions = Table(
     Column("received_at_utc", String(40), nullable=False),
     Column("deadline_utc", String(40), nullable=True),
     Column("handled_at_utc", String(40), nullable=True, index=True),
+)
+
+offer_observations = Table(
+    "offer_observations",
+    metadata,
+    # What the controller saw of each spot offer at each observation: listed
+    # (available = 1) or not any more (0), and its price; the interruption
+    # forecaster's history of the market (forecasting/, docs/forecasting.md).
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("observed_at_utc", String(40), nullable=False, index=True),
+    Column("offer_key", String(255), nullable=False, index=True),
+    Column("available", Integer, nullable=False),
+    Column("usd_per_hour", Float, nullable=True),
+    Column("on_demand_usd_per_hour", Float, nullable=True),
 )

@@ -58,6 +58,8 @@ def test_daemon_reconciles_and_serves_metrics(world_factory):
     loop.start()
     try:
         assert wait_for(lambda: all(j.state is JobState.RUNNING for j in w.store.jobs()))
+        # the gauges are set at the end of a tick: wait for one that saw both jobs running
+        assert wait_for(lambda: [s.value for s in scrape(port)["fleetctl_gpu_allocation_ratio"]] == [1.0])
         families = scrape(port)
     finally:
         loop.stop()

@@ -28,9 +28,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0002"
+    assert store.schema_revision() == "0003"
     again = Store(store.url)
-    assert again.schema_revision() == "0002"
+    assert again.schema_revision() == "0003"
     again.close()
 
 
@@ -66,3 +66,27 @@ def test_nodes_and_transactions(store):
 def test_launch_intent_is_recorded_once(store):
     assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is True
     assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is False
+
+
+def test_offer_observations_record_listed_and_vanished_spot_offers(store):
+    from datetime import timedelta
+
+    from fleetctl.model import Market
+    from tests.builders import offer
+
+    a = offer("g1", gpus=1, price=1.0, zone="z1")
+    b = offer("g1", gpus=1, price=1.2, zone="z2")
+    od = offer("g1", gpus=1, price=3.0, zone="", market=Market.ON_DEMAND)
+    assert store.record_offers([a, b, od], T0) == 2  # spot only
+    assert store.record_offers([a, od], T0 + timedelta(minutes=5)) == 1  # only b changed: now unavailable
+    rows = store.offer_observations()
+    assert [(r["offer_key"], r["available"]) for r in rows] == [(a.key, True), (b.key, True), (b.key, False)]
+    assert rows[0]["usd_per_hour"] == 1.0 and rows[0]["on_demand_usd_per_hour"] == 3.0
+    assert rows[2]["usd_per_hour"] is None
+    assert len(store.offer_observations(since=T0 + timedelta(minutes=1))) == 1
+    # nothing changed: nothing written but the observation mark
+    assert store.record_offers([a, od], T0 + timedelta(minutes=10)) == 0
+    assert len(store.events("offers_observed")) == 3
+    # back, and repriced
+    assert store.record_offers([a, replace(b, usd_per_hour=1.5), od], T0 + timedelta(minutes=15)) == 1
+    assert store.offer_observations()[-1]["usd_per_hour"] == 1.5
