@@ -20,7 +20,13 @@ def backtest(
     policy: PolicyOption = None,
     compare: Annotated[str, typer.Option(
         "--compare", help="Baselines to run besides fleetctl, comma-separated: on-demand, spot-greedy, "
-                          "skypilot-failover.")] = "on-demand,spot-greedy,skypilot-failover",
+                          "skypilot-failover, fleetctl-no-forecast (fleetctl without --forecast-model).")
+    ] = "on-demand,spot-greedy,skypilot-failover",
+    forecast_model: Annotated[Optional[Path], typer.Option(
+        "--forecast-model",
+        help="Interruption model directory (`fleetctl forecast train interruption`). The fleetctl run then "
+             "sees, at each moment, the model's reclaim probability per offer computed from the market up to "
+             "that moment (never later); without it, the policy's default risk.", show_default=False)] = None,
     output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="Directory to write backtest.png into (cumulative cost and running GPUs over time; "
@@ -61,6 +67,9 @@ def backtest(
         raise typer.Exit(2)
     if not trace:
         fail(f"{jobs}: no jobs", 2)
+    forecaster = None
+    if forecast_model is not None:
+        forecaster = _market_forecaster(forecast_model, mkt)
     lines = exclusions(mkt, pol, trace)
     for line in lines:
         err_console.print(f"[yellow]note:[/] policy {pol_path}: {line}")
@@ -68,7 +77,7 @@ def backtest(
                   TimeElapsedColumn(), console=err_console, transient=True) as bar:
         tasks = {name: bar.add_task(name, total=1.0) for name in names}
         result = run_backtest(trace, mkt, pol, names, config,
-                              progress=lambda name, f: bar.update(tasks[name], completed=f))
+                              progress=lambda name, f: bar.update(tasks[name], completed=f), forecaster=forecaster)
     doc = result_document(result)
     if report is not None:
         try:
@@ -104,3 +113,22 @@ def backtest(
     for label, cell in rows:
         table.add_row(label, *(cell(m) for m in doc["policies"].values()))
     console.print(table)
+
+
+def _market_forecaster(path: Path, market):  # noqa: ANN001, ANN202 - a RiskForecaster over a Market
+    """Load the interruption model at ``path``; exit 2 with the reason if it cannot be used."""
+    from fleetctl.model import OfferRisk
+
+    try:
+        from forecasting.interruption import InterruptionModel
+
+        model = InterruptionModel.load(path)
+    except (OSError, ValueError, RuntimeError) as exc:
+        fail(f"--forecast-model {path}: {exc}", 2)
+    horizon = int(getattr(model, "horizon_minutes", 60))
+
+    def forecast(now):  # noqa: ANN001, ANN202
+        return tuple(OfferRisk(key, horizon, p) for key, p in sorted(model.predict(market, now).items()))
+
+    return forecast
+

@@ -194,6 +194,22 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
                 store.put_job(replace(job, last_checkpoint_utc=progress.last_checkpoint_utc), now)
 
 
+def demand_by_model(jobs, nodes) -> dict[str, int]:  # noqa: ANN001 - Jobs and Nodes
+    """GPUs demanded now (queued, bound and running jobs) per GPU model: the
+    model of the node a job runs on, else the one model it asks for; jobs that
+    accept several models and wait count under "any"."""
+    where = {n.node_id: n.offer.instance_type.gpu_model for n in nodes}
+    out: dict[str, int] = {}
+    for job in jobs:
+        if not job.state.active or not job.gpus:
+            continue
+        model = next((where[n] for n in job.node_ids if where.get(n)), None)
+        if model is None:
+            model = job.gpu_models[0] if len(job.gpu_models) == 1 else "any"
+        out[model] = out.get(model, 0) + job.gpus
+    return dict(sorted(out.items()))
+
+
 def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
          forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
          planner: Callable[..., Plan] = make_plan) -> TickReport:
@@ -208,6 +224,7 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
     advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
     obs = observe(store, provider, now)
     store.record_offers(obs.offers, now)  # the market history the interruption forecaster learns from
+    store.record("demand", now, "", gpus=demand_by_model(obs.jobs, obs.nodes))  # ... and the demand forecaster
     result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy)
     report.plan = result
     if result.has_changes:

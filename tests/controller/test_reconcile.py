@@ -194,3 +194,20 @@ def test_interruption_storm_every_job_completes(world_factory):
         now += timedelta(seconds=30) if now < T0 + timedelta(minutes=10) else timedelta(minutes=5)
     assert all(j.state is JobState.SUCCEEDED for j in w.store.jobs()), [(j.job_id, j.state) for j in w.store.jobs()]
     assert any(e["kind"] == "requeue" for e in w.store.events())
+
+
+def test_demand_by_model_counts_active_gpus_where_they_run_or_what_they_ask():
+    from dataclasses import replace as _replace
+
+    from fleetctl.controller.reconcile import demand_by_model
+    from fleetctl.model import JobState
+    from tests.builders import job, node, offer
+
+    n = node("n1", of=offer("g8", gpus=8, model="A100-80GB"))
+    jobs = [
+        _replace(job("run", gpus=4, state=JobState.RUNNING, node_ids=("n1",)), gpu_models=("A100-80GB", "H100-80GB")),
+        _replace(job("wait", gpus=2), gpu_models=("L4",)),
+        job("any", gpus=1),
+        job("done", gpus=8, state=JobState.SUCCEEDED),
+    ]
+    assert demand_by_model(jobs, [n]) == {"A100-80GB": 4, "L4": 2, "any": 1}
