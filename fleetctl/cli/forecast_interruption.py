@@ -1,1 +1,133 @@
-"""`fleetctl forecast train|evaluate interruption` (to be written)."""
+"""`fleetctl forecast train|evaluate interruption`: the spot interruption-risk model (docs/forecasting.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from fleetctl.cli.common import console, err_console, fail
+from fleetctl.cli.forecast import evaluate_app, train_app
+
+MarketsOption = Annotated[list[Path], typer.Option(
+    "--market", help="Market manifest YAML (docs/traces.md); repeat for several.", show_default=False)]
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90m``, ``1h``, ``6h``, ``1d`` -> a timedelta; ``ValueError`` otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhd])\s*", text)
+    if not m:
+        raise ValueError(f"{text!r} is not a duration like 15m, 1h or 6h")
+    value, unit = float(m.group(1)), m.group(2)
+    out = timedelta(minutes=value) if unit == "m" else timedelta(hours=value) if unit == "h" else timedelta(days=value)
+    if out <= timedelta(0):
+        raise ValueError(f"{text!r}: the duration must be above 0")
+    return out
+
+
+def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
+    from fleetctl.sim.market import load_market
+    from fleetctl.yamlerrors import SpecError
+
+    if not paths:
+        fail("give at least one --market MANIFEST", 2)
+    out = []
+    for path in paths:
+        try:
+            out.append(load_market(path))
+        except SpecError as exc:
+            for issue in exc.issues:
+                err_console.print(str(issue), markup=False)
+            raise typer.Exit(2)
+        except OSError as exc:
+            fail(f"{path}: {exc.strerror or exc}", 2)
+    return out
+
+
+@train_app.command("interruption")
+def train_interruption(
+    market: MarketsOption = [],  # noqa: B006 - typer needs a list default
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into.",
+                                         show_default=False)] = Path("models/interruption"),
+    train_fraction: Annotated[float, typer.Option(
+        "--train-fraction", help="Share (0..1) of each market's period, from its start, to train on; the rest "
+                                 "is left for `evaluate`.")] = 0.7,
+    horizon: Annotated[str, typer.Option("--horizon", help="Horizon of the probability, e.g. 30m, 1h.")] = "1h",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the model.")] = 0,
+) -> None:
+    """Train the interruption-risk model on market traces and save it.
+
+    Samples every offer every 10 minutes; the label is whether its spot
+    capacity drops within the horizon; features use only the past (availability,
+    losses of the offer, of its zone, of its type elsewhere, prices, time of
+    day). Trains on the first --train-fraction of the period, split by time.
+    Exit code 2 for bad input."""
+    from forecasting.interruption import InterruptionModel
+
+    try:
+        h = parse_duration(horizon)
+        if not 0 < train_fraction < 1:
+            raise ValueError(f"--train-fraction must be between 0 and 1 (got {train_fraction})")
+    except ValueError as exc:
+        fail(str(exc), 2)
+    markets = _markets(market)
+    with console.status("training") as status:
+        try:
+            model = InterruptionModel.train(markets, horizon=h, train_fraction=train_fraction, seed=seed,
+                                            progress=lambda text: status.update(text))
+        except ValueError as exc:
+            fail(str(exc), 2)
+    path = model.save(output)
+    m = model.metadata
+    console.print(f"saved {path}: {m['samples']} samples ({m['positives']} losses), training AUC "
+                  f"{m['training_metrics']['auc']:.3f}, Brier {m['training_metrics']['brier']:.4f}", markup=False)
+
+
+@evaluate_app.command("interruption")
+def evaluate_interruption(
+    model_dir: Annotated[Path, typer.Option("--model", help="Model directory (from `forecast train "
+                                                            "interruption`).", show_default=False)],
+    market: MarketsOption = [],  # noqa: B006
+    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    report: Annotated[Optional[Path], typer.Option(
+        "--report", help="Directory to write reliability.png into.", show_default=False)] = None,
+    allow_version_mismatch: Annotated[bool, typer.Option(
+        "--allow-version-mismatch", help="Use a model saved with another scikit-learn version (warns).")] = False,
+) -> None:
+    """Score the model on the part of each market after its training window, beside two baselines.
+
+    Baselines: the training base rate, and each offer's own loss rate over the
+    last 24 hours. JSON: {"samples", "positives", "auc", "brier", "baselines":
+    {"base_rate": {"auc", "brier"}, "recent_rate": {"auc", "brier"}}}."""
+    from forecasting.interruption import InterruptionModel, ModelError, evaluate, reliability_plot
+
+    if output_format not in ("table", "json"):
+        fail(f"--format must be table or json (got {output_format!r})", 2)
+    try:
+        model = InterruptionModel.load(model_dir, allow_version_mismatch=allow_version_mismatch)
+    except ModelError as exc:
+        fail(str(exc), 2)
+    markets = _markets(market)
+    try:
+        result = evaluate(model, markets)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    y, p = result.pop("_arrays")
+    if report is not None:
+        report.mkdir(parents=True, exist_ok=True)
+        err_console.print(f"wrote {reliability_plot(y, p, report / 'reliability.png')}")
+    if output_format == "json":
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"interruption risk, {result['samples']} samples, {result['positives']} losses")
+    for col in ("", "AUC", "Brier"):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("model", f"{result['auc']:.3f}", f"{result['brier']:.4f}")
+    for name, s in result["baselines"].items():
+        table.add_row(name, f"{s['auc']:.3f}", f"{s['brier']:.4f}")
+    console.print(table)

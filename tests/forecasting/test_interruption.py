@@ -1,0 +1,187 @@
+"""The interruption-risk model: time split, features in time, save/load, CLI, and the planner using it."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleetctl import model as fm
+from fleetctl.sim.market import Market, MarketTrace
+from forecasting.interruption import (
+    FEATURES,
+    STEP,
+    InterruptionModel,
+    ModelError,
+    build_samples,
+    evaluate,
+    evaluation_mask,
+    market_from_observations,
+    split_time,
+    training_mask,
+)
+
+T0 = datetime(2023, 2, 15, tzinfo=timezone.utc)
+REPO = Path(__file__).resolve().parents[2]
+H = timedelta(hours=1)
+
+
+def _offer(zone: str, market: fm.Market = fm.Market.SPOT, price: float = 0.9) -> fm.Offer:
+    it = fm.InstanceType("aws", "p3.2xlarge", 8, 61.0, "V100-16GB", 1, 16.0)
+    return fm.Offer(it, "us-east-1", zone, market, price if market is fm.Market.SPOT else 3.06)
+
+
+def synthetic(days: int = 12, gap: float = 300.0, seed: int = 0, zones=("a", "b", "c")) -> Market:
+    """Zones that lose capacity together now and then (a shared shock), with noise."""
+    rng = random.Random(seed)
+    n = int(days * 86400 / gap)
+    shock = [0] * n
+    i = 0
+    while i < n:
+        i += rng.randint(int(3 * 3600 / gap), int(20 * 3600 / gap))
+        for k in range(i, min(n, i + int(2 * 3600 / gap))):
+            shock[k] = 1
+    traces = []
+    for z in zones:
+        cap = [0 if shock[k] and rng.random() < 0.9 else (1 if rng.random() > 0.02 else 0) for k in range(n)]
+        traces.append(MarketTrace(_offer(z), _offer(z, fm.Market.ON_DEMAND), T0, gap, tuple(cap)))
+    return Market(tuple(traces), T0)
+
+
+def test_split_never_trains_on_the_evaluation_period():
+    m = synthetic()
+    s = build_samples(m, H)
+    split = split_time(m, 0.7)
+    train, test = training_mask(s, split, H), evaluation_mask(s, split)
+    assert train.any() and test.any() and not (train & test).any()
+    assert (s.times[train] + H.total_seconds() <= split).all()  # label windows end before the split
+    assert (s.times[test] >= split).all()
+
+
+def test_features_use_only_the_past():
+    m = synthetic(seed=1)
+    cut = T0 + timedelta(days=6)
+    futures = []
+    for seed in (2, 3):  # two different futures after `cut`
+        rng = random.Random(seed)
+        traces = []
+        for t in m.traces:
+            i = t.tick_at(cut)
+            cap = t.capacity[:i] + tuple(rng.randint(0, 1) for _ in t.capacity[i:])
+            traces.append(replace(t, capacity=cap))
+        futures.append(build_samples(Market(tuple(traces), T0), H))
+    a, b = futures
+    past = a.times <= (cut - T0).total_seconds() - STEP.total_seconds()
+    assert np.array_equal(a.X[past], b.X[past])
+    assert not np.array_equal(a.X[~past], b.X[~past])  # the test can fail: the future does differ
+
+
+def test_features_are_defined_in_time_not_ticks():
+    coarse = synthetic(days=4, gap=600.0, seed=4)
+    fine_traces = tuple(replace(t, gap_seconds=60.0, capacity=tuple(c for c in t.capacity for _ in range(10)))
+                        for t in coarse.traces)
+    fine = Market(fine_traces, T0)
+    a, b = build_samples(coarse, H), build_samples(fine, H)
+    assert a.X.shape == b.X.shape
+    assert np.allclose(a.X, b.X)
+    assert np.array_equal(a.y, b.y)
+
+
+def test_train_save_load_round_trip_and_version_refusal(tmp_path):
+    m = synthetic(days=14, seed=5)
+    model = InterruptionModel.train([m], train_fraction=0.7)
+    assert model.metadata["features"] == list(FEATURES)
+    assert model.metadata["versions"]["scikit-learn"]
+    model.save(tmp_path / "m")
+    again = InterruptionModel.load(tmp_path / "m")
+    now = T0 + timedelta(days=11, hours=3, minutes=7)
+    assert again.predict(m, now) == model.predict(m, now)
+    assert set(model.predict(m, now)) == {t.offer_spot.key for t in m.traces}
+    result = evaluate(again, [m])
+    assert result["samples"] > 0 and 0.0 <= result["brier"] <= 1.0
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    meta["versions"]["scikit-learn"] = "0.0.1"
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="scikit-learn 0.0.1"):
+        InterruptionModel.load(tmp_path / "m")
+    with pytest.warns(UserWarning, match="scikit-learn 0.0.1"):
+        InterruptionModel.load(tmp_path / "m", allow_version_mismatch=True)
+    (tmp_path / "m" / "model.joblib").write_bytes(b"not a model")
+    with pytest.raises(ModelError, match="cannot load"), pytest.warns(UserWarning):
+        InterruptionModel.load(tmp_path / "m", allow_version_mismatch=True)
+    with pytest.raises(ModelError, match="no such model directory"):
+        InterruptionModel.load(tmp_path / "missing")
+
+
+def test_the_model_beats_both_baselines_on_a_shared_shock_market():
+    m = synthetic(days=30, seed=6)
+    model = InterruptionModel.train([m], train_fraction=0.7)
+    r = evaluate(model, [m])
+    assert r["auc"] > r["baselines"]["recent_rate"]["auc"]
+    assert r["brier"] < r["baselines"]["base_rate"]["brier"]
+
+
+def test_market_from_the_controllers_own_observations(tmp_path):
+    from fleetctl.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        a, b = _offer("us-east-1a"), _offer("us-east-1b")
+        od = _offer("", fm.Market.ON_DEMAND)
+        store.record_offers([a, b, od], T0)
+        store.record_offers([a, od], T0 + timedelta(minutes=30))  # b lost
+        store.record_offers([a, b, od], T0 + timedelta(minutes=50))
+        m = market_from_observations(store.offer_observations(), T0, T0 + timedelta(hours=2), 300.0,
+                                     reclaims=[(a.key, T0 + timedelta(minutes=70))])
+    finally:
+        store.close()
+    tb, ta = m.trace_for(b.key), m.trace_for(a.key)
+    assert tb.capacity[:6] == (1,) * 6 and tb.capacity[6:10] == (0,) * 4 and tb.capacity[10] == 1
+    assert ta.capacity[14] == 0 and ta.capacity[13] == 1  # the reclaim the controller handled
+    assert tb.offer_on_demand.usd_per_hour == 3.06
+
+
+def test_cli_train_and_evaluate_json(tmp_path):
+    out = tmp_path / "model"
+    manifest = REPO / "examples" / "markets" / "aws-v100-16node.yaml"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "fleetctl", "forecast", *a], capture_output=True,
+                                    text=True, cwd=tmp_path)
+    r = run("train", "interruption", "--market", str(manifest), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    r = run("evaluate", "interruption", "--model", str(out), "--market", str(manifest), "--format", "json",
+            "--report", str(tmp_path / "rep"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc) == {"samples", "positives", "auc", "brier", "baselines"}
+    assert set(doc["baselines"]) == {"base_rate", "recent_rate"}
+    assert all(set(v) == {"auc", "brier"} for v in doc["baselines"].values())
+    assert (tmp_path / "rep" / "reliability.png").stat().st_size > 1000
+    bad = run("evaluate", "interruption", "--model", str(tmp_path / "nope"), "--market", str(manifest))
+    assert bad.returncode == 2 and "no such model directory" in bad.stderr
+    bad = run("train", "interruption", "--market", str(manifest), "--horizon", "soon", "-o", str(out))
+    assert bad.returncode == 2 and "duration" in bad.stderr
+
+
+def test_planner_choice_changes_when_risk_changes():
+    from fleetctl.model import Forecast, OfferRisk
+    from fleetctl.planner import plan
+    from tests.builders import job, policy
+
+    a, b = _offer("us-east-1a", price=0.90), _offer("us-east-1b", price=0.95)
+    j = replace(job("long", gpus=1, duration_hours=10, vcpus=4, memory_gib=16), gpu_models=("V100-16GB",))
+    pol = policy(gpu_models=())
+
+    def chosen(risk_a: float, risk_b: float) -> str:
+        fc = Forecast(interruption=(OfferRisk(a.key, 60, risk_a), OfferRisk(b.key, 60, risk_b)))
+        p = plan(now=T0, queue=(j,), fleet=(), offers=(a, b), forecast=fc, policy=pol)
+        return p.of_kind("launch")[0].offer.zone
+
+    assert chosen(0.01, 0.01) == "us-east-1a"  # cheaper
+    assert chosen(0.40, 0.01) == "us-east-1b"  # a is about to be reclaimed
