@@ -282,7 +282,9 @@ class InterruptionsSpec(StrictModel):
     )
     reclaimed_offer_ttl_minutes: float = Field(
         _D.reclaimed_offer_ttl_minutes, ge=0,
-        description="Minutes an offer that was just reclaimed is avoided for new spot launches.",
+        description="Minutes an offer that was just reclaimed is avoided for new spot launches, when the "
+                    "interruption forecast has no probability for it (a forecast's number already weighs recent "
+                    "losses).",
     )
     requeue_priority_boost: float = Field(
         _D.requeue_priority_boost, ge=0,

@@ -117,7 +117,10 @@ class _Pass:
                 by_model[d.gpu_model] = (key, d.gpus_p90)  # type: ignore[assignment]
         self.demand_p90 = {m: v for m, (_, v) in by_model.items()}
         ttl = timedelta(minutes=policy.reclaimed_offer_ttl_minutes)
-        self.reclaimed = {r.offer_key for r in forecast.recent_reclaims if now - r.at_utc <= ttl}
+        # Design choice: an offer reclaimed within the TTL is treated as unavailable only when the
+        # forecast has no probability for it; a forecast's number already weighs its recent losses.
+        self.reclaimed = {r.offer_key for r in forecast.recent_reclaims
+                          if now - r.at_utc <= ttl and r.offer_key not in self.risk}
         self.fleet = tuple(sorted(fleet, key=lambda n: n.node_id))
         self.nodes = {n.node_id: n for n in self.fleet}
         self.jobs = tuple(sorted(queue, key=lambda j: j.job_id))

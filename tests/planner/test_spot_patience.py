@@ -99,3 +99,21 @@ def test_idle_on_demand_node_is_skipped_for_cheaper_spot_only_when_enabled():
     short = job("j2", duration_hours=0.1)
     p = run(queue=[short], fleet=[idle], offers=[ON_DEMAND, SPOT], pol=policy(replace_on_demand_with_spot=True))
     assert p.of_kind("bind")[0].node_ids == ("od1",) and not p.of_kind("launch")
+
+
+def test_recent_reclaim_ttl_yields_to_a_forecast_number():
+    from fleetctl.model import Forecast, OfferReclaim, OfferRisk
+
+    j = job("j1", duration_hours=2)
+    pol = policy(reclaimed_offer_ttl_minutes=30)
+    reclaimed = (OfferReclaim(SPOT.key, T0 - timedelta(minutes=5)),)
+    # without a forecast number the just-reclaimed spot offer is unavailable: on-demand
+    p = run(queue=[j], offers=[ON_DEMAND, SPOT], pol=pol)
+    assert p.of_kind("launch")[0].offer.market is Market.SPOT
+    p = plan(now=T0, queue=(j,), fleet=(), offers=(ON_DEMAND, SPOT), forecast=Forecast(recent_reclaims=reclaimed),
+             policy=pol)
+    assert p.of_kind("launch")[0].offer.market is Market.ON_DEMAND
+    # with one, the forecast decides
+    fc = Forecast(interruption=(OfferRisk(SPOT.key, 60, 0.1),), recent_reclaims=reclaimed)
+    p = plan(now=T0, queue=(j,), fleet=(), offers=(ON_DEMAND, SPOT), forecast=fc, policy=pol)
+    assert p.of_kind("launch")[0].offer.market is Market.SPOT
