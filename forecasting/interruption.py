@@ -1,36 +1,44 @@
 """Interruption risk: the probability that an offer's spot capacity is lost within a horizon.
 
-**Label.** On a fixed time grid (``STEP``, 10 minutes, the same for every trace
-whatever its tick length), a sample is an offer at a grid time ``t`` at which it
-has spot capacity; it is positive when the offer loses capacity (a tick whose
-capacity is below the tick before) within ``(t, t + horizon]``. The end of a
-trace is censoring, not a loss; samples whose horizon passes the end of their
-trace are dropped.
+**Label.** On a fixed time grid (``STEP``, 10 minutes from the market's start,
+the same for every trace whatever its tick length), a sample is an offer at a
+grid time ``t`` at which it has spot capacity; it is positive when its capacity
+drops below its value at ``t`` somewhere in ``(t, t + horizon]`` (for a 1-node
+trace: the node's capacity goes to 0; a rise and a fall back to the value at
+``t`` is not a loss). The end of a trace is censoring, not a loss: samples
+whose horizon reaches the end of their trace are dropped (label -1).
 
-**Features** (all defined in time, and computed from data at or before ``t``
-only): availability (share of grid points with capacity) over the last 1, 6 and
-24 hours; capacity relative to its 24-hour maximum; hours since the last loss
-and since the current available stretch began (capped at 72); losses in the
-last 1, 6 and 24 hours; losses of *other* offers in the same zone and of the
-same instance type in other zones, and of the whole market, in the last 1 and 6
-hours; spot/on-demand price ratio and its change over 6 hours; hour of day and
-day of week.
+**Features** (all defined in time, computed from the ticks that began at or
+before ``t`` only, at *any* ``t``, not just grid points): availability (share
+of the time with capacity) over the last 1, 6 and 24 hours; capacity relative
+to its 24-hour maximum; hours since the last loss and since the current
+available stretch began (capped at 72); losses in the last 1, 6 and 24 hours;
+losses of *other* offers in the same zone, of the same instance type in other
+zones, and of the whole market, in the last 1 and 6 hours; spot/on-demand price
+ratio and its change over 6 hours; hour of day and day of week. A loss is the
+start of a tick whose capacity is below the tick before.
 
-**Model.** scikit-learn's ``HistGradientBoostingClassifier`` fitted on the
-first 80% (in time) of the training window, its probabilities calibrated with
-isotonic regression on the last 20% (``CalibratedClassifierCV`` over a
-``FrozenEstimator``). **Split by time**: training samples end (``t +
-horizon``) before the split time; evaluation samples start at or after it.
+**Model.** scikit-learn's ``HistGradientBoostingClassifier``. **Split by
+time**: training samples' label windows end (``t + horizon``) by the split
+time; evaluation samples start at or after it. Inside the training window
+only: the hyperparameters (``CANDIDATES``) are chosen by AUC on its [60%, 80%)
+slice after fitting on [0, 60%); the chosen one is refitted on [0, 80%) and its
+probabilities calibrated with isotonic regression on the last 20%
+(``CalibratedClassifierCV`` over a ``FrozenEstimator``); at each inner
+boundary, samples whose label window crosses it are dropped. Seeded; OpenMP is
+limited to one thread while fitting and predicting (deterministic, and on a
+busy 2-core machine the default threading made fitting 400x slower).
 
 **Baselines.** ``base_rate``: the training window's positive rate, for every
 sample. ``recent_rate``: the offer's own losses in the last 24 hours per hour
-of availability, turned into a probability over the horizon
-(``1 - exp(-rate x horizon)``).
+of availability (at least one hour), turned into a probability over the
+horizon (``1 - exp(-rate x horizon)``).
 
 **At run time** :meth:`InterruptionModel.predict` gives, for every spot offer
-of a :class:`~fleetctl.sim.market.Market`, the probability at the grid point at
-or before ``now``: features are precomputed once per market (each grid point's
-features use only data up to it), so a call is a lookup.
+of a :class:`~fleetctl.sim.market.Market`, the probability at ``now`` from
+the data at or before ``now``: the market is indexed once (per-trace
+cumulative arrays, cached per market object) and a call computes one feature
+row per offer by binary search (about 4 ms for 9 offers).
 :func:`market_from_observations` turns the controller's recorded offer
 observations (``Store.offer_observations``) and reclaims into such a market,
 so the daemon forecasts from what it has seen itself.
@@ -43,7 +51,7 @@ import math
 import platform
 import warnings
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -62,9 +70,15 @@ FEATURES = (
     "price_ratio", "price_ratio_change_6h", "hour_of_day", "day_of_week",
 )
 _CAP_HOURS = 72.0
+#: Hyperparameters tried, each scored on a later slice of the training window only.
+CANDIDATES = (
+    {"max_iter": 300, "learning_rate": 0.05, "max_leaf_nodes": 15, "min_samples_leaf": 40, "l2_regularization": 1.0},
+    {"max_iter": 150, "learning_rate": 0.05, "max_leaf_nodes": 7, "min_samples_leaf": 100, "l2_regularization": 1.0},
+    {"max_iter": 400, "learning_rate": 0.03, "max_leaf_nodes": 31, "min_samples_leaf": 20, "l2_regularization": 0.1},
+)
 
 
-class ModelError(Exception):
+class ModelError(ValueError):
     """A model directory that cannot be used (missing, corrupt, another library version)."""
 
 
@@ -73,10 +87,11 @@ class ModelError(Exception):
 
 @dataclass(frozen=True)
 class Samples:
-    """Feature rows of one market: ``X[i]`` for offer ``keys[i]`` at ``times[i]``
-    (seconds since the market's start), ``y[i]`` the label (-1: unknown,
-    horizon past the trace's end), ``available[i]`` whether the offer had
-    capacity then, ``recent[i]`` the recent-rate baseline's probability."""
+    """Feature rows of one market: ``X[i]`` for offer ``keys[offer_index[i]]`` at
+    ``times[i]`` (seconds since the market's start), ``y[i]`` the label (-1:
+    unknown, the horizon reaches the trace's end or the time is before its
+    start), ``available[i]`` whether the offer had capacity then, ``recent[i]``
+    the recent-rate baseline's probability."""
 
     X: np.ndarray
     y: np.ndarray
@@ -94,106 +109,199 @@ def _grid(market: Market) -> np.ndarray:
     return np.arange(0.0, span, STEP.total_seconds())
 
 
-def _trace_arrays(trace: MarketTrace, origin: datetime, grid: np.ndarray) -> dict[str, np.ndarray]:
-    """Per grid point: capacity, spot and on-demand price; and the trace's loss times (s since origin)."""
-    offset = (trace.start_utc - origin).total_seconds()
-    gap = trace.gap_seconds
-    cap = np.asarray(trace.capacity, dtype=float)
-    ticks = np.floor((grid - offset) / gap).astype(np.int64)
-    inside = (ticks >= 0) & (ticks < len(cap))
-    cap_g = np.where(inside, cap[np.clip(ticks, 0, len(cap) - 1)], 0.0)
-    if trace.prices is not None:
-        prices = np.asarray(trace.prices, dtype=float)
-        spot_g = prices[np.clip(ticks, 0, len(prices) - 1)]
-    else:
-        spot_g = np.full(len(grid), trace.offer_spot.usd_per_hour)
-    drops = np.nonzero(cap[1:] < cap[:-1])[0] + 1
-    loss_times = offset + drops * gap
-    end = offset + len(cap) * gap
-    return {"cap": cap_g, "spot": spot_g, "od": np.full(len(grid), trace.offer_on_demand.usd_per_hour),
-            "loss_times": loss_times, "end": np.array(end), "start": np.array(offset)}
+class _RangeTable:
+    """Range minimum and maximum over a fixed array in O(1) per query (sparse table)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.mins, self.maxs = [values], [values]
+        k = 1
+        while 2 * k <= len(values):
+            self.mins.append(np.minimum(self.mins[-1][:-k], self.mins[-1][k:]))
+            self.maxs.append(np.maximum(self.maxs[-1][:-k], self.maxs[-1][k:]))
+            k *= 2
+
+    def query(self, lo: np.ndarray, hi: np.ndarray, which: str) -> np.ndarray:
+        """min or max of ``values[lo..hi]`` (inclusive; requires lo <= hi)."""
+        level = np.floor(np.log2(np.maximum(hi - lo + 1, 1))).astype(np.int64)
+        out = np.empty(len(lo))
+        tables = self.mins if which == "min" else self.maxs
+        op = np.minimum if which == "min" else np.maximum
+        for lv in np.unique(level):
+            sel = level == lv
+            t = tables[lv]
+            out[sel] = op(t[lo[sel]], t[hi[sel] - (1 << int(lv)) + 1])
+        return out
 
 
-def _count_upto(loss_times: np.ndarray, t: np.ndarray) -> np.ndarray:
-    return np.searchsorted(loss_times, t, side="right").astype(float)
+class _TraceIndex:
+    """One trace as arrays over its ticks, so any feature at any time ``t``
+    (seconds since the market's start) is a few lookups; uses only ticks that
+    began at or before ``t``."""
+
+    def __init__(self, trace: MarketTrace, origin: datetime) -> None:
+        self.offset = (trace.start_utc - origin).total_seconds()
+        self.gap = float(trace.gap_seconds)
+        self.cap = np.asarray(trace.capacity, dtype=float)
+        self.n = len(self.cap)
+        self.end = self.offset + self.n * self.gap
+        up = (self.cap > 0).astype(float)
+        self.up = up
+        self.cum_up = np.concatenate([[0.0], np.cumsum(up)])  # up ticks among the first i
+        drops = np.nonzero(self.cap[1:] < self.cap[:-1])[0] + 1
+        self.loss_times = self.offset + drops * self.gap
+        # first tick of the current run of available ticks (for ticks with capacity)
+        starts = np.where(np.concatenate([[True], up[1:] != up[:-1]]), np.arange(self.n), 0)
+        self.run_start = np.maximum.accumulate(starts)
+        self.range = _RangeTable(self.cap)
+        self.prices = None if trace.prices is None else np.asarray(trace.prices, dtype=float)
+        self.spot = float(trace.offer_spot.usd_per_hour)
+        self.on_demand = float(trace.offer_on_demand.usd_per_hour)
+
+    def tick(self, t: np.ndarray) -> np.ndarray:
+        """Tick covering ``t`` (may be < 0 or >= n outside the trace)."""
+        return np.floor((t - self.offset) / self.gap).astype(np.int64)
+
+    def capacity(self, t: np.ndarray) -> np.ndarray:
+        k = self.tick(t)
+        inside = (k >= 0) & (k < self.n)
+        return np.where(inside, self.cap[np.clip(k, 0, self.n - 1)], 0.0)
+
+    def up_seconds(self, t: np.ndarray) -> np.ndarray:
+        """Seconds with capacity from the trace's start to ``t``."""
+        tc = np.clip(t, self.offset, self.end)
+        k = np.clip(self.tick(tc), 0, self.n - 1)
+        partial = tc - (self.offset + k * self.gap)
+        return self.cum_up[k] * self.gap + partial * self.up[k]
+
+    def availability(self, t: np.ndarray, window_s: float) -> np.ndarray:
+        """Share of ``(t - window, t]`` with capacity, over the part of it inside the trace."""
+        lo = np.maximum(t - window_s, self.offset)
+        span = t - lo
+        return np.where(span > 0, (self.up_seconds(t) - self.up_seconds(lo)) / np.maximum(span, 1e-9), 0.0)
+
+    def losses_upto(self, t: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.loss_times, t, side="right").astype(float)
+
+    def price_ratio(self, t: np.ndarray) -> np.ndarray:
+        if self.prices is None:
+            spot = np.full(len(t), self.spot)
+        else:
+            spot = self.prices[np.clip(self.tick(t), 0, self.n - 1)]
+        return spot / max(self.on_demand, 1e-9)
+
+    def peak(self, t: np.ndarray, window_s: float) -> np.ndarray:
+        """Highest capacity over the ticks covering ``[t - window, t]``."""
+        hi = np.clip(self.tick(t), 0, self.n - 1)
+        lo = np.clip(self.tick(t - window_s), 0, self.n - 1)
+        lo = np.minimum(lo, hi)
+        return self.range.query(lo, hi, "max")
+
+    def hours_available(self, t: np.ndarray) -> np.ndarray:
+        k = self.tick(t)
+        inside = (k >= 0) & (k < self.n)
+        kc = np.clip(k, 0, self.n - 1)
+        on = inside & (self.up[kc] > 0)
+        since = (t - (self.offset + self.run_start[kc] * self.gap)) / 3600
+        return np.where(on, np.minimum(since, _CAP_HOURS), 0.0)
+
+    def label(self, t: np.ndarray, horizon_s: float) -> np.ndarray:
+        """1 if capacity drops below its value at ``t`` within ``(t, t + horizon]``,
+        0 if not, -1 when unknown (``t`` outside the trace or ``t + horizon``
+        at or after its end: censored, not a loss)."""
+        k = self.tick(t)
+        k_end = self.tick(t + horizon_s)
+        known = (k >= 0) & (k_end < self.n) & (t >= self.offset)
+        out = np.full(len(t), -1.0)
+        has_future = known & (k_end > k)
+        lo, hi = np.clip(k + 1, 0, self.n - 1), np.clip(k_end, 0, self.n - 1)
+        lowest = self.range.query(np.minimum(lo, hi), hi, "min")
+        now = self.cap[np.clip(k, 0, self.n - 1)]
+        out[known] = 0.0
+        out[has_future & (lowest < now)] = 1.0
+        return out
 
 
-def _window_mean(values: np.ndarray, steps: int) -> np.ndarray:
-    c = np.concatenate([[0.0], np.cumsum(values)])
-    idx = np.arange(1, len(values) + 1)
-    lo = np.maximum(0, idx - steps)
-    return (c[idx] - c[lo]) / (idx - lo)
+class MarketIndex:
+    """Every trace of a market indexed for :meth:`features` at arbitrary times."""
 
+    def __init__(self, market: Market) -> None:
+        self.market = market
+        self.origin = market.start_utc
+        self.traces = [_TraceIndex(t, market.start_utc) for t in market.traces]
+        self.keys = tuple(t.offer_spot.key for t in market.traces)
+        zones = [t.offer_spot.placement_domain for t in market.traces]
+        types = [(t.offer_spot.provider, t.offer_spot.instance_type.name) for t in market.traces]
+        n = len(self.traces)
+        self.same_zone = np.array([[j != k and zones[j] == zones[k] for j in range(n)] for k in range(n)], float)
+        self.same_type = np.array([[j != k and types[j] == types[k] and zones[j] != zones[k] for j in range(n)]
+                                   for k in range(n)], float)
+        self.others = 1.0 - np.eye(n)
 
-def _window_max(values: np.ndarray, steps: int) -> np.ndarray:
-    from numpy.lib.stride_tricks import sliding_window_view
-
-    padded = np.concatenate([np.zeros(steps - 1), values])
-    return sliding_window_view(padded, steps).max(axis=1)
-
-
-def build_samples(market: Market, horizon: timedelta = timedelta(hours=1)) -> Samples:
-    """Every (offer, grid time) of ``market`` with its features and label (see the module docstring)."""
-    grid = _grid(market)
-    step_s = STEP.total_seconds()
-    H = horizon.total_seconds()
-    per = [_trace_arrays(t, market.start_utc, grid) for t in market.traces]
-    counts = {w: [] for w in (1, 6, 24)}
-    for a in per:
-        for w in counts:
-            counts[w].append(_count_upto(a["loss_times"], grid) - _count_upto(a["loss_times"], grid - w * 3600))
-    rows, labels, avail, recent, times, index = [], [], [], [], [], []
-    hours = np.array([(market.start_utc + timedelta(seconds=float(s))).hour for s in grid], dtype=float)
-    days = np.array([(market.start_utc + timedelta(seconds=float(s))).weekday() for s in grid], dtype=float)
-    for k, (trace, a) in enumerate(zip(market.traces, per)):
-        up = (a["cap"] > 0).astype(float)
-        feats: dict[str, np.ndarray] = {
-            "avail_1h": _window_mean(up, int(3600 / step_s)),
-            "avail_6h": _window_mean(up, int(6 * 3600 / step_s)),
-            "avail_24h": _window_mean(up, int(24 * 3600 / step_s)),
-        }
-        peak = _window_max(a["cap"], int(24 * 3600 / step_s))
-        feats["capacity_rel_24h"] = np.where(peak > 0, a["cap"] / np.maximum(peak, 1e-9), 0.0)
-        last = np.searchsorted(a["loss_times"], grid, side="right") - 1
-        since = np.where(last >= 0, (grid - a["loss_times"][np.maximum(last, 0)]) / 3600, _CAP_HOURS)
-        feats["hours_since_loss"] = np.minimum(since, _CAP_HOURS)
-        stretch = np.zeros(len(grid))
-        run = 0.0
-        for g in range(len(grid)):
-            run = run + step_s / 3600 if up[g] else 0.0
-            stretch[g] = min(run, _CAP_HOURS)
-        feats["hours_available"] = stretch
-        for w in (1, 6, 24):
-            feats[f"losses_{w}h"] = counts[w][k]
-        zone, itype = trace.offer_spot.placement_domain, trace.offer_spot.instance_type.name
+    def features(self, t: np.ndarray) -> np.ndarray:
+        """Shape ``(offers, len(t), len(FEATURES))``: every offer's features at the
+        times ``t`` (seconds since the market's start), from data at or before ``t``."""
+        t = np.asarray(t, dtype=float)
+        counts = {w: np.stack([tr.losses_upto(t) - tr.losses_upto(t - w * 3600) for tr in self.traces])
+                  for w in (1, 6, 24)}
+        cross = {}
         for w in (1, 6):
-            same_zone = [counts[w][j] for j, t in enumerate(market.traces)
-                         if j != k and t.offer_spot.placement_domain == zone]
-            same_type = [counts[w][j] for j, t in enumerate(market.traces)
-                         if j != k and t.offer_spot.instance_type.name == itype and t.offer_spot.placement_domain != zone]
-            others = [counts[w][j] for j in range(len(market.traces)) if j != k]
-            feats[f"zone_other_losses_{w}h"] = np.sum(same_zone, axis=0) if same_zone else np.zeros(len(grid))
-            feats[f"type_other_losses_{w}h"] = np.sum(same_type, axis=0) if same_type else np.zeros(len(grid))
-            feats[f"market_other_losses_{w}h"] = np.sum(others, axis=0) if others else np.zeros(len(grid))
-        ratio = a["spot"] / np.maximum(a["od"], 1e-9)
-        lag = int(6 * 3600 / step_s)
-        feats["price_ratio"] = ratio
-        feats["price_ratio_change_6h"] = ratio - np.concatenate([np.full(lag, ratio[0]), ratio[:-lag]])[:len(ratio)]
-        feats["hour_of_day"] = hours
-        feats["day_of_week"] = days
-        X = np.column_stack([feats[f] for f in FEATURES])
-        future = _count_upto(a["loss_times"], grid + H) - _count_upto(a["loss_times"], grid)
-        known = (grid + H <= float(a["end"])) & (grid >= float(a["start"]))
-        y = np.where(known, (future > 0).astype(float), -1.0)
-        rate = counts[24][k] / np.maximum(feats["avail_24h"] * 24.0, 1.0)
-        rows.append(X)
-        labels.append(y)
-        avail.append(a["cap"] > 0)
-        recent.append(1.0 - np.exp(-rate * H / 3600))
-        times.append(grid)
-        index.append(np.full(len(grid), k))
-    return Samples(np.vstack(rows), np.concatenate(labels), np.concatenate(avail), np.concatenate(recent),
-                   np.concatenate(times), tuple(t.offer_spot.key for t in market.traces), np.concatenate(index),
+            cross[("zone", w)] = self.same_zone @ counts[w]
+            cross[("type", w)] = self.same_type @ counts[w]
+            cross[("market", w)] = self.others @ counts[w]
+        stamps = [self.origin + timedelta(seconds=float(s)) for s in t]
+        hours = np.array([s.hour + s.minute / 60 for s in stamps])
+        days = np.array([s.weekday() for s in stamps], dtype=float)
+        out = np.empty((len(self.traces), len(t), len(FEATURES)))
+        for k, tr in enumerate(self.traces):
+            cap = tr.capacity(t)
+            peak = tr.peak(t, 24 * 3600)
+            if len(tr.loss_times):
+                last = np.searchsorted(tr.loss_times, t, side="right") - 1
+                since = np.where(last >= 0, (t - tr.loss_times[np.maximum(last, 0)]) / 3600, _CAP_HOURS)
+            else:
+                since = np.full(len(t), _CAP_HOURS)
+            ratio = tr.price_ratio(t)
+            f = {
+                "avail_1h": tr.availability(t, 3600), "avail_6h": tr.availability(t, 6 * 3600),
+                "avail_24h": tr.availability(t, 24 * 3600),
+                "capacity_rel_24h": np.where(peak > 0, cap / np.maximum(peak, 1e-9), 0.0),
+                "hours_since_loss": np.minimum(since, _CAP_HOURS), "hours_available": tr.hours_available(t),
+                "losses_1h": counts[1][k], "losses_6h": counts[6][k], "losses_24h": counts[24][k],
+                "zone_other_losses_1h": cross[("zone", 1)][k], "zone_other_losses_6h": cross[("zone", 6)][k],
+                "type_other_losses_1h": cross[("type", 1)][k], "type_other_losses_6h": cross[("type", 6)][k],
+                "market_other_losses_1h": cross[("market", 1)][k],
+                "market_other_losses_6h": cross[("market", 6)][k],
+                "price_ratio": ratio, "price_ratio_change_6h": ratio - tr.price_ratio(t - 6 * 3600),
+                "hour_of_day": hours, "day_of_week": days,
+            }
+            out[k] = np.column_stack([f[name] for name in FEATURES])
+        return out
+
+    def recent_rate(self, t: np.ndarray, horizon_s: float) -> np.ndarray:
+        """The baseline: each offer's losses in the last 24 h per available hour
+        (at least one hour), as a probability over the horizon, ``(offers, len(t))``."""
+        out = []
+        for tr in self.traces:
+            losses = tr.losses_upto(t) - tr.losses_upto(t - 24 * 3600)
+            up_hours = (tr.up_seconds(t) - tr.up_seconds(t - 24 * 3600)) / 3600
+            rate = losses / np.maximum(up_hours, 1.0)
+            out.append(1.0 - np.exp(-rate * horizon_s / 3600))
+        return np.stack(out)
+
+
+def build_samples(market: Market, horizon: timedelta = timedelta(hours=1),
+                  index: MarketIndex | None = None) -> Samples:
+    """Every (offer, grid time) of ``market`` with its features and label (see the module docstring)."""
+    index = index or MarketIndex(market)
+    grid = _grid(market)
+    H = horizon.total_seconds()
+    X = index.features(grid)
+    recent = index.recent_rate(grid, H)
+    n_off = len(index.traces)
+    y = np.stack([tr.label(grid, H) for tr in index.traces])
+    avail = np.stack([tr.capacity(grid) > 0 for tr in index.traces])
+    return Samples(X.reshape(n_off * len(grid), len(FEATURES)), y.ravel(), avail.ravel(), recent.ravel(),
+                   np.tile(grid, n_off), index.keys, np.repeat(np.arange(n_off), len(grid)),
                    market.start_utc, market.end_utc)
 
 
@@ -238,7 +346,7 @@ class InterruptionModel:
     estimator: Any
     horizon_minutes: int
     metadata: dict[str, Any]
-    _cache: dict[int, tuple[Market, Samples, dict[int, np.ndarray]]] = field(default_factory=dict, repr=False)
+    _cache: dict[int, tuple[Market, "MarketIndex", dict[float, np.ndarray]]] = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ training
 
@@ -251,7 +359,9 @@ class InterruptionModel:
         from sklearn.ensemble import HistGradientBoostingClassifier
         from sklearn.frozen import FrozenEstimator
 
-        Xs, ys, ts, windows = [], [], [], []
+        from threadpoolctl import threadpool_limits
+
+        Xs, ys, ts, reach, windows = [], [], [], [], []
         for market in markets:
             if progress:
                 progress(f"features of {len(market.traces)} offers")
@@ -260,22 +370,41 @@ class InterruptionModel:
             m = training_mask(s, split, horizon)
             Xs.append(s.X[m])
             ys.append(s.y[m])
-            ts.append(s.times[m] / split)  # position within the training window (0..1), for the inner split
+            ts.append(s.times[m] / split)  # position within the training window (0..1), for the inner splits
+            reach.append((s.times[m] + horizon.total_seconds()) / split)  # where the label window ends
             windows.append([market.start_utc.isoformat(), (market.start_utc + timedelta(seconds=split)).isoformat()])
-        X, y, pos = np.vstack(Xs), np.concatenate(ys), np.concatenate(ts)
+        if not Xs:
+            raise ValueError("no market to train on")
+        X, y, pos, end = np.vstack(Xs), np.concatenate(ys), np.concatenate(ts), np.concatenate(reach)
         if len(y) == 0 or y.sum() == 0 or y.sum() == len(y):
             raise ValueError("the training window has no losses (or nothing but losses): nothing to learn from")
-        fit, cal = pos < 0.8, pos >= 0.8
-        if y[cal].sum() == 0 or y[fit].sum() == 0:
-            raise ValueError("too few losses in the training window to fit and calibrate")
-        base = HistGradientBoostingClassifier(max_iter=300, learning_rate=0.05, max_leaf_nodes=15,
-                                              min_samples_leaf=40, l2_regularization=1.0, random_state=seed)
-        if progress:
-            progress(f"fitting on {int(fit.sum())} samples, calibrating on {int(cal.sum())}")
-        base.fit(X[fit], y[fit])
-        calibrated = CalibratedClassifierCV(FrozenEstimator(base), method="isotonic")
-        calibrated.fit(X[cal], y[cal])
-        train_p = calibrated.predict_proba(X)[:, 1]
+        # Inner time splits of the training window only: [0, 0.6) fit / [0.6, 0.8) choose the
+        # hyperparameters; then [0, 0.8) fit / [0.8, 1] calibrate. Fit samples whose label
+        # window reaches into the slice after them are dropped.
+        tune_fit, tune_val = end <= 0.6, (pos >= 0.6) & (end <= 0.8)
+        fit, cal = end <= 0.8, pos >= 0.8
+        for name, mask in (("fit", fit), ("calibrate", cal), ("tune", tune_fit), ("validate", tune_val)):
+            if y[mask].sum() == 0 or y[mask].sum() == mask.sum():
+                raise ValueError(f"too few losses in the training window to {name} (slice of {int(mask.sum())} "
+                                 "samples has one class only); give a longer market or a larger --train-fraction")
+        from sklearn.metrics import roc_auc_score
+
+        with threadpool_limits(limits=1, user_api="openmp"):  # deterministic, and no oversubscription
+            tried = []
+            for params in CANDIDATES:
+                if progress:
+                    progress(f"choosing hyperparameters: {params}")
+                est = HistGradientBoostingClassifier(**params, early_stopping=False, random_state=seed)
+                est.fit(X[tune_fit], y[tune_fit])
+                tried.append((float(roc_auc_score(y[tune_val], est.predict_proba(X[tune_val])[:, 1])), params))
+            best_auc, best = max(tried, key=lambda item: item[0])  # first of the best on ties
+            if progress:
+                progress(f"fitting on {int(fit.sum())} samples, calibrating on {int(cal.sum())}")
+            base = HistGradientBoostingClassifier(**best, early_stopping=False, random_state=seed)
+            base.fit(X[fit], y[fit])
+            calibrated = CalibratedClassifierCV(FrozenEstimator(base), method="isotonic")
+            calibrated.fit(X[cal], y[cal])
+            train_p = calibrated.predict_proba(X)[:, 1]
         metadata = {
             "format_version": FORMAT_VERSION,
             "kind": "interruption",
@@ -289,6 +418,8 @@ class InterruptionModel:
             "base_rate": float(y.mean()),
             "training_metrics": scores(y, train_p),
             "seed": seed,
+            "hyperparameters": best,
+            "hyperparameter_search": [{"params": p, "validation_auc": round(v, 6)} for v, p in tried],
             "versions": _versions(),
             "trained_at_utc": None,
         }
@@ -297,25 +428,30 @@ class InterruptionModel:
     # ------------------------------------------------------------------ use
 
     def probabilities(self, X: np.ndarray) -> np.ndarray:
-        return self.estimator.predict_proba(X)[:, 1]
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="openmp"):
+            return self.estimator.predict_proba(X)[:, 1]
 
     def predict(self, history: Market, now: datetime) -> dict[str, float]:
         """Offer key -> probability that its spot capacity is lost within the
-        horizon, at the grid point at or before ``now`` (data up to it only)."""
+        horizon, from the data of ``history`` at or before ``now`` only. The
+        market's arrays are indexed once (cached per market object); a call
+        computes one row of features per offer."""
         cached = self._cache.get(id(history))
         if cached is None or cached[0] is not history:
-            s = build_samples(history, timedelta(minutes=self.horizon_minutes))
-            cached = (history, s, {})
+            if len(self._cache) >= 8:
+                self._cache.clear()
+            cached = (history, MarketIndex(history), {})
             self._cache[id(history)] = cached
-        market, s, memo = cached
-        offset = (now - market.start_utc).total_seconds()
-        if offset < 0:
-            return {k: float(self.metadata["base_rate"]) for k in s.keys}
-        n = len(s.times) // len(s.keys)
-        g = min(int(offset // STEP.total_seconds()), n - 1)
-        if g not in memo:
-            memo[g] = self.probabilities(s.X[np.arange(len(s.keys)) * n + g])
-        return {k: float(p) for k, p in zip(s.keys, memo[g])}
+        _, index, memo = cached
+        offset = (now - history.start_utc).total_seconds()
+        if offset not in memo:
+            if len(memo) > 100_000:
+                memo.clear()
+            X = index.features(np.array([offset]))[:, 0, :]
+            memo[offset] = self.probabilities(X)
+        return {k: float(p) for k, p in zip(index.keys, memo[offset])}
 
     # ------------------------------------------------------------------ files
 
@@ -343,8 +479,13 @@ class InterruptionModel:
             meta = json.loads(meta_path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ModelError(f"{meta_path}: cannot read the model's metadata ({exc})") from exc
-        if meta.get("kind") != "interruption" or meta.get("format_version") != FORMAT_VERSION:
+        if not isinstance(meta, dict) or meta.get("kind") != "interruption" \
+                or meta.get("format_version") != FORMAT_VERSION or not isinstance(meta.get("horizon_minutes"), int) \
+                or not isinstance(meta.get("versions"), dict):
             raise ModelError(f"{meta_path}: not an interruption model of format {FORMAT_VERSION}")
+        if meta.get("features") != list(FEATURES):
+            raise ModelError(f"{meta_path}: the model was trained on other features than this version computes; "
+                             "retrain it (fleetctl forecast train interruption)")
         saved, here = meta.get("versions", {}).get("scikit-learn"), _versions()["scikit-learn"]
         if saved != here:
             text = (f"{path}: the model was saved with scikit-learn {saved}, this is {here}; its predictions may "
@@ -356,6 +497,8 @@ class InterruptionModel:
             estimator = joblib.load(est_path)
         except Exception as exc:  # noqa: BLE001 - unpickling raises anything; report it with the path
             raise ModelError(f"{est_path}: cannot load the model ({type(exc).__name__}: {exc})") from exc
+        if not hasattr(estimator, "predict_proba"):
+            raise ModelError(f"{est_path}: holds a {type(estimator).__name__}, not a classifier")
         return cls(estimator, int(meta["horizon_minutes"]), meta)
 
 
@@ -409,28 +552,48 @@ def reliability_plot(y: np.ndarray, p: np.ndarray, path: str | Path) -> Path:
 
 def market_from_observations(rows: Iterable[dict[str, Any]], start_utc: datetime, end_utc: datetime,
                              gap_seconds: float = 300.0,
-                             reclaims: Iterable[tuple[str, datetime]] = ()) -> Market:
-    """A :class:`Market` from ``Store.offer_observations()`` rows (a change log:
-    an offer listed = capacity 1 until it is seen unlisted) on a grid of
-    ``gap_seconds`` from ``start_utc`` to ``end_utc``; a reclaim ``(offer_key,
-    at)`` the controller handled forces capacity 0 at that tick. On-demand
-    price: the row's, else 3x the spot price (a documented placeholder; only
-    the price-ratio features use it). ``ValueError`` without observations."""
+                             reclaims: Iterable[Any] = ()) -> Market:
+    """A :class:`Market` from ``Store.offer_observations()`` rows, so the daemon
+    can forecast from what it recorded itself.
+
+    The rows are a change log: an offer listed (``available``) has capacity 1
+    from that observation until it is recorded unavailable (capacity 0), forward
+    filled onto ticks of ``gap_seconds`` from ``start_utc`` to ``end_utc`` (a
+    tick takes the last observation made before the tick ends); before its first
+    observation an offer has capacity 0. Spot price: the row's, carried forward.
+    On-demand price: the first the rows give, else the catalog's
+    (:func:`fleetctl.sim.market.catalog_price`), else 3x the first spot price
+    (a documented placeholder; only the price-ratio features use it).
+
+    ``reclaims``: interruptions the controller handled, as
+    :class:`fleetctl.model.OfferReclaim` (``fleetctl.controller.forecast.recent_reclaims(store)``)
+    or ``(offer_key, at_utc)`` pairs; each forces capacity 0 on the tick
+    holding it, so a reclaim counts as a loss even between two observations.
+    ``ValueError`` without observations or with ``end_utc <= start_utc``."""
+    from fleetctl.sim.market import catalog_price
+
     by_key: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_key.setdefault(r["offer_key"], []).append(r)
-    if not by_key or end_utc <= start_utc:
+    if not by_key:
         raise ValueError("no offer observations to build a market from")
-    n = max(1, int((end_utc - start_utc).total_seconds() // gap_seconds))
+    if end_utc <= start_utc:
+        raise ValueError(f"end {end_utc.isoformat()} is not after start {start_utc.isoformat()}")
+    n = max(1, math.ceil((end_utc - start_utc).total_seconds() / gap_seconds))
     lost: dict[str, list[datetime]] = {}
-    for key, at in reclaims:
+    for item in reclaims:
+        key, at = (item.offer_key, item.at_utc) if hasattr(item, "offer_key") else item
         lost.setdefault(key, []).append(at)
     traces = []
     for key in sorted(by_key):
         obs = sorted(by_key[key], key=lambda r: r["observed_at_utc"])
         offer = _offer_from_key(key, next((r["usd_per_hour"] for r in obs if r["usd_per_hour"]), 1.0))
-        od_price = next((r["on_demand_usd_per_hour"] for r in obs if r["on_demand_usd_per_hour"]), None) \
-            or offer.usd_per_hour * 3
+        od_price = next((r["on_demand_usd_per_hour"] for r in obs if r.get("on_demand_usd_per_hour")), None)
+        if od_price is None:
+            od_price = catalog_price(offer.provider, offer.instance_type.name, offer.region, offer.zone,
+                                     fm.Market.ON_DEMAND)
+        if od_price is None:
+            od_price = offer.usd_per_hour * 3
         cap, prices = [0] * n, [offer.usd_per_hour] * n
         j, state, price = 0, 0, offer.usd_per_hour
         for i in range(n):
@@ -445,8 +608,8 @@ def market_from_observations(rows: Iterable[dict[str, Any]], start_utc: datetime
             if 0 <= i < n:
                 cap[i] = 0
         traces.append(MarketTrace(offer, fm.Offer(offer.instance_type, offer.region, offer.zone,
-                                                  fm.Market.ON_DEMAND, od_price),
-                                  start_utc, gap_seconds, tuple(cap), tuple(prices)))
+                                                  fm.Market.ON_DEMAND, float(od_price)),
+                                  start_utc, gap_seconds, tuple(cap), tuple(float(p) for p in prices)))
     return Market(tuple(traces), start_utc)
 
 
@@ -466,6 +629,6 @@ def _offer_from_key(key: str, price: float) -> fm.Offer:
     return fm.Offer(it, region, zone, fm.Market.SPOT, price)
 
 
-__all__ = ["FEATURES", "InterruptionModel", "ModelError", "STEP", "build_samples", "evaluate",
-           "market_from_observations", "reliability_plot", "split_time"]
-_ = (math, timezone)
+__all__ = ["CANDIDATES", "FEATURES", "InterruptionModel", "MarketIndex", "ModelError", "STEP", "build_samples",
+           "evaluate", "evaluation_mask", "market_from_observations", "reliability_plot", "split_time",
+           "training_mask"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Optional
@@ -82,7 +83,10 @@ def train_interruption(
                                             progress=lambda text: status.update(text))
         except ValueError as exc:
             fail(str(exc), 2)
-    path = model.save(output)
+    try:
+        path = model.save(output)
+    except OSError as exc:
+        fail(f"{output}: cannot save the model: {exc.strerror or exc}", 2)
     m = model.metadata
     console.print(f"saved {path}: {m['samples']} samples ({m['positives']} losses), training AUC "
                   f"{m['training_metrics']['auc']:.3f}, Brier {m['training_metrics']['brier']:.4f}", markup=False)
@@ -109,9 +113,13 @@ def evaluate_interruption(
     if output_format not in ("table", "json"):
         fail(f"--format must be table or json (got {output_format!r})", 2)
     try:
-        model = InterruptionModel.load(model_dir, allow_version_mismatch=allow_version_mismatch)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = InterruptionModel.load(model_dir, allow_version_mismatch=allow_version_mismatch)
     except ModelError as exc:
         fail(str(exc), 2)
+    for w in caught:
+        err_console.print(f"warning: {w.message}", markup=False)
     markets = _markets(market)
     try:
         result = evaluate(model, markets)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -94,6 +92,53 @@ def test_features_are_defined_in_time_not_ticks():
     assert np.array_equal(a.y, b.y)
 
 
+def test_predict_uses_only_data_up_to_now_even_between_grid_points():
+    m = synthetic(days=14, seed=7)
+    model = InterruptionModel.train([m], train_fraction=0.7)
+    now = T0 + timedelta(days=10, hours=4, minutes=13, seconds=20)  # not on the 10-minute grid
+    rng = random.Random(8)
+    traces = []
+    for t in m.traces:
+        i = t.tick_at(now) + 1  # ticks starting after `now`
+        traces.append(replace(t, capacity=t.capacity[:i] + tuple(rng.randint(0, 1) for _ in t.capacity[i:])))
+    other = Market(tuple(traces), T0)
+    assert other.traces != m.traces
+    assert model.predict(other, now) == model.predict(m, now)
+    # a loss of the same type in another zone 2 minutes before `now` is seen at once, not at the next grid point
+    lost = replace(m.traces[1], capacity=tuple(1 for _ in m.traces[1].capacity))
+    seen = Market((replace(m.traces[0], capacity=tuple(1 for _ in m.traces[0].capacity)), lost, m.traces[2]), T0)
+    drop_tick = lost.tick_at(now - timedelta(minutes=2))
+    dropped = replace(lost, capacity=lost.capacity[:drop_tick] + (0,) * (len(lost.capacity) - drop_tick))
+    after = Market((seen.traces[0], dropped, seen.traces[2]), T0)
+    assert model.predict(after, now)[m.traces[0].offer_spot.key] != model.predict(seen, now)[m.traces[0].offer_spot.key]
+
+
+def test_runtime_features_match_the_training_features():
+    from forecasting.interruption import MarketIndex
+
+    m = synthetic(days=5, gap=195.0, seed=9)
+    s = build_samples(m, H)
+    index = MarketIndex(m)
+    for g in (0, 7, 300, 700):
+        t = g * STEP.total_seconds()
+        row = index.features(np.array([t]))[:, 0, :]
+        assert np.array_equal(row, s.X[s.times == t])
+
+
+def test_label_is_a_drop_below_the_capacity_at_t():
+    c = (4, 4, 5, 4, 4, 4, 4, 4, 4, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3)  # 10-minute ticks
+    trace = MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, 600.0, c)
+    s = build_samples(Market((trace,), T0), H)
+    y = dict(zip(s.times // 600, s.y))
+    assert y[0] == 0  # 4 -> 5 -> 4 within the hour: never below 4
+    assert y[2] == 1  # from 5: down to 4 at tick 3
+    assert y[3] == 1  # the drop to 3 starts at tick 9, exactly t + 1 h: (t, t + 1 h] holds it
+    assert y[4] == 1 and y[8] == 1
+    assert y[9] == 0 and y[10] == 0  # at 3 and never below
+    assert y[18] == 0
+    assert y[19] == -1 and y[24] == -1  # the horizon reaches the trace's end: censored, not a loss
+
+
 def test_train_save_load_round_trip_and_version_refusal(tmp_path):
     m = synthetic(days=14, seed=5)
     model = InterruptionModel.train([m], train_fraction=0.7)
@@ -118,6 +163,13 @@ def test_train_save_load_round_trip_and_version_refusal(tmp_path):
         InterruptionModel.load(tmp_path / "m", allow_version_mismatch=True)
     with pytest.raises(ModelError, match="no such model directory"):
         InterruptionModel.load(tmp_path / "missing")
+    (tmp_path / "m" / "model.json").write_text("{not json")
+    with pytest.raises(ModelError, match="model.json"):
+        InterruptionModel.load(tmp_path / "m")
+    meta["features"] = meta["features"][:-1]
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="other features"):
+        InterruptionModel.load(tmp_path / "m", allow_version_mismatch=True)
 
 
 def test_the_model_beats_both_baselines_on_a_shared_shock_market():
@@ -146,13 +198,47 @@ def test_market_from_the_controllers_own_observations(tmp_path):
     assert tb.capacity[:6] == (1,) * 6 and tb.capacity[6:10] == (0,) * 4 and tb.capacity[10] == 1
     assert ta.capacity[14] == 0 and ta.capacity[13] == 1  # the reclaim the controller handled
     assert tb.offer_on_demand.usd_per_hour == 3.06
+    assert len(ta.capacity) == 24
+
+
+def test_market_from_observations_folds_in_store_interruptions_and_catalog_prices(tmp_path):
+    from fleetctl.model import OfferReclaim
+    from fleetctl.sim.market import catalog_price
+    from fleetctl.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        a = _offer("us-east-1a")
+        store.record_offers([a], T0)  # no on-demand offer listed: the price comes from the catalog
+        rows = store.offer_observations()
+    finally:
+        store.close()
+    m = market_from_observations(rows, T0, T0 + timedelta(hours=1), 600.0,
+                                 reclaims=[OfferReclaim(a.key, T0 + timedelta(minutes=25))])
+    t = m.trace_for(a.key)
+    assert t.capacity == (1, 1, 0, 1, 1, 1)
+    expected = catalog_price("aws", "p3.2xlarge", "us-east-1", "us-east-1a", fm.Market.ON_DEMAND)
+    assert expected is not None and t.offer_on_demand.usd_per_hour == expected
+    with pytest.raises(ValueError, match="no offer observations"):
+        market_from_observations((), T0, T0 + timedelta(hours=1))
+
+
+class _Run:
+    """A CliRunner result with the names of subprocess.run's."""
+
+    def __init__(self, result) -> None:  # noqa: ANN001
+        self.returncode, self.stdout, self.stderr = result.exit_code, result.stdout, result.stderr
 
 
 def test_cli_train_and_evaluate_json(tmp_path):
     out = tmp_path / "model"
     manifest = REPO / "examples" / "markets" / "aws-v100-16node.yaml"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "fleetctl", "forecast", *a], capture_output=True,
-                                    text=True, cwd=tmp_path)
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+
+    runner = CliRunner()
+    run = lambda *a: _Run(runner.invoke(app, ["forecast", *a], catch_exceptions=False))
     r = run("train", "interruption", "--market", str(manifest), "-o", str(out))
     assert r.returncode == 0, r.stderr
     r = run("evaluate", "interruption", "--model", str(out), "--market", str(manifest), "--format", "json",
@@ -167,6 +253,26 @@ def test_cli_train_and_evaluate_json(tmp_path):
     assert bad.returncode == 2 and "no such model directory" in bad.stderr
     bad = run("train", "interruption", "--market", str(manifest), "--horizon", "soon", "-o", str(out))
     assert bad.returncode == 2 and "duration" in bad.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("start_utc: 2023-02-15T00:00:00Z\ntraces:\n  - provider: aws\n")
+    bad = run("evaluate", "interruption", "--model", str(out), "--market", str(broken))
+    assert bad.returncode == 2 and "broken.yaml" in bad.stderr
+    bad = run("train", "interruption", "--market", str(tmp_path / "missing.yaml"), "-o", str(out))
+    assert bad.returncode == 2 and "missing.yaml" in bad.stderr
+    bad = run("train", "interruption", "--market", str(manifest), "-o", str(broken))  # a file, not a directory
+    assert bad.returncode == 2 and "broken.yaml" in bad.stderr and "cannot save" in bad.stderr
+    meta = json.loads((out / "model.json").read_text())
+    meta["versions"]["scikit-learn"] = "0.0.1"
+    (out / "model.json").write_text(json.dumps(meta))
+    bad = run("evaluate", "interruption", "--model", str(out), "--market", str(manifest), "--format", "json")
+    assert bad.returncode == 2 and "scikit-learn 0.0.1" in bad.stderr and "--allow-version-mismatch" in bad.stderr
+    ok = run("evaluate", "interruption", "--model", str(out), "--market", str(manifest), "--format", "json",
+             "--allow-version-mismatch")
+    assert ok.returncode == 0 and json.loads(ok.stdout) == doc
+    assert "warning:" in ok.stderr and "scikit-learn 0.0.1" in ok.stderr
+    (out / "model.joblib").write_bytes(b"garbage")
+    bad = run("evaluate", "interruption", "--model", str(out), "--market", str(manifest), "--allow-version-mismatch")
+    assert bad.returncode == 2 and "model.joblib" in bad.stderr
 
 
 def test_planner_choice_changes_when_risk_changes():
