@@ -71,6 +71,14 @@ def daemon(
         "--notice-token-file", show_default=False,
         help="File holding the bearer token node-watch must send. Default: $FLEETCTL_NOTICE_TOKEN. "
         "Required unless --notice-addr is a loopback address.")] = None,
+    forecast_dir: Annotated[Optional[Path], typer.Option(
+        "--forecast-dir", show_default=False,
+        help="Model directory with interruption/ and/or demand/ (`fleetctl forecast train ...`): each pass turns "
+        "them into the planner's forecast from what the store recorded. Without it, the policy's default risk.")] = None,
+    retrain_hours: Annotated[float, typer.Option(
+        "--retrain-hours", min=0.0,
+        help="Hours between refits of the interruption model on the recorded market (0 = never; needs "
+        "--forecast-dir).")] = 24.0,
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
@@ -86,6 +94,15 @@ def daemon(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, _ = load_policy_or_exit(policy)
+    forecaster = None
+    if forecast_dir is not None:
+        from forecasting.interruption import ModelError
+        from forecasting.runtime import ModelForecaster
+
+        try:
+            forecaster = ModelForecaster(forecast_dir)
+        except ModelError as exc:
+            fail(f"--forecast-dir: {exc}", 2)
     store = open_store(state)
     notices = _start_notice_server(notice_addr, notice_token, store) if notice_addr else None
     metrics = FleetMetrics()
@@ -97,8 +114,9 @@ def daemon(
             notices.store.close()
         store.close()
         fail(f"cannot serve metrics on {metrics_addr}: {exc}")
-    loop = Daemon(LoopContext(store, make_provider(store, seed), SimRuntime(), pol, metrics),
-                  interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval)
+    loop = Daemon(LoopContext(store, make_provider(store, seed), SimRuntime(), pol, metrics, forecaster),
+                  interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval,
+                  retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0)
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.daemon").info("signal %d: stopping after the current tick", signum)

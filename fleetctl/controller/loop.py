@@ -49,7 +49,8 @@ def _utcnow() -> datetime:
 
 class Daemon:
     def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
-                 price_seconds: float = 3600.0, clock: Callable[[], datetime] = _utcnow) -> None:
+                 price_seconds: float = 3600.0, retrain_seconds: float = 0.0,
+                 clock: Callable[[], datetime] = _utcnow) -> None:
         self.ctx = ctx
         self.clock = clock
         self.lock = threading.Lock()
@@ -60,6 +61,9 @@ class Daemon:
         self.scheduler.add_job(self.reconcile, "interval", seconds=interval_seconds, id="reconcile", **common)
         self.scheduler.add_job(self.interruptions, "interval", seconds=interruption_seconds, id="interruptions", **common)
         self.scheduler.add_job(self.prices, "interval", seconds=price_seconds, id="prices", **common)
+        if retrain_seconds > 0 and hasattr(ctx.forecaster, "retrain"):
+            self.scheduler.add_job(self.retrain, "interval", seconds=retrain_seconds, id="retrain",
+                                   max_instances=1, coalesce=True)
 
     def reconcile(self) -> None:
         with self.lock:
@@ -100,6 +104,17 @@ class Daemon:
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("price refresh failed")
+
+    def retrain(self) -> None:
+        """Refit the forecaster's models on what the store recorded (daily by default)."""
+        with self.lock:
+            if self.stopped.is_set():
+                return
+            try:
+                self.ctx.forecaster.retrain(self.ctx.store, self.clock())  # type: ignore[union-attr]
+            except Exception:  # the tick boundary, as above
+                self.ctx.metrics.tick_errors.inc()
+                log.exception("forecaster retraining failed")
 
     def start(self) -> None:
         self.scheduler.start()

@@ -1,0 +1,58 @@
+"""The daemon's forecaster: models -> Forecast numbers from the store, and retraining from what it recorded."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.controller.forecast import build_forecast
+from fleetctl.store import Store
+from forecasting.interruption import InterruptionModel, ModelError
+from forecasting.runtime import ModelForecaster
+from tests.forecasting.test_interruption import T0, synthetic
+
+
+def _replay(store: Store, market, until) -> None:
+    """What a controller would have recorded: the spot offers listed at each 5-minute tick."""
+    t = market.start_utc
+    while t < until:
+        store.record_offers([o for o in market.offers_at(t)], t)
+        t += timedelta(minutes=5)
+
+
+def test_forecast_from_recorded_history_and_retraining(tmp_path):
+    market = synthetic(days=10, seed=7, zones=("us-east-1a", "us-east-1b", "us-east-1c"))
+    InterruptionModel.train([market]).save(tmp_path / "models" / "interruption")
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        now = T0 + timedelta(days=9, minutes=3)
+        _replay(store, market, now)
+        forecaster = ModelForecaster(tmp_path / "models")
+        risks = forecaster.interruption(store, now)
+        assert {r.offer_key for r in risks} == {t.offer_spot.key for t in market.traces}
+        assert all(0.0 <= r.interruption_probability <= 1.0 and r.horizon_minutes == 60 for r in risks)
+        fc = build_forecast(store, now, forecaster)
+        assert fc.interruption == risks and fc.demand == ()
+        before = (tmp_path / "models" / "interruption" / "model.json").read_text()
+        assert forecaster.retrain(store, now)
+        after = (tmp_path / "models" / "interruption" / "model.json").read_text()
+        assert before != after  # refitted on the recorded market and replaced
+        assert ModelForecaster(tmp_path / "models").interruption(store, now)
+        # too little history: nothing forecast, nothing retrained
+        empty = Store(f"sqlite:///{tmp_path / 'empty.db'}")
+        try:
+            assert forecaster.interruption(empty, now) == ()
+            assert forecaster.retrain(empty, now) is False
+        finally:
+            empty.close()
+    finally:
+        store.close()
+
+
+def test_unusable_model_directories_are_refused(tmp_path):
+    with pytest.raises(ModelError, match="no such model directory"):
+        ModelForecaster(tmp_path / "nope")
+    (tmp_path / "m").mkdir()
+    with pytest.raises(ModelError, match="neither interruption/ nor demand/"):
+        ModelForecaster(tmp_path / "m")
