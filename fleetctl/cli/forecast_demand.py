@@ -1,1 +1,185 @@
-"""`fleetctl forecast train|evaluate demand` (to be written)."""
+"""`fleetctl forecast train|evaluate demand`: the GPU demand forecaster (docs/forecasting.md)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from fleetctl.cli.common import console, err_console, fail
+from fleetctl.cli.forecast import evaluate_app, train_app
+from fleetctl.cli.forecast_interruption import parse_duration
+
+SeriesOption = Annotated[list[Path], typer.Option(
+    "--series", help="Demand-series CSV (time_utc,gpu_model,gpus; docs/forecasting.md); repeat for several.",
+    show_default=False)]
+SinceOption = Annotated[Optional[str], typer.Option(
+    "--since", help="Only origins at or after this time (ISO-8601 with a zone).", show_default=False)]
+UntilOption = Annotated[Optional[str], typer.Option(
+    "--until", help="Only origins whose target time (origin + horizon) is at or before this time (ISO-8601 with "
+                    "a zone).", show_default=False)]
+
+
+def _time(flag: str, text: str | None) -> datetime | None:
+    from fleetctl.jobspec import parse_utc_timestamp
+
+    if text is None:
+        return None
+    try:
+        return parse_utc_timestamp(text)
+    except ValueError as exc:
+        fail(f"{flag}: {exc}", 2)
+
+
+def _minutes(text: str) -> int:
+    d = parse_duration(text)
+    minutes = d.total_seconds() / 60
+    if not minutes.is_integer():
+        raise ValueError(f"{text!r}: a horizon must be a whole number of minutes")
+    return int(minutes)
+
+
+def _series(paths: list[Path]):  # noqa: ANN202 - list of DemandSeries
+    from fleetctl.yamlerrors import SpecError
+    from forecasting.series import read_demand_series
+
+    if not paths:
+        fail("give at least one --series CSV", 2)
+    out, bad = [], False
+    for path in paths:
+        try:
+            out.extend(read_demand_series(path))
+        except SpecError as exc:
+            for issue in exc.issues:
+                err_console.print(str(issue), markup=False)
+            bad = True
+    if bad:
+        raise typer.Exit(2)
+    return out
+
+
+@train_app.command("demand")
+def train_demand(
+    series: SeriesOption = [],  # noqa: B006 - typer needs a list default
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into.",
+                                         show_default=False)] = Path("models/demand"),
+    horizons: Annotated[str, typer.Option("--horizons", help="Comma-separated horizons, e.g. 15m,1h,6h "
+                                                             "(at most 24h).")] = "15m,1h,6h",
+    since: SinceOption = None,
+    until: UntilOption = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the model.")] = 0,
+) -> None:
+    """Train the demand model (median and 90th percentile per horizon) and save it.
+
+    Samples every series every 5 minutes; features are scale-free and use only
+    the past 24 hours; the target is the change from the last value. --until
+    is the time split: nothing after it is trained on. Hyperparameters are
+    chosen on the last 30% of the training window. Exit code 2 for bad input."""
+    from forecasting.demand import DemandModel
+
+    try:
+        wanted = [_minutes(h) for h in horizons.split(",") if h.strip()]
+    except ValueError as exc:
+        fail(f"--horizons: {exc}", 2)
+    since_utc, until_utc = _time("--since", since), _time("--until", until)
+    if since_utc is not None and until_utc is not None and until_utc <= since_utc:
+        fail("--until must be after --since", 2)
+    data = _series(series)
+    with console.status("training") as status:
+        try:
+            model = DemandModel.train(data, horizons_minutes=wanted, since_utc=since_utc, until_utc=until_utc,
+                                      seed=seed, progress=lambda text: status.update(text))
+        except ValueError as exc:
+            fail(str(exc), 2)
+    try:
+        path = model.save(output)
+    except OSError as exc:
+        fail(f"{output}: cannot save the model: {exc.strerror or exc}", 2)
+    m = model.metadata
+    first, last = m["training_window_utc"]
+    console.print(f"saved {path}: {len(data)} series, training window {first} .. {last}", markup=False)
+    for h in model.horizons_minutes:
+        t = m["training_metrics"][str(h)]
+        console.print(f"  +{h} min: {m['samples'][str(h)]} samples, training MAE {t['mae']:.3f} GPUs, pinball p90 "
+                      f"{t['pinball_p90']:.3f}, p90 coverage {t['p90_coverage']:.1%}", markup=False)
+
+
+@evaluate_app.command("demand")
+def evaluate_demand(
+    model_dir: Annotated[Path, typer.Option("--model", help="Model directory (from `forecast train demand`).",
+                                            show_default=False)],
+    series: SeriesOption = [],  # noqa: B006
+    horizon: Annotated[str, typer.Option("--horizon", help="One of the model's horizons, e.g. 1h.")] = "1h",
+    since: Annotated[Optional[str], typer.Option(
+        "--since", help="Only origins at or after this time (ISO-8601 with a zone). Default: the end of the "
+                        "model's training window (--until of `train`), else every origin.",
+        show_default=False)] = None,
+    until: UntilOption = None,
+    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    report: Annotated[Optional[Path], typer.Option(
+        "--report", help="Directory to write demand_forecast_<horizon>.png into.", show_default=False)] = None,
+    allow_version_mismatch: Annotated[bool, typer.Option(
+        "--allow-version-mismatch", help="Use a model saved with another scikit-learn version (warns).")] = False,
+) -> None:
+    """Score the model at one horizon beside the last-value and seasonal-naive baselines.
+
+    Origins every 5 minutes with 24 hours of history before them. JSON:
+    {"samples", "mae", "pinball_p90", "p90_coverage", "baselines":
+    {"last_value": {"mae", "pinball_p90"}, "seasonal_naive": {"mae",
+    "pinball_p90"}}}, in GPUs."""
+    from forecasting.demand import DemandModel, ModelError, evaluate, forecast_plot, series_digest
+
+    if output_format not in ("table", "json"):
+        fail(f"--format must be table or json (got {output_format!r})", 2)
+    try:
+        h = _minutes(horizon)
+    except ValueError as exc:
+        fail(f"--horizon: {exc}", 2)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = DemandModel.load(model_dir, allow_version_mismatch=allow_version_mismatch)
+    except ModelError as exc:
+        fail(str(exc), 2)
+    for w in caught:
+        err_console.print(f"warning: {w.message}", markup=False)
+    if h not in model.horizons_minutes:
+        fail(f"--horizon: {model_dir} has no {horizon} horizon (it has "
+             f"{', '.join(f'{m} min' for m in model.horizons_minutes)})", 2)
+    since_utc = _time("--since", since)
+    if since_utc is None and model.metadata.get("training_until_utc"):
+        since_utc = _time("training_until_utc", model.metadata["training_until_utc"])
+    until_utc = _time("--until", until)
+    data = _series(series)
+    seen = {s["sha256"] for s in model.metadata.get("training_series", [])}
+    for s in data:
+        if series_digest(s) in seen:
+            err_console.print(f"note: {s.name} was also a training series (scored only from "
+                              f"{since_utc.isoformat() if since_utc else 'its start'})", markup=False)
+    try:
+        result = evaluate(model, data, h, since_utc=since_utc, until_utc=until_utc)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    curves = result.pop("_curves")
+    if report is not None:
+        try:
+            report.mkdir(parents=True, exist_ok=True)
+            err_console.print(f"wrote {forecast_plot(curves, h, report / f'demand_forecast_{h}m.png')}",
+                              markup=False)
+        except OSError as exc:
+            fail(f"{report}: cannot write the report: {exc.strerror or exc}", 2)
+    if output_format == "json":
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"demand +{h} min, {result['samples']} origins (GPUs)")
+    for col in ("", "MAE", "pinball p90", "p90 coverage"):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("model", f"{result['mae']:.3f}", f"{result['pinball_p90']:.3f}", f"{result['p90_coverage']:.1%}")
+    for name, s in result["baselines"].items():
+        table.add_row(name, f"{s['mae']:.3f}", f"{s['pinball_p90']:.3f}", "")
+    console.print(table)

@@ -1,4 +1,4 @@
-"""`fleetctl trace import alibaba-2023`: public cluster traces -> job traces."""
+"""`fleetctl trace import alibaba-2023|helios-sequence`: public cluster traces -> job traces and demand series."""
 
 from __future__ import annotations
 
@@ -138,3 +138,61 @@ def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an 
         console.print(f"submits from {format_utc(s.first_submit_utc)} to {format_utc(s.last_submit_utc)}",
                       markup=False)
     console.print(f"wrote {s.kept} jobs to {output}", markup=False)
+
+
+@import_app.command("helios-sequence")
+def helios_sequence(
+    sequence_csv: Annotated[Path, typer.Argument(help="Per-minute virtual-cluster sequence of the Helios trace, "
+                                                      "e.g. cluster_sequence_vc.csv.", show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Demand-series CSV to write (time_utc,gpu_model,"
+                                                                "gpus).", show_default=False)],
+    gpu_model: Annotated[str, typer.Option(
+        "--gpu-model", help="GPU model of the cluster's GPUs. Default: V100-32GB (Helios Earth is a Volta "
+                            "cluster of V100-SXM2 32 GB; docs/forecasting.md).")] = "V100-32GB",
+    utc_offset: Annotated[str, typer.Option(
+        "--utc-offset", help="Zone of the file's wall-clock times, e.g. +08:00 (SenseTime's clusters are in "
+                             "China) or Z.")] = "+08:00",
+    start: Annotated[Optional[str], typer.Option(
+        "--start", help="Time of the first row, ISO-8601 with a zone, for a file without a 'time' column (rows "
+                        "are then one minute apart).", show_default=False)] = None,
+    since: Annotated[Optional[str], typer.Option(
+        "--since", help="Keep rows at or after this time (ISO-8601 with a zone).", show_default=False)] = None,
+    until: Annotated[Optional[str], typer.Option(
+        "--until", help="Keep rows before this time (ISO-8601 with a zone).", show_default=False)] = None,
+) -> None:
+    """Convert a Helios per-minute virtual-cluster sequence into a demand series.
+
+    Demand at a minute = running_gpu_num + pending_gpu_num (GPUs in use plus
+    GPUs requested by queued jobs). Bad input is reported as
+    FILE:LINE:COLUMN: column: message (exit code 2) and nothing is written."""
+    from fleetctl.jobspec import parse_utc_timestamp
+    from fleetctl.sim.traces import format_utc
+    from fleetctl.yamlerrors import SpecError
+    from forecasting.series import HeliosOptions, import_helios_sequence, parse_offset, write_demand_series
+
+    times = {}
+    for flag, value in (("--start", start), ("--since", since), ("--until", until)):
+        try:
+            times[flag] = None if value is None else parse_utc_timestamp(value)
+        except ValueError as exc:
+            fail(f"{flag}: {exc}", 2)
+    try:
+        options = HeliosOptions(gpu_model=gpu_model, utc_offset=parse_offset(utc_offset), start_utc=times["--start"],
+                                since_utc=times["--since"], until_utc=times["--until"])
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        result = import_helios_sequence(sequence_csv, options)
+    except SpecError as exc:
+        for issue in exc.issues:
+            err_console.print(str(issue), markup=False)
+        fail(f"{sequence_csv}: {len(exc.issues)} error(s); nothing was written", 2)
+    try:
+        write_demand_series(result.rows, output)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+    gpus = [g for _, _, g in result.rows]
+    console.print(f"{sequence_csv.name}: {result.rows_read} rows -> {result.kept} demand rows of {gpu_model}, "
+                  f"{format_utc(result.rows[0][0])} .. {format_utc(result.rows[-1][0])}; GPUs demanded: mean "
+                  f"{sum(gpus) / len(gpus):.1f}, max {max(gpus)}", markup=False)
+    console.print(f"wrote {output}", markup=False)

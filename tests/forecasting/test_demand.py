@@ -1,0 +1,267 @@
+"""The demand forecaster: Helios importer, demand-series CSV, features without leakage, scale-freeness,
+the time split, save/load, the runtime API and the CLI."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.model import DemandForecast
+from fleetctl.yamlerrors import SpecError
+from forecasting.demand import CANDIDATES, FEATURES, DemandModel, ModelError, build_samples, evaluate, features
+from forecasting.series import (
+    DemandSeries,
+    HeliosOptions,
+    parse_demand_series,
+    parse_helios_sequence,
+    read_demand_series,
+    series_frame,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "demand"
+T0 = datetime(2020, 5, 1, tzinfo=timezone.utc)
+runner = CliRunner()
+FAST = (CANDIDATES[1],)  # one small candidate: the tests check behaviour, not accuracy
+
+
+def synthetic(days: float = 4, seed: int = 0, size: float = 64, step_s: float = 120.0) -> DemandSeries:
+    """A daily rhythm of whole GPUs with jobs arriving and leaving at random."""
+    rng = np.random.default_rng(seed)
+    n = int(days * 86400 / step_s)
+    t = T0.timestamp() + step_s * np.arange(n)
+    base = size * (0.55 + 0.3 * np.sin(2 * np.pi * (t - t[0]) / 86400))
+    noise = np.cumsum(rng.normal(0, 0.6, n))
+    noise -= np.convolve(noise, np.ones(180) / 180, mode="same")
+    return DemandSeries("synthetic", "V100-32GB", t, np.clip(np.round(base + noise), 0, None))
+
+
+@pytest.fixture(scope="module")
+def model() -> DemandModel:
+    return DemandModel.train([synthetic(seed=1), synthetic(seed=2, size=16)], horizons_minutes=(60, 360), seed=0,
+                             candidates=FAST)
+
+
+# --------------------------------------------------------------------------- Helios importer
+
+HELIOS_HEADER = "time,total_gpu_num,running_gpu_num,pending_gpu_num,idle_gpu_num\n"
+
+
+def test_helios_demand_is_running_plus_pending_at_the_given_offset():
+    text = HELIOS_HEADER + "2020-05-01 00:00:00,64,59,0,5\n2020-05-01 00:01:00,64,60,12,4\n"
+    result = parse_helios_sequence(text, "seq.csv", HeliosOptions(gpu_model="V100-32GB"))
+    assert [(t.isoformat(), m, g) for t, m, g in result.rows] == [
+        ("2020-04-30T16:00:00+00:00", "V100-32GB", 59), ("2020-04-30T16:01:00+00:00", "V100-32GB", 72)]
+    utc = parse_helios_sequence(text, "seq.csv", HeliosOptions(utc_offset=timezone.utc))
+    assert utc.rows[0][0] == datetime(2020, 5, 1, tzinfo=timezone.utc)
+
+
+def test_helios_without_time_column_needs_start_and_counts_minutes():
+    text = "running_gpu_num,pending_gpu_num\n1,2\n3,4\n"
+    with pytest.raises(SpecError, match=r"seq.csv:1:1: .*--start"):
+        parse_helios_sequence(text, "seq.csv")
+    result = parse_helios_sequence(text, "seq.csv", HeliosOptions(start_utc=T0, gpu_model="A100-80GB"))
+    assert [(t, g) for t, _, g in result.rows] == [(T0, 3), (T0 + timedelta(minutes=1), 7)]
+
+
+@pytest.mark.parametrize("text, expected", [
+    (HELIOS_HEADER + "2020-05-01 00:00:00,64,-1,0,5\n", "seq.csv:2:24: running_gpu_num: must be at least 0"),
+    (HELIOS_HEADER + "2020-05-01 00:00:00,64,1,x,5\n", "seq.csv:2:26: pending_gpu_num: must be a whole number"),
+    (HELIOS_HEADER + "2020-05-01 00:01:00,64,1,0,5\n2020-05-01 00:00:00,64,1,0,5\n",
+     "seq.csv:3:1: time: must be after the previous row's time (line 2)"),
+    (HELIOS_HEADER + "yesterday,64,1,0,5\n", "seq.csv:2:1: time: must be an ISO-8601 time"),
+    ("time,running_gpu_num\n2020-05-01 00:00:00,1\n", "seq.csv:1:1: (root): missing column(s) pending_gpu_num"),
+    (HELIOS_HEADER + "2020-05-01 00:00:00,64,1,0\n", "seq.csv:2:1: (root): the row has 4 cells"),
+    ("", "seq.csv:1:1: (root): file is empty"),
+], ids=["negative", "not-a-number", "time-goes-back", "bad-time", "missing-column", "short-row", "empty"])
+def test_helios_bad_input_names_file_line_and_column(text, expected):
+    with pytest.raises(SpecError) as info:
+        parse_helios_sequence(text, "seq.csv")
+    assert any(str(issue).startswith(expected) for issue in info.value.issues), info.value.issues
+
+
+def test_helios_cli_writes_the_demand_csv_and_nothing_on_error(tmp_path):
+    good, bad, out = tmp_path / "good.csv", tmp_path / "bad.csv", tmp_path / "demand.csv"
+    good.write_text(HELIOS_HEADER + "2020-05-01 08:00:00,64,5,3,0\n2020-05-01 08:01:00,64,6,0,0\n")
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == ("time_utc,gpu_model,gpus\n2020-05-01T00:00:00Z,V100-32GB,8\n"
+                               "2020-05-01T00:01:00Z,V100-32GB,6\n")
+    bad.write_text(HELIOS_HEADER + "2020-05-01 08:00:00,64,5,-3,0\n")
+    out2 = tmp_path / "other.csv"
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(bad), "-o", str(out2)])
+    assert result.exit_code == 2
+    assert f"{bad}:2:" in result.output and "nothing was written" in result.output
+    assert not out2.exists()
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out2),
+                                 "--gpu-model", "V100"])
+    assert result.exit_code == 2 and "unknown GPU model" in result.output and not out2.exists()
+
+
+# --------------------------------------------------------------------------- demand-series CSV
+
+
+def test_demand_series_round_trip_and_errors(tmp_path):
+    series = parse_demand_series("time_utc,gpu_model,gpus\n2020-05-01T00:00:00Z,V100-32GB,3\n"
+                                 "2020-05-01T00:00:00Z,A100-80GB,1\n2020-05-01T00:05:00Z,V100-32GB,4\n", "d.csv")
+    assert [(s.gpu_model, list(s.gpus)) for s in series] == [("V100-32GB", [3.0, 4.0]), ("A100-80GB", [1.0])]
+    with pytest.raises(SpecError) as info:
+        parse_demand_series("time_utc,gpu_model,gpus\n2020-05-01T00:05:00Z,V100-32GB,3\n"
+                            "2020-05-01T00:00:00Z,V100-32GB,1\n2020-05-01T00:10:00,V100-32GB,1\n"
+                            "2020-05-01T00:15:00Z,V100,1\n", "d.csv")
+    text = "\n".join(str(i) for i in info.value.issues)
+    assert "d.csv:3:1: time_utc: must be after the previous V100-32GB row's time (line 2)" in text
+    assert "d.csv:4:1: time_utc: has no time zone" in text
+    assert "d.csv:5:22: gpu_model: unknown GPU model 'V100'" in text
+    with pytest.raises(SpecError, match="missing.csv:1:1: .*cannot read the file"):
+        read_demand_series(tmp_path / "missing.csv")
+
+
+# --------------------------------------------------------------------------- features and split
+
+
+def test_features_at_t_use_only_data_up_to_t():
+    s = synthetic(days=3)
+    origins = s.times_s[0] + np.array([0.3, 1.2, 1.7, 2.4]) * 86400 + 17.0  # also between observations
+    before, _, _ = features(s, origins, 360)
+    for t in origins:
+        future = s.times_s > t
+        changed = DemandSeries(s.source, s.gpu_model, s.times_s, np.where(future, s.gpus * 3 + 7, s.gpus))
+        after, _, _ = features(changed, np.array([t]), 360)
+        i = int(np.flatnonzero(origins == t)[0])
+        np.testing.assert_array_equal(before[i], after[0])
+    assert before.shape == (4, len(FEATURES))
+
+
+def test_features_are_scale_free():
+    s = synthetic(days=2)
+    origins = s.times_s[0] + np.array([0.5, 1.5]) * 86400
+    a, scale_a, level_a = features(s, origins, 60)
+    b, scale_b, level_b = features(s.scaled(10), origins, 60)
+    np.testing.assert_allclose(a, b, rtol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(scale_b, 10 * scale_a)
+
+
+def test_training_never_sees_a_target_after_the_split():
+    s = synthetic(days=4)
+    split = T0 + timedelta(days=3)
+    for h in (60, 360):
+        samples = build_samples(s, h, until_s=split.timestamp())
+        assert samples.origins_s.max() + h * 60 <= split.timestamp()
+        assert samples.origins_s.max() + h * 60 >= split.timestamp() - 300  # and it uses the window up to the split
+    later = build_samples(s, 60, since_s=split.timestamp(), full_day=True)
+    assert later.origins_s.min() >= split.timestamp()
+
+
+def test_training_data_after_the_split_does_not_change_the_model():
+    s = synthetic(days=4, seed=3)
+    split = T0 + timedelta(days=3)
+    future = s.times_s > split.timestamp()
+    changed = DemandSeries(s.source, s.gpu_model, s.times_s, np.where(future, 0.0, s.gpus))
+    a = DemandModel.train([s], horizons_minutes=(60,), until_utc=split, candidates=FAST)
+    b = DemandModel.train([changed], horizons_minutes=(60,), until_utc=split, candidates=FAST)
+    x, scale, level = features(s, s.times_s[::97], 60)
+    np.testing.assert_array_equal(a.quantiles(x, scale, level, 60)[1], b.quantiles(x, scale, level, 60)[1])
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def test_forecasts_scale_with_the_series(model):
+    s = synthetic(days=3, seed=7, size=32)
+    for day in (1.2, 2.6):
+        now = T0 + timedelta(days=day)
+        small, large = model.forecast(s, now), model.forecast(s.scaled(10), now)
+        assert [(f.horizon_minutes) for f in small] == [60, 360]
+        for a, b in zip(small, large):
+            assert b.gpus_p50 == pytest.approx(10 * a.gpus_p50, rel=1e-6, abs=1e-6)
+            assert b.gpus_p90 == pytest.approx(10 * a.gpus_p90, rel=1e-6, abs=1e-6)
+            assert 0 <= a.gpus_p50 <= a.gpus_p90
+
+
+def test_predict_takes_a_frame_and_ignores_rows_after_now(model):
+    a, b = synthetic(days=2, seed=4), synthetic(days=2, seed=5, size=8)
+    b = DemandSeries("other", "A100-80GB", b.times_s + 30.0, b.gpus)
+    frame = series_frame([a, b])
+    now = T0 + timedelta(days=1, hours=3)
+    out = model.predict(frame, now)
+    assert all(isinstance(f, DemandForecast) for f in out)
+    assert [(f.gpu_model, f.horizon_minutes) for f in out] == [("A100-80GB", 60), ("A100-80GB", 360),
+                                                              ("V100-32GB", 60), ("V100-32GB", 360)]
+    future = frame.copy()
+    future.loc[future["time_utc"] > pd.Timestamp(now), "gpus"] = 1000.0
+    assert model.predict(future, now) == out
+    assert model.predict(frame, T0 - timedelta(days=1)) == ()
+    with pytest.raises(ValueError, match="no time zone"):
+        model.predict(frame, now.replace(tzinfo=None))
+
+
+def test_save_load_round_trip_and_version_refusal(model, tmp_path):
+    path = model.save(tmp_path / "demand")
+    loaded = DemandModel.load(path)
+    s = synthetic(days=2, seed=9)
+    now = T0 + timedelta(hours=30)
+    assert loaded.forecast(s, now) == model.forecast(s, now)
+    meta = json.loads((path / "model.json").read_text())
+    assert meta["features"] == list(FEATURES) and meta["horizons_minutes"] == [60, 360]
+    assert set(meta["versions"]) == {"scikit-learn", "numpy", "pandas", "python"}
+    assert meta["training_window_utc"][0] == "2020-05-01T00:00:00Z" and meta["training_metrics"]["60"]["mae"] >= 0
+    meta["versions"]["scikit-learn"] = "0.0.1"
+    (path / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match=r"saved with scikit-learn 0\.0\.1.*--allow-version-mismatch"):
+        DemandModel.load(path)
+    with pytest.warns(UserWarning, match="0.0.1"):
+        assert DemandModel.load(path, allow_version_mismatch=True).forecast(s, now) == model.forecast(s, now)
+    with pytest.raises(ModelError, match=r"nowhere: no such model directory"):
+        DemandModel.load(tmp_path / "nowhere")
+    (path / "model.joblib").write_bytes(b"not a pickle")
+    with pytest.raises(ModelError, match=r"model\.joblib: cannot load the model"), pytest.warns(UserWarning):
+        DemandModel.load(path, allow_version_mismatch=True)
+
+
+def test_evaluate_scores_the_model_and_both_baselines(model):
+    result = evaluate(model, [synthetic(days=3, seed=11)], 60, since_utc=T0 + timedelta(days=1))
+    result.pop("_curves")
+    assert result["samples"] == (2 * 86400 - 120 - 3600) // 300 + 1  # the series ends 120 s before 3 days
+    assert 0.0 <= result["p90_coverage"] <= 1.0 and result["mae"] > 0
+    assert set(result["baselines"]) == {"last_value", "seasonal_naive"}
+    # On a strong daily rhythm the seasonal baseline has something to say; the last value lags it.
+    assert result["baselines"]["seasonal_naive"]["mae"] != result["baselines"]["last_value"]["mae"]
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_train_and_evaluate_json_keys(tmp_path):
+    out = tmp_path / "model"
+    result = runner.invoke(app, ["forecast", "train", "demand", "--series", str(EXAMPLES / "helios-earth-vc3sl.csv"),
+                                 "--horizons", "1h", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["forecast", "evaluate", "demand", "--model", str(out), "--series",
+                                 str(EXAMPLES / "helios-earth-vcMod.csv"), "--horizon", "1h", "--format", "json",
+                                 "--report", str(tmp_path / "report")])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout[result.stdout.index("{"):])
+    assert set(payload) == {"samples", "mae", "pinball_p90", "p90_coverage", "baselines"}
+    assert {k: set(v) for k, v in payload["baselines"].items()} == {
+        "last_value": {"mae", "pinball_p90"}, "seasonal_naive": {"mae", "pinball_p90"}}
+    assert payload["samples"] > 0
+    assert (tmp_path / "report" / "demand_forecast_60m.png").stat().st_size > 1000
+
+
+def test_cli_bad_input_names_the_path(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time_utc,gpu_model,gpus\n2020-05-01T00:00:00Z,V100-32GB,-1\n")
+    result = runner.invoke(app, ["forecast", "train", "demand", "--series", str(bad), "-o", str(tmp_path / "m")])
+    assert result.exit_code == 2 and f"{bad}:2:32: gpus: must be at least 0" in result.output
+    assert not (tmp_path / "m").exists()
+    result = runner.invoke(app, ["forecast", "evaluate", "demand", "--model", str(tmp_path / "none"), "--series",
+                                 str(EXAMPLES / "helios-earth-vcMod.csv")])
+    assert result.exit_code == 2 and "none: no such model directory" in result.output
