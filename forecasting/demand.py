@@ -21,11 +21,13 @@ same features, and one model serves clusters of any size.
 | ``hours_since_change`` | hours back to the last grid sample that differs from ``y(t)`` (24 when none) |
 | ``seasonal_level`` | ``y(t + h - 24 h) / s``: yesterday at the target's time of day |
 | ``seasonal_change`` | ``(y(t + h - 24 h) - y(t - 24 h)) / s``: how demand moved over the same window yesterday |
+| ``hour_of_day_utc``, ``day_of_week_utc`` | of the origin ``t`` in UTC (hours, 0-24; Monday = 0) |
 
-No clock features (hour of day, weekday): the time zone of a cluster's users
-would tie the model to the cluster it was trained on; the seasonal features
-carry the daily pattern whatever the zone. Grid samples before a series' first
-observation are missing (NaN; the gradient boosting handles them natively).
+The clock features are in UTC: they carry the working day of the clusters the
+model was trained on (Helios: +08:00), so a model serves clusters whose users
+live in the same zones; the seasonal features carry the daily pattern whatever
+the zone. Grid samples before a series' first observation are missing (NaN;
+the gradient boosting handles them natively).
 
 **Target and model.** For each horizon ``h`` and each quantile (0.5, 0.9): a
 scikit-learn ``HistGradientBoostingRegressor(loss="quantile")`` on the change
@@ -47,7 +49,15 @@ adjustments are chosen: the share of the median's predicted change to keep
 (``MEDIAN_SHRINK``: 0, 0.5 or 1; 0 makes the median the last value), and a
 split-conformal offset added to the 90th percentile (the rank-corrected 90th
 percentile of the validation errors in units of ``s``), so that it covers 90%
-of the validation outcomes. Seeded, no early stopping, one OpenMP thread:
+of the validation outcomes. With two or more training series the adjustments
+are calibrated *across series* (``CALIBRATION = "other_series"``): each
+series' validation slice is predicted by a model fitted (with the chosen
+hyperparameters) on the other series only, because the model will serve
+clusters it has not seen, whose errors are larger than a seen cluster's later
+errors. The median keeps a share of its predicted change only if that share
+is no worse than the last value on every series' slice, both as predicted by
+the model fitted on all series and by the one fitted on the others; otherwise
+the median is the last value. Seeded, no early stopping, one OpenMP thread:
 deterministic.
 
 **Baselines.** ``last_value``: ``y(t)``; ``seasonal_naive``: ``y(t + h - 24 h)``.
@@ -79,7 +89,7 @@ from fleetctl.model import DemandForecast
 from forecasting.interruption import ModelError
 from forecasting.series import DemandSeries
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 GRID_SECONDS = 300.0
 DAY_SECONDS = 86_400.0
 LOOKBACK_POINTS = int(DAY_SECONDS // GRID_SECONDS)  # 288 steps back: 24 hours
@@ -90,6 +100,7 @@ TUNE_FRACTION = 0.7
 FEATURES = (
     "level", "change_15m", "change_1h", "change_3h", "change_6h", "mean_1h", "mean_6h",
     "max_24h", "min_24h", "std_24h", "hours_since_change", "seasonal_level", "seasonal_change",
+    "hour_of_day_utc", "day_of_week_utc",
 )
 _CHANGE_STEPS = (3, 12, 36, 72)  # 15 min, 1 h, 3 h, 6 h on the 5-minute grid
 #: Hyperparameters tried for each horizon and quantile, scored on a later slice of the training window only.
@@ -101,6 +112,9 @@ CANDIDATES = (
 )
 #: How much of the median's predicted change to keep, chosen on the same validation slice (0 = the last value).
 MEDIAN_SHRINK = (0.0, 0.5, 1.0)
+#: How the two adjustments are calibrated: "other_series" (each series' validation slice predicted by a model
+#: fitted on the other series only, when there are two or more) or "same_series" (one model fitted on all).
+CALIBRATION = "other_series"
 
 __all__ = [
     "CANDIDATES",
@@ -151,6 +165,7 @@ def features(series: DemandSeries, origins_s: np.ndarray, horizon_minutes: int) 
     h = horizon_minutes * 60.0
     seasonal = _asof(series, t + h - DAY_SECONDS)
     cols += [seasonal / scale, (seasonal - _asof(series, t - DAY_SECONDS)) / scale]
+    cols += [(t % DAY_SECONDS) / 3600.0, ((t // DAY_SECONDS) + 3) % 7]  # origin's UTC hour, weekday (Monday = 0)
     return np.column_stack(cols), scale, level
 
 
@@ -266,6 +281,7 @@ class DemandModel:
         baseline_q90: dict[str, dict[str, float]] = {}
         samples_per_horizon: dict[str, int] = {}
         first_s, last_s = math.inf, -math.inf
+        calibrated_across = False  # whether any adjustment was calibrated on another series' predictions
         with threadpool_limits(limits=1, user_api="openmp"):  # deterministic, and no oversubscription
             for h in horizons:
                 parts = [build_samples(s, h, since_s=since_s, until_s=until_s) for s in series]
@@ -288,6 +304,7 @@ class DemandModel:
                     reach.append((p.origins_s + h * 60.0 - lo) / span)
                     first_s, last_s = min(first_s, lo), max(last_s, hi)
                 pos_a, reach_a = np.concatenate(pos), np.concatenate(reach)
+                group = np.concatenate([np.full(len(p.origins_s), i) for i, p in enumerate(parts)])
                 fit, val = reach_a <= TUNE_FRACTION, pos_a >= TUNE_FRACTION
                 if fit.sum() < 50 or val.sum() < 20:
                     raise ValueError(f"too little history to train at horizon {h} min ({len(y)} samples); give "
@@ -306,11 +323,40 @@ class DemandModel:
                         tried.append((loss, params, f_val))
                     best_i = min(range(len(tried)), key=lambda i: tried[i][0])  # first of the best on ties
                     _, best, f_val = tried[best_i]
+                    f_val_same = f_val
+                    if CALIBRATION == "other_series" and len(parts) >= 2:
+                        # The model will serve clusters it has not seen: calibrate on predictions for each
+                        # series' validation slice from a model fitted on the *other* series only (the
+                        # same-series prediction stays where the others have too little to fit on).
+                        f_val = f_val_same.copy()
+                        val_group = group[val]
+                        for i in range(len(parts)):
+                            others = fit & (group != i)
+                            if others.sum() < 50 or not (val_group == i).any():
+                                continue
+                            est = HistGradientBoostingRegressor(loss="quantile", quantile=q, early_stopping=False,
+                                                                random_state=seed, **best)
+                            est.fit(X[others], r[others], sample_weight=scale[others])
+                            f_val[val_group == i] = est.predict(X[val & (group == i)])
+                            calibrated_across = True
                     if q == 0.5:
-                        # Keep the share of the predicted change that scores best on the validation slice.
-                        losses = [pinball(y[val], np.maximum(level[val] + a * scale[val] * f_val, 0.0), 0.5)
-                                  for a in MEDIAN_SHRINK]
-                        adjust[_key(h, q)] = MEDIAN_SHRINK[int(np.argmin(losses))]
+                        # Keep the share of the predicted change that scores best on the validation slice,
+                        # among the shares no worse than the last value (share 0) on *every* series' slice,
+                        # both as predicted by the model fitted on all series and by the one fitted on the
+                        # others: the median must not lose to the last value later in time on a cluster
+                        # it has seen, nor on one it has not, not just on average.
+                        val_group = group[val]
+
+                        def median_loss(a: float, rows: np.ndarray, pred: np.ndarray) -> float:
+                            return pinball(y[val][rows], np.maximum(level[val][rows] + a * scale[val][rows]
+                                                                    * pred[rows], 0.0), 0.5)
+
+                        every = np.ones(len(val_group), dtype=bool)
+                        groups = [val_group == i for i in range(len(parts)) if (val_group == i).any()]
+                        allowed = [a for a in MEDIAN_SHRINK
+                                   if all(median_loss(a, g, pred) <= median_loss(0.0, g, pred)
+                                          for g in groups for pred in (f_val_same, f_val))]
+                        adjust[_key(h, q)] = min(allowed, key=lambda a: median_loss(a, every, f_val))
                     else:
                         # Split-conformal correction: the offset (in units of the scale) that makes the
                         # validation slice's coverage 90% (finite-sample rank), added to every forecast.
@@ -352,6 +398,7 @@ class DemandModel:
             "seed": seed,
             "hyperparameters": hyper,
             "adjustments": adjust,
+            "calibration": "other_series" if calibrated_across else "same_series",
             "hyperparameter_search": search,
             "versions": _versions(),
         }
@@ -537,7 +584,7 @@ def forecast_plot(curves: list[tuple], horizon_minutes: int, path: str | Path) -
         ax.step(times, y, where="post", color="black", lw=1.0, label="actual")
         ax.step(times, p50, where="post", lw=1.0, label="median forecast")
         ax.step(times, last, where="post", lw=0.8, ls=":", color="grey", label="last value")
-        ax.set_title(f"{name}, +{horizon_minutes} min")
+        ax.set_title(f"{Path(name).name}, +{horizon_minutes} min")  # the file, not where it was
         ax.set_ylabel("GPUs demanded")
         ax.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()

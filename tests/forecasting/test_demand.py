@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.model import DemandForecast
 from fleetctl.yamlerrors import SpecError
+from forecasting import demand
 from forecasting.demand import CANDIDATES, FEATURES, DemandModel, ModelError, build_samples, evaluate, features
 from forecasting.series import (
     DemandSeries,
@@ -45,8 +46,8 @@ def synthetic(days: float = 4, seed: int = 0, size: float = 64, step_s: float = 
 
 @pytest.fixture(scope="module")
 def model() -> DemandModel:
-    return DemandModel.train([synthetic(seed=1), synthetic(seed=2, size=16)], horizons_minutes=(60, 360), seed=0,
-                             candidates=FAST)
+    return DemandModel.train([synthetic(days=3, seed=1), synthetic(days=3, seed=2, size=16)],
+                             horizons_minutes=(60, 360), seed=0, candidates=FAST)
 
 
 # --------------------------------------------------------------------------- Helios importer
@@ -140,6 +141,14 @@ def test_features_at_t_use_only_data_up_to_t():
     assert before.shape == (4, len(FEATURES))
 
 
+def test_clock_features_are_the_origins_utc_hour_and_weekday():
+    s = synthetic(days=2)
+    origin = datetime(2020, 5, 2, 13, 30, tzinfo=timezone.utc)  # a Saturday
+    x, _, _ = features(s, np.array([origin.timestamp()]), 60)
+    assert x[0, FEATURES.index("hour_of_day_utc")] == 13.5
+    assert x[0, FEATURES.index("day_of_week_utc")] == origin.weekday() == 5
+
+
 def test_features_are_scale_free():
     s = synthetic(days=2)
     origins = s.times_s[0] + np.array([0.5, 1.5]) * 86400
@@ -167,11 +176,30 @@ def test_training_data_after_the_split_does_not_change_the_model():
     changed = DemandSeries(s.source, s.gpu_model, s.times_s, np.where(future, 0.0, s.gpus))
     a = DemandModel.train([s], horizons_minutes=(60,), until_utc=split, candidates=FAST)
     b = DemandModel.train([changed], horizons_minutes=(60,), until_utc=split, candidates=FAST)
+    assert a.metadata["calibration"] == "same_series"  # one series: nothing to calibrate across
     x, scale, level = features(s, s.times_s[::97], 60)
     np.testing.assert_array_equal(a.quantiles(x, scale, level, 60)[1], b.quantiles(x, scale, level, 60)[1])
 
 
 # --------------------------------------------------------------------------- the model
+
+
+def test_adjustments_are_calibrated_on_series_the_model_was_not_fitted_on(monkeypatch):
+    # A volatile series beside a flat one: fitted on both, the model knows which is which, and the p90 offset
+    # calibrated on the same series is about 0. Calibrated across series (the default: the model will serve
+    # clusters it has not seen), the flat series' model misses the volatile one's moves: a larger offset, and
+    # the median keeps none of its predicted change (it lost to the last value on one series).
+    volatile = synthetic(days=3, seed=1)
+    flat = DemandSeries("flat", volatile.gpu_model, volatile.times_s, np.full(len(volatile.times_s), 32.0))
+    across = DemandModel.train([volatile, flat], horizons_minutes=(60,), candidates=FAST)
+    monkeypatch.setattr(demand, "CALIBRATION", "same_series")
+    same = DemandModel.train([volatile, flat], horizons_minutes=(60,), candidates=FAST)
+    assert (across.metadata["calibration"], same.metadata["calibration"]) == ("other_series", "same_series")
+    assert across.metadata["adjustments"]["60m_q90"] > same.metadata["adjustments"]["60m_q90"] + 0.05
+    assert across.metadata["adjustments"]["60m_q50"] == 0.0
+    now = T0 + timedelta(days=2, hours=5)
+    for f in across.forecast(volatile, now):
+        assert f.gpus_p50 == volatile.gpus[volatile.times_s <= now.timestamp()][-1]  # the last value
 
 
 def test_forecasts_scale_with_the_series(model):
@@ -248,7 +276,7 @@ def test_cli_train_and_evaluate_json_keys(tmp_path):
                                  str(EXAMPLES / "helios-earth-vcMod.csv"), "--horizon", "1h", "--format", "json",
                                  "--report", str(tmp_path / "report")])
     assert result.exit_code == 0, result.output
-    payload = json.loads(result.stdout[result.stdout.index("{"):])
+    payload = json.loads(result.stdout)  # stdout is the JSON alone (notes go to stderr)
     assert set(payload) == {"samples", "mae", "pinball_p90", "p90_coverage", "baselines"}
     assert {k: set(v) for k, v in payload["baselines"].items()} == {
         "last_value": {"mae", "pinball_p90"}, "seasonal_naive": {"mae", "pinball_p90"}}
