@@ -74,9 +74,7 @@ horizon, from rows at or before ``now`` only.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import platform
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -86,7 +84,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from fleetctl.model import DemandForecast
-from forecasting.interruption import ModelError
+from forecasting import modelfiles
+from forecasting.modelfiles import ModelError
 from forecasting.series import DemandSeries
 
 FORMAT_VERSION = 2
@@ -209,14 +208,6 @@ def pinball(y: np.ndarray, q_pred: np.ndarray, q: float, weights: np.ndarray | N
     d = y - q_pred
     loss = np.maximum(q * d, (q - 1) * d)
     return float(np.average(loss, weights=weights))
-
-
-def _versions() -> dict[str, str]:
-    import pandas
-    import sklearn
-
-    return {"scikit-learn": sklearn.__version__, "numpy": np.__version__, "pandas": pandas.__version__,
-            "python": platform.python_version()}
 
 
 def _scores(y: np.ndarray, p50: np.ndarray, p90: np.ndarray) -> dict[str, float]:
@@ -400,7 +391,7 @@ class DemandModel:
             "adjustments": adjust,
             "calibration": "other_series" if calibrated_across else "same_series",
             "hyperparameter_search": search,
-            "versions": _versions(),
+            "versions": modelfiles.versions(),
         }
         return cls(estimators, horizons, metadata)
 
@@ -462,28 +453,14 @@ class DemandModel:
     # ------------------------------------------------------------------ files
 
     def save(self, directory: str | Path) -> Path:
-        import joblib
-
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        joblib.dump(self.estimators, path / "model.joblib")
-        (path / "model.json").write_text(json.dumps(self.metadata, indent=2, sort_keys=True) + "\n")
-        return path
+        return modelfiles.save(directory, self.estimators, dict(self.metadata))
 
     @classmethod
     def load(cls, directory: str | Path, *, allow_version_mismatch: bool = False) -> "DemandModel":
         """Load a saved model. Refuses (``ModelError``) a model saved with another
         scikit-learn version unless ``allow_version_mismatch`` (then warns)."""
-        import joblib
-
-        path = Path(directory)
+        path, meta = modelfiles.read_metadata(directory)
         meta_path, est_path = path / "model.json", path / "model.joblib"
-        if not path.is_dir():
-            raise ModelError(f"{path}: no such model directory")
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ModelError(f"{meta_path}: cannot read the model's metadata ({exc})") from exc
         horizons = meta.get("horizons_minutes") if isinstance(meta, dict) else None
         if not isinstance(meta, dict) or meta.get("kind") != "demand" or meta.get("format_version") != FORMAT_VERSION \
                 or not isinstance(horizons, list) or not horizons \
@@ -493,17 +470,8 @@ class DemandModel:
         if meta.get("features") != list(FEATURES) or meta.get("grid_minutes") != GRID_SECONDS / 60:
             raise ModelError(f"{meta_path}: the model was trained on other features than this version computes; "
                              "retrain it (fleetctl forecast train demand)")
-        saved, here = meta["versions"].get("scikit-learn"), _versions()["scikit-learn"]
-        if saved != here:
-            text = (f"{path}: the model was saved with scikit-learn {saved}, this is {here}; its predictions may "
-                    "differ or fail. Retrain it (fleetctl forecast train demand)")
-            if not allow_version_mismatch:
-                raise ModelError(text + ", or pass --allow-version-mismatch to use it anyway")
-            warnings.warn(text, stacklevel=2)
-        try:
-            estimators = joblib.load(est_path)
-        except Exception as exc:  # noqa: BLE001 - unpickling raises anything; report it with the path
-            raise ModelError(f"{est_path}: cannot load the model ({type(exc).__name__}: {exc})") from exc
+        estimators = modelfiles.load_estimator(path, meta, kind="demand",
+                                                allow_version_mismatch=allow_version_mismatch)
         wanted = {_key(h, q) for h in horizons for q in QUANTILES}
         adjustments = meta.get("adjustments")
         if not isinstance(adjustments, dict) or set(adjustments) != wanted \

@@ -46,10 +46,7 @@ so the daemon forecasts from what it has seen itself.
 
 from __future__ import annotations
 
-import json
 import math
-import platform
-import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -59,6 +56,8 @@ import numpy as np
 
 from fleetctl import model as fm
 from fleetctl.sim.market import Market, MarketTrace
+from forecasting import modelfiles
+from forecasting.modelfiles import ModelError
 
 STEP = timedelta(minutes=10)
 FORMAT_VERSION = 1
@@ -78,8 +77,6 @@ CANDIDATES = (
 )
 
 
-class ModelError(ValueError):
-    """A model directory that cannot be used (missing, corrupt, another library version)."""
 
 
 # =========================================================================== features
@@ -324,14 +321,6 @@ def evaluation_mask(s: Samples, split_s: float) -> np.ndarray:
 # =========================================================================== the model
 
 
-def _versions() -> dict[str, str]:
-    import pandas
-    import sklearn
-
-    return {"scikit-learn": sklearn.__version__, "numpy": np.__version__, "pandas": pandas.__version__,
-            "python": platform.python_version()}
-
-
 def scores(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
     from sklearn.metrics import brier_score_loss, roc_auc_score
 
@@ -420,7 +409,7 @@ class InterruptionModel:
             "seed": seed,
             "hyperparameters": best,
             "hyperparameter_search": [{"params": p, "validation_auc": round(v, 6)} for v, p in tried],
-            "versions": _versions(),
+            "versions": modelfiles.versions(),
             "trained_at_utc": None,
         }
         return cls(calibrated, metadata["horizon_minutes"], metadata)
@@ -456,29 +445,14 @@ class InterruptionModel:
     # ------------------------------------------------------------------ files
 
     def save(self, directory: str | Path) -> Path:
-        import joblib
-
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        joblib.dump(self.estimator, path / "model.joblib")
-        meta = dict(self.metadata)
-        (path / "model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        return path
+        return modelfiles.save(directory, self.estimator, dict(self.metadata))
 
     @classmethod
     def load(cls, directory: str | Path, *, allow_version_mismatch: bool = False) -> "InterruptionModel":
         """Load a saved model. Refuses (``ModelError``) a model saved with another
         scikit-learn version unless ``allow_version_mismatch`` (then warns)."""
-        import joblib
-
-        path = Path(directory)
+        path, meta = modelfiles.read_metadata(directory)
         meta_path, est_path = path / "model.json", path / "model.joblib"
-        if not path.is_dir():
-            raise ModelError(f"{path}: no such model directory")
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ModelError(f"{meta_path}: cannot read the model's metadata ({exc})") from exc
         if not isinstance(meta, dict) or meta.get("kind") != "interruption" \
                 or meta.get("format_version") != FORMAT_VERSION or not isinstance(meta.get("horizon_minutes"), int) \
                 or not isinstance(meta.get("versions"), dict):
@@ -486,17 +460,8 @@ class InterruptionModel:
         if meta.get("features") != list(FEATURES):
             raise ModelError(f"{meta_path}: the model was trained on other features than this version computes; "
                              "retrain it (fleetctl forecast train interruption)")
-        saved, here = meta.get("versions", {}).get("scikit-learn"), _versions()["scikit-learn"]
-        if saved != here:
-            text = (f"{path}: the model was saved with scikit-learn {saved}, this is {here}; its predictions may "
-                    f"differ or fail. Retrain it (fleetctl forecast train interruption)")
-            if not allow_version_mismatch:
-                raise ModelError(text + ", or pass --allow-version-mismatch to use it anyway")
-            warnings.warn(text, stacklevel=2)
-        try:
-            estimator = joblib.load(est_path)
-        except Exception as exc:  # noqa: BLE001 - unpickling raises anything; report it with the path
-            raise ModelError(f"{est_path}: cannot load the model ({type(exc).__name__}: {exc})") from exc
+        estimator = modelfiles.load_estimator(path, meta, kind="interruption",
+                                               allow_version_mismatch=allow_version_mismatch)
         if not hasattr(estimator, "predict_proba"):
             raise ModelError(f"{est_path}: holds a {type(estimator).__name__}, not a classifier")
         return cls(estimator, int(meta["horizon_minutes"]), meta)

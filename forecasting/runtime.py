@@ -36,6 +36,9 @@ from forecasting.interruption import InterruptionModel, ModelError, market_from_
 
 log = logging.getLogger("fleetctl.forecast")
 GRID_SECONDS = 300.0
+# How much recorded history a pass reads: the features look back 24 hours (and
+# at the same time the day before), so 49 hours is enough; retraining reads it all.
+HISTORY = timedelta(hours=49)
 
 
 class ModelForecaster:
@@ -59,11 +62,15 @@ class ModelForecaster:
 
     # ------------------------------------------------------------------ the Forecaster protocol
 
-    def _market(self, store: Store, now: datetime):  # noqa: ANN202 - a Market or None
+    def _market(self, store: Store, now: datetime, window: timedelta | None = None):  # noqa: ANN202 - Market or None
+        """The recorded market up to ``now``; with ``window``, only its last stretch
+        (the state at the window's start still comes from the rows before it)."""
         rows = [r for r in store.offer_observations() if r["observed_at_utc"] <= now]
         if not rows:
             return None
         start = rows[0]["observed_at_utc"]
+        if window is not None:
+            start = max(start, now - window)
         if now - start < timedelta(seconds=2 * GRID_SECONDS):
             return None
         return market_from_observations(rows, start, now + timedelta(seconds=GRID_SECONDS), GRID_SECONDS,
@@ -72,7 +79,7 @@ class ModelForecaster:
     def interruption(self, store: Store, now: datetime) -> tuple[OfferRisk, ...]:
         if self.interruption_model is None:
             return ()
-        market = self._market(store, now)
+        market = self._market(store, now, HISTORY)
         if market is None:
             return ()
         horizon = self.interruption_model.horizon_minutes
@@ -83,7 +90,7 @@ class ModelForecaster:
             return ()
         import pandas as pd
 
-        rows = [(e["at_utc"], model, gpus) for e in store.events("demand")
+        rows = [(e["at_utc"], model, gpus) for e in store.events("demand", since=now - HISTORY)
                 for model, gpus in (e["payload"].get("gpus") or {}).items() if model != "any"]
         if not rows:
             return ()

@@ -17,6 +17,25 @@ app.add_typer(train_app, name="train")
 app.add_typer(evaluate_app, name="evaluate")
 
 
+def load_model_or_exit(load, model_dir, allow_version_mismatch: bool):  # noqa: ANN001, ANN201
+    """``load(model_dir, allow_version_mismatch=...)`` (a model class's ``load``); a
+    model that cannot be used exits 2 with the reason, a version warning is printed."""
+    import warnings
+
+    from fleetctl.cli.common import err_console, fail
+    from forecasting.modelfiles import ModelError
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = load(model_dir, allow_version_mismatch=allow_version_mismatch)
+    except ModelError as exc:
+        fail(str(exc), 2)
+    for w in caught:
+        err_console.print(f"warning: {w.message}", markup=False)
+    return model
+
+
 def _register() -> None:
     # Each module adds its `train X` and `evaluate X` commands to the two groups above.
     from fleetctl.cli import forecast_demand, forecast_interruption  # noqa: F401

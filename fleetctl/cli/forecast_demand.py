@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,7 +11,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail
-from fleetctl.cli.forecast import evaluate_app, train_app
+from fleetctl.cli.forecast import evaluate_app, load_model_or_exit, train_app
 from fleetctl.cli.forecast_interruption import parse_duration
 
 SeriesOption = Annotated[list[Path], typer.Option(
@@ -132,7 +131,7 @@ def evaluate_demand(
     {"samples", "mae", "pinball_p90", "p90_coverage", "baselines":
     {"last_value": {"mae", "pinball_p90"}, "seasonal_naive": {"mae",
     "pinball_p90"}}}, in GPUs."""
-    from forecasting.demand import DemandModel, ModelError, evaluate, forecast_plot, series_digest
+    from forecasting.demand import DemandModel, evaluate, forecast_plot, series_digest
 
     if output_format not in ("table", "json"):
         fail(f"--format must be table or json (got {output_format!r})", 2)
@@ -140,14 +139,7 @@ def evaluate_demand(
         h = _minutes(horizon)
     except ValueError as exc:
         fail(f"--horizon: {exc}", 2)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model = DemandModel.load(model_dir, allow_version_mismatch=allow_version_mismatch)
-    except ModelError as exc:
-        fail(str(exc), 2)
-    for w in caught:
-        err_console.print(f"warning: {w.message}", markup=False)
+    model = load_model_or_exit(DemandModel.load, model_dir, allow_version_mismatch)
     if h not in model.horizons_minutes:
         fail(f"--horizon: {model_dir} has no {horizon} horizon (it has "
              f"{', '.join(f'{m} min' for m in model.horizons_minutes)})", 2)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +12,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail
-from fleetctl.cli.forecast import evaluate_app, train_app
+from fleetctl.cli.forecast import evaluate_app, load_model_or_exit, train_app
 
 MarketsOption = Annotated[list[Path], typer.Option(
     "--market", help="Market manifest YAML (docs/traces.md); repeat for several.", show_default=False)]
@@ -108,18 +107,11 @@ def evaluate_interruption(
     Baselines: the training base rate, and each offer's own loss rate over the
     last 24 hours. JSON: {"samples", "positives", "auc", "brier", "baselines":
     {"base_rate": {"auc", "brier"}, "recent_rate": {"auc", "brier"}}}."""
-    from forecasting.interruption import InterruptionModel, ModelError, evaluate, reliability_plot
+    from forecasting.interruption import InterruptionModel, evaluate, reliability_plot
 
     if output_format not in ("table", "json"):
         fail(f"--format must be table or json (got {output_format!r})", 2)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model = InterruptionModel.load(model_dir, allow_version_mismatch=allow_version_mismatch)
-    except ModelError as exc:
-        fail(str(exc), 2)
-    for w in caught:
-        err_console.print(f"warning: {w.message}", markup=False)
+    model = load_model_or_exit(InterruptionModel.load, model_dir, allow_version_mismatch)
     markets = _markets(market)
     try:
         result = evaluate(model, markets)

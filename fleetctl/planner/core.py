@@ -1302,6 +1302,8 @@ class _Pass:
         p = self.policy
         if not p.replace_on_demand_with_spot or budget_left <= 0 or p.consolidation_payback_hours <= 0:
             return [], []
+        if not any(o.market is Market.SPOT for o in self.offers):
+            return [], []  # no spot to move to: skip the per-node search
         candidates = []
         for slot in self.index.slots.values():
             node = self.nodes.get(slot.name)
@@ -1330,7 +1332,7 @@ class _Pass:
             since = job.work_since_checkpoint_hours(self.now)
             left = job.remaining_hours - since  # work still to do in this run
             cost = held * (since + p.restart_overhead_minutes / 60)
-            for option in self.options(job, True):
+            for option in self.options(job, True, short=True):  # the cheapest per GPU and per node
                 offer = option.offer
                 if offer.market is not Market.SPOT or option.nodes != 1:
                     continue

@@ -334,10 +334,12 @@ class Store:
                 )
             )
 
-    def events(self, kind: str | None = None) -> tuple[dict[str, Any], ...]:
+    def events(self, kind: str | None = None, since: datetime | None = None) -> tuple[dict[str, Any], ...]:
         query = sa.select(tables.events).order_by(tables.events.c.seq)
         if kind is not None:
             query = query.where(tables.events.c.kind == kind)
+        if since is not None:
+            query = query.where(tables.events.c.at_utc >= dt_to_str(since))
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return tuple(
