@@ -30,7 +30,7 @@ errors and from the ``error.errors[].code`` of finished operations:
 ``InsufficientCapacity``; ``QUOTA_EXCEEDED`` / ``quotaExceeded`` ->
 ``QuotaExceeded``; HTTP 429 / ``rateLimitExceeded`` -> ``Throttled``; an
 unknown machine type -> ``UnknownInstanceType``. The adapter never retries;
-:class:`ThrottleRetry` is the wrapper that does (bounded, jittered).
+:class:`providers.retry.ThrottleRetry` is the wrapper that does (bounded, jittered).
 
 google-cloud-compute is imported only here, lazily (``pip install 'fleetctl[gcp]'``).
 Every SDK call the adapter makes goes through :class:`ComputeApi`, a small
@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -57,7 +55,6 @@ from providers.base import (
     LaunchRequest,
     LaunchResult,
     NodeNotFound,
-    Provider,
     ProviderError,
     QuotaExceeded,
     Throttled,
@@ -712,60 +709,3 @@ class GcpProvider:
 def _is_done(operation: Any) -> bool:
     status = operation.status
     return getattr(status, "name", status) == "DONE"
-
-
-# =========================================================================== retries (a wrapper)
-
-
-class ThrottleRetry:
-    """Any Provider, with ``Throttled`` calls retried: at most ``attempts``
-    tries, waiting a full-jitter exponential backoff between them
-    (``uniform(0, min(max_delay, base_delay * 2**try))``). The last
-    ``Throttled`` propagates. Every other error passes through at once.
-
-    Safe for ``launch`` because launches are idempotent by key.
-    ``sleep`` and ``rng`` are injected, so tests neither wait nor depend on luck.
-    """
-
-    def __init__(self, inner: Provider, *, attempts: int = 4, base_delay_seconds: float = 0.5,
-                 max_delay_seconds: float = 8.0, sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None) -> None:
-        if attempts < 1:
-            raise ValueError("attempts must be >= 1")
-        self._inner = inner
-        self._attempts = attempts
-        self._base = base_delay_seconds
-        self._max = max_delay_seconds
-        self._sleep = sleep
-        self._rng = rng or random.Random(0)
-        self.name = inner.name
-        self.capabilities = inner.capabilities
-
-    def _retry(self, fn: Callable[..., T], /, *args: Any) -> T:
-        for attempt in range(self._attempts):
-            try:
-                return fn(*args)
-            except Throttled:
-                if attempt == self._attempts - 1:
-                    raise
-                self._sleep(self._rng.uniform(0.0, min(self._max, self._base * 2**attempt)))
-        raise AssertionError("unreachable")  # the loop returns or raises
-
-    def offers(self, now: datetime) -> tuple[Offer, ...]:
-        return self._retry(self._inner.offers, now)
-
-    def nodes(self, now: datetime) -> tuple[Node, ...]:
-        return self._retry(self._inner.nodes, now)
-
-    def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult:
-        return self._retry(self._inner.launch, request, now)
-
-    def terminate(self, node_id: str, now: datetime) -> None:
-        self._retry(self._inner.terminate, node_id, now)
-
-    def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
-        return self._retry(self._inner.interruption_events, now)
-
-    def acknowledge(self, event_id: str) -> None:
-        self._inner.acknowledge(event_id)
-

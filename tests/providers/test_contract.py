@@ -1,17 +1,22 @@
-"""The Provider contract (``providers/base.py``), checked on the GCP adapter
-through the real google-cloud-compute client and the local GCE server.
+"""The Provider contract (``providers/base.py``), one suite for every adapter.
 
-Written as a harness (provider + the cloud-side levers a contract needs:
-take capacity away, reclaim a node), so the same assertions plug into the
-shared suite ``tests/providers/contract.py`` once it exists: only
-``GcpHarness`` is GCP-specific.
+Each adapter runs behind a *harness*: the provider plus the cloud-side levers
+a contract needs (an offer with capacity, take that capacity away, reclaim a
+node, acknowledge a notice). Only the harnesses are cloud-specific:
+
+* ``sim``: the sandbox provider over a SQLite store;
+* ``gcp``: the real google-cloud-compute client against the local GCE server;
+* ``aws``: the real boto3 client against moto's server on 127.0.0.1, with
+  capacity errors injected at the HTTP layer (moto never runs out).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 from google.api_core.client_options import ClientOptions
@@ -19,21 +24,66 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1 as c
 
 from fleetctl.model import InterruptionKind, Market, NodeState, Offer
+from fleetctl.store import Store
+from providers.aws import AwsProvider
 from providers.base import InsufficientCapacity, LaunchRequest, NodeNotFound, Provider
 from providers.gcp import GcpConfig, GcpProvider
+from providers.sim import SimProvider
+from tests.providers.aws_world import MotoWorld, moto_world
 from tests.providers.gcp_server import FakeGce, GceServer
 
 NOW = datetime(2025, 1, 6, 12, 0, tzinfo=timezone.utc)
+
+
+class Harness(Protocol):
+    provider: Any
+    cloud: str  # the provider name the offers and events carry ("sim" sells every cloud's offers)
+    notice_seconds: int
+    now: datetime
+
+    def offer(self) -> Offer: ...
+
+    def remove_capacity(self, offer: Offer) -> None: ...
+
+    def reclaim(self, node_id: str) -> None: ...
+
+    def acknowledge(self, event_id: str) -> None: ...
+
+
+@dataclass
+class SimHarness:
+    provider: SimProvider
+    store: Store
+    cloud: str = "aws"
+    notice_seconds: int = 120
+    now: datetime = NOW
+
+    def offer(self) -> Offer:
+        return next(o for o in self.provider.offers(self.now)
+                    if o.market is Market.SPOT and o.instance_type.name == "g5.xlarge")
+
+    def remove_capacity(self, offer: Offer) -> None:
+        # The sandbox's lever: a provider built without capacity for the offer.
+        self.provider = SimProvider(self.store, unavailable_offer_keys=frozenset({offer.key}))
+
+    def reclaim(self, node_id: str) -> None:
+        self.provider.reclaim(node_id, self.now)
+
+    def acknowledge(self, event_id: str) -> None:
+        # The sandbox keeps notices in the store: handled there is acknowledged.
+        self.provider.acknowledge(event_id)
+        self.store.mark_interruption_handled(event_id, self.now)
 
 
 @dataclass
 class GcpHarness:
     provider: GcpProvider
     fake: FakeGce
+    cloud: str = "gcp"
+    notice_seconds: int = 30
     now: datetime = NOW
 
     def offer(self) -> Offer:
-        """A spot offer the cloud has capacity for."""
         return next(o for o in self.provider.offers(self.now)
                     if o.market is Market.SPOT and o.instance_type.name == "g2-standard-4")
 
@@ -45,9 +95,44 @@ class GcpHarness:
         zone, name = node_id.split("/")
         self.fake.preempt(zone, name)
 
+    def acknowledge(self, event_id: str) -> None:
+        self.provider.acknowledge(event_id)
 
-@pytest.fixture
-def harness() -> Iterator[GcpHarness]:
+
+@dataclass
+class AwsHarness:
+    provider: AwsProvider
+    world: MotoWorld
+    cloud: str = "aws"
+    notice_seconds: int = 120
+    now: datetime = NOW
+    _no_capacity: set[str] = field(default_factory=set)
+
+    def offer(self) -> Offer:
+        return next(o for o in self.provider.offers(self.now)
+                    if o.market is Market.SPOT and o.instance_type.name == "g5.xlarge" and o.zone == "use1-az2")
+
+    def remove_capacity(self, offer: Offer) -> None:
+        # moto never runs out: answer the next fleets as EC2 does when it has none.
+        self.world.empty_fleet_next("InsufficientInstanceCapacity", "There is no Spot capacity available",
+                                    times=10)
+
+    def reclaim(self, node_id: str) -> None:
+        self.world.reclaim(node_id)
+
+    def acknowledge(self, event_id: str) -> None:
+        self.provider.acknowledge(event_id)
+
+
+def _sim(tmp_path: Path) -> Iterator[Harness]:
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        yield SimHarness(SimProvider(store), store)
+    finally:
+        store.close()
+
+
+def _gcp() -> Iterator[Harness]:
     fake = FakeGce("contract", now=NOW)
     for zone in ("us-central1-a", "us-central1-f"):
         fake.add_machine_type(zone, c.MachineType(
@@ -60,22 +145,37 @@ def harness() -> Iterator[GcpHarness]:
         yield GcpHarness(provider, fake)
 
 
-def test_it_is_a_provider_with_declared_capabilities(harness: GcpHarness) -> None:
+def _aws(moto_server: Any) -> Iterator[Harness]:
+    with moto_world(moto_server) as world:
+        yield AwsHarness(world.provider(), world)
+
+
+@pytest.fixture(params=["sim", "gcp", "aws"])
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    if request.param == "sim":
+        yield from _sim(tmp_path)
+    elif request.param == "gcp":
+        yield from _gcp()
+    else:
+        yield from _aws(request.getfixturevalue("moto_server"))
+
+
+def test_it_is_a_provider_with_declared_capabilities(harness: Harness) -> None:
     p = harness.provider
     assert isinstance(p, Provider)
-    assert p.name == "gcp"
-    assert p.capabilities.interruption_notice_seconds == 30
+    assert p.capabilities.interruption_notice_seconds == harness.notice_seconds
     assert p.capabilities.idempotent_launch
 
 
-def test_offers_are_priced_offers_of_this_provider(harness: GcpHarness) -> None:
+def test_offers_are_priced_offers_of_this_provider(harness: Harness) -> None:
     offers = harness.provider.offers(harness.now)
     assert offers
-    assert all(o.provider == "gcp" and o.usd_per_hour > 0 for o in offers)
+    assert all(o.usd_per_hour > 0 for o in offers)
+    assert harness.cloud in {o.provider for o in offers}
     assert len({o.key for o in offers}) == len(offers)
 
 
-def test_launched_nodes_show_up_in_nodes(harness: GcpHarness) -> None:
+def test_launched_nodes_show_up_in_nodes(harness: Harness) -> None:
     result = harness.provider.launch(LaunchRequest(harness.offer(), 2, "contract-1"), harness.now)
     assert result.fulfilled and len(result.nodes) == 2
     assert all(n.offer == harness.offer() and n.schedulable for n in result.nodes)
@@ -83,7 +183,7 @@ def test_launched_nodes_show_up_in_nodes(harness: GcpHarness) -> None:
     assert {n.node_id for n in result.nodes} <= listed
 
 
-def test_launch_is_idempotent_by_key(harness: GcpHarness) -> None:
+def test_launch_is_idempotent_by_key(harness: Harness) -> None:
     first = harness.provider.launch(LaunchRequest(harness.offer(), 2, "contract-2"), harness.now)
     again = harness.provider.launch(LaunchRequest(harness.offer(), 2, "contract-2"), harness.now)
     other = harness.provider.launch(LaunchRequest(harness.offer(), 1, "contract-3"), harness.now)
@@ -92,19 +192,19 @@ def test_launch_is_idempotent_by_key(harness: GcpHarness) -> None:
     assert len(harness.provider.nodes(harness.now)) == 3
 
 
-def test_launch_of_zero_nodes_is_refused(harness: GcpHarness) -> None:
+def test_launch_of_zero_nodes_is_refused(harness: Harness) -> None:
     with pytest.raises(ValueError):
         harness.provider.launch(LaunchRequest(harness.offer(), 0, "contract-4"), harness.now)
 
 
-def test_no_capacity_is_insufficient_capacity_and_nothing_is_bought(harness: GcpHarness) -> None:
+def test_no_capacity_is_insufficient_capacity_and_nothing_is_bought(harness: Harness) -> None:
     harness.remove_capacity(harness.offer())
     with pytest.raises(InsufficientCapacity):
         harness.provider.launch(LaunchRequest(harness.offer(), 1, "contract-5"), harness.now)
     assert harness.provider.nodes(harness.now) == ()
 
 
-def test_terminate_is_idempotent_and_unknown_ids_are_not_found(harness: GcpHarness) -> None:
+def test_terminate_is_idempotent_and_unknown_ids_are_not_found(harness: Harness) -> None:
     [node] = harness.provider.launch(LaunchRequest(harness.offer(), 1, "contract-6"), harness.now).nodes
     harness.provider.terminate(node.node_id, harness.now)
     harness.provider.terminate(node.node_id, harness.now)
@@ -114,14 +214,14 @@ def test_terminate_is_idempotent_and_unknown_ids_are_not_found(harness: GcpHarne
         harness.provider.terminate("never-existed", harness.now)
 
 
-def test_interruptions_are_returned_until_acknowledged(harness: GcpHarness) -> None:
+def test_interruptions_are_returned_until_acknowledged(harness: Harness) -> None:
     [node] = harness.provider.launch(LaunchRequest(harness.offer(), 1, "contract-7"), harness.now).nodes
     assert harness.provider.interruption_events(harness.now) == ()
     harness.reclaim(node.node_id)
     later = harness.now + timedelta(seconds=1)
     [event] = harness.provider.interruption_events(later)
-    assert (event.node_id, event.provider) == (node.node_id, "gcp")
+    assert (event.node_id, event.provider) == (node.node_id, harness.cloud)
     assert event.kind in (InterruptionKind.RECLAIM_WARNING, InterruptionKind.TERMINATED)
     assert harness.provider.interruption_events(later) == (event,)
-    harness.provider.acknowledge(event.event_id)
+    harness.acknowledge(event.event_id)
     assert harness.provider.interruption_events(later) == ()

@@ -39,7 +39,8 @@ from providers.catalog import (
     load_catalog,
     parse_gcp_n1_gpu_type_name,
 )
-from providers.gcp import GcpConfig, GcpProvider, ThrottleRetry, label_value, request_id
+from providers.gcp import GcpConfig, GcpProvider, label_value, request_id
+from providers.retry import ThrottleRetry
 from tests.providers.gcp_server import FakeGce, GceServer
 
 PROJECT = "ml-fleet"

@@ -1,0 +1,691 @@
+"""The AWS adapter: EC2 Spot and on-demand GPU instances through boto3.
+
+What it does, in the words of :class:`providers.base.Provider`:
+
+* ``offers``: the GPU instance types EC2 lists in each configured region
+  (``DescribeInstanceTypes``, NVIDIA GPUs only, normalised to the catalog's
+  vocabulary), spot prices per type and zone from ``DescribeSpotPriceHistory``
+  (latest price per zone within ``spot_price_lookback``; the shipped snapshot
+  fills zones the API gave no price for), on-demand prices from the snapshot.
+  Spot offers are zonal and named by zone **id** (``use1-az1``), like the
+  snapshot, because zone names differ between accounts.
+* ``nodes``: every instance tagged ``fleetctl:cluster=<cluster>``, its Offer
+  recovered from instance type, zone and lifecycle.
+* ``launch``: one ``CreateFleet`` of type ``instant`` from the pool's launch
+  template (``fleetctl-<cluster>-<pool>``, declared by Terraform) with the
+  planner's chosen override: instance type x zone (as the subnet of that zone)
+  x market. A gang is all or nothing and in one zone: ``MinTargetCapacity =
+  count`` and ``SingleAvailabilityZone``. Spot uses ``price-capacity-optimized``.
+  Idempotent twice over: the ``ClientToken`` is derived from the idempotency
+  key, and every instance carries a ``fleetctl:launch`` tag, so a retry after
+  a crash finds the first call's instances instead of buying again. A fleet
+  that got fewer instances than asked returns them with the fleet's errors
+  (partial fulfilment is reported, not hidden); one that got none raises the
+  translated error.
+* ``terminate``: ``TerminateInstances``; an instance already gone is success;
+  an instance that is not this cluster's is ``NodeNotFound`` (fleetctl never
+  terminates what it did not buy).
+* ``interruption_events``: the region's SQS queue, which EventBridge rules
+  fill with "EC2 Spot Instance Interruption Warning", "EC2 Instance Rebalance
+  Recommendation" and "EC2 Instance State-change Notification" events
+  (``terraform/modules/aws-controller``). Each message becomes an
+  InterruptionEvent; it is deleted from the queue only by ``acknowledge``,
+  after the controller handled it, so a crash in between redelivers it.
+  Messages about other instances are deleted at once; a message that is not
+  an EC2 event is logged with its body and deleted (it can never be handled).
+
+Errors are translated to the typed errors of ``providers.base``:
+``InsufficientInstanceCapacity`` and other stockouts -> ``InsufficientCapacity``;
+``MaxSpotInstanceCountExceeded``, ``VcpuLimitExceeded``, ``InstanceLimitExceeded``
+-> ``QuotaExceeded``; ``RequestLimitExceeded``, ``Throttling`` ->
+``Throttled``; an unknown or unsupported instance type -> ``UnknownInstanceType``.
+The adapter never retries (botocore's own retries are switched off so there
+is one retry policy, not two); :class:`providers.retry.ThrottleRetry` does,
+bounded and jittered.
+
+boto3 is imported only here, lazily (``pip install 'fleetctl[aws]'``). Every
+API call the adapter makes is listed in :data:`API_CALLS`, which the
+Terraform controller module's IAM policy grants, and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Final
+
+from fleetctl.model import InstanceType, Interconnect, InterruptionEvent, InterruptionKind, Market, Node, NodeState, Offer
+from fleetctl.naming import interruption_queue_name, launch_template_name, pool_name
+from providers.base import (
+    Capabilities,
+    InsufficientCapacity,
+    LaunchRequest,
+    LaunchResult,
+    NodeNotFound,
+    ProviderError,
+    QuotaExceeded,
+    Throttled,
+    UnknownInstanceType,
+)
+from providers.catalog import AWS_NVLINK_TYPES, GPU_MEMORY_GIB, load_catalog, normalise_gpu_model
+
+log = logging.getLogger(__name__)
+
+PROVIDER: Final[str] = "aws"
+INSTALL_HINT: Final[str] = "the AWS provider needs boto3: pip install 'fleetctl[aws]'"
+
+TAG_CLUSTER: Final[str] = "fleetctl:cluster"
+TAG_POOL: Final[str] = "fleetctl:pool"
+TAG_OFFER: Final[str] = "fleetctl:offer"
+TAG_LAUNCH: Final[str] = "fleetctl:launch"
+
+#: AWS's spot interruption notice: two minutes before the instance is taken.
+INTERRUPTION_NOTICE_SECONDS: Final[int] = 120
+
+#: Every AWS API call the adapter makes, as IAM actions. The controller
+#: module's IAM policy is rendered from this list (``fleetctl.terraform``), so
+#: the policy grants exactly what the code calls; a test checks both ways.
+#: ``ec2:RunInstances``, ``ec2:CreateTags`` and ``iam:PassRole`` are what
+#: ``CreateFleet`` needs on the caller's behalf (launching from a template that
+#: names an instance profile, tagging at launch).
+API_CALLS: Final[tuple[str, ...]] = (
+    "ec2:CreateFleet",
+    "ec2:CreateTags",
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
+    "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeSubnets",
+    "ec2:RunInstances",
+    "ec2:TerminateInstances",
+    "iam:PassRole",
+    "sqs:DeleteMessage",
+    "sqs:GetQueueUrl",
+    "sqs:ReceiveMessage",
+)
+
+EVENT_SPOT_WARNING: Final[str] = "EC2 Spot Instance Interruption Warning"
+EVENT_REBALANCE: Final[str] = "EC2 Instance Rebalance Recommendation"
+EVENT_STATE_CHANGE: Final[str] = "EC2 Instance State-change Notification"
+EVENT_DETAIL_TYPES: Final[tuple[str, ...]] = (EVENT_SPOT_WARNING, EVENT_REBALANCE, EVENT_STATE_CHANGE)
+
+# Error codes -> typed errors. Sources: the EC2 API error-code reference
+# (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html) and
+# the EC2 Fleet error codes (.../ec2-fleet-troubleshooting).
+_CAPACITY_CODES: Final[frozenset[str]] = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "SpotMaxPriceTooLow",
+        "capacity-not-available",
+        "price-too-low",
+        "UnfulfillableCapacity",
+    }
+)
+_QUOTA_CODES: Final[frozenset[str]] = frozenset(
+    {
+        "MaxSpotInstanceCountExceeded",
+        "VcpuLimitExceeded",
+        "InstanceLimitExceeded",
+        "MaxFleetCountExceeded",
+        "MaxSpotFleetRequestCountExceeded",
+    }
+)
+_THROTTLE_CODES: Final[frozenset[str]] = frozenset(
+    {"RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException",
+     "RequestThrottled", "SlowDown"}
+)
+_UNKNOWN_TYPE_CODES: Final[frozenset[str]] = frozenset({"InvalidInstanceType", "Unsupported"})
+
+_INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
+_STATES: Final[Mapping[str, NodeState]] = {
+    "pending": NodeState.LAUNCHING,
+    "running": NodeState.READY,
+    "shutting-down": NodeState.TERMINATING,
+    "stopping": NodeState.TERMINATING,
+    "stopped": NodeState.GONE,
+    "terminated": NodeState.GONE,
+}
+
+
+# =========================================================================== config
+
+
+@dataclass(frozen=True, slots=True)
+class AwsConfig:
+    """Where and as whom the adapter works.
+
+    ``subnet_ids`` maps a region to the subnets fleetctl may launch into (one
+    per zone is enough; the subnet picks the zone of a spot offer). A region
+    without an entry uses the subnets tagged ``fleetctl:cluster=<cluster>``.
+    """
+
+    cluster: str
+    regions: tuple[str, ...]
+    subnet_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    spot_price_lookback: timedelta = timedelta(hours=6)
+    cache_seconds: float = 300.0  # catalog, zones and prices are re-read after this long
+    max_message_batches: int = 10  # SQS receives per region per poll (10 messages each)
+
+    def __post_init__(self) -> None:
+        if not self.cluster:
+            raise ValueError("AwsConfig.cluster must not be empty")
+        if not self.regions:
+            raise ValueError("AwsConfig.regions must list at least one region")
+
+
+#: ``client_factory(service, region)`` -> a boto3 client.
+ClientFactory = Callable[[str, str], Any]
+
+
+def boto3_client_factory(*, endpoint_url: str | None = None, **session_kwargs: Any) -> ClientFactory:
+    """boto3 clients with botocore's retries off (``ThrottleRetry`` is the one
+    retry policy). ``endpoint_url`` points every client at one endpoint (moto
+    in the tests; ``AWS_ENDPOINT_URL`` does the same from the environment)."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:  # pragma: no cover - the [aws] extra is installed in tests
+        raise ImportError(INSTALL_HINT) from exc
+    session = boto3.session.Session(**session_kwargs)
+    config = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+    clients: dict[tuple[str, str], Any] = {}
+
+    def factory(service: str, region: str) -> Any:
+        key = (service, region)
+        if key not in clients:
+            clients[key] = session.client(service, region_name=region, endpoint_url=endpoint_url, config=config)
+        return clients[key]
+
+    return factory
+
+
+# =========================================================================== pure helpers
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The AWS error code of a botocore ``ClientError`` (duck-typed, so this
+    module imports botocore only when it makes clients)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, Mapping):
+        return None
+    code = response.get("Error", {}).get("Code")
+    return str(code) if code else None
+
+
+def translate_code(code: str, message: str) -> ProviderError:
+    """The typed error for an AWS error code (see the module docstring)."""
+    detail = f"{code}: {message}" if message else code
+    if code in _THROTTLE_CODES:
+        return Throttled(detail)
+    if code in _QUOTA_CODES or code.endswith("LimitExceeded"):
+        return QuotaExceeded(detail)
+    if code in _CAPACITY_CODES or code.startswith("Insufficient"):
+        return InsufficientCapacity(detail)
+    if code in _UNKNOWN_TYPE_CODES or (code == "InvalidParameterValue" and "instance type" in message.lower()):
+        return UnknownInstanceType(detail)
+    return ProviderError(detail)
+
+
+def instance_type_from_api(info: Mapping[str, Any]) -> InstanceType | None:
+    """An InstanceType from one ``DescribeInstanceTypes`` entry, or ``None``
+    for shapes without NVIDIA GPUs (CPU-only, Inferentia, AMD, FPGAs)."""
+    gpus = info.get("GpuInfo", {}).get("Gpus") or []
+    nvidia = [g for g in gpus if str(g.get("Manufacturer", "")).upper() == "NVIDIA"]
+    if not nvidia or len(nvidia) != len(gpus):
+        return None
+    gpu = nvidia[0]
+    memory_per_gpu = gpu.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
+    model = normalise_gpu_model(str(gpu.get("Name", "")), memory_per_gpu or None)
+    if model is None:
+        log.debug("aws: %s has an NVIDIA GPU %r outside the vocabulary; skipped", info.get("InstanceType"),
+                    gpu.get("Name"))
+        return None
+    name = str(info["InstanceType"])
+    count = sum(int(g.get("Count", 0)) for g in nvidia)
+    archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures") or ["x86_64"]
+    return InstanceType(
+        provider=PROVIDER,
+        name=name,
+        vcpus=int(info["VCpuInfo"]["DefaultVCpus"]),
+        memory_gib=round(info["MemoryInfo"]["SizeInMiB"] / 1024, 1),
+        gpu_model=model,
+        gpu_count=count,
+        gpu_memory_gib=GPU_MEMORY_GIB[model],
+        interconnect=(Interconnect.NVLINK if name in AWS_NVLINK_TYPES and count > 1
+                      else Interconnect.PCIE),
+        architecture="arm64" if "arm64" in archs else "x86_64",
+    )
+
+
+def launch_token(cluster: str, key: str) -> str:
+    """The tag value and ClientToken of one launch (<= 64 chars, as CreateFleet allows)."""
+    return hashlib.sha256(f"{cluster}:{key}".encode()).hexdigest()[:32]
+
+
+def parse_event(body: str) -> dict[str, Any]:
+    """Parse one EventBridge message body; raises ``ValueError`` naming what is wrong."""
+    try:
+        event = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+    if not isinstance(event, dict):
+        raise ValueError("not a JSON object")
+    for key in ("id", "detail-type", "time", "detail"):
+        if key not in event:
+            raise ValueError(f"no {key!r} field: not an EventBridge event")
+    if not isinstance(event["detail"], dict) or not event["detail"].get("instance-id"):
+        raise ValueError("detail.instance-id missing")
+    return event
+
+
+def event_to_interruption(event: Mapping[str, Any]) -> InterruptionEvent | None:
+    """The InterruptionEvent of one parsed EC2 event; ``None`` for events that
+    need no action (a state change to ``pending``/``running``)."""
+    kind_name = event["detail-type"]
+    detail = event["detail"]
+    at = datetime.fromisoformat(str(event["time"]).replace("Z", "+00:00"))
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    deadline = None
+    if kind_name == EVENT_SPOT_WARNING:
+        kind = InterruptionKind.RECLAIM_WARNING
+        deadline = at + timedelta(seconds=INTERRUPTION_NOTICE_SECONDS)
+    elif kind_name == EVENT_REBALANCE:
+        kind = InterruptionKind.REBALANCE
+    elif kind_name == EVENT_STATE_CHANGE:
+        if detail.get("state") not in ("shutting-down", "terminated", "stopping", "stopped"):
+            return None
+        kind = InterruptionKind.TERMINATED
+    else:
+        raise ValueError(f"detail-type {kind_name!r} is not one fleetctl subscribes to")
+    return InterruptionEvent(
+        event_id=f"aws-{event['id']}",
+        provider=PROVIDER,
+        node_id=str(detail["instance-id"]),
+        kind=kind,
+        received_at_utc=at,
+        deadline_utc=deadline,
+    )
+
+
+# =========================================================================== the adapter
+
+
+@dataclass
+class _Pending:
+    event: InterruptionEvent
+    region: str
+    receipt_handle: str
+
+
+@dataclass
+class _RegionCache:
+    expires: datetime
+    types: dict[str, InstanceType]
+    zone_ids: dict[str, str]  # zone name -> zone id
+    subnets: dict[str, tuple[str, ...]]  # zone id -> this cluster's subnets there
+    offers: tuple[Offer, ...]
+
+
+class AwsProvider:
+    """EC2 behind the Provider protocol. See the module docstring.
+
+    ``offers`` defaults to the shipped snapshot (the fallback for prices);
+    tests may pass their own.
+    """
+
+    name = PROVIDER
+    capabilities = Capabilities(interruption_notice_seconds=INTERRUPTION_NOTICE_SECONDS,
+                                rebalance_recommendations=True)
+
+    def __init__(self, config: AwsConfig, client_factory: ClientFactory, *,
+                 offers: Iterable[Offer] | None = None) -> None:
+        self._config = config
+        self._client = client_factory
+        snapshot = tuple(o for o in (load_catalog() if offers is None else offers) if o.provider == PROVIDER)
+        self._snapshot = {(o.instance_type.name, o.region, o.zone, o.market): o for o in snapshot}
+        self._on_demand: dict[tuple[str, str], list[Offer]] = {}
+        for o in snapshot:
+            if o.market is Market.ON_DEMAND:
+                self._on_demand.setdefault((o.instance_type.name, o.region), []).append(o)
+        self._cache: dict[str, _RegionCache] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._queue_urls: dict[str, str] = {}
+
+    @classmethod
+    def from_boto3(cls, config: AwsConfig, *, endpoint_url: str | None = None,
+                   offers: Iterable[Offer] | None = None, **session_kwargs: Any) -> AwsProvider:
+        """The adapter over real boto3 clients (raises ImportError with an
+        install hint when the ``[aws]`` extra is missing)."""
+        return cls(config, boto3_client_factory(endpoint_url=endpoint_url, **session_kwargs), offers=offers)
+
+    # ------------------------------------------------------------------ contract
+
+    def offers(self, now: datetime) -> tuple[Offer, ...]:
+        return tuple(o for region in self._config.regions for o in self._region(region, now).offers)
+
+    def instance_types(self, now: datetime) -> tuple[InstanceType, ...]:
+        """Every NVIDIA GPU shape EC2 lists in the configured regions, priced or not."""
+        found = {t.name: t for region in self._config.regions for t in self._region(region, now).types.values()}
+        return tuple(found[name] for name in sorted(found))
+
+    def nodes(self, now: datetime) -> tuple[Node, ...]:
+        result = []
+        for region in self._config.regions:
+            for instance in self._instances(region, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self._config.cluster]}]):
+                result.append(self._node(region, instance, now))
+        return tuple(sorted(result, key=lambda n: n.node_id))
+
+    def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult:
+        """Buy ``request.count`` nodes of one offer in one zone, all or nothing per fleet.
+
+        Recovery: repeating a launch with the same idempotency key returns the
+        first call's instances (found by their ``fleetctl:launch`` tag), and
+        EC2 answers a repeated ``ClientToken`` with the first fleet.
+        """
+        if request.count < 1:
+            raise ValueError("a launch asks for at least one node")
+        offer = request.offer
+        if offer.provider != PROVIDER:
+            raise UnknownInstanceType(f"{offer.key} is not an AWS offer")
+        if offer.region not in self._config.regions:
+            raise UnknownInstanceType(f"{offer.key}: region {offer.region} is not configured for AWS")
+        cache = self._region(offer.region, now)
+        if offer.instance_type.name not in cache.types:
+            raise UnknownInstanceType(f"EC2 lists no {offer.instance_type.name} in {offer.region}")
+        if offer.market is Market.SPOT and not offer.zone:
+            raise UnknownInstanceType(f"{offer.key}: an AWS spot offer names its zone")
+        if offer.zone and offer.zone not in cache.zone_ids.values():
+            raise UnknownInstanceType(f"{offer.key}: {offer.region} has no zone {offer.zone}")
+        token = launch_token(self._config.cluster, request.idempotency_key)
+        existing = self._instances(offer.region, [{"Name": f"tag:{TAG_LAUNCH}", "Values": [token]},
+                                                  {"Name": f"tag:{TAG_CLUSTER}", "Values": [self._config.cluster]}])
+        if existing:
+            return LaunchResult(request, tuple(sorted((self._node(offer.region, i, now) for i in existing),
+                                                      key=lambda n: n.node_id)))
+        subnets = self._subnets(offer.region, offer.zone, now)
+        if not subnets:
+            where = f"zone {offer.zone}" if offer.zone else offer.region
+            raise InsufficientCapacity(f"{offer.key}: no subnet of cluster {self._config.cluster} in {where}")
+        response = self._call("ec2", offer.region, "create_fleet", **self.fleet_request(request, token, subnets))
+        ids = [i for group in response.get("Instances", []) for i in group.get("InstanceIds", [])]
+        errors = response.get("Errors", [])
+        if not ids:
+            if errors:
+                first = errors[0]
+                raise translate_code(str(first.get("ErrorCode", "")), str(first.get("ErrorMessage", "")))
+            raise InsufficientCapacity(f"{offer.key}: EC2 Fleet {response.get('FleetId')} launched nothing")
+        nodes = tuple(
+            Node(node_id=i, offer=offer, state=NodeState.LAUNCHING, launched_at_utc=now) for i in sorted(ids)
+        )
+        error = None
+        if len(ids) < request.count:
+            codes = sorted({str(e.get("ErrorCode", "?")) for e in errors}) or ["no error given"]
+            error = f"EC2 Fleet {response.get('FleetId')} launched {len(ids)} of {request.count}: {', '.join(codes)}"
+        return LaunchResult(request, nodes, error=error)
+
+    def fleet_request(self, request: LaunchRequest, token: str, subnets: tuple[str, ...]) -> dict[str, Any]:
+        """The ``CreateFleet`` parameters of one launch (public so tests can
+        assert on the spot share moto does not act on)."""
+        offer = request.offer
+        pool = pool_name(offer.instance_type.gpu_model or "cpu")
+        spot = offer.market is Market.SPOT
+        tags = [
+            {"Key": TAG_CLUSTER, "Value": self._config.cluster},
+            {"Key": TAG_POOL, "Value": pool},
+            {"Key": TAG_OFFER, "Value": offer.key},
+            {"Key": TAG_LAUNCH, "Value": token},
+        ]
+        params: dict[str, Any] = {
+            "Type": "instant",
+            "ClientToken": token,
+            "LaunchTemplateConfigs": [{
+                "LaunchTemplateSpecification": {
+                    "LaunchTemplateName": launch_template_name(self._config.cluster, pool),
+                    "Version": "$Latest",
+                },
+                "Overrides": [{"InstanceType": offer.instance_type.name, "SubnetId": s} for s in subnets],
+            }],
+            "TargetCapacitySpecification": {
+                "TotalTargetCapacity": request.count,
+                "DefaultTargetCapacityType": "spot" if spot else "on-demand",
+                "SpotTargetCapacity" if spot else "OnDemandTargetCapacity": request.count,
+            },
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags},
+                                  {"ResourceType": "fleet", "Tags": tags}],
+        }
+        market_options = {"MinTargetCapacity": request.count, "SingleAvailabilityZone": True,
+                          "SingleInstanceType": True}
+        if spot:
+            params["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized", **market_options}
+        else:
+            params["OnDemandOptions"] = {"AllocationStrategy": "lowest-price", **market_options}
+        return params
+
+    def terminate(self, node_id: str, now: datetime) -> None:
+        if not _INSTANCE_ID.match(node_id):
+            raise NodeNotFound(f"{node_id!r} is not an EC2 instance id")
+        for region in self._config.regions:
+            instances = self._instances(region, [], instance_ids=[node_id])
+            if not instances:
+                continue
+            [instance] = instances
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+            if tags.get(TAG_CLUSTER) != self._config.cluster:
+                raise NodeNotFound(f"{node_id} is not managed by fleetctl cluster {self._config.cluster}")
+            if instance["State"]["Name"] in ("shutting-down", "terminated"):
+                return
+            self._call("ec2", region, "terminate_instances", InstanceIds=[node_id])
+            return
+        # Not listed in any region: terminated long ago (EC2 forgets them after
+        # about an hour) or never ours. Either way nothing runs: success.
+        log.info("aws: terminate %s: no such instance in %s; treated as gone", node_id,
+                 ", ".join(self._config.regions))
+
+    def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
+        """Events received and not yet acknowledged, oldest first. Messages
+        stay in the queue (invisible) until ``acknowledge`` deletes them."""
+        for region in self._config.regions:
+            self._receive(region)
+        pending = sorted(self._pending.values(), key=lambda p: (p.event.received_at_utc, p.event.event_id))
+        return tuple(p.event for p in pending)
+
+    def acknowledge(self, event_id: str) -> None:
+        """Delete the event's message; unknown ids are ignored (already deleted)."""
+        pending = self._pending.get(event_id)
+        if pending is None:
+            return
+        self._call("sqs", pending.region, "delete_message", QueueUrl=self._queue_url(pending.region),
+                   ReceiptHandle=pending.receipt_handle)
+        del self._pending[event_id]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _call(self, service: str, region: str, method: str, /, **kwargs: Any) -> Any:
+        """One API call, its failure translated into a typed error."""
+        client = self._client(service, region)
+        try:
+            return getattr(client, method)(**kwargs)
+        except Exception as exc:  # botocore's ClientError, caught by duck type: boto3 is optional
+            code = error_code(exc)
+            if code is None:
+                raise
+            message = str(exc.response.get("Error", {}).get("Message", ""))  # type: ignore[attr-defined]
+            raise translate_code(code, message) from exc
+
+    def _pages(self, service: str, region: str, method: str, key: str, /, **kwargs: Any) -> list[Any]:
+        items: list[Any] = []
+        while True:
+            page = self._call(service, region, method, **kwargs)
+            items.extend(page.get(key, []))
+            token = page.get("NextToken")
+            if not token:
+                return items
+            kwargs["NextToken"] = token
+
+    def _region(self, region: str, now: datetime) -> _RegionCache:
+        cache = self._cache.get(region)
+        if cache is not None and now < cache.expires:
+            return cache
+        types: dict[str, InstanceType] = {}
+        for info in self._pages("ec2", region, "describe_instance_types", "InstanceTypes",
+                                Filters=[{"Name": "instance-type", "Values": ["g*", "p*"]}]):
+            t = instance_type_from_api(info)
+            if t is not None:
+                types[t.name] = t
+        zone_ids = {z["ZoneName"]: z["ZoneId"] for z in self._call(
+            "ec2", region, "describe_availability_zones",
+            Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])["AvailabilityZones"]}
+        subnets = self._cluster_subnets(region)
+        # Only zones the cluster has a subnet in can be launched into, so only they are offered.
+        usable = {z: zid for z, zid in zone_ids.items() if zid in subnets}
+        offers = self._priced_offers(region, types, usable, now)
+        cache = _RegionCache(now + timedelta(seconds=self._config.cache_seconds), types, zone_ids, subnets, offers)
+        self._cache[region] = cache
+        return cache
+
+    def _priced_offers(self, region: str, types: Mapping[str, InstanceType], zone_ids: Mapping[str, str],
+                       now: datetime) -> tuple[Offer, ...]:
+        latest: dict[tuple[str, str], tuple[datetime, float]] = {}
+        names = sorted(types)
+        for start in range(0, len(names), 100):
+            history = self._pages("ec2", region, "describe_spot_price_history", "SpotPriceHistory",
+                                  InstanceTypes=names[start:start + 100], ProductDescriptions=["Linux/UNIX"],
+                                  StartTime=now - self._config.spot_price_lookback, EndTime=now)
+            for row in history:
+                zone = zone_ids.get(row.get("AvailabilityZone", ""))
+                if zone is None:
+                    continue
+                at = row["Timestamp"]
+                at = at if isinstance(at, datetime) else datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+                if at < now - self._config.spot_price_lookback:
+                    continue  # stale (EC2 honours StartTime; not every endpoint does)
+                key = (row["InstanceType"], zone)
+                if key not in latest or at > latest[key][0]:
+                    latest[key] = (at, float(row["SpotPrice"]))
+        offers: dict[str, Offer] = {}
+        for name, t in types.items():
+            for zone in sorted(set(zone_ids.values())):
+                price = latest.get((name, zone))
+                fallback = self._snapshot.get((name, region, zone, Market.SPOT))
+                usd = price[1] if price is not None and price[1] > 0 else (fallback.usd_per_hour if fallback else None)
+                if usd is not None:
+                    o = Offer(t, region, zone, Market.SPOT, usd)
+                    offers[o.key] = o
+            # On-demand list prices come from the snapshot, regional or per
+            # zone as the snapshot has them (a zonal one launches in that zone).
+            for o in self._on_demand.get((name, region), ()):
+                if not o.zone or o.zone in zone_ids.values():
+                    o = Offer(t, region, o.zone, Market.ON_DEMAND, o.usd_per_hour)
+                    offers[o.key] = o
+        return tuple(offers[k] for k in sorted(offers))
+
+    def _instances(self, region: str, filters: list[dict[str, Any]], *,
+                   instance_ids: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Instances matching ``filters``; ``instance_ids`` is a filter too, not
+        ``InstanceIds``, so an id EC2 no longer knows narrows the answer instead
+        of failing the whole call."""
+        ids = sorted(set(instance_ids))
+        if ids:
+            filters = [*filters, {"Name": "instance-id", "Values": ids}]
+        reservations = self._pages("ec2", region, "describe_instances", "Reservations", Filters=filters)
+        return [i for r in reservations for i in r.get("Instances", [])]
+
+    def _cluster_subnets(self, region: str) -> dict[str, tuple[str, ...]]:
+        """Zone id -> the subnets fleetctl may launch into there: the configured
+        ones, else those tagged ``fleetctl:cluster=<cluster>``."""
+        configured = self._config.subnet_ids.get(region)
+        kwargs: dict[str, Any] = ({"SubnetIds": list(configured)} if configured else
+                                  {"Filters": [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self._config.cluster]}]})
+        by_zone: dict[str, list[str]] = {}
+        for subnet in self._pages("ec2", region, "describe_subnets", "Subnets", **kwargs):
+            by_zone.setdefault(subnet["AvailabilityZoneId"], []).append(subnet["SubnetId"])
+        return {zone: tuple(sorted(ids)) for zone, ids in sorted(by_zone.items())}
+
+    def _subnets(self, region: str, zone_id: str, now: datetime) -> tuple[str, ...]:
+        """Subnets to launch into: those of ``zone_id`` for a zonal offer, all for a regional one."""
+        subnets = self._region(region, now).subnets
+        if zone_id:
+            return subnets.get(zone_id, ())
+        return tuple(s for ids in subnets.values() for s in ids)
+
+    def _node(self, region: str, instance: Mapping[str, Any], now: datetime) -> Node:
+        cache = self._region(region, now)
+        type_name = instance["InstanceType"]
+        spot = instance.get("InstanceLifecycle") == "spot"
+        zone = cache.zone_ids.get(instance.get("Placement", {}).get("AvailabilityZone", ""), "")
+        market = Market.SPOT if spot else Market.ON_DEMAND
+        candidates = [o for o in cache.offers if o.instance_type.name == type_name and o.market is market]
+        offer = next((o for o in candidates if o.zone == zone), None) or next(
+            (o for o in candidates if not o.zone and not spot), None)
+        key_zone = zone if spot else ""
+        if offer is None:
+            # Bought from an offer that is not priced (any more): keep the node
+            # visible at price 0 so nothing is placed on it blindly and it is
+            # terminated when idle instead of leaking.
+            log.warning("aws: %s is %s %s in %s, not a priced offer", instance["InstanceId"], market.value,
+                        type_name, zone or region)
+            known = cache.types.get(type_name) or InstanceType(PROVIDER, type_name, 0, 0.0)
+            offer = Offer(known, region, key_zone, market, 0.0)
+        launched = instance.get("LaunchTime") or now
+        if isinstance(launched, str):
+            launched = datetime.fromisoformat(launched.replace("Z", "+00:00"))
+        launched = launched.astimezone(timezone.utc) if launched.tzinfo else launched.replace(tzinfo=timezone.utc)
+        state = _STATES.get(instance["State"]["Name"], NodeState.LAUNCHING)
+        return Node(node_id=instance["InstanceId"], offer=offer, state=state, launched_at_utc=launched,
+                    ready_at_utc=launched if state is NodeState.READY else None)
+
+    def _queue_url(self, region: str) -> str:
+        url = self._queue_urls.get(region)
+        if url is None:
+            name = interruption_queue_name(self._config.cluster)
+            try:
+                url = self._call("sqs", region, "get_queue_url", QueueName=name)["QueueUrl"]
+            except ProviderError as exc:
+                raise ProviderError(
+                    f"aws: no interruption queue {name} in {region} ({exc}); apply the Terraform controller "
+                    "module (fleetctl apply --terraform-dir DIR) first"
+                ) from exc
+            self._queue_urls[region] = url
+        return url
+
+    def _receive(self, region: str) -> None:
+        url = self._queue_url(region)
+        received: list[tuple[dict[str, Any], str, str]] = []  # (event, receipt handle, message id)
+        for _ in range(self._config.max_message_batches):
+            messages = self._call("sqs", region, "receive_message", QueueUrl=url, MaxNumberOfMessages=10,
+                                  WaitTimeSeconds=0).get("Messages", [])
+            for message in messages:
+                try:
+                    received.append((parse_event(message["Body"]), message["ReceiptHandle"], message["MessageId"]))
+                except ValueError as exc:
+                    log.error("aws: deleting message %s from %s that is not an EC2 event (%s): %.500s",
+                              message.get("MessageId"), url, exc, message.get("Body"))
+                    self._call("sqs", region, "delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            if len(messages) < 10:
+                break
+        if not received:
+            return
+        ours = {i["InstanceId"] for i in self._instances(
+            region, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self._config.cluster]}],
+            instance_ids=sorted({e["detail"]["instance-id"] for e, _, _ in received}))}
+        for event, handle, message_id in received:
+            try:
+                interruption = event_to_interruption(event)
+            except ValueError as exc:
+                log.error("aws: deleting message %s: %s", message_id, exc)
+                interruption = None
+            if interruption is None or interruption.node_id not in ours:
+                self._call("sqs", region, "delete_message", QueueUrl=url, ReceiptHandle=handle)
+                continue
+            # A redelivered message (its visibility timeout ran out before we
+            # acknowledged) carries a new receipt handle; keep the newest.
+            self._pending[interruption.event_id] = _Pending(interruption, region, handle)

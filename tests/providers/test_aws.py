@@ -1,0 +1,333 @@
+"""The AWS adapter beyond the shared contract: the real boto3 client against
+moto's server (catalog, fleets, tags, SQS and EventBridge), errors injected at
+the HTTP layer, and botocore's Stubber for the one answer moto cannot give
+(spot price history: moto returns a constant 0.00001 dated 2006 and ignores
+``InstanceTypes``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from fleetctl.model import InterruptionKind, Market, NodeState, Offer
+from providers.aws import (
+    API_CALLS,
+    AwsConfig,
+    AwsProvider,
+    instance_type_from_api,
+    launch_token,
+    translate_code,
+)
+from providers.base import (
+    InsufficientCapacity,
+    LaunchRequest,
+    NodeNotFound,
+    ProviderError,
+    QuotaExceeded,
+    Throttled,
+    UnknownInstanceType,
+)
+from providers.catalog import instance_types as snapshot_types
+from providers.retry import ThrottleRetry
+from tests.providers.aws_world import AMI, CREDENTIALS, REGION, MotoWorld, moto_world
+
+NOW = datetime(2025, 1, 6, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def world(moto_server: Any) -> Iterator[MotoWorld]:
+    with moto_world(moto_server) as w:
+        yield w
+
+
+@pytest.fixture
+def provider(world: MotoWorld) -> AwsProvider:
+    return world.provider()
+
+
+def spot(provider: AwsProvider, type_name: str = "g5.xlarge", zone: str = "use1-az2") -> Offer:
+    return next(o for o in provider.offers(NOW)
+                if o.instance_type.name == type_name and o.market is Market.SPOT and o.zone == zone)
+
+
+def on_demand(provider: AwsProvider, type_name: str = "g4dn.xlarge") -> Offer:
+    return next(o for o in provider.offers(NOW) if o.instance_type.name == type_name and o.market is Market.ON_DEMAND)
+
+
+def queue_depth(world: MotoWorld) -> int:
+    attrs = world.client("sqs").get_queue_attributes(
+        QueueUrl=world.queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+# ---------------------------------------------------------------- catalog and prices
+
+
+def test_gpu_types_from_describe_instance_types_normalise_like_the_snapshot(provider: AwsProvider) -> None:
+    listed = {t.name: t for t in provider.instance_types(NOW)}
+    shipped = {name: t for (cloud, name), t in snapshot_types().items() if cloud == "aws"}
+    common = sorted(set(listed) & set(shipped))
+    assert len(common) >= 20, common  # g4dn, g5, g5g, p4d, ... are in both
+    for name in common:
+        a, b = listed[name], shipped[name]
+        assert (a.vcpus, a.gpu_model, a.gpu_count, a.gpu_memory_gib, a.interconnect, a.architecture) == (
+            b.vcpus, b.gpu_model, b.gpu_count, b.gpu_memory_gib, b.interconnect, b.architecture), name
+        # The API gives nominal memory; the snapshot has nominal memory only for
+        # the types in AWS_NOMINAL_MEMORY_GIB and the OS-visible MiB (3-7 % less)
+        # for the rest (g6.xlarge: 15.0 vs 16 GiB).
+        assert b.memory_gib <= a.memory_gib <= b.memory_gib * 1.08, name
+
+
+def test_shapes_without_nvidia_gpus_are_not_gpu_types() -> None:
+    cpu = {"InstanceType": "m5.large", "VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 8192}}
+    amd = {**cpu, "InstanceType": "g4ad.xlarge",
+           "GpuInfo": {"Gpus": [{"Name": "Radeon Pro V520", "Manufacturer": "AMD", "Count": 1,
+                                 "MemoryInfo": {"SizeInMiB": 8192}}]}}
+    assert instance_type_from_api(cpu) is None and instance_type_from_api(amd) is None
+
+
+def test_offers_only_in_zones_the_cluster_has_subnets_in(provider: AwsProvider, world: MotoWorld) -> None:
+    zones = {o.zone for o in provider.offers(NOW) if o.zone}
+    assert zones == set(world.subnets)  # use1-az2 and use1-az6; the snapshot also prices az4 and az5
+
+
+def test_spot_prices_come_from_the_api_newest_per_zone_with_the_snapshot_as_fallback() -> None:
+    ec2 = boto3.client("ec2", region_name=REGION, **CREDENTIALS)
+    stub = Stubber(ec2)
+    stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [
+        {"AvailabilityZone": "us-east-1c", "InstanceType": "g5.xlarge", "ProductDescription": "Linux/UNIX",
+         "SpotPrice": "0.41", "Timestamp": NOW - timedelta(hours=2)},
+        {"AvailabilityZone": "us-east-1c", "InstanceType": "g5.xlarge", "ProductDescription": "Linux/UNIX",
+         "SpotPrice": "0.44", "Timestamp": NOW - timedelta(minutes=10)},
+        {"AvailabilityZone": "us-east-1a", "InstanceType": "g5.xlarge", "ProductDescription": "Linux/UNIX",
+         "SpotPrice": "0.01", "Timestamp": NOW - timedelta(days=30)},  # stale: outside the lookback
+    ]}, {"InstanceTypes": ["g5.xlarge"], "ProductDescriptions": ["Linux/UNIX"],
+         "StartTime": NOW - timedelta(hours=6), "EndTime": NOW})
+    stub.activate()
+    provider = AwsProvider(AwsConfig(cluster="c", regions=(REGION,)), lambda service, region: ec2)
+    a10g = instance_type_from_api({"InstanceType": "g5.xlarge", "VCpuInfo": {"DefaultVCpus": 4},
+                                   "MemoryInfo": {"SizeInMiB": 16384},
+                                   "GpuInfo": {"Gpus": [{"Name": "A10G", "Manufacturer": "NVIDIA", "Count": 1,
+                                                         "MemoryInfo": {"SizeInMiB": 22888}}]}})
+    assert a10g is not None
+    offers = {o.key: o.usd_per_hour for o in provider._priced_offers(
+        REGION, {"g5.xlarge": a10g}, {"us-east-1a": "use1-az6", "us-east-1c": "use1-az2"}, NOW)}
+    stub.assert_no_pending_responses()
+    assert offers["aws/us-east-1/use1-az2/g5.xlarge/spot"] == 0.44  # the newest API price
+    assert offers["aws/us-east-1/use1-az6/g5.xlarge/spot"] == 0.3701  # stale API price -> snapshot
+    assert offers["aws/us-east-1/use1-az6/g5.xlarge/on_demand"] == 1.006  # on-demand: the snapshot
+
+
+# ---------------------------------------------------------------- launch
+
+
+def test_spot_launch_is_an_instant_fleet_with_the_chosen_override(provider: AwsProvider,
+                                                                  world: MotoWorld) -> None:
+    offer = spot(provider)
+    result = provider.launch(LaunchRequest(offer, 2, "plan-1/launch-0"), NOW)
+    assert result.fulfilled and result.error is None
+    [request] = world.requests_of("CreateFleet")
+    token = launch_token("contract", "plan-1/launch-0")
+    assert request["Type"] == "instant" and request["ClientToken"] == token
+    assert request["LaunchTemplateConfigs"] == [{
+        "LaunchTemplateSpecification": {"LaunchTemplateName": "fleetctl-contract-a10g", "Version": "$Latest"},
+        "Overrides": [{"InstanceType": "g5.xlarge", "SubnetId": world.subnets["use1-az2"]}],
+    }]
+    assert request["TargetCapacitySpecification"] == {
+        "TotalTargetCapacity": 2, "DefaultTargetCapacityType": "spot", "SpotTargetCapacity": 2}
+    assert request["SpotOptions"] == {"AllocationStrategy": "price-capacity-optimized", "MinTargetCapacity": 2,
+                                      "SingleAvailabilityZone": True, "SingleInstanceType": True}
+    # what moto made of it: spot instances in the chosen zone, tagged as fleetctl's
+    reservations = world.client("ec2").describe_instances(
+        InstanceIds=[n.node_id for n in result.nodes])["Reservations"]
+    instances = [i for r in reservations for i in r["Instances"]]
+    assert {i["InstanceLifecycle"] for i in instances} == {"spot"}
+    assert {i["Placement"]["AvailabilityZone"] for i in instances} == {"us-east-1c"}
+    tags = {t["Key"]: t["Value"] for t in instances[0]["Tags"]}
+    assert tags["fleetctl:cluster"] == "contract" and tags["fleetctl:launch"] == token
+    assert tags["fleetctl:offer"] == offer.key
+
+
+def test_regional_on_demand_launch_may_use_every_zone_but_stays_in_one(provider: AwsProvider,
+                                                                       world: MotoWorld) -> None:
+    offer = on_demand(provider)
+    assert offer.zone == ""
+    result = provider.launch(LaunchRequest(offer, 1, "od-1"), NOW)
+    assert result.fulfilled
+    [request] = world.requests_of("CreateFleet")
+    assert {o["SubnetId"] for o in request["LaunchTemplateConfigs"][0]["Overrides"]} == set(world.subnets.values())
+    assert request["OnDemandOptions"]["SingleAvailabilityZone"] is True
+    assert "SpotOptions" not in request
+    [node] = provider.nodes(NOW)
+    assert node.offer == offer and node.state is NodeState.READY
+
+
+def test_a_retried_launch_after_a_crash_finds_the_first_instances(world: MotoWorld) -> None:
+    first = world.provider().launch(LaunchRequest(spot(world.provider()), 2, "k"), NOW)
+    restarted = world.provider()  # a new process: nothing in memory
+    again = restarted.launch(LaunchRequest(spot(restarted), 2, "k"), NOW)
+    assert {n.node_id for n in again.nodes} == {n.node_id for n in first.nodes}
+    assert len(world.requests_of("CreateFleet")) == 1
+
+
+def test_partial_fulfilment_is_reported_not_hidden(provider: AwsProvider, world: MotoWorld) -> None:
+    body = ('<?xml version="1.0" encoding="UTF-8"?><CreateFleetResponse xmlns="http://ec2.amazonaws.com/doc/'
+            '2016-11-15/"><requestId>r</requestId><fleetId>fleet-1</fleetId><errorSet><item>'
+            "<errorCode>InsufficientInstanceCapacity</errorCode><errorMessage>only 1</errorMessage>"
+            "<lifecycle>spot</lifecycle></item></errorSet><fleetInstanceSet><item><instanceIds>"
+            "<item>i-0123456789abcdef0</item></instanceIds><instanceType>g5.xlarge</instanceType>"
+            "<lifecycle>spot</lifecycle></item></fleetInstanceSet></CreateFleetResponse>")
+    from tests.providers.aws_world import _Injection
+
+    world.injections.append(_Injection("CreateFleet", 200, body.encode(), 1))
+    result = provider.launch(LaunchRequest(spot(provider), 3, "partial"), NOW)
+    assert not result.fulfilled and [n.node_id for n in result.nodes] == ["i-0123456789abcdef0"]
+    assert result.error is not None and "1 of 3" in result.error and "InsufficientInstanceCapacity" in result.error
+
+
+@pytest.mark.parametrize(("code", "error"), [
+    ("InsufficientInstanceCapacity", InsufficientCapacity),
+    ("MaxSpotInstanceCountExceeded", QuotaExceeded),
+    ("VcpuLimitExceeded", QuotaExceeded),
+    ("InstanceLimitExceeded", QuotaExceeded),
+    ("RequestLimitExceeded", Throttled),
+    ("Throttling", Throttled),
+    ("InvalidInstanceType", UnknownInstanceType),
+    ("Unsupported", UnknownInstanceType),
+    ("AuthFailure", ProviderError),
+])
+def test_error_codes_translate_to_typed_errors(code: str, error: type[ProviderError]) -> None:
+    translated = translate_code(code, "message")
+    assert type(translated) is error and code in str(translated)
+
+
+def test_an_http_error_from_ec2_is_translated(provider: AwsProvider, world: MotoWorld) -> None:
+    offer = spot(provider)
+    world.fail_next("CreateFleet", "MaxSpotInstanceCountExceeded", "Max spot instance count exceeded")
+    with pytest.raises(QuotaExceeded, match="MaxSpotInstanceCountExceeded"):
+        provider.launch(LaunchRequest(offer, 1, "quota"), NOW)
+    world.empty_fleet_next("InsufficientInstanceCapacity")
+    with pytest.raises(InsufficientCapacity):
+        provider.launch(LaunchRequest(offer, 1, "capacity"), NOW)
+    assert provider.nodes(NOW) == ()
+
+
+def test_throttling_is_retried_with_bounded_jittered_backoff(provider: AwsProvider, world: MotoWorld) -> None:
+    offer = spot(provider)
+    sleeps: list[float] = []
+    wrapped = ThrottleRetry(provider, attempts=4, base_delay_seconds=0.5, max_delay_seconds=1.0, sleep=sleeps.append)
+    world.fail_next("CreateFleet", "RequestLimitExceeded", "Request limit exceeded.", status=503, times=2)
+    result = wrapped.launch(LaunchRequest(offer, 1, "throttled"), NOW)
+    assert result.fulfilled and len(sleeps) == 2 and all(0 <= s <= 1.0 for s in sleeps)
+    world.fail_next("DescribeInstances", "Throttling", "Rate exceeded", status=400, times=4)
+    with pytest.raises(Throttled):
+        wrapped.nodes(NOW)
+    assert len(sleeps) == 2 + 3
+
+
+def test_unknown_and_unoffered_types_are_refused_before_any_call(provider: AwsProvider, world: MotoWorld) -> None:
+    real = spot(provider)
+    fake = Offer(real.instance_type.__class__("aws", "p9.huge", 8, 64.0, "H100-80GB", 1, 80.0), REGION,
+                 "use1-az2", Market.SPOT, 1.0)
+    with pytest.raises(UnknownInstanceType):
+        provider.launch(LaunchRequest(fake, 1, "x"), NOW)
+    with pytest.raises(UnknownInstanceType):
+        provider.launch(LaunchRequest(Offer(real.instance_type, "eu-west-1", "euw1-az1", Market.SPOT, 1.0), 1,
+                                      "y"), NOW)
+    assert world.requests_of("CreateFleet") == []
+
+
+# ---------------------------------------------------------------- nodes and terminate
+
+
+def test_nodes_are_only_this_clusters_instances(provider: AwsProvider, world: MotoWorld) -> None:
+    ec2 = world.client("ec2")
+    ec2.run_instances(ImageId=AMI, InstanceType="g5.xlarge", MinCount=1, MaxCount=1)  # someone else's
+    other = ec2.run_instances(ImageId=AMI, InstanceType="g5.xlarge", MinCount=1, MaxCount=1, TagSpecifications=[
+        {"ResourceType": "instance", "Tags": [{"Key": "fleetctl:cluster", "Value": "contract-2"}]}])
+    [mine] = provider.launch(LaunchRequest(spot(provider), 1, "mine"), NOW).nodes
+    assert [n.node_id for n in provider.nodes(NOW)] == [mine.node_id]
+    with pytest.raises(NodeNotFound):  # never terminate what fleetctl did not buy
+        provider.terminate(other["Instances"][0]["InstanceId"], NOW)
+    provider.terminate(mine.node_id, NOW)
+    [gone] = provider.nodes(NOW)
+    assert gone.state in (NodeState.TERMINATING, NodeState.GONE)
+    provider.terminate("i-0123456789abcdef0", NOW)  # long gone (or never listed): success
+    assert len(world.requests_of("TerminateInstances")) == 1
+
+
+# ---------------------------------------------------------------- interruption events
+
+
+def test_each_event_kind_becomes_an_interruption_event(provider: AwsProvider, world: MotoWorld) -> None:
+    a, b, c = provider.launch(LaunchRequest(spot(provider), 3, "events"), NOW).nodes
+    at = datetime(2025, 1, 6, 12, 0, 5, tzinfo=timezone.utc)
+    world.reclaim(a.node_id, at=at)
+    world.put_ec2_event("EC2 Instance Rebalance Recommendation", {"instance-id": b.node_id}, at=at)
+    world.put_ec2_event("EC2 Instance State-change Notification", {"instance-id": c.node_id, "state": "terminated"},
+                        at=at)
+    events = {e.node_id: e for e in provider.interruption_events(NOW)}
+    assert events[a.node_id].kind is InterruptionKind.RECLAIM_WARNING
+    assert events[a.node_id].deadline_utc == events[a.node_id].received_at_utc + timedelta(seconds=120)
+    assert events[b.node_id].kind is InterruptionKind.REBALANCE and events[b.node_id].deadline_utc is None
+    assert events[c.node_id].kind is InterruptionKind.TERMINATED
+    assert {e.provider for e in events.values()} == {"aws"}
+
+
+def test_messages_are_deleted_only_when_acknowledged(provider: AwsProvider, world: MotoWorld) -> None:
+    [node] = provider.launch(LaunchRequest(spot(provider), 1, "ack"), NOW).nodes
+    world.client("sqs").set_queue_attributes(QueueUrl=world.queue_url, Attributes={"VisibilityTimeout": "0"})
+    world.reclaim(node.node_id)
+    [event] = provider.interruption_events(NOW)
+    assert queue_depth(world) == 1
+    restarted = world.provider()  # the controller crashed before handling it: the notice comes back
+    assert restarted.interruption_events(NOW) == (event,)
+    restarted.acknowledge(event.event_id)
+    assert queue_depth(world) == 0
+    assert world.provider().interruption_events(NOW) == ()
+
+
+def test_other_instances_events_and_garbage_are_dropped(provider: AwsProvider, world: MotoWorld,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    [node] = provider.launch(LaunchRequest(spot(provider), 1, "noise"), NOW).nodes
+    someone = world.client("ec2").run_instances(ImageId=AMI, InstanceType="g5.xlarge", MinCount=1, MaxCount=1)
+    world.reclaim(someone["Instances"][0]["InstanceId"])
+    world.put_ec2_event("EC2 Instance State-change Notification", {"instance-id": node.node_id, "state": "running"})
+    world.client("sqs").send_message(QueueUrl=world.queue_url, MessageBody="{not json")
+    world.client("sqs").send_message(QueueUrl=world.queue_url, MessageBody=json.dumps({"hello": "world"}))
+    with caplog.at_level(logging.ERROR, logger="providers.aws"):
+        assert provider.interruption_events(NOW) == ()
+    assert queue_depth(world) == 0
+    assert "not JSON" in caplog.text and "{not json" in caplog.text and "not an EventBridge event" in caplog.text
+
+
+def test_a_missing_queue_says_to_apply_the_controller_module(moto_server: Any) -> None:
+    with moto_world(moto_server) as world:
+        world.client("sqs").delete_queue(QueueUrl=world.queue_url)
+        with pytest.raises(ProviderError, match="Terraform controller module"):
+            world.provider().interruption_events(NOW)
+
+
+def test_api_calls_lists_every_call_the_adapter_makes(provider: AwsProvider, world: MotoWorld) -> None:
+    """The IAM policy is rendered from API_CALLS; every call the adapter made
+    in a full life cycle must be in it (CreateFleet implies the rest)."""
+    [node] = provider.launch(LaunchRequest(spot(provider), 1, "iam"), NOW).nodes
+    world.reclaim(node.node_id)
+    [event] = provider.interruption_events(NOW)
+    provider.acknowledge(event.event_id)
+    provider.terminate(node.node_id, NOW)
+    provider.nodes(NOW)
+    made = {name for name, _ in world.calls}
+    service = {"CreateFleet": "ec2", "DescribeAvailabilityZones": "ec2", "DescribeInstanceTypes": "ec2",
+               "DescribeInstances": "ec2", "DescribeSpotPriceHistory": "ec2", "DescribeSubnets": "ec2",
+               "TerminateInstances": "ec2", "GetQueueUrl": "sqs", "ReceiveMessage": "sqs", "DeleteMessage": "sqs"}
+    assert made <= set(service), made - set(service)
+    assert {f"{service[name]}:{name}" for name in made} <= set(API_CALLS)
