@@ -1,0 +1,69 @@
+"""The merge of a cloud's node listing with what the controller recorded."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from fleetctl.controller.recorded import RecordedNodes, merge
+from fleetctl.model import NodeState
+from fleetctl.store import Store
+from providers.base import Capabilities, LaunchRequest, LaunchResult
+from tests.builders import T0, node, offer
+
+OFFER = offer("a8", price=8.0, zone="z1")
+
+
+def test_a_cordon_survives_a_fresh_listing_and_the_cloud_owns_the_end() -> None:
+    cloud = node("n", OFFER, NodeState.READY)
+    drained = replace(cloud, state=NodeState.DRAINING)
+    assert merge(cloud, drained, T0).state is NodeState.DRAINING
+    assert merge(replace(cloud, state=NodeState.TERMINATING), drained, T0).state is NodeState.TERMINATING
+    assert merge(replace(cloud, state=NodeState.GONE), drained, T0).state is NodeState.GONE
+    assert merge(cloud, replace(cloud, state=NodeState.TERMINATING), T0).state is NodeState.TERMINATING
+
+
+def test_idle_since_is_the_controllers_and_starts_when_a_node_becomes_ready() -> None:
+    launching = replace(node("n", OFFER, NodeState.LAUNCHING), ready_at_utc=None)
+    ready = replace(launching, state=NodeState.READY, ready_at_utc=T0)
+    assert merge(ready, launching, T0 + timedelta(minutes=1)).idle_since_utc == T0
+    busy_since = replace(ready, idle_since_utc=T0 - timedelta(hours=3))
+    assert merge(ready, busy_since, T0).idle_since_utc == T0 - timedelta(hours=3)
+
+
+class Cloud:
+    name = "aws"
+    capabilities = Capabilities(interruption_notice_seconds=120, rebalance_recommendations=True)
+
+    def __init__(self) -> None:
+        self.listed: list = []
+
+    def offers(self, now):  # noqa: ANN001, ANN201
+        return (OFFER,)
+
+    def nodes(self, now):  # noqa: ANN001, ANN201
+        return tuple(self.listed)
+
+    def launch(self, request, now):  # noqa: ANN001, ANN201
+        n = replace(node("i-1", request.offer, NodeState.LAUNCHING), launched_at_utc=now, ready_at_utc=None)
+        return LaunchResult(request, (n,))
+
+    def terminate(self, node_id, now): ...  # noqa: ANN001, ANN201
+
+    def interruption_events(self, now):  # noqa: ANN001, ANN201
+        return ()
+
+    def acknowledge(self, event_id): ...  # noqa: ANN001, ANN201
+
+
+def test_launched_nodes_are_recorded_and_vanish_only_after_the_listing_grace(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    cloud = Cloud()
+    wrapped = RecordedNodes(cloud, store, listing_grace=timedelta(minutes=5))
+    [launched] = wrapped.launch(LaunchRequest(OFFER, 1, "k"), T0).nodes
+    assert [n.node_id for n in store.nodes()] == ["i-1"]
+    assert [n.node_id for n in wrapped.nodes(T0 + timedelta(minutes=1))] == ["i-1"]  # not listed yet: kept
+    assert wrapped.nodes(T0 + timedelta(minutes=6)) == ()  # still not listed: gone
+    assert [n.state for n in store.nodes(include_gone=True)] == [NodeState.GONE]
+    store.close()
