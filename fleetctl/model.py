@@ -240,6 +240,29 @@ class Team:
 
 
 @dataclass(frozen=True, slots=True)
+class AwsRegionSettings:
+    """What the AWS pool modules of one region need that only the platform
+    team knows: the node image and the network to launch into."""
+
+    region: str
+    image_id: str
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...] = ()
+    gang_placement_groups: bool = False  # a cluster placement group per pool, for gangs
+
+
+@dataclass(frozen=True, slots=True)
+class Infrastructure:
+    """The slow-changing, reviewed half of the fleet: what Terraform declares
+    (``fleetctl.terraform``). The planner never reads it."""
+
+    cluster: str
+    controller_url: str = ""  # where node-watch posts reclaim notices (the daemon's --notice-addr)
+    aws: tuple[AwsRegionSettings, ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()  # extra tags on every resource Terraform declares, sorted by key
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """The validated policy, in the form the planner reads.
 
@@ -276,6 +299,7 @@ class Policy:
     disruption_budget_nodes: int = 1  # nodes drained for consolidation per pass, at most
     requeue_priority_boost: float = 100.0  # priority points a reclaimed job gets when requeued
     rebalance_drain_probability: float = 0.2  # drain on a rebalance hint when the offer's risk is at least this
+    infrastructure: Infrastructure | None = None  # what Terraform declares; None = the sandbox only
 
     def priority_class(self, name: str) -> PriorityClass:
         for pc in self.priority_classes:

@@ -36,6 +36,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema
 
 from fleetctl import model
+from fleetctl.naming import CLUSTER_NAME
 from fleetctl.yamlerrors import Document, SpecError, ValidationIssue, did_you_mean, read_document
 
 __all__ = [
@@ -310,6 +311,59 @@ def _default_classes() -> dict[str, PriorityClassSpec]:
     }
 
 
+_AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+_SUBNET_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_SG_RE = re.compile(r"^sg-[0-9a-f]{8,17}$")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(?::[0-9]{1,5})?/?$")
+
+
+def _id(what: str, pattern: re.Pattern[str], example: str):  # noqa: ANN202 - an Annotated type
+    return Annotated[
+        StrictStr,
+        AfterValidator(_matches(what, pattern, f"expected an id like {example}")),
+        WithJsonSchema({"type": "string", "pattern": pattern.pattern}),
+    ]
+
+
+AmiId = _id("AMI id", _AMI_RE, "ami-0123456789abcdef0")
+SubnetId = _id("subnet id", _SUBNET_RE, "subnet-0123456789abcdef0")
+SecurityGroupId = _id("security group id", _SG_RE, "sg-0123456789abcdef0")
+
+
+class AwsRegionSpec(StrictModel):
+    """The node image and network of one AWS region."""
+
+    image_id: AmiId = Field(
+        description="AMI the GPU nodes boot (with NVIDIA drivers and fleetctl installed).")
+    subnet_ids: list[SubnetId] = Field(
+        min_length=1, description="Subnets fleetctl launches into; one per zone it may use.")
+    security_group_ids: list[SecurityGroupId] = Field(
+        default_factory=list, description="Security groups of the GPU nodes.")
+    gang_placement_groups: bool = Field(
+        False, description="Create a cluster placement group per GPU pool, so a gang's nodes sit close together.")
+
+
+class InfrastructureSpec(StrictModel):
+    """What Terraform declares: rendered by `fleetctl plan --terraform-dir`."""
+
+    cluster: Annotated[
+        StrictStr,
+        AfterValidator(_matches("cluster name", CLUSTER_NAME, "2-24 lowercase letters, digits and '-', starting "
+                                                              "with a letter")),
+        WithJsonSchema({"type": "string", "pattern": CLUSTER_NAME.pattern}),
+    ] = Field(description="Names and tags every cloud resource fleetctl creates; one per controller.")
+    controller_url: Annotated[
+        StrictStr,
+        AfterValidator(_matches("controller URL", _URL_RE, "use http(s)://HOST:PORT of the daemon's --notice-addr")),
+        WithJsonSchema({"type": "string", "pattern": _URL_RE.pattern}),
+    ] = Field(description="Where `fleetctl node-watch` on each node posts reclaim notices.")
+    aws: dict[RegionName, AwsRegionSpec] = Field(
+        default_factory=dict, description="AWS regions to declare GPU pools in, with their image and network.")
+    tags: dict[Annotated[StrictStr, Field(min_length=1, max_length=128)],
+               Annotated[StrictStr, Field(max_length=256)]] = Field(
+        default_factory=dict, description="Extra tags (cost centre, owner, ...) on every resource Terraform declares.")
+
+
 class PolicySpec(StrictModel):
     """A fleetctl policy file."""
 
@@ -357,6 +411,9 @@ class PolicySpec(StrictModel):
     interruptions: InterruptionsSpec = Field(
         default_factory=InterruptionsSpec, description="Handling of spot reclaims."
     )
+    infrastructure: InfrastructureSpec | None = Field(
+        None, description="What Terraform declares (cluster name, node images, networks); needed by "
+                          "`--terraform-dir` and the cloud providers, not by the sandbox.")
 
 
 # --------------------------------------------------------------------------- cross-field rules
@@ -417,6 +474,16 @@ def _contradictions(spec: PolicySpec, doc: Document) -> list[ValidationIssue]:
             anchor=anchor, at="key" if anchor else "value",
         ))
 
+    infra = spec.infrastructure
+    if infra is not None:
+        if infra.aws and spec.providers and "aws" not in spec.providers:
+            issues.append(doc.issue(("infrastructure", "aws"), "AWS regions are declared but 'aws' is not in "
+                                    f"providers ({', '.join(spec.providers)})", at="key"))
+        for region in infra.aws:
+            if spec.regions and region not in spec.regions:
+                issues.append(doc.issue(("infrastructure", "aws", region), f"region {region!r} is not in regions "
+                                        f"({', '.join(spec.regions)})", at="key"))
+
     for list_name in ("providers", "regions", "gpu_models"):
         seen: dict[str, int] = {}
         for index, item in enumerate(getattr(spec, list_name)):
@@ -473,6 +540,17 @@ def _to_core(spec: PolicySpec) -> model.Policy:
         consolidation_max_gpu_utilisation=spec.scaling.consolidation_max_gpu_utilisation,
         disruption_budget_nodes=spec.scaling.disruption_budget_nodes,
         aging_priority_per_hour=spec.aging_priority_per_hour,
+        infrastructure=None if spec.infrastructure is None else model.Infrastructure(
+            cluster=spec.infrastructure.cluster,
+            controller_url=spec.infrastructure.controller_url,
+            aws=tuple(
+                model.AwsRegionSettings(region=region, image_id=r.image_id, subnet_ids=tuple(r.subnet_ids),
+                                        security_group_ids=tuple(r.security_group_ids),
+                                        gang_placement_groups=r.gang_placement_groups)
+                for region, r in sorted(spec.infrastructure.aws.items())
+            ),
+            tags=tuple(sorted(spec.infrastructure.tags.items())),
+        ),
     )
 
 

@@ -39,6 +39,16 @@ StateOption = Annotated[
         show_default=False,
     ),
 ]
+CloudOption = Annotated[
+    str,
+    typer.Option(
+        "--cloud",
+        help="Where nodes are bought: sim (the sandbox, no account needed) or aws (EC2 through boto3 with the "
+        "usual AWS credentials; the policy's infrastructure section names cluster, regions and subnets; "
+        "AWS_ENDPOINT_URL points boto3 elsewhere, e.g. at moto).",
+        envvar="FLEETCTL_CLOUD",
+    ),
+]
 SeedOption = Annotated[
     int,
     typer.Option("--seed", help="Seed of the sandbox provider (node ids, launch delays).", envvar="FLEETCTL_SEED"),
@@ -103,8 +113,33 @@ def sim_launch_delay_seconds() -> float:
     return value
 
 
-def make_provider(store: Store, seed: int):  # noqa: ANN201 - returns a Provider
-    """The sandbox is the embedded default; cloud adapters plug in here."""
-    from providers.sim import SimProvider
+CLOUDS = ("sim", "aws")
 
-    return SimProvider(store, seed=seed, launch_delay_seconds=sim_launch_delay_seconds())
+
+def make_provider(store: Store, seed: int, cloud: str = "sim", policy: Policy | None = None):  # noqa: ANN201
+    """The sandbox is the embedded default; ``--cloud aws`` is EC2 through the
+    AWS adapter, with throttled calls retried and its nodes recorded in the store."""
+    if cloud == "sim":
+        from providers.sim import SimProvider
+
+        return SimProvider(store, seed=seed, launch_delay_seconds=sim_launch_delay_seconds())
+    if cloud != "aws":
+        fail(f"--cloud {cloud!r}: choose one of {', '.join(CLOUDS)}")
+    infra = policy.infrastructure if policy is not None else None
+    if infra is None or not infra.aws:
+        fail("--cloud aws needs the policy's infrastructure section with at least one AWS region "
+             "(cluster, controller_url, aws: {REGION: {image_id, subnet_ids}}); see docs/terraform.md")
+    from fleetctl.controller.recorded import RecordedNodes
+    from providers.retry import ThrottleRetry
+
+    try:
+        from providers.aws import AwsConfig, AwsProvider
+
+        adapter = AwsProvider.from_boto3(AwsConfig(
+            cluster=infra.cluster,
+            regions=tuple(r.region for r in infra.aws),
+            subnet_ids={r.region: r.subnet_ids for r in infra.aws},
+        ))
+    except ImportError as exc:
+        fail(str(exc))
+    return RecordedNodes(ThrottleRetry(adapter), store)

@@ -12,6 +12,7 @@ import typer
 
 from fleetctl.cli.common import (
     PolicyOption,
+    CloudOption,
     SeedOption,
     StateOption,
     console,
@@ -28,6 +29,7 @@ def reconcile(
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
+    cloud: CloudOption = "sim",
 ) -> None:
     """One reconcile tick: handle reclaim notices, start and finish jobs, plan, act, record.
 
@@ -42,7 +44,7 @@ def reconcile(
     store = open_store(state)
     try:
         now = utcnow()
-        report = tick(store=store, provider=make_provider(store, seed), runtime=SimRuntime(), policy=pol, now=now,
+        report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(), policy=pol, now=now,
                       forecast=build_forecast(store, now, None))
     finally:
         store.close()
@@ -82,6 +84,7 @@ def daemon(
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
+    cloud: CloudOption = "sim",
 ) -> None:
     """Run the controller loop: reconcile every --interval seconds, handle reclaim notices every
     --interruption-interval seconds, refresh prices hourly, and serve /metrics. With --notice-addr
@@ -114,7 +117,7 @@ def daemon(
             notices.store.close()
         store.close()
         fail(f"cannot serve metrics on {metrics_addr}: {exc}")
-    loop = Daemon(LoopContext(store, make_provider(store, seed), SimRuntime(), pol, metrics, forecaster),
+    loop = Daemon(LoopContext(store, make_provider(store, seed, cloud, pol), SimRuntime(), pol, metrics, forecaster),
                   interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval,
                   retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0)
 

@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from fleetctl.cli.common import (
+    CloudOption,
     PolicyOption,
     SeedOption,
     StateOption,
@@ -33,6 +34,58 @@ class OutputFormat(str, enum.Enum):
     json = "json"
 
 
+class InitMode(str, enum.Enum):
+    init = "init"
+    get = "get"
+
+
+TerraformDirOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--terraform-dir", envvar="FLEETCTL_TERRAFORM_DIR", show_default=False,
+        help="Render the policy's infrastructure as Terraform (main.tf.json and the modules) into DIR, run "
+        "`terraform plan` there and show its changes under a 'Terraform' heading; apply applies that saved "
+        "Terraform plan first, then the API actions. Without it, only the API half is planned.",
+    ),
+]
+TerraformInitOption = Annotated[
+    InitMode,
+    typer.Option(
+        "--terraform-init",
+        help="How to prepare DIR: init (terraform init: providers from the registry or your mirror) or get "
+        "(modules only, for providers installed through dev_overrides).",
+    ),
+]
+TerraformBinaryOption = Annotated[
+    str, typer.Option("--terraform-binary", envvar="FLEETCTL_TERRAFORM_BINARY", help="The terraform executable.")
+]
+
+
+def _terraform_plan(directory: Path, pol, init: InitMode, binary: str):  # noqa: ANN001, ANN202
+    """Render, write and plan the Terraform half; exits with the reason on any failure."""
+    from fleetctl.terraform import Terraform, TerraformError, check_destroys, render, write_root
+    from providers.catalog import load_catalog
+
+    try:
+        document = render(pol, load_catalog())
+        write_root(directory, document)
+        tf = Terraform(directory, binary=binary, init=init.value)
+        tf_plan = tf.plan()
+        check_destroys(tf_plan, document)
+    except TerraformError as exc:
+        fail(str(exc))
+    return tf, tf_plan
+
+
+def _terraform_doc(tf_plan) -> dict:  # noqa: ANN001
+    return {
+        "directory": str(tf_plan.directory.resolve()),
+        "plan_file": str(tf_plan.plan_file.resolve()),
+        "plan_sha256": tf_plan.sha256,
+        "changes": [{"address": c.address, "type": c.type, "actions": list(c.actions)} for c in tf_plan.changes],
+    }
+
+
 def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -41,10 +94,10 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _compute(policy: Path | None, state: str | None, seed: int):  # noqa: ANN202
+def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "sim"):  # noqa: ANN202
     pol, pol_path = load_policy_or_exit(policy)
     store = open_store(state)
-    provider = make_provider(store, seed)
+    provider = make_provider(store, seed, cloud, pol)
     now = utcnow()
     obs = observe(store, provider, now)
     result = make_plan(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=None, policy=pol)
@@ -55,6 +108,10 @@ def plan(
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
+    cloud: CloudOption = "sim",
+    terraform_dir: TerraformDirOption = None,
+    terraform_init: TerraformInitOption = InitMode.init,
+    terraform_binary: TerraformBinaryOption = "terraform",
     out: Annotated[
         Optional[Path], typer.Option("-out", "--out", help="Save the plan as versioned JSON for `fleetctl apply`.")
     ] = None,
@@ -67,21 +124,54 @@ def plan(
     ] = False,
 ) -> None:
     """Show what fleetctl would do: launches, terminations and job bindings, each with
-    its reason, then the cost in $/h before -> after. Changes nothing."""
-    pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed)
+    its reason, then the cost in $/h before -> after. With --terraform-dir, also the
+    Terraform changes the policy's infrastructure asks for. Changes no fleet and no cloud."""
+    pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed, cloud)
     store.close()
+    tf_plan = None
+    if terraform_dir is not None:
+        _tf, tf_plan = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary)
     fp = fingerprint(obs, pol)
     doc = plan_to_document(result, fingerprint=fp, created_at_utc=now, policy_path=str(pol_path))
+    if tf_plan is not None:
+        doc["terraform"] = _terraform_doc(tf_plan)
     if out is not None:
         _write_atomically(out, json.dumps(doc, indent=2) + "\n")
     if output is OutputFormat.json:
         print(json.dumps(doc, indent=2))
     else:
         print(render_text(result), end="")
+        if tf_plan is not None:
+            from fleetctl.terraform import render_changes
+
+            print(render_changes(tf_plan), end="")
         if out is not None:
             print(f"\nSaved the plan to {out}. To carry it out: fleetctl apply {out}")
-    if detailed_exitcode and result.has_changes:
+    if detailed_exitcode and (result.has_changes or (tf_plan is not None and tf_plan.has_changes)):
         raise typer.Exit(2)
+
+
+def _saved_terraform(doc: dict, plan_file: Path, init: InitMode, binary: str):  # noqa: ANN202
+    """The Terraform half of a saved plan, re-read and re-checked."""
+    from fleetctl.terraform import ROOT_FILE, Terraform, TerraformError, check_destroys, sha256_of
+
+    info = doc.get("terraform")
+    if info is None:
+        return None, None
+    try:
+        directory = Path(info["directory"])
+        tf_file = Path(info["plan_file"])
+        if sha256_of(tf_file) != info["plan_sha256"]:
+            fail(f"{tf_file} is not the Terraform plan {plan_file} was made with (its hash changed); nothing was "
+                 "changed. Run `fleetctl plan --terraform-dir` again.")
+        tf = Terraform(directory, binary=binary, init=init.value)
+        tf_plan = tf.read_plan(tf_file)
+        check_destroys(tf_plan, json.loads((directory / ROOT_FILE).read_text()))
+    except (KeyError, TypeError) as exc:
+        fail(f"{plan_file}: the terraform section is malformed ({exc})")
+    except (TerraformError, OSError, json.JSONDecodeError) as exc:
+        fail(f"{exc}. Nothing was changed.")
+    return tf, tf_plan
 
 
 def apply(
@@ -91,12 +181,19 @@ def apply(
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
+    cloud: CloudOption = "sim",
+    terraform_dir: TerraformDirOption = None,
+    terraform_init: TerraformInitOption = InitMode.init,
+    terraform_binary: TerraformBinaryOption = "terraform",
     auto_approve: Annotated[
         bool, typer.Option("-auto-approve", "--auto-approve", help="Apply without asking for confirmation.")
     ] = False,
 ) -> None:
-    """Carry out a plan. A saved plan is refused if the state changed since it was made
-    (nothing is changed then); without a file, fleetctl plans, shows the diff and asks."""
+    """Carry out a plan: first the saved Terraform plan (if the plan has one), then the API
+    actions. A saved plan is refused if the state changed since it was made, or if its
+    Terraform plan changed or would destroy what the policy still asks for (nothing is
+    changed then); without a file, fleetctl plans, shows the diff and asks."""
+    tf = tf_plan = None
     if plan_file is not None:
         try:
             raw = plan_file.read_text()
@@ -110,7 +207,8 @@ def apply(
             saved, saved_fp = plan_from_document(doc, str(plan_file))
         except PlanFileError as exc:
             fail(str(exc))
-    pol, _pol_path, store, provider, now, obs, fresh = _compute(policy, state, seed)
+        tf, tf_plan = _saved_terraform(doc, plan_file, terraform_init, terraform_binary)
+    pol, _pol_path, store, provider, now, obs, fresh = _compute(policy, state, seed, cloud)
     try:
         fp = fingerprint(obs, pol)
         if plan_file is not None:
@@ -123,8 +221,14 @@ def apply(
             to_apply = saved
         else:
             to_apply = fresh
+            if terraform_dir is not None:
+                tf, tf_plan = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary)
             print(render_text(to_apply), end="")
-            if not to_apply.has_changes:
+            if tf_plan is not None:
+                from fleetctl.terraform import render_changes
+
+                print(render_changes(tf_plan), end="")
+            if not to_apply.has_changes and not (tf_plan is not None and tf_plan.has_changes):
                 return
             if not auto_approve:
                 if not sys.stdin.isatty():
@@ -132,8 +236,19 @@ def apply(
                 answer = typer.prompt("\nDo you want to perform these actions? Only 'yes' will be accepted", default="")
                 if answer.strip() != "yes":
                     fail("Apply cancelled; nothing was changed.")
+        if tf_plan is not None and tf_plan.has_changes:
+            from fleetctl.terraform import TerraformError
+
+            try:
+                tf.apply(tf_plan)  # type: ignore[union-attr]
+            except TerraformError as exc:
+                fail(f"{exc}\nNo API action was carried out. Terraform keeps its own state of what it did; run "
+                     "`fleetctl plan --terraform-dir` again.")
+            counts = tf_plan.counts()
+            console.print(f"Terraform: {counts['add']} added, {counts['change']} changed, {counts['destroy']} "
+                          "destroyed.", markup=False)
         if not to_apply.has_changes:
-            console.print("No changes to apply.")
+            console.print("No API actions to apply.")
             return
         try:
             result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp)

@@ -6,15 +6,28 @@ from collections import Counter
 
 from rich.table import Table
 
-from fleetctl.cli.common import SeedOption, StateOption, console, make_provider, open_store, utcnow
+from fleetctl.cli.common import (
+    CloudOption,
+    PolicyOption,
+    SeedOption,
+    StateOption,
+    console,
+    load_policy_or_exit,
+    make_provider,
+    open_store,
+    utcnow,
+)
 from fleetctl.model import NodeState
 
 
-def status(state: StateOption = None, seed: SeedOption = 0) -> None:
-    """Show nodes (with the jobs on them), job counts by state, and current USD/hour."""
+def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption = "sim",
+           policy: PolicyOption = None) -> None:
+    """Show nodes (with the jobs on them), job counts by state, and current USD/hour.
+    With --cloud aws, the nodes come from EC2 (the policy names the cluster)."""
+    pol = load_policy_or_exit(policy)[0] if cloud != "sim" else None
     store = open_store(state)
     try:
-        provider = make_provider(store, seed)
+        provider = make_provider(store, seed, cloud, pol)
         now = utcnow()
         nodes = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
         jobs = store.jobs(active_only=False)

@@ -50,7 +50,6 @@ from fleetctl.model import (
     JobState,
     Launch,
     Market,
-    Node,
     NodeState,
     Offer,
     Plan,

@@ -237,8 +237,8 @@ def _run(jobs: list[Job], market: Market, policy: Policy, planner: Planner, conf
                 if forecaster is not None:
                     forecast = replace(forecast or Forecast(), interruption=tuple(forecaster(now)))
                 try:
-                    report = tick(store=store, provider=provider, runtime=runtime, policy=policy, now=now,
-                                  forecast=forecast, planner=planner)
+                    tick(store=store, provider=provider, runtime=runtime, policy=policy, now=now,
+                         forecast=forecast, planner=planner)
                 except ApplyError as exc:
                     key = provider.last_insufficient
                     provider.last_insufficient = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fleetctl.model import DemandForecast, Forecast, JobState, Market, NodeState, Reason
+from fleetctl.model import DemandForecast, Forecast, Market, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 

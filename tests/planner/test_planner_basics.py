@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import Bind, JobState, Launch, Market, NodeState, Reason, Terminate
+from fleetctl.model import Bind, JobState, Market, NodeState, Reason, Terminate
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 
 import pytest

@@ -9,12 +9,11 @@ import pytest
 
 from fleetctl.model import JobState, Market as OfferMarket, NodeState
 from fleetctl.sim.baselines import PLANNERS
-from fleetctl.sim.market import Market, MarketTrace
 from fleetctl.sim.provider import MarketProvider
 from fleetctl.sim.simulator import SimConfig, simulate
 from fleetctl.store import Store
 from providers.base import InsufficientCapacity, LaunchRequest
-from tests.builders import T0, job, offer
+from tests.builders import T0, job
 from tests.sim.sim_fixtures import jobs, market, sim_policy
 
 _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)

@@ -1,0 +1,325 @@
+"""Terraform: the reviewed, slow half of the fleet (``docs/terraform.md``).
+
+From the policy's ``infrastructure`` section this module renders a root
+module as JSON (``main.tf.json``) into a working directory, next to copies of
+the modules it calls (``modules/aws-controller``, ``modules/aws-pool``), so
+the directory is self-contained and can be committed and reviewed as is:
+
+* one ``aws-controller`` module per AWS region (interruption queue and
+  EventBridge rules; the IAM roles in the first region only, IAM is global);
+* one ``aws-pool`` module per GPU pool and region: every GPU model the
+  policy allows (``gpu_models``, empty = any) that the catalog sells in that
+  region, so allowing a new GPU model in the policy shows up as a new pool in
+  the next plan.
+
+It then runs the real ``terraform`` binary: ``init`` (or only ``get`` when
+providers are pre-installed, see :class:`Terraform`), ``plan -out``,
+``show -json`` of the saved plan, and ``apply`` of exactly that saved plan.
+
+Every user-provided string (cluster, URLs, ids, tags) reaches the JSON as
+data: Terraform's JSON syntax reads ``${`` and ``%{`` in any string as a
+template, so :func:`literal` escapes them (``$${``, ``%%{``). Expressions are
+only ever the references this module writes itself.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from fleetctl.model import Infrastructure, Offer, Policy
+from fleetctl.naming import pool_name
+
+ROOT_FILE: Final[str] = "main.tf.json"
+PLAN_FILE: Final[str] = "fleetctl.tfplan"
+MODULES: Final[tuple[str, ...]] = ("aws-controller", "aws-pool")
+#: The modules shipped with fleetctl (a source checkout: ``terraform/modules``).
+SHIPPED_MODULES: Final[Path] = Path(__file__).resolve().parent.parent / "terraform" / "modules"
+
+
+class TerraformError(Exception):
+    """Rendering or running Terraform failed; the message says what and where."""
+
+
+class UnexpectedDestroy(TerraformError):
+    """Terraform proposes to destroy or replace something fleetctl did not ask for."""
+
+
+# =========================================================================== rendering
+
+
+def literal(value: str) -> str:
+    """A user string as a literal in Terraform JSON (no interpolation, no directives)."""
+    return value.replace("${", "$${").replace("%{", "%%{")
+
+
+def _literal_map(values: Mapping[str, str]) -> dict[str, str]:
+    return {literal(k): literal(v) for k, v in sorted(values.items())}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def controller_module_name(region: str) -> str:
+    return f"aws_controller_{_slug(region)}"
+
+
+def pool_module_name(region: str, pool: str) -> str:
+    return f"aws_pool_{_slug(region)}_{_slug(pool)}"
+
+
+def aws_pools(policy: Policy, catalog: Iterable[Offer], region: str) -> tuple[str, ...]:
+    """GPU pools (pool names) of one AWS region: models the policy allows that the catalog sells there."""
+    allowed = set(policy.gpu_models)
+    models = {o.instance_type.gpu_model for o in catalog
+              if o.provider == "aws" and o.region == region and o.instance_type.gpu_model}
+    return tuple(sorted({pool_name(m) for m in models if m and (not allowed or m in allowed)}))
+
+
+def render(policy: Policy, catalog: Iterable[Offer]) -> dict[str, Any]:
+    """The root module (Terraform JSON syntax) for ``policy``. Deterministic:
+    the same policy and catalog give the same document, byte for byte."""
+    infra = policy.infrastructure
+    if infra is None:
+        raise TerraformError("the policy has no infrastructure section: add one (cluster, controller_url, aws "
+                             "regions with image_id and subnet_ids) to render Terraform")
+    if policy.providers and "aws" not in policy.providers:
+        raise TerraformError("the policy does not allow aws; nothing to render")
+    if not infra.aws:
+        raise TerraformError("infrastructure.aws lists no region; nothing to render")
+    offers = tuple(catalog)
+    extra_tags = _literal_map(dict(infra.tags))
+    modules: dict[str, Any] = {}
+    outputs: dict[str, Any] = {}
+    iam_region = infra.aws[0].region
+    for settings in infra.aws:
+        controller = controller_module_name(settings.region)
+        modules[controller] = {
+            "source": "./modules/aws-controller",
+            "cluster": literal(infra.cluster),
+            "region": literal(settings.region),
+            "create_iam": settings.region == iam_region,
+            "tags": extra_tags,
+        }
+        outputs[f"{controller}_queue_url"] = {"value": f"${{module.{controller}.queue_url}}"}
+        for pool in aws_pools(policy, offers, settings.region):
+            name = pool_module_name(settings.region, pool)
+            modules[name] = {
+                "source": "./modules/aws-pool",
+                "cluster": literal(infra.cluster),
+                "pool": literal(pool),
+                "region": literal(settings.region),
+                "image_id": literal(settings.image_id),
+                "instance_profile_name": f"${{module.{controller_module_name(iam_region)}.node_instance_profile_name}}",
+                "security_group_ids": [literal(s) for s in settings.security_group_ids],
+                "controller_url": literal(infra.controller_url),
+                "gang_placement_group": settings.gang_placement_groups,
+                "tags": extra_tags,
+            }
+            outputs[f"{name}_launch_template"] = {"value": f"${{module.{name}.launch_template_name}}"}
+    return {
+        "//": "Rendered by fleetctl from the policy; edit the policy, not this file.",
+        "terraform": {"required_providers": {"aws": {"source": "hashicorp/aws", "version": ">= 6.0"}}},
+        "provider": {"aws": {"region": literal(iam_region)}},
+        "module": dict(sorted(modules.items())),
+        "output": dict(sorted(outputs.items())),
+    }
+
+
+def write_root(directory: Path, document: Mapping[str, Any], *, modules_from: Path = SHIPPED_MODULES) -> bool:
+    """Write the root module and the module copies into ``directory``; returns
+    whether anything changed. Files are replaced atomically and only when
+    their content differs, so an unchanged policy leaves the directory alone."""
+    if not all((modules_from / m / "main.tf").is_file() for m in MODULES):
+        raise TerraformError(f"fleetctl's Terraform modules are not in {modules_from} (expected {', '.join(MODULES)})")
+    directory.mkdir(parents=True, exist_ok=True)
+    changed = _write_if_changed(directory / ROOT_FILE, json.dumps(document, indent=2, sort_keys=False) + "\n")
+    for module in MODULES:
+        source, target = modules_from / module, directory / "modules" / module
+        target.mkdir(parents=True, exist_ok=True)
+        wanted = {p.name for p in source.iterdir() if p.is_file()}
+        for stale in (p for p in target.iterdir() if p.is_file() and p.name not in wanted):
+            stale.unlink()
+            changed = True
+        for name in sorted(wanted):
+            if not (target / name).exists() or not filecmp.cmp(source / name, target / name, shallow=False):
+                _write_if_changed(target / name, (source / name).read_text())
+                changed = True
+    return changed
+
+
+def _write_if_changed(path: Path, text: str) -> bool:
+    if path.exists() and path.read_text() == text:
+        return False
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
+# =========================================================================== running
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceChange:
+    """One resource change of a saved Terraform plan (``terraform show -json``)."""
+
+    address: str
+    type: str
+    actions: tuple[str, ...]  # ("create",), ("update",), ("delete", "create"), ("delete",), ...
+
+    @property
+    def symbol(self) -> str:
+        return {("create",): "+", ("update",): "~", ("delete",): "-", ("read",): "<="}.get(
+            self.actions, "-/+" if "delete" in self.actions and "create" in self.actions else "?")
+
+    @property
+    def destroys(self) -> bool:
+        return "delete" in self.actions
+
+
+@dataclass(frozen=True, slots=True)
+class TerraformPlan:
+    """A saved Terraform plan and what it changes."""
+
+    directory: Path
+    plan_file: Path
+    sha256: str  # of the plan file: `fleetctl apply` refuses a plan file that changed
+    changes: tuple[ResourceChange, ...]
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changes)
+
+    def counts(self) -> dict[str, int]:
+        add = sum(1 for c in self.changes if "create" in c.actions)
+        change = sum(1 for c in self.changes if c.actions == ("update",))
+        destroy = sum(1 for c in self.changes if c.destroys)
+        return {"add": add, "change": change, "destroy": destroy}
+
+
+class Terraform:
+    """The ``terraform`` binary in one working directory.
+
+    ``init``: ``"init"`` runs ``terraform init`` (providers from the registry or
+    your mirror); ``"get"`` only installs the local modules, for setups whose
+    providers need no installing (``dev_overrides`` in the CLI config, as in
+    fleetctl's tests).
+    """
+
+    def __init__(self, directory: Path, *, binary: str = "terraform", init: str = "init",
+                 env: Mapping[str, str] | None = None, timeout_seconds: float = 1800) -> None:
+        if init not in ("init", "get"):
+            raise ValueError("init must be 'init' or 'get'")
+        self.directory = directory
+        self.binary = binary
+        self.init_mode = init
+        self.env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1", **(env or {})}
+        self.timeout = timeout_seconds
+
+    def run(self, *args: str, ok: Sequence[int] = (0,)) -> subprocess.CompletedProcess[str]:
+        if shutil.which(self.binary, path=self.env.get("PATH")) is None and not Path(self.binary).is_file():
+            raise TerraformError(f"terraform binary {self.binary!r} not found: install Terraform >= 1.5 or pass "
+                                 "--terraform-binary")
+        try:
+            done = subprocess.run([self.binary, *args], cwd=self.directory, env=self.env, capture_output=True,
+                                  text=True, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise TerraformError(f"terraform {args[0]} in {self.directory} timed out after {self.timeout:.0f} s") from exc
+        if done.returncode not in ok:
+            detail = (done.stderr.strip() or done.stdout.strip())[-4000:]
+            raise TerraformError(f"terraform {' '.join(args[:1])} failed in {self.directory} "
+                                 f"(exit {done.returncode}):\n{detail}")
+        return done
+
+    def init(self) -> None:
+        if self.init_mode == "init":
+            self.run("init", "-input=false", "-no-color")
+        else:
+            self.run("get", "-no-color")
+
+    def validate(self) -> None:
+        self.run("validate", "-no-color")
+
+    def plan(self) -> TerraformPlan:
+        """``terraform plan -out`` and the changes of the saved plan."""
+        self.init()
+        plan_file = self.directory / PLAN_FILE
+        self.run("plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}")
+        return self.read_plan(plan_file)
+
+    def read_plan(self, plan_file: Path) -> TerraformPlan:
+        shown = self.run("show", "-json", "-no-color", plan_file.name)
+        try:
+            doc = json.loads(shown.stdout)
+        except json.JSONDecodeError as exc:
+            raise TerraformError(f"terraform show -json {plan_file}: not JSON ({exc.msg})") from exc
+        changes = tuple(
+            ResourceChange(rc["address"], rc["type"], tuple(rc["change"]["actions"]))
+            for rc in doc.get("resource_changes", [])
+            if rc.get("mode", "managed") == "managed" and tuple(rc["change"]["actions"]) != ("no-op",)
+        )
+        return TerraformPlan(self.directory, plan_file, sha256_of(plan_file), changes)
+
+    def apply(self, plan: TerraformPlan) -> None:
+        """Apply exactly the saved plan (refused if the file changed since it was read)."""
+        if sha256_of(plan.plan_file) != plan.sha256:
+            raise TerraformError(f"{plan.plan_file} changed since it was planned; run `fleetctl plan` again")
+        self.run("apply", "-input=false", "-no-color", "-lock-timeout=60s", plan.plan_file.name)
+
+
+def sha256_of(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise TerraformError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
+    """Refuse destroys the policy did not ask for: a resource may only be
+    destroyed when its whole module left the rendered configuration (a GPU
+    pool or region the policy no longer allows). Replacing or deleting
+    anything in a module that stays (a queue, a launch template) is refused."""
+    kept = set(document.get("module", {}))
+    refused = []
+    for change in plan.changes:
+        if not change.destroys:
+            continue
+        match = re.match(r"^module\.([A-Za-z0-9_-]+)\.", change.address)
+        if match is None or match.group(1) in kept:
+            refused.append(f"{change.symbol} {change.address}")
+    if refused:
+        raise UnexpectedDestroy(
+            "Terraform proposes to destroy or replace resources the policy still asks for:\n  "
+            + "\n  ".join(refused)
+            + "\nNothing was applied. Check for changes made outside fleetctl (or in the modules) and plan again."
+        )
+
+
+def infrastructure_or_error(policy: Policy) -> Infrastructure:
+    if policy.infrastructure is None:
+        raise TerraformError("the policy has no infrastructure section (see docs/terraform.md)")
+    return policy.infrastructure
+
+
+def render_changes(plan: TerraformPlan) -> str:
+    """The "Terraform" section of `fleetctl plan`."""
+    lines = ["", "Terraform:"]
+    if not plan.changes:
+        lines.append("  No changes. The infrastructure matches the policy.")
+        return "\n".join(lines) + "\n"
+    for change in plan.changes:
+        lines.append(f"  {change.symbol} {change.address}")
+    counts = plan.counts()
+    lines.append(f"  Terraform: {counts['add']} to add, {counts['change']} to change, {counts['destroy']} to destroy.")
+    return "\n".join(lines) + "\n"

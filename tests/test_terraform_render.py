@@ -1,0 +1,135 @@
+"""Rendering the policy's infrastructure as Terraform JSON, and the guards
+around running it (no binary needed here; tests/terraform runs the real one)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fleetctl.model import Infrastructure
+from fleetctl.policy import load_policy
+from fleetctl.terraform import (
+    ResourceChange,
+    TerraformError,
+    TerraformPlan,
+    UnexpectedDestroy,
+    check_destroys,
+    literal,
+    render,
+    write_root,
+)
+from providers.aws import API_CALLS
+from providers.catalog import load_catalog
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = load_policy(ROOT / "policies" / "example.yaml")
+
+
+def test_one_pool_per_allowed_gpu_model_sold_in_the_region_and_one_controller() -> None:
+    doc = render(EXAMPLE, load_catalog())
+    assert sorted(doc["module"]) == [
+        "aws_controller_us_east_1", "aws_pool_us_east_1_a100_40gb", "aws_pool_us_east_1_a100_80gb",
+        "aws_pool_us_east_1_a10g", "aws_pool_us_east_1_h100_80gb", "aws_pool_us_east_1_l4",
+        "aws_pool_us_east_1_t4", "aws_pool_us_east_1_v100_16gb"]
+    pool = doc["module"]["aws_pool_us_east_1_a10g"]
+    assert pool["source"] == "./modules/aws-pool" and pool["pool"] == "a10g" and pool["region"] == "us-east-1"
+    assert pool["instance_profile_name"] == "${module.aws_controller_us_east_1.node_instance_profile_name}"
+    assert pool["gang_placement_group"] is True and pool["controller_url"] == "http://10.0.0.5:9109"
+    assert doc["module"]["aws_controller_us_east_1"]["create_iam"] is True
+
+
+def test_rendering_is_deterministic() -> None:
+    assert json.dumps(render(EXAMPLE, load_catalog())) == json.dumps(render(EXAMPLE, tuple(reversed(load_catalog()))))
+
+
+def test_allowing_a_new_gpu_model_adds_a_pool() -> None:
+    narrow = replace(EXAMPLE, gpu_models=("A10G",))
+    wider = replace(EXAMPLE, gpu_models=("A10G", "L4"))
+    assert set(render(wider, load_catalog())["module"]) - set(render(narrow, load_catalog())["module"]) == {
+        "aws_pool_us_east_1_l4"}
+
+
+def test_iam_goes_in_the_first_region_only() -> None:
+    infra = EXAMPLE.infrastructure
+    assert infra is not None
+    two = replace(EXAMPLE, infrastructure=replace(infra, aws=(*infra.aws, replace(infra.aws[0], region="us-west-2"))))
+    modules = render(two, load_catalog())["module"]
+    assert modules["aws_controller_us_east_1"]["create_iam"] is True
+    assert modules["aws_controller_us_west_2"]["create_iam"] is False
+    assert modules["aws_pool_us_west_2_a10g"]["instance_profile_name"] == (
+        "${module.aws_controller_us_east_1.node_instance_profile_name}")
+
+
+def test_user_strings_are_data_never_expressions() -> None:
+    assert literal("${file(\"/etc/passwd\")}") == "$${file(\"/etc/passwd\")}"
+    assert literal("%{ for x in y }") == "%%{ for x in y }"
+    infra = EXAMPLE.infrastructure
+    assert infra is not None
+    hostile = replace(EXAMPLE, infrastructure=replace(infra, tags=(("owner", "${aws_iam_role.x.arn}"),
+                                                                   ("note", "100%{x}"))))
+    doc = render(hostile, load_catalog())
+    for module in doc["module"].values():
+        assert module["tags"] == {"note": "100%%{x}", "owner": "$${aws_iam_role.x.arn}"}
+    # the only interpolations anywhere are the module references fleetctl writes
+    text = json.dumps(doc)
+    assert set(re.findall(r"(?<!\$)\$\{([^}]*)\}", text)) <= {
+        f"module.{m}.{o}" for m in doc["module"] for o in
+        ("node_instance_profile_name", "queue_url", "launch_template_name")}
+
+
+def test_a_policy_without_infrastructure_is_refused_with_the_reason() -> None:
+    with pytest.raises(TerraformError, match="no infrastructure section"):
+        render(replace(EXAMPLE, infrastructure=None), load_catalog())
+    with pytest.raises(TerraformError, match="does not allow aws"):
+        render(replace(EXAMPLE, providers=("gcp",)), load_catalog())
+    with pytest.raises(TerraformError, match="lists no region"):
+        render(replace(EXAMPLE, infrastructure=Infrastructure(cluster="x")), load_catalog())
+
+
+def test_write_root_is_atomic_and_idempotent(tmp_path: Path) -> None:
+    doc = render(EXAMPLE, load_catalog())
+    assert write_root(tmp_path, doc) is True
+    assert (tmp_path / "modules" / "aws-pool" / "main.tf").is_file()
+    assert json.loads((tmp_path / "main.tf.json").read_text()) == doc
+    assert write_root(tmp_path, doc) is False  # nothing changed
+    (tmp_path / "modules" / "aws-pool" / "stale.tf").write_text("# left over\n")
+    assert write_root(tmp_path, doc) is True and not (tmp_path / "modules" / "aws-pool" / "stale.tf").exists()
+
+
+def _plan(*changes: tuple[str, tuple[str, ...]]) -> TerraformPlan:
+    return TerraformPlan(Path("."), Path("p"), "0" * 64,
+                         tuple(ResourceChange(a, a.split(".")[-2], acts) for a, acts in changes))
+
+
+def test_destroys_are_allowed_only_for_modules_the_policy_dropped() -> None:
+    doc = render(replace(EXAMPLE, gpu_models=("A10G",)), load_catalog())
+    check_destroys(_plan(("module.aws_pool_us_east_1_l4.aws_launch_template.pool", ("delete",)),
+                         ("module.aws_pool_us_east_1_a10g.aws_launch_template.pool", ("update",))), doc)
+    with pytest.raises(UnexpectedDestroy, match="aws_sqs_queue.interruptions"):
+        check_destroys(_plan(("module.aws_controller_us_east_1.aws_sqs_queue.interruptions",
+                              ("delete", "create"))), doc)
+    with pytest.raises(UnexpectedDestroy):
+        check_destroys(_plan(("aws_instance.stray", ("delete",))), doc)
+
+
+def test_the_controller_iam_policy_lists_exactly_the_calls_the_provider_makes() -> None:
+    text = (ROOT / "terraform" / "modules" / "aws-controller" / "main.tf").read_text()
+    lists = re.findall(r"\b(?:ec2|sqs|iam)_actions = \[(.*?)\]", text, flags=re.S)
+    assert len(lists) == 3
+    actions = {a for block in lists for a in re.findall(r'"([a-z0-9]+:[A-Za-z]+)"', block)}
+    assert actions == set(API_CALLS)
+    # every statement of the controller policy takes its actions from those lists
+    policy = text[text.index("controller_policy = jsonencode"):]
+    assert not re.search(r'Action\s*=\s*\[\s*"', policy)
+
+
+def test_modules_are_formatted() -> None:
+    done = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(ROOT / "terraform")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
