@@ -35,7 +35,7 @@ CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing
 AMI = "ami-12c6146b"  # one of moto's built-in images
 #: moto's us-east-1 zones: us-east-1a = use1-az6, us-east-1c = use1-az2.
 ZONES = {"us-east-1a": "use1-az6", "us-east-1c": "use1-az2"}
-POOLS = ("v100-16gb", "a10g", "t4")
+POOLS = ("a100-40gb", "a100-80gb", "a10g", "h100-80gb", "l4", "t4", "v100-16gb")  # the example policy's
 
 
 class MotoServer:

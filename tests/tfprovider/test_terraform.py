@@ -1,0 +1,218 @@
+"""fleetctl's Terraform, for real and offline: the real ``terraform`` binary
+validates, plans and applies the modules and the rendered root module against
+the real provider schemas (through the schema-serving provider), and
+``fleetctl plan/apply --terraform-dir --cloud aws`` carries out both halves,
+the API half against moto. Plus the pure-Python schema check, which needs no
+binary."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.policy import load_policy
+from fleetctl.terraform import render, write_root
+from providers.catalog import load_catalog
+from tests.providers.aws_world import CREDENTIALS, REGION, moto_world
+from tests.tfprovider.harness import install
+from tests.tfprovider.schemacheck import check_body, check_module, check_root, hcl_body, load_schemas
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ROOT / "terraform" / "modules"
+EXAMPLE = ROOT / "policies" / "example.yaml"
+
+
+@pytest.fixture(scope="module")
+def schemas() -> dict[str, dict[str, Any]]:
+    return load_schemas()
+
+
+@pytest.fixture
+def tf_env(tmp_path: Path) -> dict[str, str]:
+    assert shutil.which("terraform"), "the terraform binary must be installed (CI has /usr/local/bin/terraform)"
+    return install(tmp_path / "tf-harness")
+
+
+def terraform(cwd: Path, env: dict[str, str], *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    done = subprocess.run(["terraform", *args, "-no-color"], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert done.returncode in ok, f"terraform {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+# ---------------------------------------------------------------- the pure-Python check
+
+
+def _body(hcl: str, tmp_path: Path) -> dict[str, Any]:
+    import hcl2
+
+    (tmp_path / "x.tf").write_text(hcl)
+    doc = hcl2.load((tmp_path / "x.tf").open())
+    [entry] = doc["resource"]
+    [named] = entry.values()
+    [body] = [v for k, v in named.items() if not k.startswith("__")]
+    return hcl_body(body)
+
+
+@pytest.mark.parametrize(("hcl", "expected"), [
+    ('resource "aws_sqs_queue" "q" {\n  nmae = "x"\n}\n', "unknown argument 'nmae'"),
+    ('resource "aws_cloudwatch_event_target" "t" {\n  rule = "r"\n}\n', "missing required argument 'arn'"),
+    ('resource "aws_sqs_queue" "q" {\n  delay_seconds = "soon"\n}\n', "delay_seconds: expected a number"),
+    ('resource "aws_sqs_queue" "q" {\n  fifo_queue = "maybe"\n}\n', "fifo_queue: expected a bool"),
+    ('resource "aws_sqs_queue" "q" {\n  tags = ["a"]\n}\n', "tags: expected a map"),
+    ('resource "aws_sqs_queue" "q" {\n  arn = "x"\n}\n', "arn: computed by the provider"),
+    ('resource "aws_launch_template" "t" {\n  iam_instance_profile {\n    name = "a"\n  }\n'
+     '  iam_instance_profile {\n    name = "b"\n  }\n}\n', "'iam_instance_profile' allows at most 1, has 2"),
+    ('resource "aws_launch_template" "t" {\n  metadata_options {\n    http_tokenz = "required"\n  }\n}\n',
+     "metadata_options[0]: unknown argument 'http_tokenz'"),
+])
+def test_the_schema_check_finds_each_kind_of_mistake(hcl: str, expected: str, schemas: dict, tmp_path: Path) -> None:
+    type_name = re.search(r'resource "([a-z0-9_]+)"', hcl).group(1)  # type: ignore[union-attr]
+    errors = check_body(type_name, _body(hcl, tmp_path), schemas[type_name])
+    assert any(expected in e for e in errors), errors
+
+
+def test_the_modules_pass_the_schema_check(schemas: dict) -> None:
+    for module in ("aws-controller", "aws-pool"):
+        assert check_module(MODULES / module, schemas) == []
+
+
+def test_the_rendered_root_calls_the_modules_with_their_variables(tmp_path: Path) -> None:
+    doc = render(load_policy(EXAMPLE), load_catalog())
+    assert check_root(doc, MODULES.parent) == []
+    broken = json.loads(json.dumps(doc))
+    broken["module"]["aws_pool_us_east_1_a10g"]["imageid"] = "ami-0123456789abcdef0"
+    del broken["module"]["aws_pool_us_east_1_a10g"]["cluster"]
+    broken["module"]["aws_controller_us_east_1"]["create_iam"] = "yes"
+    errors = check_root(broken, MODULES.parent)
+    assert any("unknown argument 'imageid'" in e for e in errors)
+    assert any("missing required argument 'cluster'" in e for e in errors)
+    assert any("create_iam: expected a bool" in e for e in errors)
+
+
+# ---------------------------------------------------------------- the real binary
+
+
+@pytest.mark.parametrize("module", ["aws-controller", "aws-pool"])
+def test_each_module_validates_against_the_real_schema(module: str, tf_env: dict, tmp_path: Path) -> None:
+    work = tmp_path / module
+    shutil.copytree(MODULES / module, work)
+    terraform(work, tf_env, "validate")
+    terraform(work, tf_env, "fmt", "-check")
+
+
+def test_a_wrong_argument_fails_terraform_validate(tf_env: dict, tmp_path: Path) -> None:
+    work = tmp_path / "bad"
+    shutil.copytree(MODULES / "aws-pool", work)
+    main = work / "main.tf"
+    main.write_text(main.read_text().replace("update_default_version = true", "update_default_versions = true"))
+    done = terraform(work, tf_env, "validate", ok=(1,))
+    assert "update_default_versions" in done.stderr
+
+
+def test_the_rendered_example_validates_plans_applies_and_replans_clean(tf_env: dict, tmp_path: Path) -> None:
+    work = tmp_path / "root"
+    write_root(work, render(load_policy(EXAMPLE), load_catalog()))
+    terraform(work, tf_env, "get")
+    terraform(work, tf_env, "validate")
+    plan = terraform(work, tf_env, "plan", "-out=tf.plan")
+    assert "Plan: 26 to add, 0 to change, 0 to destroy." in plan.stdout
+    terraform(work, tf_env, "apply", "tf.plan")
+    again = terraform(work, tf_env, "plan", "-detailed-exitcode")  # exit 0: no changes
+    assert "No changes." in again.stdout
+
+
+# ---------------------------------------------------------------- fleetctl plan/apply, both halves
+
+
+def _policy_for(world, tmp_path: Path, gpu_models: list[str] | None = None) -> Path:  # noqa: ANN001
+    yaml = YAML()
+    doc = yaml.load(EXAMPLE.read_text())
+    doc["infrastructure"]["cluster"] = world.cluster
+    doc["infrastructure"]["aws"][REGION]["subnet_ids"] = sorted(world.subnets.values())
+    doc["infrastructure"]["aws"][REGION]["security_group_ids"] = []
+    if gpu_models is not None:
+        doc["gpu_models"] = gpu_models
+    path = tmp_path / "policy.yaml"
+    with path.open("w") as fh:
+        yaml.dump(doc, fh)
+    return path
+
+
+def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: Any, tf_env: dict,
+                                                                    tmp_path: Path) -> None:
+    runner = CliRunner()
+    with moto_world(moto_server, cluster="ml-platform") as world:
+        env = {**tf_env, "AWS_ENDPOINT_URL": world.endpoint, "AWS_DEFAULT_REGION": REGION,
+               "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+               "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+               "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_CLOUD": "aws"}
+        narrow = _policy_for(world, tmp_path, gpu_models=["A10G", "T4"])
+        infra = tmp_path / "infra"
+        common = ["--policy", str(narrow), "--terraform-dir", str(infra), "--terraform-init", "get"]
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text("jobs:\n"
+                        "  - {id: finetune, team: ml-product, priority: batch, gpus_per_worker: 1,\n"
+                        "     gpu_models: [A10G], vcpus_per_worker: 4, memory_gib_per_worker: 16,\n"
+                        "     duration_hours: 3, checkpointable: true, checkpoint_interval_minutes: 30}\n")
+        submitted = runner.invoke(app, ["jobs", "submit", str(jobs)], env=env)
+        assert submitted.exit_code == 0, submitted.output
+
+        planned = runner.invoke(app, ["plan", *common, "-out", str(tmp_path / "plan.json")], env=env)
+        assert planned.exit_code == 0, planned.output
+        assert "Terraform:" in planned.output
+        assert "+ module.aws_pool_us_east_1_a10g.aws_launch_template.pool" in planned.output
+        assert "+ module.aws_controller_us_east_1.aws_sqs_queue.interruptions" in planned.output
+        assert "Terraform: 16 to add, 0 to change, 0 to destroy." in planned.output, planned.output
+        assert "launch" in planned.output.lower() and "g5.xlarge" in planned.output  # the API half
+
+        applied = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(narrow),
+                                      "--terraform-init", "get"], env=env)
+        assert applied.exit_code == 0, applied.output
+        assert "Terraform: 16 added, 0 changed, 0 destroyed." in applied.output
+        assert "Apply complete!" in applied.output
+        instances = [i for r in world.client("ec2").describe_instances(
+            Filters=[{"Name": "tag:fleetctl:cluster", "Values": ["ml-platform"]}])["Reservations"]
+            for i in r["Instances"]]
+        assert instances and {i["InstanceType"] for i in instances} >= {"g5.xlarge"}
+
+        unchanged = runner.invoke(app, ["plan", *common], env=env)
+        assert unchanged.exit_code == 0, unchanged.output
+        assert "No changes. The infrastructure matches the policy." in unchanged.output
+
+        # a policy edit that allows a new GPU pool is a Terraform change in the next plan
+        wider = _policy_for(world, tmp_path, gpu_models=["A10G", "T4", "L4"])
+        edited = runner.invoke(app, ["plan", "--policy", str(wider), "--terraform-dir", str(infra),
+                                     "--terraform-init", "get"], env=env)
+        assert edited.exit_code == 0, edited.output
+        assert "+ module.aws_pool_us_east_1_l4.aws_launch_template.pool" in edited.output
+        assert "Terraform: 2 to add, 0 to change, 0 to destroy." in edited.output
+
+
+def test_apply_refuses_a_terraform_plan_that_changed_since_plan(moto_server: Any, tf_env: dict,
+                                                               tmp_path: Path) -> None:
+    runner = CliRunner()
+    with moto_world(moto_server, cluster="ml-platform") as world:
+        env = {**tf_env, "AWS_ENDPOINT_URL": world.endpoint, "AWS_DEFAULT_REGION": REGION,
+               "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_CLOUD": "aws"}
+        policy = _policy_for(world, tmp_path, gpu_models=["A10G"])
+        infra = tmp_path / "infra"
+        planned = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
+                                      "--terraform-init", "get", "-out", str(tmp_path / "plan.json")], env=env)
+        assert planned.exit_code == 0, planned.output
+        (infra / "fleetctl.tfplan").write_bytes(b"tampered")
+        refused = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(policy),
+                                      "--terraform-init", "get"], env=env)
+        assert refused.exit_code == 1
+        assert "is not the Terraform plan" in refused.output and "nothing was changed" in refused.output
+        assert not (infra / "terraform.tfstate").exists()
