@@ -156,15 +156,10 @@ def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: 
                "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
                "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
                "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_CLOUD": "aws"}
-        narrow = _policy_for(world, tmp_path, gpu_models=["A10G", "T4"])
+        policy = _policy_for(world, tmp_path)  # the example, with moto's subnets
         infra = tmp_path / "infra"
-        common = ["--policy", str(narrow), "--terraform-dir", str(infra), "--terraform-init", "get"]
-        jobs = tmp_path / "jobs.yaml"
-        jobs.write_text("jobs:\n"
-                        "  - {id: finetune, team: ml-product, priority: batch, gpus_per_worker: 1,\n"
-                        "     gpu_models: [A10G], vcpus_per_worker: 4, memory_gib_per_worker: 16,\n"
-                        "     duration_hours: 3, checkpointable: true, checkpoint_interval_minutes: 30}\n")
-        submitted = runner.invoke(app, ["jobs", "submit", str(jobs)], env=env)
+        common = ["--policy", str(policy), "--terraform-dir", str(infra), "--terraform-init", "get"]
+        submitted = runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env)
         assert submitted.exit_code == 0, submitted.output
 
         planned = runner.invoke(app, ["plan", *common, "-out", str(tmp_path / "plan.json")], env=env)
@@ -172,29 +167,42 @@ def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: 
         assert "Terraform:" in planned.output
         assert "+ module.aws_pool_us_east_1_a10g.aws_launch_template.pool" in planned.output
         assert "+ module.aws_controller_us_east_1.aws_sqs_queue.interruptions" in planned.output
-        assert "Terraform: 16 to add, 0 to change, 0 to destroy." in planned.output, planned.output
-        assert "launch" in planned.output.lower() and "g5.xlarge" in planned.output  # the API half
+        assert "Terraform: 26 to add, 0 to change, 0 to destroy." in planned.output, planned.output
+        launches = re.findall(r"\+ launch (\d+) x (\S+) .* in aws us-east-1", planned.output)
+        assert launches, planned.output  # the API half: EC2 instances for the example queue
 
-        applied = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(narrow),
+        applied = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(policy),
                                       "--terraform-init", "get"], env=env)
         assert applied.exit_code == 0, applied.output
-        assert "Terraform: 16 added, 0 changed, 0 destroyed." in applied.output
-        assert "Apply complete!" in applied.output
+        assert "Terraform: 26 added, 0 changed, 0 destroyed." in applied.output
+        assert f"Apply complete! {sum(int(n) for n, _ in launches)} launched" in applied.output, applied.output
         instances = [i for r in world.client("ec2").describe_instances(
             Filters=[{"Name": "tag:fleetctl:cluster", "Values": ["ml-platform"]}])["Reservations"]
             for i in r["Instances"]]
-        assert instances and {i["InstanceType"] for i in instances} >= {"g5.xlarge"}
+        assert len(instances) == sum(int(n) for n, _ in launches)
+        assert {i["InstanceType"] for i in instances} == {t for _, t in launches}
 
         unchanged = runner.invoke(app, ["plan", *common], env=env)
         assert unchanged.exit_code == 0, unchanged.output
         assert "No changes. The infrastructure matches the policy." in unchanged.output
 
+        # a reclaim warning for the spot node reaches `fleetctl reconcile --once` through EventBridge and SQS
+        [spot] = [i["InstanceId"] for i in instances if i.get("InstanceLifecycle") == "spot"]
+        world.reclaim(spot)
+        tick = runner.invoke(app, ["reconcile", "--once", "--policy", str(policy)], env=env)
+        assert tick.exit_code == 0, tick.output
+        assert "1 requeued after 1 notices" in tick.output, tick.output
+        attrs = world.client("sqs").get_queue_attributes(
+            QueueUrl=world.queue_url, AttributeNames=["ApproximateNumberOfMessages",
+                                                      "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        assert attrs == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
         # a policy edit that allows a new GPU pool is a Terraform change in the next plan
-        wider = _policy_for(world, tmp_path, gpu_models=["A10G", "T4", "L4"])
+        wider = _policy_for(world, tmp_path, gpu_models=[*load_policy(EXAMPLE).gpu_models, "L40S"])
         edited = runner.invoke(app, ["plan", "--policy", str(wider), "--terraform-dir", str(infra),
                                      "--terraform-init", "get"], env=env)
         assert edited.exit_code == 0, edited.output
-        assert "+ module.aws_pool_us_east_1_l4.aws_launch_template.pool" in edited.output
+        assert "+ module.aws_pool_us_east_1_l40s.aws_launch_template.pool" in edited.output
         assert "Terraform: 2 to add, 0 to change, 0 to destroy." in edited.output
 
 
@@ -216,3 +224,25 @@ def test_apply_refuses_a_terraform_plan_that_changed_since_plan(moto_server: Any
         assert refused.exit_code == 1
         assert "is not the Terraform plan" in refused.output and "nothing was changed" in refused.output
         assert not (infra / "terraform.tfstate").exists()
+
+
+def test_missing_infrastructure_is_a_clear_error_and_nothing_is_written(tmp_path: Path) -> None:
+    runner = CliRunner()
+    env = {"FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}"}
+    policy = ROOT / "policies" / "backtest-spot.yaml"
+    no_infra = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(tmp_path / "infra")],
+                             env=env)
+    assert no_infra.exit_code == 1 and "no infrastructure section" in no_infra.output
+    assert not (tmp_path / "infra").exists()
+    aws = runner.invoke(app, ["plan", "--policy", str(policy), "--cloud", "aws"], env=env)
+    assert aws.exit_code == 1 and "--cloud aws needs the policy's infrastructure section" in aws.output
+    unknown = runner.invoke(app, ["plan", "--policy", str(policy), "--cloud", "gcp"], env=env)
+    assert unknown.exit_code == 1 and "choose one of sim, aws" in unknown.output
+
+
+def test_a_missing_terraform_binary_is_named(tmp_path: Path) -> None:
+    runner = CliRunner()
+    env = {"FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}"}
+    done = runner.invoke(app, ["plan", "--policy", str(EXAMPLE), "--terraform-dir", str(tmp_path / "infra"),
+                               "--terraform-binary", "/nonexistent/terraform"], env=env)
+    assert done.exit_code == 1 and "terraform binary '/nonexistent/terraform' not found" in done.output
