@@ -58,6 +58,10 @@ class Capabilities:
     interruption_notice_seconds: int  # lead time of a reclaim warning
     rebalance_recommendations: bool
     idempotent_launch: bool = True
+    #: The cloud announces reclaims to the controller (AWS EventBridge, GCP
+    #: operations). False: only on the node (Azure Scheduled Events), so the
+    #: notices arrive through `fleetctl node-watch` and the daemon's endpoint.
+    central_notices: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ node, acknowledge a notice). Only the harnesses are cloud-specific:
 * ``sim``: the sandbox provider over a SQLite store;
 * ``gcp``: the real google-cloud-compute client against the local GCE server;
 * ``aws``: the real boto3 client against moto's server on 127.0.0.1, with
-  capacity errors injected at the HTTP layer (moto never runs out).
+  capacity errors injected at the HTTP layer (moto never runs out);
+* ``azure``: the real azure-mgmt-compute client against the local HTTPS ARM
+  server (bearer token, ``trustme`` CA, ``polling_interval=0``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from google.cloud import compute_v1 as c
 from fleetctl.model import InterruptionKind, Market, NodeState, Offer
 from fleetctl.store import Store
 from providers.aws import AwsProvider
+from providers.azure import AzureConfig, AzureProvider, AzureRegion
 from providers.base import InsufficientCapacity, LaunchRequest, NodeNotFound, Provider
 from providers.gcp import GcpConfig, GcpProvider
 from providers.sim import SimProvider
 from tests.providers.aws_world import MotoWorld, moto_world
+from tests.providers.azure_server import ArmServer, FakeArm, StaticToken, gpu_sku
 from tests.providers.gcp_server import FakeGce, GceServer
 
 NOW = datetime(2025, 1, 6, 12, 0, tzinfo=timezone.utc)
@@ -124,6 +128,39 @@ class AwsHarness:
         self.provider.acknowledge(event_id)
 
 
+@dataclass
+class AzureHarness:
+    provider: AzureProvider
+    fake: FakeArm
+    cloud: str = "azure"
+    notice_seconds: int = 30
+    now: datetime = NOW
+
+    def offer(self) -> Offer:
+        return next(o for o in self.provider.offers(self.now)
+                    if o.market is Market.SPOT and o.instance_type.name == "Standard_NC4as_T4_v3")
+
+    def remove_capacity(self, offer: Offer) -> None:
+        self.fake.capacity[(offer.region, offer.instance_type.name)] = 0
+
+    def reclaim(self, node_id: str) -> None:
+        self.fake.evict("fleet", node_id)
+
+    def acknowledge(self, event_id: str) -> None:
+        self.provider.acknowledge(event_id)
+
+
+def _azure(tmp_path: Path) -> Iterator[Harness]:
+    fake = FakeArm("00000000-0000-0000-0000-000000000001")
+    fake.skus = [gpu_sku("Standard_NC4as_T4_v3", "eastus"), gpu_sku("Standard_NC6s_v3", "eastus")]
+    with ArmServer(fake, tmp_path) as server:
+        config = AzureConfig(cluster="contract", subscription_id=fake.subscription, resource_group="fleet",
+                             regions=(AzureRegion("eastus", "/subscriptions/x/subnets/nodes", "/images/gpu"),))
+        provider = AzureProvider.from_sdk(config, StaticToken(), base_url=server.endpoint,
+                                          connection_verify=str(server.ca_file))
+        yield AzureHarness(provider, fake)
+
+
 def _sim(tmp_path: Path) -> Iterator[Harness]:
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
@@ -150,12 +187,14 @@ def _aws(moto_server: Any) -> Iterator[Harness]:
         yield AwsHarness(world.provider(), world)
 
 
-@pytest.fixture(params=["sim", "gcp", "aws"])
+@pytest.fixture(params=["sim", "gcp", "aws", "azure"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     if request.param == "sim":
         yield from _sim(tmp_path)
     elif request.param == "gcp":
         yield from _gcp()
+    elif request.param == "azure":
+        yield from _azure(tmp_path)
     else:
         yield from _aws(request.getfixturevalue("moto_server"))
 
@@ -219,6 +258,12 @@ def test_interruptions_are_returned_until_acknowledged(harness: Harness) -> None
     assert harness.provider.interruption_events(harness.now) == ()
     harness.reclaim(node.node_id)
     later = harness.now + timedelta(seconds=1)
+    if not harness.provider.capabilities.central_notices:
+        # Announced on the node only (node-watch -> the daemon): the cloud API
+        # has no notice to return, and the reclaimed node leaves the listing.
+        assert harness.provider.interruption_events(later) == ()
+        assert node.node_id not in {n.node_id for n in harness.provider.nodes(later) if n.state is not NodeState.GONE}
+        return
     [event] = harness.provider.interruption_events(later)
     assert (event.node_id, event.provider) == (node.node_id, harness.cloud)
     assert event.kind in (InterruptionKind.RECLAIM_WARNING, InterruptionKind.TERMINATED)

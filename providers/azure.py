@@ -1,0 +1,355 @@
+"""The Azure adapter: Spot and pay-as-you-go GPU VMs through azure-mgmt-compute.
+
+What it does, in the words of :class:`providers.base.Provider`:
+
+* ``offers``: the snapshot's Azure offers (``providers/catalog.py``) in the
+  configured regions, for the sizes the subscription may use there: listed by
+  ``resourceSkus`` for the location and not restricted for it
+  (``restrictions[].type == Location``, e.g. ``NotAvailableForSubscription``).
+  Offers are regional (zone ``""``).
+* ``nodes``: every VM in the resource group tagged ``fleetctl-cluster=<cluster>``.
+* ``launch``: one ``PUT virtualMachines/{name}`` per node, Spot as
+  ``priority=Spot, evictionPolicy=Delete, billingProfile.maxPrice=-1`` (pay up
+  to the on-demand price, never evicted for price), each VM in the pool's
+  Flexible-orchestration scale set (``fleetctl-<cluster>-<pool>``, declared by
+  Terraform) when it exists. Why VMs and not scale-set capacity:
+  ``docs/azure.md``. Idempotent: VM names are derived from the idempotency
+  key, and ARM's PUT is create-or-update, so a retried launch re-PUTs the same
+  VMs instead of buying more. All or nothing: if one VM of a gang cannot be
+  placed, the VMs this launch created are deleted and the error is raised.
+* ``terminate``: ``DELETE virtualMachines/{name}`` (with its OS disk and NIC,
+  ``deleteOption=Delete``); a VM already gone is success.
+* ``interruption_events``: none. Azure announces a Spot eviction only on the
+  node (Scheduled Events ``Preempt``): ``fleetctl node-watch`` posts it to the
+  daemon, which records it (``Capabilities.central_notices`` is False).
+
+Errors are translated to the typed errors of ``providers.base``:
+``SkuNotAvailable``, ``AllocationFailed``, ``ZonalAllocationFailed``,
+``OverconstrainedAllocationRequest`` -> ``InsufficientCapacity``;
+``QuotaExceeded`` and ``OperationNotAllowed`` about quota -> ``QuotaExceeded``;
+HTTP 429 -> ``Throttled``; an unknown size -> ``UnknownInstanceType``. The
+adapter never retries (the SDK's retry policy is off);
+:class:`providers.retry.ThrottleRetry` does.
+
+azure-mgmt-compute is imported only here, lazily (``pip install 'fleetctl[azure]'``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Final, TypeVar
+
+from fleetctl.model import InstanceType, InterruptionEvent, Market, Node, NodeState, Offer
+from fleetctl.naming import pool_name
+from providers.base import (
+    Capabilities,
+    InsufficientCapacity,
+    LaunchRequest,
+    LaunchResult,
+    NodeNotFound,
+    ProviderError,
+    QuotaExceeded,
+    Throttled,
+    UnknownInstanceType,
+)
+from providers.catalog import azure_instance_type, load_catalog
+
+log = logging.getLogger(__name__)
+
+PROVIDER: Final[str] = "azure"
+INSTALL_HINT: Final[str] = "the Azure provider needs azure-mgmt-compute: pip install 'fleetctl[azure]'"
+
+TAG_CLUSTER: Final[str] = "fleetctl-cluster"
+TAG_POOL: Final[str] = "fleetctl-pool"
+TAG_OFFER: Final[str] = "fleetctl-offer"
+TAG_LAUNCH: Final[str] = "fleetctl-launch"
+
+#: Scheduled Events gives a Spot VM at least 30 s between Preempt and eviction.
+PREEMPT_NOTICE_SECONDS: Final[int] = 30
+
+_CAPACITY_CODES: Final[frozenset[str]] = frozenset({
+    "SkuNotAvailable", "AllocationFailed", "ZonalAllocationFailed", "OverconstrainedAllocationRequest",
+    "OverconstrainedZonalAllocationRequest", "SpotVMEvictionPolicyNotSupported",
+})
+_QUOTA_CODES: Final[frozenset[str]] = frozenset({"QuotaExceeded", "OperationNotAllowed"})
+_THROTTLE_CODES: Final[frozenset[str]] = frozenset({"TooManyRequests", "RetryableError"})
+_NAME_INVALID = re.compile(r"[^a-z0-9-]")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class AzureRegion:
+    """Where and from what the VMs of one region are made."""
+
+    region: str
+    subnet_id: str
+    image_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AzureConfig:
+    cluster: str
+    subscription_id: str
+    resource_group: str
+    regions: tuple[AzureRegion, ...]
+    admin_username: str = "fleetctl"
+    ssh_public_key: str = ""
+    custom_data_b64: str = ""  # cloud-init that starts node-watch (rendered by the caller)
+    max_operation_polls: int = 600
+
+    def __post_init__(self) -> None:
+        if not self.cluster or not self.subscription_id or not self.resource_group:
+            raise ValueError("AzureConfig needs cluster, subscription_id and resource_group")
+        if not self.regions:
+            raise ValueError("AzureConfig.regions must list at least one region")
+
+    def region(self, name: str) -> AzureRegion | None:
+        return next((r for r in self.regions if r.region == name), None)
+
+
+def translate(status: int | None, code: str, message: str) -> ProviderError:
+    """The typed error for an ARM failure (see the module docstring)."""
+    detail = f"{code or status}: {message}"
+    if status == 429 or code in _THROTTLE_CODES:
+        return Throttled(detail)
+    if code == "QuotaExceeded" or (code in _QUOTA_CODES and "quota" in message.lower()):
+        return QuotaExceeded(detail)
+    if code in _CAPACITY_CODES:
+        return InsufficientCapacity(detail)
+    if code in ("InvalidParameter", "BadRequest") and "size" in message.lower():
+        return UnknownInstanceType(detail)
+    return ProviderError(detail)
+
+
+def sku_available(sku: Any, location: str) -> bool:
+    """A ``virtualMachines`` resource SKU the subscription may use in ``location``."""
+    if sku.resource_type != "virtualMachines":
+        return False
+    if location.lower() not in {loc.lower() for loc in (sku.locations or [])}:
+        return False
+    for restriction in sku.restrictions or []:
+        if restriction.type == "Location" and location.lower() in {
+                v.lower() for v in (restriction.values_property or [])}:  # `values` is Mapping.values
+            return False
+    return True
+
+
+def vm_name(cluster: str, key: str, index: int) -> str:
+    slug = _NAME_INVALID.sub("-", cluster.lower()).strip("-")[:20].strip("-") or "x"
+    return f"fl-{slug}-{hashlib.sha256(f'{cluster}:{key}'.encode()).hexdigest()[:12]}-{index:03d}"
+
+
+class AzureProvider:
+    """Azure Compute behind the Provider protocol. See the module docstring."""
+
+    name = PROVIDER
+    capabilities = Capabilities(interruption_notice_seconds=PREEMPT_NOTICE_SECONDS,
+                                rebalance_recommendations=False, central_notices=False)
+
+    def __init__(self, config: AzureConfig, client: Any, *, offers: Iterable[Offer] | None = None) -> None:
+        self._config = config
+        self._client = client
+        regions = {r.region for r in config.regions}
+        catalog = tuple(o for o in (load_catalog() if offers is None else offers)
+                        if o.provider == PROVIDER and o.region in regions)
+        self._catalog = catalog
+        self._by_size_region_market = {(o.instance_type.name, o.region, o.market): o for o in catalog}
+
+    @classmethod
+    def from_sdk(cls, config: AzureConfig, credential: Any, *, base_url: str | None = None,
+                 offers: Iterable[Offer] | None = None, **client_kwargs: Any) -> AzureProvider:
+        """The adapter over the real ComputeManagementClient (ImportError with an
+        install hint without the ``[azure]`` extra). The SDK's retries are off:
+        ``ThrottleRetry`` is the one retry policy."""
+        try:
+            from azure.core.pipeline.policies import RetryPolicy
+            from azure.mgmt.compute import ComputeManagementClient
+        except ImportError as exc:  # pragma: no cover - the [azure] extra is installed in tests
+            raise ImportError(INSTALL_HINT) from exc
+        kwargs: dict[str, Any] = {"retry_policy": RetryPolicy(retry_total=0), **client_kwargs}
+        if base_url is not None:
+            kwargs["base_url"] = base_url
+        return cls(config, ComputeManagementClient(credential, config.subscription_id, **kwargs), offers=offers)
+
+    # ------------------------------------------------------------------ contract
+
+    def offers(self, now: datetime) -> tuple[Offer, ...]:
+        usable = {(sku.name, region.region) for region in self._config.regions for sku in self._skus(region.region)}
+        return tuple(o for o in self._catalog if (o.instance_type.name, o.region) in usable)
+
+    def instance_types(self, now: datetime) -> tuple[InstanceType, ...]:
+        """Every N-series GPU size the subscription may use in the configured
+        regions (reviewed shapes from the catalog table), priced or not."""
+        found: dict[str, InstanceType] = {}
+        for region in self._config.regions:
+            for sku in self._skus(region.region):
+                size = sku.name.removeprefix("Standard_")
+                try:
+                    shape = azure_instance_type(size)
+                except KeyError:
+                    log.debug("azure: %s is an N-series size the catalog has not reviewed; skipped", sku.name)
+                    continue
+                if shape is not None:
+                    found[shape.name] = shape
+        return tuple(found[name] for name in sorted(found))
+
+    def nodes(self, now: datetime) -> tuple[Node, ...]:
+        vms = self._call(lambda: list(self._client.virtual_machines.list(self._config.resource_group)))
+        return tuple(sorted((n for n in (self._node(vm, now) for vm in vms) if n is not None),
+                            key=lambda n: n.node_id))
+
+    def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult:
+        if request.count < 1:
+            raise ValueError("a launch asks for at least one node")
+        offer = request.offer
+        if offer.provider != PROVIDER:
+            raise UnknownInstanceType(f"{offer.key} is not an Azure offer")
+        region = self._config.region(offer.region)
+        if region is None or (offer.instance_type.name, offer.region, offer.market) not in self._by_size_region_market:
+            raise UnknownInstanceType(f"{offer.key}: not sold in the configured Azure regions")
+        names = [vm_name(self._config.cluster, request.idempotency_key, i) for i in range(request.count)]
+        existing = {vm.name: vm for vm in self._call(lambda: list(self._client.virtual_machines.list(
+            self._config.resource_group))) if vm.name in names}
+        created: list[str] = []
+        try:
+            for name in names:
+                if name in existing and existing[name].provisioning_state == "Succeeded":
+                    continue
+                poller = self._call(lambda name=name: self._client.virtual_machines.begin_create_or_update(
+                    self._config.resource_group, name, self._vm(name, offer, region, request.idempotency_key),
+                    polling_interval=0))
+                self._call(lambda poller=poller: poller.result())
+                created.append(name)
+        except ProviderError:
+            for name in created:  # all or nothing: undo this launch's VMs
+                self._delete(name)
+            raise
+        vms = [self._call(lambda name=name: self._client.virtual_machines.get(self._config.resource_group, name))
+               for name in names]
+        return LaunchResult(request, tuple(n for n in (self._node(vm, now) for vm in vms) if n is not None))
+
+    def terminate(self, node_id: str, now: datetime) -> None:
+        vm = self._get(node_id)
+        if vm is None:
+            if not node_id.startswith("fl-"):
+                raise NodeNotFound(f"{node_id} is not a VM fleetctl named")
+            return  # already gone
+        if (vm.tags or {}).get(TAG_CLUSTER) != self._config.cluster:
+            raise NodeNotFound(f"{node_id} is not managed by fleetctl cluster {self._config.cluster}")
+        self._delete(node_id)
+
+    def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
+        return ()  # announced on the node only: node-watch -> the daemon's notice endpoint -> the store
+
+    def acknowledge(self, event_id: str) -> None:
+        """Nothing to acknowledge here: node-watch acknowledges the Scheduled Event."""
+
+    # ------------------------------------------------------------------ helpers
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        from azure.core.exceptions import HttpResponseError
+
+        try:
+            return fn()
+        except HttpResponseError as exc:
+            code = getattr(getattr(exc, "error", None), "code", None) or ""
+            message = getattr(getattr(exc, "error", None), "message", None) or exc.message or str(exc)
+            raise translate(exc.status_code, str(code), str(message)) from exc
+
+    def _skus(self, location: str) -> list[Any]:
+        skus = self._call(lambda: list(self._client.resource_skus.list(filter=f"location eq '{location}'")))
+        return [s for s in skus if sku_available(s, location)]
+
+    def _get(self, name: str) -> Any | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            return self._call(lambda: self._client.virtual_machines.get(self._config.resource_group, name))
+        except ProviderError as exc:
+            if isinstance(exc.__cause__, ResourceNotFoundError):
+                return None
+            raise
+
+    def _delete(self, name: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            poller = self._call(lambda: self._client.virtual_machines.begin_delete(
+                self._config.resource_group, name, polling_interval=0))
+            self._call(poller.result)
+        except ProviderError as exc:
+            if not isinstance(exc.__cause__, ResourceNotFoundError):
+                raise
+
+    def _vm(self, name: str, offer: Offer, region: AzureRegion, key: str) -> Any:
+        from azure.mgmt.compute import models as m
+
+        pool = pool_name(offer.instance_type.gpu_model or "cpu")
+        spot = offer.market is Market.SPOT
+        scale_set = (f"/subscriptions/{self._config.subscription_id}/resourceGroups/{self._config.resource_group}"
+                     f"/providers/Microsoft.Compute/virtualMachineScaleSets/fleetctl-{self._config.cluster}-{pool}")
+        os_profile = m.OSProfile(computer_name=name, admin_username=self._config.admin_username,
+                                 custom_data=self._config.custom_data_b64 or None,
+                                 linux_configuration=m.LinuxConfiguration(
+                                     disable_password_authentication=True,
+                                     ssh=m.SshConfiguration(public_keys=[m.SshPublicKey(
+                                         path=f"/home/{self._config.admin_username}/.ssh/authorized_keys",
+                                         key_data=self._config.ssh_public_key)]) if self._config.ssh_public_key
+                                     else None))
+        return m.VirtualMachine(
+            location=offer.region,
+            tags={TAG_CLUSTER: self._config.cluster, TAG_POOL: pool, TAG_OFFER: offer.key,
+                  TAG_LAUNCH: hashlib.sha256(f"{self._config.cluster}:{key}".encode()).hexdigest()[:16]},
+            properties=m.VirtualMachineProperties(
+                hardware_profile=m.HardwareProfile(vm_size=offer.instance_type.name),
+                storage_profile=m.StorageProfile(
+                    image_reference=m.ImageReference(id=region.image_id),
+                    os_disk=m.OSDisk(create_option="FromImage", delete_option="Delete")),
+                os_profile=os_profile,
+                network_profile=m.NetworkProfile(
+                    network_api_version="2022-11-01",
+                    network_interface_configurations=[m.VirtualMachineNetworkInterfaceConfiguration(
+                        name=f"{name}-nic",
+                        properties=m.VirtualMachineNetworkInterfaceConfigurationProperties(
+                            primary=True, delete_option="Delete",
+                            ip_configurations=[m.VirtualMachineNetworkInterfaceIPConfiguration(
+                                name="ipconfig", properties=m.VirtualMachineNetworkInterfaceIPConfigurationProperties(
+                                    subnet=m.SubResource(id=region.subnet_id), primary=True))]))]),
+                virtual_machine_scale_set=m.SubResource(id=scale_set),
+                priority="Spot" if spot else "Regular",
+                eviction_policy="Delete" if spot else None,
+                billing_profile=m.BillingProfile(max_price=-1) if spot else None,
+            ),
+        )
+
+    def _node(self, vm: Any, now: datetime) -> Node | None:
+        tags = vm.tags or {}
+        if tags.get(TAG_CLUSTER) != self._config.cluster:
+            return None
+        market = Market.SPOT if vm.priority in ("Spot", "Low") else Market.ON_DEMAND
+        size = vm.hardware_profile.vm_size if vm.hardware_profile else ""
+        offer = self._by_size_region_market.get((size, vm.location, market))
+        if offer is None:
+            log.warning("azure: %s is %s %s in %s, not in the catalog", vm.name, market.value, size, vm.location)
+            offer = Offer(azure_instance_type_or_unknown(size), vm.location, "", market, 0.0)
+        state = {"Creating": NodeState.LAUNCHING, "Updating": NodeState.LAUNCHING, "Succeeded": NodeState.READY,
+                 "Deleting": NodeState.TERMINATING, "Failed": NodeState.GONE}.get(vm.provisioning_state or "",
+                                                                                  NodeState.LAUNCHING)
+        created = vm.time_created or now
+        created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
+        return Node(node_id=vm.name, offer=offer, state=state, launched_at_utc=created,
+                    ready_at_utc=created if state is NodeState.READY else None)
+
+
+def azure_instance_type_or_unknown(size: str) -> InstanceType:
+    try:
+        known = azure_instance_type(size.removeprefix("Standard_"))
+    except KeyError:
+        known = None
+    return known or InstanceType(PROVIDER, size, 0, 0.0)

@@ -1,0 +1,154 @@
+"""The Azure adapter beyond the shared contract: the real azure-mgmt-compute
+client against the local HTTPS ARM server (``tests/providers/azure_server.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from fleetctl.model import Market, Offer
+from providers.azure import AzureConfig, AzureProvider, AzureRegion, translate, vm_name
+from providers.base import (
+    InsufficientCapacity,
+    LaunchRequest,
+    NodeNotFound,
+    ProviderError,
+    QuotaExceeded,
+    Throttled,
+    UnknownInstanceType,
+)
+from providers.catalog import instance_types as snapshot_types
+from providers.retry import ThrottleRetry
+from tests.providers.azure_server import ArmServer, FakeArm, StaticToken, gpu_sku
+
+NOW = datetime(2025, 1, 6, 12, 0, tzinfo=timezone.utc)
+SUB = "00000000-0000-0000-0000-000000000001"
+SUBNET = f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/virtualNetworks/v/subnets/nodes"
+IMAGE = f"/subscriptions/{SUB}/resourceGroups/img/providers/Microsoft.Compute/images/gpu-node"
+
+
+@pytest.fixture
+def fake() -> FakeArm:
+    f = FakeArm(SUB)
+    f.skus = [gpu_sku("Standard_NC4as_T4_v3", "eastus"), gpu_sku("Standard_NC6s_v3", "eastus"),
+              gpu_sku("Standard_NC24ads_A100_v4", "eastus", restricted=True)]
+    return f
+
+
+@pytest.fixture
+def server(fake: FakeArm, tmp_path: Path) -> Iterator[ArmServer]:
+    with ArmServer(fake, tmp_path) as s:
+        yield s
+
+
+def make(server: ArmServer, credential: StaticToken | None = None) -> AzureProvider:
+    config = AzureConfig(cluster="research", subscription_id=SUB, resource_group="fleet",
+                         regions=(AzureRegion("eastus", SUBNET, IMAGE),), ssh_public_key="ssh-ed25519 AAAA test",
+                         custom_data_b64="IyEvYmluL3NoCg==")
+    return AzureProvider.from_sdk(config, credential or StaticToken(), base_url=server.endpoint,
+                                  connection_verify=str(server.ca_file))
+
+
+def offer(provider: AzureProvider, size: str = "Standard_NC4as_T4_v3", market: Market = Market.SPOT) -> Offer:
+    return next(o for o in provider.offers(NOW) if o.instance_type.name == size and o.market is market)
+
+
+def test_sizes_from_resource_skus_normalise_like_the_snapshot_and_restrictions_count(server: ArmServer) -> None:
+    provider = make(server)
+    types = {t.name: t for t in provider.instance_types(NOW)}
+    shipped = {name: t for (cloud, name), t in snapshot_types().items() if cloud == "azure"}
+    assert set(types) == {"Standard_NC4as_T4_v3", "Standard_NC6s_v3"}  # the A100 size is restricted here
+    assert all(types[n] == shipped[n] for n in types)
+    assert {o.instance_type.name for o in provider.offers(NOW)} == set(types)
+
+
+def test_a_spot_vm_is_put_with_spot_priority_delete_eviction_and_no_price_cap(server: ArmServer,
+                                                                             fake: FakeArm) -> None:
+    credential = StaticToken()
+    provider = make(server, credential)
+    [node] = provider.launch(LaunchRequest(offer(provider), 1, "plan-1/launch-0"), NOW).nodes
+    assert node.node_id == vm_name("research", "plan-1/launch-0", 0) and node.offer == offer(provider)
+    [body] = fake.puts()
+    props = body["properties"]
+    assert (props["priority"], props["evictionPolicy"], props["billingProfile"]) == ("Spot", "Delete",
+                                                                                   {"maxPrice": -1})
+    assert props["hardwareProfile"] == {"vmSize": "Standard_NC4as_T4_v3"}
+    assert props["storageProfile"]["imageReference"] == {"id": IMAGE}
+    assert props["virtualMachineScaleSet"]["id"].endswith("/virtualMachineScaleSets/fleetctl-research-t4")
+    nic = props["networkProfile"]["networkInterfaceConfigurations"][0]["properties"]
+    assert nic["ipConfigurations"][0]["properties"]["subnet"] == {"id": SUBNET}
+    assert props["osProfile"]["customData"] == "IyEvYmluL3NoCg=="
+    assert body["tags"]["fleetctl-cluster"] == "research" and body["tags"]["fleetctl-pool"] == "t4"
+    assert credential.requests >= 1  # the SDK's bearer-token policy ran
+
+
+def test_an_on_demand_vm_is_regular_priority(server: ArmServer, fake: FakeArm) -> None:
+    provider = make(server)
+    provider.launch(LaunchRequest(offer(provider, market=Market.ON_DEMAND), 1, "od"), NOW)
+    [body] = fake.puts()
+    assert body["properties"]["priority"] == "Regular"
+    assert "evictionPolicy" not in body["properties"] and "billingProfile" not in body["properties"]
+
+
+def test_a_retried_launch_after_a_crash_buys_nothing_more(server: ArmServer, fake: FakeArm) -> None:
+    first = make(server).launch(LaunchRequest(offer(make(server)), 2, "k"), NOW)
+    again = make(server).launch(LaunchRequest(offer(make(server)), 2, "k"), NOW)
+    assert {n.node_id for n in again.nodes} == {n.node_id for n in first.nodes}
+    assert len(fake.vms) == 2 and len(fake.puts()) == 2
+
+
+def test_a_gang_is_all_or_nothing(server: ArmServer, fake: FakeArm) -> None:
+    provider = make(server)
+    fake.capacity[("eastus", "Standard_NC4as_T4_v3")] = 1
+    with pytest.raises(InsufficientCapacity, match="AllocationFailed"):
+        provider.launch(LaunchRequest(offer(provider), 2, "gang"), NOW)
+    assert fake.vms == {}  # the one VM that got capacity was deleted again
+    assert provider.nodes(NOW) == ()
+
+
+def test_errors_are_translated_and_throttling_is_retried(server: ArmServer, fake: FakeArm) -> None:
+    provider = make(server)
+    fake.fail_next("PUT", "/virtualMachines/", status=409, code="OperationNotAllowed",
+                   message="Operation could not be completed as it results in exceeding approved "
+                           "standardNCASv3_T4Family Cores quota.")
+    with pytest.raises(QuotaExceeded):
+        provider.launch(LaunchRequest(offer(provider), 1, "quota"), NOW)
+    fake.fail_next("PUT", "/virtualMachines/", status=409, code="SkuNotAvailable", message="not available")
+    with pytest.raises(InsufficientCapacity, match="SkuNotAvailable"):
+        provider.launch(LaunchRequest(offer(provider), 1, "sku"), NOW)
+    sleeps: list[float] = []
+    wrapped = ThrottleRetry(provider, attempts=3, sleep=sleeps.append)
+    fake.fail_next("GET", "/virtualMachines", status=429, code="TooManyRequests", message="slow down")
+    assert wrapped.nodes(NOW) == () and len(sleeps) == 1
+    for _ in range(3):
+        fake.fail_next("GET", "/virtualMachines", status=429, code="TooManyRequests", message="slow down")
+    with pytest.raises(Throttled):
+        wrapped.nodes(NOW)
+
+
+@pytest.mark.parametrize(("status", "code", "message", "error"), [
+    (409, "SkuNotAvailable", "size not available", InsufficientCapacity),
+    (200, "AllocationFailed", "no capacity", InsufficientCapacity),
+    (200, "ZonalAllocationFailed", "no capacity in zone", InsufficientCapacity),
+    (409, "OperationNotAllowed", "exceeding approved Total Regional Cores quota", QuotaExceeded),
+    (429, "TooManyRequests", "throttled", Throttled),
+    (400, "InvalidParameter", "The value Standard_X of parameter vmSize is not allowed", UnknownInstanceType),
+    (403, "AuthorizationFailed", "no", ProviderError),
+])
+def test_arm_codes_translate(status: int, code: str, message: str, error: type[ProviderError]) -> None:
+    assert type(translate(status, code, message)) is error
+
+
+def test_terminate_deletes_only_this_clusters_vms_and_gone_is_success(server: ArmServer, fake: FakeArm) -> None:
+    provider = make(server)
+    [node] = provider.launch(LaunchRequest(offer(provider), 1, "t"), NOW).nodes
+    fake.vms[("fleet", "someone-else")] = {**fake.vms[("fleet", node.node_id)], "name": "someone-else",
+                                          "tags": {"owner": "data-team"}}
+    with pytest.raises(NodeNotFound):
+        provider.terminate("someone-else", NOW)
+    provider.terminate(node.node_id, NOW)
+    provider.terminate(node.node_id, NOW)  # already gone: success
+    assert ("fleet", node.node_id) not in fake.vms and ("fleet", "someone-else") in fake.vms
