@@ -252,6 +252,36 @@ class AwsRegionSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class GcpSettings:
+    """What the GCP pool modules and the GCP adapter need: project, node image and network."""
+
+    project: str
+    regions: tuple[str, ...]
+    image: str
+    network: str = "global/networks/default"
+    subnetwork: str = ""
+    service_account_email: str = ""
+    termination_action: str = "DELETE"  # what GCE does to a preempted Spot VM: DELETE or STOP
+
+
+@dataclass(frozen=True, slots=True)
+class AzureRegionSettings:
+    region: str
+    subnet_id: str
+    image_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AzureSettings:
+    """What the Azure pool modules and the Azure adapter need."""
+
+    subscription_id: str
+    resource_group: str
+    admin_ssh_public_key: str
+    regions: tuple[AzureRegionSettings, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Infrastructure:
     """The slow-changing, reviewed half of the fleet: what Terraform declares
     (``fleetctl.terraform``). The planner never reads it."""
@@ -260,6 +290,8 @@ class Infrastructure:
     controller_url: str = ""  # where node-watch posts reclaim notices (the daemon's --notice-addr)
     aws: tuple[AwsRegionSettings, ...] = ()
     tags: tuple[tuple[str, str], ...] = ()  # extra tags on every resource Terraform declares, sorted by key
+    gcp: GcpSettings | None = None
+    azure: AzureSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema
 
@@ -343,6 +343,55 @@ class AwsRegionSpec(StrictModel):
         False, description="Create a cluster placement group per GPU pool, so a gang's nodes sit close together.")
 
 
+def _text(what: str, pattern: str, rule: str):  # noqa: ANN202 - an Annotated type
+    compiled = re.compile(pattern)
+    return Annotated[
+        StrictStr,
+        AfterValidator(_matches(what, compiled, rule)),
+        WithJsonSchema({"type": "string", "pattern": pattern}),
+    ]
+
+
+GcpProject = _text("GCP project id", r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$", "6-30 lowercase letters, digits and '-'")
+GcpPath = _text("GCP resource path", r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,511}$",
+                "a resource path such as global/networks/default or projects/P/global/images/family/F")
+ServiceAccount = _text("service account email", r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$|^$",
+                       "NAME@PROJECT.iam.gserviceaccount.com")
+AzureSubscription = _text("subscription id", r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+                          "a GUID such as 00000000-0000-0000-0000-000000000000")
+AzureGroup = _text("resource group", r"^[-\w._()]{1,89}[-\w_()]$", "1-90 letters, digits, '-', '_', '.', '(' or ')'")
+AzureId = _text("Azure resource id", r"^/subscriptions/[^\s]{1,1000}$", "a full id starting with /subscriptions/")
+SshKey = _text("SSH public key", r"^(ssh-(ed25519|rsa)|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+( [^\n]*)?$",
+               "one OpenSSH public key line (ssh-ed25519 AAAA... comment)")
+
+
+class GcpSpec(StrictModel):
+    """GCP project, node image and network for the GCP pools."""
+
+    project: GcpProject = Field(description="The project fleetctl buys GPU VMs in.")
+    regions: list[RegionName] = Field(min_length=1, description="Regions to declare GPU pools in.")
+    image: GcpPath = Field(description="Boot image of the GPU nodes (self link or family path).")
+    network: GcpPath = Field("global/networks/default", description="VPC network of the GPU nodes.")
+    subnetwork: GcpPath | Literal[""] = Field("", description="Subnetwork (empty: the network's auto subnet).")
+    service_account_email: ServiceAccount = Field("", description="Service account of the GPU nodes.")
+    termination_action: Literal["DELETE", "STOP"] = Field(
+        "DELETE", description="What GCE does to a preempted Spot VM (fleetctl replaces nodes either way).")
+
+
+class AzureRegionSpec(StrictModel):
+    subnet_id: AzureId = Field(description="Subnet of the GPU nodes (full resource id).")
+    image_id: AzureId = Field(description="Image of the GPU nodes (full resource id of an image or gallery image).")
+
+
+class AzureSpec(StrictModel):
+    """Azure subscription, resource group and per-region network and image for the Azure pools."""
+
+    subscription_id: AzureSubscription = Field(description="The subscription fleetctl buys VMs in.")
+    resource_group: AzureGroup = Field(description="The resource group of the pools and their VMs.")
+    admin_ssh_public_key: SshKey = Field(description="SSH key of the nodes' admin user (no passwords).")
+    regions: dict[RegionName, AzureRegionSpec] = Field(min_length=1, description="Regions with GPU pools.")
+
+
 class InfrastructureSpec(StrictModel):
     """What Terraform declares: rendered by `fleetctl plan --terraform-dir`."""
 
@@ -362,6 +411,8 @@ class InfrastructureSpec(StrictModel):
     tags: dict[Annotated[StrictStr, Field(min_length=1, max_length=128)],
                Annotated[StrictStr, Field(max_length=256)]] = Field(
         default_factory=dict, description="Extra tags (cost centre, owner, ...) on every resource Terraform declares.")
+    gcp: GcpSpec | None = Field(None, description="GCP project, image and network for GCP pools.")
+    azure: AzureSpec | None = Field(None, description="Azure subscription, group, network and image for Azure pools.")
 
 
 class PolicySpec(StrictModel):
@@ -476,13 +527,21 @@ def _contradictions(spec: PolicySpec, doc: Document) -> list[ValidationIssue]:
 
     infra = spec.infrastructure
     if infra is not None:
-        if infra.aws and spec.providers and "aws" not in spec.providers:
-            issues.append(doc.issue(("infrastructure", "aws"), "AWS regions are declared but 'aws' is not in "
-                                    f"providers ({', '.join(spec.providers)})", at="key"))
-        for region in infra.aws:
-            if spec.regions and region not in spec.regions:
-                issues.append(doc.issue(("infrastructure", "aws", region), f"region {region!r} is not in regions "
-                                        f"({', '.join(spec.regions)})", at="key"))
+        declared = {
+            "aws": [(("infrastructure", "aws", r), r) for r in infra.aws],
+            "gcp": [(("infrastructure", "gcp", "regions", i), r) for i, r in enumerate(infra.gcp.regions)]
+            if infra.gcp else [],
+            "azure": [(("infrastructure", "azure", "regions", r), r) for r in infra.azure.regions]
+            if infra.azure else [],
+        }
+        for cloud, regions in declared.items():
+            if regions and spec.providers and cloud not in spec.providers:
+                issues.append(doc.issue(("infrastructure", cloud), f"{cloud} pools are declared but {cloud!r} is not "
+                                        f"in providers ({', '.join(spec.providers)})", at="key"))
+            for path, region in regions:
+                if spec.regions and region not in spec.regions:
+                    issues.append(doc.issue(path, f"region {region!r} is not in regions ({', '.join(spec.regions)})",
+                                            at="key" if cloud != "gcp" else "value"))
 
     for list_name in ("providers", "regions", "gpu_models"):
         seen: dict[str, int] = {}
@@ -550,6 +609,22 @@ def _to_core(spec: PolicySpec) -> model.Policy:
                 for region, r in sorted(spec.infrastructure.aws.items())
             ),
             tags=tuple(sorted(spec.infrastructure.tags.items())),
+            gcp=None if spec.infrastructure.gcp is None else model.GcpSettings(
+                project=spec.infrastructure.gcp.project,
+                regions=tuple(sorted(set(spec.infrastructure.gcp.regions))),
+                image=spec.infrastructure.gcp.image,
+                network=spec.infrastructure.gcp.network,
+                subnetwork=spec.infrastructure.gcp.subnetwork,
+                service_account_email=spec.infrastructure.gcp.service_account_email,
+                termination_action=spec.infrastructure.gcp.termination_action,
+            ),
+            azure=None if spec.infrastructure.azure is None else model.AzureSettings(
+                subscription_id=spec.infrastructure.azure.subscription_id,
+                resource_group=spec.infrastructure.azure.resource_group,
+                admin_ssh_public_key=spec.infrastructure.azure.admin_ssh_public_key,
+                regions=tuple(model.AzureRegionSettings(region=r, subnet_id=a.subnet_id, image_id=a.image_id)
+                              for r, a in sorted(spec.infrastructure.azure.regions.items())),
+            ),
         ),
     )
 

@@ -41,7 +41,7 @@ from fleetctl.naming import pool_name
 
 ROOT_FILE: Final[str] = "main.tf.json"
 PLAN_FILE: Final[str] = "fleetctl.tfplan"
-MODULES: Final[tuple[str, ...]] = ("aws-controller", "aws-pool")
+MODULES: Final[tuple[str, ...]] = ("aws-controller", "aws-pool", "gcp-pool", "azure-pool")
 #: The modules shipped with fleetctl (a source checkout: ``terraform/modules``).
 SHIPPED_MODULES: Final[Path] = Path(__file__).resolve().parent.parent / "terraform" / "modules"
 
@@ -78,29 +78,69 @@ def pool_module_name(region: str, pool: str) -> str:
     return f"aws_pool_{_slug(region)}_{_slug(pool)}"
 
 
+def pools(policy: Policy, catalog: Iterable[Offer], provider: str, region: str) -> dict[str, Offer]:
+    """GPU pools of one provider's region: pool name -> the pool's representative
+    offer (the smallest, then cheapest, shape of an allowed GPU model the
+    catalog sells there; its type is the template's default)."""
+    allowed = set(policy.gpu_models)
+    found: dict[str, Offer] = {}
+    for o in sorted((o for o in catalog if o.provider == provider and o.region == region
+                     and o.instance_type.gpu_model and (not allowed or o.instance_type.gpu_model in allowed)),
+                    key=lambda o: (o.instance_type.gpu_count, o.usd_per_hour, o.key)):
+        found.setdefault(pool_name(o.instance_type.gpu_model or ""), o)
+    return dict(sorted(found.items()))
+
+
 def aws_pools(policy: Policy, catalog: Iterable[Offer], region: str) -> tuple[str, ...]:
     """GPU pools (pool names) of one AWS region: models the policy allows that the catalog sells there."""
-    allowed = set(policy.gpu_models)
-    models = {o.instance_type.gpu_model for o in catalog
-              if o.provider == "aws" and o.region == region and o.instance_type.gpu_model}
-    return tuple(sorted({pool_name(m) for m in models if m and (not allowed or m in allowed)}))
+    return tuple(pools(policy, catalog, "aws", region))
 
 
 def render(policy: Policy, catalog: Iterable[Offer]) -> dict[str, Any]:
-    """The root module (Terraform JSON syntax) for ``policy``. Deterministic:
-    the same policy and catalog give the same document, byte for byte."""
+    """The root module (Terraform JSON syntax) for ``policy``: the pools of
+    every cloud the policy allows and declares. Deterministic: the same policy
+    and catalog give the same document, byte for byte."""
     infra = policy.infrastructure
     if infra is None:
-        raise TerraformError("the policy has no infrastructure section: add one (cluster, controller_url, aws "
-                             "regions with image_id and subnet_ids) to render Terraform")
-    if policy.providers and "aws" not in policy.providers:
-        raise TerraformError("the policy does not allow aws; nothing to render")
-    if not infra.aws:
-        raise TerraformError("infrastructure.aws lists no region; nothing to render")
+        raise TerraformError("the policy has no infrastructure section: add one (cluster, controller_url, and "
+                             "aws, gcp and/or azure settings) to render Terraform")
+    allowed = set(policy.providers) or {"aws", "gcp", "azure"}
+    clouds = {"aws": bool(infra.aws), "gcp": infra.gcp is not None, "azure": infra.azure is not None}
+    declared = [c for c, present in clouds.items() if present]
+    if not declared:
+        raise TerraformError("infrastructure declares no cloud (aws regions, gcp or azure); nothing to render")
+    if not set(declared) & allowed:
+        raise TerraformError(f"the policy does not allow {', '.join(declared)} (providers: "
+                             f"{', '.join(sorted(allowed))}); nothing to render")
     offers = tuple(catalog)
-    extra_tags = _literal_map(dict(infra.tags))
     modules: dict[str, Any] = {}
     outputs: dict[str, Any] = {}
+    required: dict[str, Any] = {}
+    providers: dict[str, Any] = {}
+    if infra.aws and "aws" in allowed:
+        required["aws"] = {"source": "hashicorp/aws", "version": ">= 6.0"}
+        providers["aws"] = {"region": literal(infra.aws[0].region)}
+        _render_aws(policy, infra, offers, modules, outputs)
+    if infra.gcp is not None and "gcp" in allowed:
+        required["google"] = {"source": "hashicorp/google", "version": ">= 6.0"}
+        providers["google"] = {"project": literal(infra.gcp.project), "region": literal(infra.gcp.regions[0])}
+        _render_gcp(policy, infra, offers, modules, outputs)
+    if infra.azure is not None and "azure" in allowed:
+        required["azurerm"] = {"source": "hashicorp/azurerm", "version": ">= 4.0"}
+        providers["azurerm"] = {"features": {}, "subscription_id": literal(infra.azure.subscription_id)}
+        _render_azure(policy, infra, offers, modules, outputs)
+    return {
+        "//": "Rendered by fleetctl from the policy; edit the policy, not this file.",
+        "terraform": {"required_providers": required},
+        "provider": providers,
+        "module": dict(sorted(modules.items())),
+        "output": dict(sorted(outputs.items())),
+    }
+
+
+def _render_aws(policy: Policy, infra: Infrastructure, offers: tuple[Offer, ...], modules: dict[str, Any],
+                outputs: dict[str, Any]) -> None:
+    extra_tags = _literal_map(dict(infra.tags))
     iam_region = infra.aws[0].region
     for settings in infra.aws:
         controller = controller_module_name(settings.region)
@@ -127,13 +167,73 @@ def render(policy: Policy, catalog: Iterable[Offer]) -> dict[str, Any]:
                 "tags": extra_tags,
             }
             outputs[f"{name}_launch_template"] = {"value": f"${{module.{name}.launch_template_name}}"}
-    return {
-        "//": "Rendered by fleetctl from the policy; edit the policy, not this file.",
-        "terraform": {"required_providers": {"aws": {"source": "hashicorp/aws", "version": ">= 6.0"}}},
-        "provider": {"aws": {"region": literal(iam_region)}},
-        "module": dict(sorted(modules.items())),
-        "output": dict(sorted(outputs.items())),
-    }
+
+
+def gcp_labels(tags: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Tags as GCP labels (lowercase letters, digits, '-' and '_'; keys start with a letter)."""
+    def clean(text: str) -> str:
+        return re.sub(r"[^a-z0-9_-]", "_", text.lower())[:63]
+
+    labels = {}
+    for key, value in tags:
+        k = clean(key)
+        k = k if k[:1].isalpha() else f"t{k}"[:63]
+        labels[k] = clean(value)
+    return dict(sorted(labels.items()))
+
+
+def _render_gcp(policy: Policy, infra: Infrastructure, offers: tuple[Offer, ...], modules: dict[str, Any],
+                outputs: dict[str, Any]) -> None:
+    from providers.catalog import parse_gcp_n1_gpu_type_name
+
+    gcp = infra.gcp
+    assert gcp is not None
+    for region in gcp.regions:
+        for pool, offer in pools(policy, offers, "gcp", region).items():
+            name = f"gcp_pool_{_slug(region)}_{_slug(pool)}"
+            n1 = parse_gcp_n1_gpu_type_name(offer.instance_type.name)
+            machine, accelerator, count = n1 if n1 else (offer.instance_type.name, "", 0)
+            modules[name] = {
+                "source": "./modules/gcp-pool",
+                "cluster": literal(infra.cluster),
+                "pool": literal(pool),
+                "project": literal(gcp.project),
+                "region": literal(region),
+                "machine_type": literal(machine),
+                "accelerator_type": literal(accelerator),
+                "accelerator_count": count,
+                "image": literal(gcp.image),
+                "network": literal(gcp.network),
+                "subnetwork": literal(gcp.subnetwork),
+                "service_account_email": literal(gcp.service_account_email),
+                "controller_url": literal(infra.controller_url),
+                "instance_termination_action": gcp.termination_action,
+                "labels": _literal_map(gcp_labels(infra.tags)),
+            }
+            outputs[f"{name}_template"] = {"value": f"${{module.{name}.instance_template_name}}"}
+
+
+def _render_azure(policy: Policy, infra: Infrastructure, offers: tuple[Offer, ...], modules: dict[str, Any],
+                  outputs: dict[str, Any]) -> None:
+    azure = infra.azure
+    assert azure is not None
+    for settings in azure.regions:
+        for pool, offer in pools(policy, offers, "azure", settings.region).items():
+            name = f"azure_pool_{_slug(settings.region)}_{_slug(pool)}"
+            modules[name] = {
+                "source": "./modules/azure-pool",
+                "cluster": literal(infra.cluster),
+                "pool": literal(pool),
+                "resource_group_name": literal(azure.resource_group),
+                "location": literal(settings.region),
+                "vm_size": literal(offer.instance_type.name),
+                "subnet_id": literal(settings.subnet_id),
+                "image_id": literal(settings.image_id),
+                "admin_ssh_public_key": literal(azure.admin_ssh_public_key),
+                "controller_url": literal(infra.controller_url),
+                "tags": _literal_map(dict(infra.tags)),
+            }
+            outputs[f"{name}_scale_set"] = {"value": f"${{module.{name}.scale_set_name}}"}
 
 
 def write_root(directory: Path, document: Mapping[str, Any], *, modules_from: Path = SHIPPED_MODULES) -> bool:

@@ -33,7 +33,7 @@ EXAMPLE = load_policy(ROOT / "policies" / "example.yaml")
 
 def test_one_pool_per_allowed_gpu_model_sold_in_the_region_and_one_controller() -> None:
     doc = render(EXAMPLE, load_catalog())
-    assert sorted(doc["module"]) == [
+    assert sorted(m for m in doc["module"] if m.startswith("aws_")) == [
         "aws_controller_us_east_1", "aws_pool_us_east_1_a100_40gb", "aws_pool_us_east_1_a100_80gb",
         "aws_pool_us_east_1_a10g", "aws_pool_us_east_1_h100_80gb", "aws_pool_us_east_1_l4",
         "aws_pool_us_east_1_t4", "aws_pool_us_east_1_v100_16gb"]
@@ -42,6 +42,17 @@ def test_one_pool_per_allowed_gpu_model_sold_in_the_region_and_one_controller() 
     assert pool["instance_profile_name"] == "${module.aws_controller_us_east_1.node_instance_profile_name}"
     assert pool["gang_placement_group"] is True and pool["controller_url"] == "http://10.0.0.5:9109"
     assert doc["module"]["aws_controller_us_east_1"]["create_iam"] is True
+    assert sorted(m for m in doc["module"] if not m.startswith("aws_")) == [
+        "azure_pool_eastus_a100_40gb", "azure_pool_eastus_a100_80gb", "azure_pool_eastus_t4",
+        "azure_pool_eastus_v100_16gb", "gcp_pool_us_central1_a100_40gb", "gcp_pool_us_central1_a100_80gb",
+        "gcp_pool_us_central1_h100_80gb", "gcp_pool_us_central1_l4"]
+    gcp = doc["module"]["gcp_pool_us_central1_l4"]
+    assert (gcp["machine_type"], gcp["accelerator_count"], gcp["instance_termination_action"]) == (
+        "g2-standard-4", 0, "DELETE")
+    assert gcp["labels"] == {"cost-centre": "4711", "team": "ml-platform"}
+    azure = doc["module"]["azure_pool_eastus_t4"]
+    assert azure["vm_size"] == "Standard_NC4as_T4_v3" and azure["location"] == "eastus"
+    assert set(doc["provider"]) == {"aws", "google", "azurerm"}
 
 
 def test_rendering_is_deterministic() -> None:
@@ -52,7 +63,7 @@ def test_allowing_a_new_gpu_model_adds_a_pool() -> None:
     narrow = replace(EXAMPLE, gpu_models=("A10G",))
     wider = replace(EXAMPLE, gpu_models=("A10G", "L4"))
     assert set(render(wider, load_catalog())["module"]) - set(render(narrow, load_catalog())["module"]) == {
-        "aws_pool_us_east_1_l4"}
+        "aws_pool_us_east_1_l4", "gcp_pool_us_central1_l4"}
 
 
 def test_iam_goes_in_the_first_region_only() -> None:
@@ -75,20 +86,27 @@ def test_user_strings_are_data_never_expressions() -> None:
                                                                    ("note", "100%{x}"))))
     doc = render(hostile, load_catalog())
     for module in doc["module"].values():
-        assert module["tags"] == {"note": "100%%{x}", "owner": "$${aws_iam_role.x.arn}"}
+        if "tags" in module:
+            assert module["tags"] == {"note": "100%%{x}", "owner": "$${aws_iam_role.x.arn}"}
+        else:  # GCP labels: cleaned to label syntax, and still data
+            assert module["labels"] == {"note": "100__x_", "owner": "__aws_iam_role_x_arn_"}
     # the only interpolations anywhere are the module references fleetctl writes
     text = json.dumps(doc)
     assert set(re.findall(r"(?<!\$)\$\{([^}]*)\}", text)) <= {
         f"module.{m}.{o}" for m in doc["module"] for o in
-        ("node_instance_profile_name", "queue_url", "launch_template_name")}
+        ("node_instance_profile_name", "queue_url", "launch_template_name", "instance_template_name",
+         "scale_set_name")}
 
 
 def test_a_policy_without_infrastructure_is_refused_with_the_reason() -> None:
     with pytest.raises(TerraformError, match="no infrastructure section"):
         render(replace(EXAMPLE, infrastructure=None), load_catalog())
+    infra = EXAMPLE.infrastructure
+    assert infra is not None
     with pytest.raises(TerraformError, match="does not allow aws"):
-        render(replace(EXAMPLE, providers=("gcp",)), load_catalog())
-    with pytest.raises(TerraformError, match="lists no region"):
+        render(replace(EXAMPLE, providers=("gcp",), infrastructure=replace(infra, gcp=None, azure=None)),
+               load_catalog())
+    with pytest.raises(TerraformError, match="declares no cloud"):
         render(replace(EXAMPLE, infrastructure=Infrastructure(cluster="x")), load_catalog())
 
 

@@ -82,8 +82,8 @@ def test_the_schema_check_finds_each_kind_of_mistake(hcl: str, expected: str, sc
 
 
 def test_the_modules_pass_the_schema_check(schemas: dict) -> None:
-    for module in ("aws-controller", "aws-pool"):
-        assert check_module(MODULES / module, schemas) == []
+    for module in ("aws-controller", "aws-pool", "gcp-pool", "azure-pool"):
+        assert check_module(MODULES / module, schemas) == [], module
 
 
 def test_the_rendered_root_calls_the_modules_with_their_variables(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_the_rendered_root_calls_the_modules_with_their_variables(tmp_path: Path
 # ---------------------------------------------------------------- the real binary
 
 
-@pytest.mark.parametrize("module", ["aws-controller", "aws-pool"])
+@pytest.mark.parametrize("module", ["aws-controller", "aws-pool", "gcp-pool", "azure-pool"])
 def test_each_module_validates_against_the_real_schema(module: str, tf_env: dict, tmp_path: Path) -> None:
     work = tmp_path / module
     shutil.copytree(MODULES / module, work)
@@ -125,7 +125,12 @@ def test_the_rendered_example_validates_plans_applies_and_replans_clean(tf_env: 
     terraform(work, tf_env, "get")
     terraform(work, tf_env, "validate")
     plan = terraform(work, tf_env, "plan", "-out=tf.plan")
-    assert "Plan: 26 to add, 0 to change, 0 to destroy." in plan.stdout
+    # AWS: 7 pools x (template + placement group) + the controller's 12; GCP: 4 templates; Azure: 4 scale sets
+    assert "Plan: 34 to add, 0 to change, 0 to destroy." in plan.stdout
+    for resource in ("module.gcp_pool_us_central1_l4.google_compute_region_instance_template.pool",
+                     "module.azure_pool_eastus_t4.azurerm_orchestrated_virtual_machine_scale_set.pool",
+                     "module.aws_pool_us_east_1_a10g.aws_launch_template.pool"):
+        assert resource in plan.stdout
     terraform(work, tf_env, "apply", "tf.plan")
     again = terraform(work, tf_env, "plan", "-detailed-exitcode")  # exit 0: no changes
     assert "No changes." in again.stdout
@@ -167,14 +172,14 @@ def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: 
         assert "Terraform:" in planned.output
         assert "+ module.aws_pool_us_east_1_a10g.aws_launch_template.pool" in planned.output
         assert "+ module.aws_controller_us_east_1.aws_sqs_queue.interruptions" in planned.output
-        assert "Terraform: 26 to add, 0 to change, 0 to destroy." in planned.output, planned.output
+        assert "Terraform: 34 to add, 0 to change, 0 to destroy." in planned.output, planned.output
         launches = re.findall(r"\+ launch (\d+) x (\S+) .* in aws us-east-1", planned.output)
         assert launches, planned.output  # the API half: EC2 instances for the example queue
 
         applied = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(policy),
                                       "--terraform-init", "get"], env=env)
         assert applied.exit_code == 0, applied.output
-        assert "Terraform: 26 added, 0 changed, 0 destroyed." in applied.output
+        assert "Terraform: 34 added, 0 changed, 0 destroyed." in applied.output
         assert f"Apply complete! {sum(int(n) for n, _ in launches)} launched" in applied.output, applied.output
         instances = [i for r in world.client("ec2").describe_instances(
             Filters=[{"Name": "tag:fleetctl:cluster", "Values": ["ml-platform"]}])["Reservations"]
