@@ -113,6 +113,35 @@ class AzureConfig:
         return next((r for r in self.regions if r.region == name), None)
 
 
+class StaticTokenCredential:
+    """A bearer token handed in from outside (``az account get-access-token``
+    for a short job, a workload-identity sidecar); valid for about an hour."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def get_token(self, *scopes: str, **_: Any) -> Any:
+        from azure.core.credentials import AccessToken
+
+        return AccessToken(self._token, int(datetime.now(timezone.utc).timestamp()) + 3000)
+
+
+def node_watch_custom_data(controller_url: str, token_file: str = "/etc/fleetctl/notice-token") -> str:
+    """Base64 cloud-init that starts node-watch on a VM fleetctl creates (the
+    same unit the azure-pool module's scale-set profile installs)."""
+    import base64
+
+    script = (
+        "#!/bin/bash\nset -euo pipefail\n"
+        "cat > /etc/systemd/system/fleetctl-node-watch.service <<'UNIT'\n"
+        "[Unit]\nDescription=fleetctl node-watch\nAfter=network-online.target\n\n"
+        f"[Service]\nExecStart=/usr/local/bin/fleetctl node-watch --cloud azure --controller {controller_url} "
+        f"--token-file {token_file}\nRestart=always\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\nUNIT\n"
+        "systemctl daemon-reload\nsystemctl enable --now fleetctl-node-watch.service\n"
+    )
+    return base64.b64encode(script.encode()).decode()
+
+
 def translate(status: int | None, code: str, message: str) -> ProviderError:
     """The typed error for an ARM failure (see the module docstring)."""
     detail = f"{code or status}: {message}"

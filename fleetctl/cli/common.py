@@ -43,9 +43,12 @@ CloudOption = Annotated[
     str,
     typer.Option(
         "--cloud",
-        help="Where nodes are bought: sim (the sandbox, no account needed) or aws (EC2 through boto3 with the "
-        "usual AWS credentials; the policy's infrastructure section names cluster, regions and subnets; "
-        "AWS_ENDPOINT_URL points boto3 elsewhere, e.g. at moto).",
+        help="Where nodes are bought: sim (the sandbox, no account needed), or one or more of aws, gcp, azure "
+        "separated by commas (e.g. aws,gcp,azure: one market across the clouds). The policy's infrastructure "
+        "section names cluster, regions and networks. Credentials: boto3's usual chain; Google application "
+        "default credentials; Azure DefaultAzureCredential (or a token in FLEETCTL_AZURE_ACCESS_TOKEN). "
+        "Endpoints for private links and emulators: AWS_ENDPOINT_URL, FLEETCTL_GCP_API_ENDPOINT, "
+        "FLEETCTL_AZURE_ENDPOINT (+ FLEETCTL_AZURE_CA_BUNDLE).",
         envvar="FLEETCTL_CLOUD",
     ),
 ]
@@ -113,33 +116,98 @@ def sim_launch_delay_seconds() -> float:
     return value
 
 
-CLOUDS = ("sim", "aws")
+CLOUDS = ("aws", "gcp", "azure")
 
 
 def make_provider(store: Store, seed: int, cloud: str = "sim", policy: Policy | None = None):  # noqa: ANN201
-    """The sandbox is the embedded default; ``--cloud aws`` is EC2 through the
-    AWS adapter, with throttled calls retried and its nodes recorded in the store."""
+    """The sandbox is the embedded default; ``--cloud aws,gcp,azure`` are the
+    real adapters, each with throttled calls retried, several of them behind
+    one ``MultiCloud``, and their nodes recorded in the store."""
     if cloud == "sim":
         from providers.sim import SimProvider
 
         return SimProvider(store, seed=seed, launch_delay_seconds=sim_launch_delay_seconds())
-    if cloud != "aws":
-        fail(f"--cloud {cloud!r}: choose one of {', '.join(CLOUDS)}")
+    names = [c.strip() for c in cloud.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CLOUDS]
+    if not names or unknown or len(set(names)) != len(names):
+        fail(f"--cloud {cloud!r}: choose sim, or one or more of {', '.join(CLOUDS)} separated by commas")
     infra = policy.infrastructure if policy is not None else None
-    if infra is None or not infra.aws:
-        fail("--cloud aws needs the policy's infrastructure section with at least one AWS region "
-             "(cluster, controller_url, aws: {REGION: {image_id, subnet_ids}}); see docs/terraform.md")
+    if infra is None:
+        fail(f"--cloud {cloud} needs the policy's infrastructure section (cluster, controller_url and the "
+             "settings of each cloud); see docs/terraform.md")
+    if policy is not None and policy.providers:
+        refused = [c for c in names if c not in policy.providers]
+        if refused:
+            fail(f"--cloud {cloud}: the policy does not allow {', '.join(refused)} (providers: "
+                 f"{', '.join(policy.providers)})")
     from fleetctl.controller.recorded import RecordedNodes
     from providers.retry import ThrottleRetry
 
     try:
+        adapters = [ThrottleRetry(_adapter(name, infra)) for name in names]
+    except ImportError as exc:
+        fail(str(exc))
+    if len(adapters) == 1:
+        return RecordedNodes(adapters[0], store)
+    from providers.multi import MultiCloud
+
+    return RecordedNodes(MultiCloud(adapters), store)
+
+
+def _adapter(name: str, infra):  # noqa: ANN001, ANN202 - a Provider
+    if name == "aws":
+        if not infra.aws:
+            fail("--cloud aws needs infrastructure.aws with at least one region (image_id, subnet_ids)")
         from providers.aws import AwsConfig, AwsProvider
 
-        adapter = AwsProvider.from_boto3(AwsConfig(
+        return AwsProvider.from_boto3(AwsConfig(
             cluster=infra.cluster,
             regions=tuple(r.region for r in infra.aws),
             subnet_ids={r.region: r.subnet_ids for r in infra.aws},
         ))
-    except ImportError as exc:
-        fail(str(exc))
-    return RecordedNodes(ThrottleRetry(adapter), store)
+    if name == "gcp":
+        if infra.gcp is None:
+            fail("--cloud gcp needs infrastructure.gcp (project, regions, image, network)")
+        from providers.gcp import GcpConfig, GcpProvider
+
+        gcp = infra.gcp
+        options = credentials = None
+        endpoint = os.environ.get("FLEETCTL_GCP_API_ENDPOINT")
+        if endpoint:
+            from google.api_core.client_options import ClientOptions
+
+            options = ClientOptions(api_endpoint=endpoint)
+        if os.environ.get("FLEETCTL_GCP_CREDENTIALS") == "anonymous":
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        return GcpProvider.from_sdk(
+            GcpConfig(project=gcp.project, cluster=infra.cluster, regions=gcp.regions, image=gcp.image,
+                      network=gcp.network, subnetwork=gcp.subnetwork or None,
+                      service_account=gcp.service_account_email or None, termination_action=gcp.termination_action),
+            client_options=options, credentials=credentials)
+    if infra.azure is None:
+        fail("--cloud azure needs infrastructure.azure (subscription_id, resource_group, admin_ssh_public_key, "
+             "regions)")
+    from providers.azure import AzureConfig, AzureProvider, AzureRegion, StaticTokenCredential, node_watch_custom_data
+
+    azure = infra.azure
+    token = os.environ.get("FLEETCTL_AZURE_ACCESS_TOKEN")
+    if token:
+        credential = StaticTokenCredential(token)
+    else:
+        try:
+            from azure.identity import DefaultAzureCredential
+        except ImportError as exc:
+            raise ImportError("Azure credentials need azure-identity: pip install 'fleetctl[azure]'") from exc
+        credential = DefaultAzureCredential()
+    kwargs = {}
+    if os.environ.get("FLEETCTL_AZURE_CA_BUNDLE"):
+        kwargs["connection_verify"] = os.environ["FLEETCTL_AZURE_CA_BUNDLE"]
+    return AzureProvider.from_sdk(
+        AzureConfig(cluster=infra.cluster, subscription_id=azure.subscription_id,
+                    resource_group=azure.resource_group,
+                    regions=tuple(AzureRegion(r.region, r.subnet_id, r.image_id) for r in azure.regions),
+                    ssh_public_key=azure.admin_ssh_public_key,
+                    custom_data_b64=node_watch_custom_data(infra.controller_url)),
+        credential, base_url=os.environ.get("FLEETCTL_AZURE_ENDPOINT") or None, **kwargs)

@@ -57,6 +57,7 @@ class RecordedNodes:
         self._inner = inner
         self._store = store
         self._grace = listing_grace
+        self._clouds = frozenset(inner.name.split("+"))  # one cloud, or a MultiCloud's "aws+gcp+azure"
         self.name = inner.name
         self.capabilities = inner.capabilities
 
@@ -64,7 +65,7 @@ class RecordedNodes:
         return self._inner.offers(now)
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
-        recorded = {n.node_id: n for n in self._store.nodes(provider=self._inner.name, include_gone=True)}
+        recorded = {n.node_id: n for n in self._store.nodes(include_gone=True) if n.offer.provider in self._clouds}
         result: dict[str, Node] = {}
         for cloud in self._inner.nodes(now):
             node = merge(cloud, recorded.get(cloud.node_id), now)
@@ -89,8 +90,8 @@ class RecordedNodes:
 
     def terminate(self, node_id: str, now: datetime) -> None:
         self._inner.terminate(node_id, now)
-        for node in self._store.nodes(provider=self._inner.name):
-            if node.node_id == node_id:
+        for node in self._store.nodes():
+            if node.node_id == node_id and node.offer.provider in self._clouds:
                 self._store.put_node(replace(node, state=NodeState.TERMINATING), now)
 
     def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:

@@ -1,0 +1,85 @@
+"""Several clouds behind one Provider: one policy, one queue, three markets.
+
+``MultiCloud`` sells the offers of every cloud it holds and routes each call
+to the cloud it concerns: a launch by its offer's provider, a termination by
+the cloud that listed (or launched) the node, an acknowledgement by the cloud
+that sent the notice. The planner sees one market and picks across clouds by
+risk-adjusted cost; nothing above this class knows there is more than one.
+
+A failing cloud fails the call (its nodes must not look gone because its API
+was down for a moment); retries live in the per-cloud ``ThrottleRetry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from fleetctl.model import InterruptionEvent, Node, Offer
+from providers.base import Capabilities, LaunchRequest, LaunchResult, NodeNotFound, Provider, UnknownInstanceType
+
+
+class MultiCloud:
+    def __init__(self, clouds: Sequence[Provider]) -> None:
+        if not clouds:
+            raise ValueError("MultiCloud needs at least one cloud")
+        names = [c.name for c in clouds]
+        if len(set(names)) != len(names):
+            raise ValueError(f"each cloud once: {', '.join(names)}")
+        self._clouds = {c.name: c for c in clouds}
+        self.name = "+".join(names)
+        self.capabilities = Capabilities(
+            interruption_notice_seconds=min(c.capabilities.interruption_notice_seconds for c in clouds),
+            rebalance_recommendations=any(c.capabilities.rebalance_recommendations for c in clouds),
+            idempotent_launch=all(c.capabilities.idempotent_launch for c in clouds),
+            central_notices=all(c.capabilities.central_notices for c in clouds),
+        )
+        self._node_cloud: dict[str, str] = {}
+        self._event_cloud: dict[str, str] = {}
+
+    def offers(self, now: datetime) -> tuple[Offer, ...]:
+        return tuple(sorted((o for c in self._clouds.values() for o in c.offers(now)), key=lambda o: o.key))
+
+    def nodes(self, now: datetime) -> tuple[Node, ...]:
+        found = []
+        for name, cloud in self._clouds.items():
+            for node in cloud.nodes(now):
+                self._node_cloud[node.node_id] = name
+                found.append(node)
+        return tuple(sorted(found, key=lambda n: n.node_id))
+
+    def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult:
+        cloud = self._clouds.get(request.offer.provider)
+        if cloud is None:
+            raise UnknownInstanceType(f"{request.offer.key}: {request.offer.provider} is not one of "
+                                      f"{', '.join(self._clouds)}")
+        result = cloud.launch(request, now)
+        for node in result.nodes:
+            self._node_cloud[node.node_id] = cloud.name
+        return result
+
+    def terminate(self, node_id: str, now: datetime) -> None:
+        owner = self._node_cloud.get(node_id)
+        if owner is not None:
+            self._clouds[owner].terminate(node_id, now)
+            return
+        for cloud in self._clouds.values():  # not listed since this process started: ask each
+            try:
+                cloud.terminate(node_id, now)
+            except NodeNotFound:
+                continue
+            return
+        raise NodeNotFound(f"{node_id}: none of {', '.join(self._clouds)} knows it")
+
+    def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
+        events = []
+        for name, cloud in self._clouds.items():
+            for event in cloud.interruption_events(now):
+                self._event_cloud[event.event_id] = name
+                events.append(event)
+        return tuple(sorted(events, key=lambda e: (e.received_at_utc, e.event_id)))
+
+    def acknowledge(self, event_id: str) -> None:
+        owner = self._event_cloud.pop(event_id, None)
+        if owner is not None:
+            self._clouds[owner].acknowledge(event_id)
