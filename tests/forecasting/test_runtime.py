@@ -56,3 +56,42 @@ def test_unusable_model_directories_are_refused(tmp_path):
     (tmp_path / "m").mkdir()
     with pytest.raises(ModelError, match="neither interruption/ nor demand/"):
         ModelForecaster(tmp_path / "m")
+
+
+def test_a_demand_model_through_the_daemons_forecast_path_buys_bounded_headroom(tmp_path):
+    """Train a demand model, record demand as the controller does each pass, and
+    run the pass the daemon runs (build_forecast, then tick): the planner buys
+    ahead of the forecast, at most max_headroom_gpus, with reason forecast_headroom."""
+    from fleetctl.controller.reconcile import tick
+    from fleetctl.controller.runtime import SimRuntime
+    from fleetctl.model import Reason
+    from forecasting.demand import DemandModel
+    from providers.sim import SimProvider
+    from tests.builders import offer, policy
+    from tests.forecasting.test_demand import FAST, synthetic
+
+    DemandModel.train([synthetic(days=3, seed=1), synthetic(days=3, seed=2, size=16)], horizons_minutes=(60,),
+                      candidates=FAST).save(tmp_path / "models" / "demand")
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        now = T0 + timedelta(days=3)
+        t = now - timedelta(hours=12)
+        while t < now:  # the queue held 6 V100-32GB GPUs' worth of work all morning
+            store.record("demand", t, "", gpus={"V100-32GB": 6})
+            t += timedelta(minutes=5)
+        forecaster = ModelForecaster(tmp_path / "models")
+        fc = build_forecast(store, now, forecaster)
+        [demand] = fc.demand
+        assert demand.gpu_model == "V100-32GB" and demand.horizon_minutes == 60 and demand.gpus_p90 >= 5
+        v100 = offer("v100", gpus=1, price=2.0, model="V100-32GB", zone="z1")
+        provider = SimProvider(store, seed=1, launch_delay_seconds=0, offers=(v100,))
+        report = tick(store=store, provider=provider, runtime=SimRuntime(), policy=policy(max_headroom_gpus=3),
+                      now=now, forecast=fc)
+        launches = report.plan.of_kind("launch")
+        assert launches and all(a.reason is Reason.FORECAST_HEADROOM for a in launches)
+        assert sum(a.count * a.offer.instance_type.gpu_count for a in launches) == 3  # capped by the policy
+        without = tick(store=Store(f"sqlite:///{tmp_path / 'other.db'}"), provider=provider, runtime=SimRuntime(),
+                       policy=policy(max_headroom_gpus=3), now=now, forecast=None)
+        assert not without.plan.of_kind("launch")  # no forecast, no buying ahead
+    finally:
+        store.close()
