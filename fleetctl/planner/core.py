@@ -210,9 +210,16 @@ class _Pass:
         if job.interruptions > self.policy.max_interruptions_before_on_demand:
             return False, f"interrupted {job.interruptions} times (policy allows {self.policy.max_interruptions_before_on_demand} on spot)"
         if job.deadline_utc is not None:
+            # Spot only while the deadline survives one reclaim: the work since the
+            # last checkpoint (all of it without checkpoints) lost, plus a restart.
             left = (job.deadline_utc - self.now).total_seconds() / 3600
-            if left < job.remaining_hours + self.policy.restart_overhead_minutes / 60:
-                return False, "deadline at risk: the slack no longer covers a restart"
+            restart = self.policy.restart_overhead_minutes / 60
+            if job.checkpointable and job.checkpoint_interval_minutes:
+                at_risk = min(job.checkpoint_interval_minutes / 60, job.remaining_hours)
+            else:
+                at_risk = job.remaining_hours
+            if left < job.remaining_hours + at_risk + restart:
+                return False, "deadline at risk: the slack would not survive one reclaim"
         return True, None
 
     def _kinds(self, job: Job, spot_ok: bool) -> tuple[Kind, ...]:

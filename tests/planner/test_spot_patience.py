@@ -117,3 +117,18 @@ def test_recent_reclaim_ttl_yields_to_a_forecast_number():
     fc = Forecast(interruption=(OfferRisk(SPOT.key, 60, 0.1),), recent_reclaims=reclaimed)
     p = plan(now=T0, queue=(j,), fleet=(), offers=(ON_DEMAND, SPOT), forecast=fc, policy=pol)
     assert p.of_kind("launch")[0].offer.market is Market.SPOT
+
+
+def test_a_deadline_job_goes_to_spot_only_while_its_slack_survives_one_reclaim():
+    """Restart overhead is 5 min. Without checkpoints a reclaim can cost all the
+    work done, so 4 h of work needs 8 h 5 min before the deadline to risk spot;
+    with 30-minute checkpoints it needs 4 h 35 min."""
+    def market_for(j):  # noqa: ANN001, ANN202
+        return run(queue=[j], offers=[ON_DEMAND, SPOT]).of_kind("launch")[0].offer.market
+
+    plain = job("plain", duration_hours=4)
+    assert market_for(replace(plain, deadline_utc=T0 + timedelta(hours=8, minutes=10))) is Market.SPOT
+    assert market_for(replace(plain, deadline_utc=T0 + timedelta(hours=8))) is Market.ON_DEMAND
+    saved = replace(plain, checkpointable=True, checkpoint_interval_minutes=30)
+    assert market_for(replace(saved, deadline_utc=T0 + timedelta(hours=4, minutes=40))) is Market.SPOT
+    assert market_for(replace(saved, deadline_utc=T0 + timedelta(hours=4, minutes=30))) is Market.ON_DEMAND
