@@ -209,18 +209,25 @@ class _Pass:
             return False, "not spot-eligible"
         if job.interruptions > self.policy.max_interruptions_before_on_demand:
             return False, f"interrupted {job.interruptions} times (policy allows {self.policy.max_interruptions_before_on_demand} on spot)"
-        if job.deadline_utc is not None:
-            # Spot only while the deadline survives one reclaim: the work since the
-            # last checkpoint (all of it without checkpoints) lost, plus a restart.
-            left = (job.deadline_utc - self.now).total_seconds() / 3600
-            restart = self.policy.restart_overhead_minutes / 60
-            if job.checkpointable and job.checkpoint_interval_minutes:
-                at_risk = min(job.checkpoint_interval_minutes / 60, job.remaining_hours)
-            else:
-                at_risk = job.remaining_hours
-            if left < job.remaining_hours + at_risk + restart:
-                return False, "deadline at risk: the slack would not survive one reclaim"
+        spare = self._spot_spare_hours(job)
+        if spare is not None and spare < 0:
+            return False, "deadline at risk: the slack would not survive one reclaim"
         return True, None
+
+    def _spot_spare_hours(self, job: Job) -> float | None:
+        """Hours a deadline job can still spend (waiting, say) and stay on spot:
+        spot is only for a job whose deadline survives one reclaim, i.e. the
+        work since the last checkpoint (all of it without checkpoints) lost,
+        plus a restart. ``None`` without a deadline."""
+        if job.deadline_utc is None:
+            return None
+        left = (job.deadline_utc - self.now).total_seconds() / 3600
+        restart = self.policy.restart_overhead_minutes / 60
+        if job.checkpointable and job.checkpoint_interval_minutes:
+            at_risk = min(job.checkpoint_interval_minutes / 60, job.remaining_hours)
+        else:
+            at_risk = job.remaining_hours
+        return left - job.remaining_hours - at_risk - restart
 
     def _kinds(self, job: Job, spot_ok: bool) -> tuple[Kind, ...]:
         key = (job.gpu_models, job.gpus_per_worker > 0, job.gpu_memory_gib_per_gpu, spot_ok)
@@ -498,8 +505,8 @@ class _Pass:
         """Design choice (``markets.max_wait_for_spot_minutes``): a spot-eligible
         job in the queue (new, or requeued after a reclaim) that finds no spot offer at all waits for
         spot, up to the policy's patience, instead of buying on-demand at once;
-        never past what its deadline's slack allows (remaining work plus a
-        restart must still fit after the wait). Checked each pass, so the job
+        never past what its deadline's slack allows (after the wait, the job
+        must still be allowed on spot: :meth:`_spot_spare_hours`). Checked each pass, so the job
         is placed on spot as soon as an offer comes back, and on-demand once the
         patience is spent."""
         patience = self.policy.max_wait_for_spot_minutes / 60
@@ -512,11 +519,9 @@ class _Pass:
             self._note(job, f"no spot offer after {waited * 60:.0f} min of waiting "
                             f"(policy waits {self.policy.max_wait_for_spot_minutes:g}): on-demand")
             return None
-        if job.deadline_utc is not None:
-            slack = (job.deadline_utc - self.now).total_seconds() / 3600 - job.remaining_hours \
-                - self.policy.restart_overhead_minutes / 60
-            if slack < patience - waited:
-                return None
+        spare = self._spot_spare_hours(job)
+        if spare is not None and spare < patience - waited:
+            return None  # after the wait, spot would be too risky for the deadline anyway
         return (Reason.WAITING_FOR_CAPACITY,
                 f"{_describe_need(job)}; no spot offer available now: waits for spot up to "
                 f"{self.policy.max_wait_for_spot_minutes:g} min (waited {waited * 60:.0f}) before on-demand")

@@ -132,3 +132,15 @@ def test_a_deadline_job_goes_to_spot_only_while_its_slack_survives_one_reclaim()
     saved = replace(plain, checkpointable=True, checkpoint_interval_minutes=30)
     assert market_for(replace(saved, deadline_utc=T0 + timedelta(hours=4, minutes=40))) is Market.SPOT
     assert market_for(replace(saved, deadline_utc=T0 + timedelta(hours=4, minutes=30))) is Market.ON_DEMAND
+
+
+def test_a_deadline_job_does_not_wait_for_spot_it_could_not_take():
+    """2 h of work without checkpoints, deadline in 4 h 20 min: after a 30-minute
+    wait the slack would no longer survive a reclaim, so spot would be refused
+    anyway; the job goes on-demand now instead of spending its slack waiting."""
+    pol = policy(max_wait_for_spot_minutes=30)
+    j = replace(job("j1", duration_hours=2), deadline_utc=T0 + timedelta(hours=4, minutes=20))
+    p = run(queue=[j], offers=[ON_DEMAND], pol=pol)
+    assert p.of_kind("launch")[0].offer.market is Market.ON_DEMAND
+    roomy = replace(j, deadline_utc=T0 + timedelta(hours=6))  # 1 h 55 min spare: waits
+    assert run(queue=[roomy], offers=[ON_DEMAND], pol=pol).unplaced[0].reason is Reason.WAITING_FOR_CAPACITY
