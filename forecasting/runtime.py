@@ -65,14 +65,15 @@ class ModelForecaster:
     def _market(self, store: Store, now: datetime, window: timedelta | None = None):  # noqa: ANN202 - Market or None
         """The recorded market up to ``now``; with ``window``, only its last stretch
         (the state at the window's start still comes from the rows before it)."""
-        rows = [r for r in store.offer_observations() if r["observed_at_utc"] <= now]
-        if not rows:
+        first = store.first_offer_observation_utc()
+        if first is None or first > now:
             return None
-        start = rows[0]["observed_at_utc"]
-        if window is not None:
-            start = max(start, now - window)
+        start = first if window is None else max(first, now - window)
         if now - start < timedelta(seconds=2 * GRID_SECONDS):
             return None
+        # Only the window is read, plus each offer's state at its start (a
+        # daemon's change log grows for as long as it runs).
+        rows = store.offer_observations(since=start, until=now, with_state_at_since=True)
         return market_from_observations(rows, start, now + timedelta(seconds=GRID_SECONDS), GRID_SECONDS,
                                         reclaims=recent_reclaims(store))
 

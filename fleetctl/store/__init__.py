@@ -289,10 +289,9 @@ class Store:
         listed = {o.key: o for o in offers if o.market is Market.SPOT}
         t = tables.offer_observations
         stamp = dt_to_str(now)
+        latest = tables.offer_latest
         with self._tx() as conn:
-            last_seq = sa.select(sa.func.max(t.c.seq)).group_by(t.c.offer_key)
-            last = {r.offer_key: (bool(r.available), r.usd_per_hour)
-                    for r in conn.execute(sa.select(t).where(t.c.seq.in_(last_seq))).all()}
+            last = {r.offer_key: (bool(r.available), r.usd_per_hour) for r in conn.execute(sa.select(latest)).all()}
             rows = []
             for key, o in sorted(listed.items()):
                 if last.get(key) != (True, o.usd_per_hour):
@@ -303,22 +302,47 @@ class Store:
                                  on_demand_usd_per_hour=None))
             if rows:
                 conn.execute(t.insert(), rows)
+                changed = {r["offer_key"] for r in rows}
+                conn.execute(latest.delete().where(latest.c.offer_key.in_(sorted(changed))))
+                conn.execute(latest.insert(), [dict(offer_key=r["offer_key"], available=r["available"],
+                                                    usd_per_hour=r["usd_per_hour"]) for r in rows])
             conn.execute(tables.events.insert().values(at_utc=stamp, kind="offers_observed", subject="",
                                                        payload=json.dumps({"changes": len(rows)})))
         return len(rows)
 
-    def offer_observations(self, since: datetime | None = None) -> tuple[dict[str, Any], ...]:
+    def offer_observations(self, since: datetime | None = None, *, until: datetime | None = None,
+                           with_state_at_since: bool = False) -> tuple[dict[str, Any], ...]:
         """Recorded observations, oldest first: ``observed_at_utc`` (datetime),
-        ``offer_key``, ``available`` (bool), ``usd_per_hour``, ``on_demand_usd_per_hour``."""
+        ``offer_key``, ``available`` (bool), ``usd_per_hour``, ``on_demand_usd_per_hour``.
+
+        ``since``/``until`` bound ``observed_at_utc`` (both inclusive). With
+        ``with_state_at_since``, each offer's last observation before ``since``
+        comes first too: the state of the market at ``since``, so a window of
+        the change log can be read without reading all of it."""
         t = tables.offer_observations
         query = sa.select(t).order_by(t.c.observed_at_utc, t.c.offer_key)
         if since is not None:
             query = query.where(t.c.observed_at_utc >= dt_to_str(since))
+        if until is not None:
+            query = query.where(t.c.observed_at_utc <= dt_to_str(until))
         with self._tx() as conn:
             rows = conn.execute(query).all()
+            if since is not None and with_state_at_since:
+                last = (sa.select(sa.func.max(t.c.seq)).where(t.c.observed_at_utc < dt_to_str(since))
+                        .group_by(t.c.offer_key))
+                before = conn.execute(sa.select(t).where(t.c.seq.in_(last))
+                                      .order_by(t.c.observed_at_utc, t.c.offer_key)).all()
+                rows = [*before, *rows]
         return tuple({"observed_at_utc": str_to_dt(r.observed_at_utc), "offer_key": r.offer_key,
                       "available": bool(r.available), "usd_per_hour": r.usd_per_hour,
                       "on_demand_usd_per_hour": r.on_demand_usd_per_hour} for r in rows)
+
+    def first_offer_observation_utc(self) -> datetime | None:
+        """When the change log starts (``None`` when nothing was recorded)."""
+        t = tables.offer_observations
+        with self._tx() as conn:
+            first = conn.execute(sa.select(sa.func.min(t.c.observed_at_utc))).scalar()
+        return str_to_dt(first) if first else None
 
     # ------------------------------------------------------------------ events
 

@@ -84,3 +84,13 @@ offer_observations = Table(
     Column("usd_per_hour", Float, nullable=True),
     Column("on_demand_usd_per_hour", Float, nullable=True),
 )
+
+offer_latest = Table(
+    "offer_latest",
+    metadata,
+    # Each offer's last row of offer_observations, kept in the same transaction,
+    # so recording a pass compares against one row per offer (migration 0004).
+    Column("offer_key", String(255), primary_key=True),
+    Column("available", Integer, nullable=False),
+    Column("usd_per_hour", Float, nullable=True),
+)

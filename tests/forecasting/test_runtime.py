@@ -95,3 +95,32 @@ def test_a_demand_model_through_the_daemons_forecast_path_buys_bounded_headroom(
         assert not without.plan.of_kind("launch")  # no forecast, no buying ahead
     finally:
         store.close()
+
+
+def test_the_window_read_gives_the_same_forecast_as_the_whole_change_log(tmp_path):
+    """Each pass reads only the last HISTORY of the change log plus every offer's
+    state at its start; the market (and so the forecast) is the same as from all rows."""
+    from forecasting.interruption import market_from_observations
+    from forecasting.runtime import GRID_SECONDS, HISTORY
+    from fleetctl.controller.forecast import recent_reclaims
+
+    market = synthetic(days=6, seed=3, zones=("us-east-1a", "us-east-1b"))
+    InterruptionModel.train([market]).save(tmp_path / "models" / "interruption")
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        now = T0 + timedelta(days=5, minutes=7)
+        _replay(store, market, now)
+        start = now - HISTORY
+        window = store.offer_observations(since=start, until=now, with_state_at_since=True)
+        everything = [r for r in store.offer_observations() if r["observed_at_utc"] <= now]
+        assert len(window) < len(everything)
+        end = now + timedelta(seconds=GRID_SECONDS)
+        a = market_from_observations(window, start, end, GRID_SECONDS, reclaims=recent_reclaims(store))
+        b = market_from_observations(everything, start, end, GRID_SECONDS, reclaims=recent_reclaims(store))
+        assert [(t.offer_spot.key, list(t.capacity)) for t in a.traces] == \
+            [(t.offer_spot.key, list(t.capacity)) for t in b.traces]
+        model = InterruptionModel.load(tmp_path / "models" / "interruption")
+        assert model.predict(a, now) == model.predict(b, now)
+        assert ModelForecaster(tmp_path / "models").interruption(store, now)
+    finally:
+        store.close()

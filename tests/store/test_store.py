@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -28,9 +29,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0003"
+    assert store.schema_revision() == "0004"
     again = Store(store.url)
-    assert again.schema_revision() == "0003"
+    assert again.schema_revision() == "0004"
     again.close()
 
 
@@ -90,3 +91,32 @@ def test_offer_observations_record_listed_and_vanished_spot_offers(store):
     # back, and repriced
     assert store.record_offers([a, replace(b, usd_per_hour=1.5), od], T0 + timedelta(minutes=15)) == 1
     assert store.offer_observations()[-1]["usd_per_hour"] == 1.5
+
+
+def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfilled(store):
+    """A store of revision 0003 already holding a change log: migration 0004
+    fills offer_latest from it, so the next pass records only real changes."""
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.model import Market
+    from fleetctl.store import MIGRATIONS
+    from tests.builders import offer
+
+    a, b = offer("a1", price=1.0, zone="z1"), offer("b1", price=2.0, zone="z2")
+    store.record_offers([a, b], T0)
+    store.record_offers([a], T0 + timedelta(minutes=5))  # b vanished
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store._engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+    assert store.schema_revision() == "0003"
+    upgraded = Store(store.url)
+    try:
+        assert upgraded.schema_revision() == "0004"
+        assert upgraded.record_offers([a], T0 + timedelta(minutes=10)) == 0  # nothing changed
+        assert upgraded.record_offers([a, b], T0 + timedelta(minutes=15)) == 1  # b is back
+        assert upgraded.record_offers([a, b, offer("c1", market=Market.ON_DEMAND)], T0 + timedelta(minutes=20)) == 0
+    finally:
+        upgraded.close()
