@@ -122,6 +122,11 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
                 forecast: Forecast | None, metrics: FleetMetrics | None, report: TickReport) -> None:
     nodes = {n.node_id: n for n in store.nodes(include_gone=True)}
     node = nodes.get(event.node_id)
+    if event.kind is not InterruptionKind.REBALANCE and _already_handled(store, event):
+        # The same reclaim through a second path (AWS: the EventBridge queue and
+        # node-watch on the node): handled once, counted once.
+        store.record("interruption_duplicate", now, event.node_id, event_id=event.event_id)
+        return
     store.record("interruption", now, event.node_id, notice=event.kind.value, event_id=event.event_id,
                  deadline_utc=str(event.deadline_utc))
     if metrics:
@@ -160,6 +165,13 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         report.requeued.append(job.job_id)
         store.record("requeue", now, job.job_id, node=node.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
                      reason=Reason.INTERRUPTION.value)
+
+
+def _already_handled(store: Store, event: InterruptionEvent) -> bool:
+    """Another reclaim or termination notice for the same node was handled already."""
+    unhandled = {e.event_id for e in store.interruptions(unhandled_only=True)}
+    return any(e.node_id == event.node_id and e.event_id != event.event_id and e.event_id not in unhandled
+               and e.kind is not InterruptionKind.REBALANCE for e in store.interruptions(unhandled_only=False))
 
 
 def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,

@@ -211,3 +211,26 @@ def test_demand_by_model_counts_active_gpus_where_they_run_or_what_they_ask():
         job("done", gpus=8, state=JobState.SUCCEEDED),
     ]
     assert demand_by_model(jobs, [n]) == {"A100-80GB": 4, "L4": 2, "any": 1}
+
+
+def test_one_reclaim_through_two_paths_is_handled_and_counted_once(world_factory):
+    """AWS announces a reclaim both on the EventBridge queue and on the node
+    (node-watch): two notices, one interruption."""
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    j = _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=30)
+    w.provider.reclaim(node.node_id, now)  # the queue's notice
+    w.store.add_interruption(InterruptionEvent("node-watch-aws-1", "aws", node.node_id,
+                                               InterruptionKind.RECLAIM_WARNING, now,
+                                               now + timedelta(minutes=2)))  # node-watch's notice
+    metrics = FleetMetrics()
+    r = run_tick(w, now, metrics=metrics)
+    assert r.interruptions == 1 and r.requeued == [j.job_id]
+    assert sum(s.value for m in metrics.interruptions.collect() for s in m.samples
+               if s.name.endswith("_total")) == 1
+    assert w.store.interruptions() == ()  # both notices handled
+    assert len(w.store.events("interruption_duplicate")) == 1
+    assert jobs(w)["j"].interruptions == 1
