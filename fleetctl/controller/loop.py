@@ -106,15 +106,37 @@ class Daemon:
                 log.exception("price refresh failed")
 
     def retrain(self) -> None:
-        """Refit the forecaster's models on what the store recorded (daily by default)."""
-        with self.lock:
-            if self.stopped.is_set():
-                return
-            try:
-                self.ctx.forecaster.retrain(self.ctx.store, self.clock())  # type: ignore[union-attr]
-            except Exception:  # the tick boundary, as above
-                self.ctx.metrics.tick_errors.inc()
-                log.exception("forecaster retraining failed")
+        """Refit the forecaster's models on what the store recorded (daily by default).
+
+        Fitting takes minutes and must not hold up reclaim handling (a notice
+        gives 30 s to 2 min), so it runs without the loop's lock, reading
+        through its own connection to the store; only the finished model is
+        swapped in (one reference assignment). An in-memory store cannot be
+        opened twice, so there it runs under the lock."""
+        if self.stopped.is_set():
+            return
+        url = self.ctx.store.url
+        if ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite:/"):
+            with self.lock:
+                self._retrain_with(self.ctx.store)
+            return
+        try:
+            store = Store(url)
+        except Exception:  # the tick boundary, as above
+            self.ctx.metrics.tick_errors.inc()
+            log.exception("forecaster retraining could not open the store")
+            return
+        try:
+            self._retrain_with(store)
+        finally:
+            store.close()
+
+    def _retrain_with(self, store: Store) -> None:
+        try:
+            self.ctx.forecaster.retrain(store, self.clock())  # type: ignore[union-attr]
+        except Exception:  # the tick boundary, as above
+            self.ctx.metrics.tick_errors.inc()
+            log.exception("forecaster retraining failed")
 
     def start(self) -> None:
         self.scheduler.start()

@@ -124,3 +124,47 @@ def test_the_window_read_gives_the_same_forecast_as_the_whole_change_log(tmp_pat
         assert ModelForecaster(tmp_path / "models").interruption(store, now)
     finally:
         store.close()
+
+
+def test_the_daemon_retrains_without_holding_up_reclaim_handling(tmp_path):
+    """While a (slow) refit runs, the loop's lock stays free for ticks and notices."""
+    import threading
+
+    from fleetctl.controller.loop import Daemon, LoopContext
+    from fleetctl.controller.runtime import SimRuntime
+    from fleetctl.metrics import FleetMetrics
+    from providers.sim import SimProvider
+    from tests.builders import policy
+
+    started, release, seen = threading.Event(), threading.Event(), []
+
+    class SlowForecaster:
+        def interruption(self, store, now):  # noqa: ANN001, ANN201
+            return ()
+
+        def demand(self, store, now):  # noqa: ANN001, ANN201
+            return ()
+
+        def retrain(self, store, now):  # noqa: ANN001, ANN201
+            seen.append(store)
+            started.set()
+            assert release.wait(10)
+            return True
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        ctx = LoopContext(store, SimProvider(store), SimRuntime(), policy(), FleetMetrics(), SlowForecaster())
+        daemon = Daemon(ctx, retrain_seconds=3600)
+        worker = threading.Thread(target=daemon.retrain)
+        worker.start()
+        assert started.wait(10)
+        assert daemon.lock.acquire(timeout=1)  # free while the refit runs
+        daemon.lock.release()
+        daemon.interruptions()  # a notice pass runs meanwhile
+        release.set()
+        worker.join(10)
+        assert seen and seen[0] is not store  # its own connection to the same store
+        assert ctx.metrics.tick_errors._value.get() == 0
+    finally:
+        release.set()
+        store.close()
