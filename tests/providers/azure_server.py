@@ -27,10 +27,9 @@ import itertools
 import json
 import re
 import ssl
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -38,6 +37,8 @@ from urllib.parse import parse_qs, urlsplit
 import trustme
 from azure.core.credentials import AccessToken
 from azure.mgmt.compute import models as m
+
+from tests.providers.localserver import LocalServer
 
 TOKEN = "fleetctl-test-token"
 
@@ -188,7 +189,7 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], b
     return status, {"x-ms-error-code": code}, json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
-class ArmServer:
+class ArmServer(LocalServer):
     """``FakeArm`` on ``https://127.0.0.1:PORT``; ``ca_file`` is the CA to trust."""
 
     def __init__(self, fake: FakeArm, directory: Path) -> None:
@@ -199,21 +200,8 @@ class ArmServer:
         ca.cert_pem.write_to_path(str(self.ca_file))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         cert.configure_cert(context)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        host, port = self._server.server_address[:2]
-        self.endpoint = f"https://{host}:{port}"
+        super().__init__(_handler(fake), tls=context)
         fake.base_url = self.endpoint
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    def __enter__(self) -> ArmServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
 
 def _handler(fake: FakeArm) -> type[BaseHTTPRequestHandler]:

@@ -37,11 +37,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from google.cloud import compute_v1 as c
+
+from tests.providers.localserver import LocalServer
 
 API = "/compute/v1/projects/"
 SELF_LINK = "https://www.googleapis.com/compute/v1/projects/"
@@ -352,28 +354,12 @@ def _error(status: int, reason: str, message: str) -> bytes:
                                  "errors": [{"domain": domain, "reason": reason, "message": message}]}}).encode()
 
 
-class GceServer:
+class GceServer(LocalServer):
     """``FakeGce`` served on ``http://127.0.0.1:PORT`` from a daemon thread."""
 
     def __init__(self, fake: FakeGce) -> None:
         self.fake = fake
-        handler = _handler(fake)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> GceServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        super().__init__(_handler(fake))
 
 
 def _handler(fake: FakeGce) -> type[BaseHTTPRequestHandler]:
