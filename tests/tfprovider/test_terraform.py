@@ -252,3 +252,66 @@ def test_a_missing_terraform_binary_is_named(tmp_path: Path) -> None:
     done = runner.invoke(app, ["plan", "--policy", str(EXAMPLE), "--terraform-dir", str(tmp_path / "infra"),
                                "--terraform-binary", "/nonexistent/terraform"], env=env)
     assert done.exit_code == 1 and "terraform binary '/nonexistent/terraform' not found" in done.output
+
+
+def test_the_daemon_runs_against_aws_on_moto_and_takes_a_reclaim_from_the_queue(moto_server: Any,
+                                                                                tmp_path: Path) -> None:
+    """`fleetctl daemon --cloud aws`: launches through EC2 Fleet, serves /metrics
+    with AWS nodes, takes a reclaim warning from the EventBridge queue, and stops
+    cleanly on SIGTERM."""
+    import os
+    import signal
+    import sys
+
+    from tests.controller.test_daemon import free_port, scrape, wait_for
+
+    with moto_world(moto_server, cluster="ml-platform") as world:
+        policy = _policy_for(world, tmp_path, gpu_models=["A10G", "T4"])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+        env.update({"AWS_ENDPOINT_URL": world.endpoint, "AWS_DEFAULT_REGION": REGION,
+                    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                    "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_POLICY": str(policy)})
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text("jobs:\n"
+                        "  - {id: finetune, team: ml-product, priority: batch, gpus_per_worker: 1,\n"
+                        "     gpu_models: [A10G], vcpus_per_worker: 4, memory_gib_per_worker: 16,\n"
+                        "     duration_hours: 3, checkpointable: true, checkpoint_interval_minutes: 30}\n")
+        subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", str(jobs)], env=env, check=True,
+                       capture_output=True, cwd=tmp_path)
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--cloud", "aws", "--policy", str(policy),
+                                 "--interval", "0.5", "--interruption-interval", "0.5",
+                                 "--metrics-addr", f"127.0.0.1:{port}"],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            def aws_gpus() -> float:
+                try:
+                    fams = scrape(port)
+                except OSError:
+                    return 0.0
+                return sum(s.value for s in fams.get("fleetctl_gpus", []) if s.labels.get("provider") == "aws")
+
+            assert wait_for(lambda: aws_gpus() > 0, timeout=30), \
+                proc.stderr.read() if proc.poll() is not None else "no AWS GPUs yet"
+            [instance] = [i for r in world.client("ec2").describe_instances(
+                Filters=[{"Name": "tag:fleetctl:cluster", "Values": ["ml-platform"]}])["Reservations"]
+                for i in r["Instances"]]
+            world.reclaim(instance["InstanceId"])
+
+            def handled() -> bool:
+                fams = scrape(port)
+                return any(s.value > 0 for s in fams.get("fleetctl_interruptions", [])
+                           if s.name.endswith("_total"))
+
+            assert wait_for(handled, timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert "stopped after" in out
+        attrs = world.client("sqs").get_queue_attributes(
+            QueueUrl=world.queue_url, AttributeNames=["ApproximateNumberOfMessages",
+                                                      "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        assert attrs == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
