@@ -235,33 +235,43 @@ def translate_code(code: str, message: str) -> ProviderError:
 
 
 def instance_type_from_api(info: Mapping[str, Any]) -> InstanceType | None:
-    """An InstanceType from one ``DescribeInstanceTypes`` entry, or ``None``
-    for shapes without NVIDIA GPUs (CPU-only, Inferentia, AMD, FPGAs)."""
+    """An InstanceType from one ``DescribeInstanceTypes`` entry: a GPU shape
+    (NVIDIA GPUs, normalised to the catalog's vocabulary) or a CPU shape
+    (``gpu_model`` None). ``None`` for shapes with other accelerators (AMD
+    GPUs, Inferentia, Trainium, FPGAs, media accelerators): a CUDA job cannot
+    use them, and they are not plain CPU machines either."""
+    name = str(info["InstanceType"])
+    archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures") or ["x86_64"]
+    architecture = "arm64" if "arm64" in archs else "x86_64"
+    vcpus = int(info["VCpuInfo"]["DefaultVCpus"])
+    memory = round(info["MemoryInfo"]["SizeInMiB"] / 1024, 1)
     gpus = info.get("GpuInfo", {}).get("Gpus") or []
+    others = ("InferenceAcceleratorInfo", "FpgaInfo", "NeuronInfo", "MediaAcceleratorInfo")
+    if not gpus:
+        if any(info.get(key) for key in others):
+            return None
+        return InstanceType(PROVIDER, name, vcpus, memory, architecture=architecture)
     nvidia = [g for g in gpus if str(g.get("Manufacturer", "")).upper() == "NVIDIA"]
-    if not nvidia or len(nvidia) != len(gpus):
+    if len(nvidia) != len(gpus):
         return None
     gpu = nvidia[0]
     memory_per_gpu = gpu.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024
     model = normalise_gpu_model(str(gpu.get("Name", "")), memory_per_gpu or None)
     if model is None:
-        log.debug("aws: %s has an NVIDIA GPU %r outside the vocabulary; skipped", info.get("InstanceType"),
-                    gpu.get("Name"))
+        log.debug("aws: %s has an NVIDIA GPU %r outside the vocabulary; skipped", name, gpu.get("Name"))
         return None
-    name = str(info["InstanceType"])
     count = sum(int(g.get("Count", 0)) for g in nvidia)
-    archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures") or ["x86_64"]
     return InstanceType(
         provider=PROVIDER,
         name=name,
-        vcpus=int(info["VCpuInfo"]["DefaultVCpus"]),
-        memory_gib=round(info["MemoryInfo"]["SizeInMiB"] / 1024, 1),
+        vcpus=vcpus,
+        memory_gib=memory,
         gpu_model=model,
         gpu_count=count,
         gpu_memory_gib=GPU_MEMORY_GIB[model],
         interconnect=(Interconnect.NVLINK if name in AWS_NVLINK_TYPES and count > 1
                       else Interconnect.PCIE),
-        architecture="arm64" if "arm64" in archs else "x86_64",
+        architecture=architecture,
     )
 
 
@@ -329,7 +339,7 @@ class _Pending:
 @dataclass
 class _RegionCache:
     expires: datetime
-    types: dict[str, InstanceType]
+    types: dict[str, InstanceType]  # GPU shapes: what is sold
     zone_ids: dict[str, str]  # zone name -> zone id
     subnets: dict[str, tuple[str, ...]]  # zone id -> this cluster's subnets there
     offers: tuple[Offer, ...]
@@ -373,8 +383,17 @@ class AwsProvider:
         return tuple(o for region in self._config.regions for o in self._region(region, now).offers)
 
     def instance_types(self, now: datetime) -> tuple[InstanceType, ...]:
-        """Every NVIDIA GPU shape EC2 lists in the configured regions, priced or not."""
-        found = {t.name: t for region in self._config.regions for t in self._region(region, now).types.values()}
+        """Every GPU and CPU shape EC2 lists in the configured regions,
+        normalised like the shipped snapshot, priced or not. Only GPU shapes
+        are sold (:meth:`offers`): the snapshot has no CPU on-demand prices and
+        Terraform declares no CPU pool, so CPU-only jobs run on GPU nodes' CPUs
+        (``docs/terraform.md``)."""
+        found: dict[str, InstanceType] = {}
+        for region in self._config.regions:
+            for info in self._pages("ec2", region, "describe_instance_types", "InstanceTypes"):
+                t = instance_type_from_api(info)
+                if t is not None:
+                    found[t.name] = t
         return tuple(found[name] for name in sorted(found))
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
@@ -536,10 +555,12 @@ class AwsProvider:
         if cache is not None and now < cache.expires:
             return cache
         types: dict[str, InstanceType] = {}
+        # Every NVIDIA GPU family is g* or p* (g4dn ... g6e, gr6, p3 ... p6): listing
+        # just those keeps a pass cheap; the CPU shapes are listed on demand.
         for info in self._pages("ec2", region, "describe_instance_types", "InstanceTypes",
                                 Filters=[{"Name": "instance-type", "Values": ["g*", "p*"]}]):
             t = instance_type_from_api(info)
-            if t is not None:
+            if t is not None and t.gpu_count:
                 types[t.name] = t
         zone_ids = {z["ZoneName"]: z["ZoneId"] for z in self._call(
             "ec2", region, "describe_availability_zones",

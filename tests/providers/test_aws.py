@@ -86,12 +86,24 @@ def test_gpu_types_from_describe_instance_types_normalise_like_the_snapshot(prov
         assert b.memory_gib <= a.memory_gib <= b.memory_gib * 1.08, name
 
 
-def test_shapes_without_nvidia_gpus_are_not_gpu_types() -> None:
+def test_cpu_shapes_are_in_the_catalog_and_other_accelerators_are_not() -> None:
     cpu = {"InstanceType": "m5.large", "VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 8192}}
     amd = {**cpu, "InstanceType": "g4ad.xlarge",
            "GpuInfo": {"Gpus": [{"Name": "Radeon Pro V520", "Manufacturer": "AMD", "Count": 1,
                                  "MemoryInfo": {"SizeInMiB": 8192}}]}}
-    assert instance_type_from_api(cpu) is None and instance_type_from_api(amd) is None
+    inferentia = {**cpu, "InstanceType": "inf1.xlarge",
+                  "InferenceAcceleratorInfo": {"Accelerators": [{"Count": 1, "Name": "Inferentia"}]}}
+    m5 = instance_type_from_api(cpu)
+    assert m5 is not None and (m5.vcpus, m5.memory_gib, m5.gpu_model, m5.gpu_count) == (2, 8.0, None, 0)
+    assert instance_type_from_api(amd) is None and instance_type_from_api(inferentia) is None
+
+
+def test_the_catalog_lists_cpu_shapes_but_only_gpu_shapes_are_sold(provider: AwsProvider) -> None:
+    listed = {t.name: t for t in provider.instance_types(NOW)}
+    assert listed["m5.large"].gpu_count == 0 and listed["m5.large"].memory_gib == 8.0
+    assert listed["m6g.large"].architecture == "arm64"
+    assert "inf1.xlarge" not in listed and "g4ad.xlarge" not in listed
+    assert all(o.instance_type.gpu_count > 0 for o in provider.offers(NOW))
 
 
 def test_offers_only_in_zones_the_cluster_has_subnets_in(provider: AwsProvider, world: MotoWorld) -> None:
