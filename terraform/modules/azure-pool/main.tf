@@ -18,7 +18,7 @@ resource "azurerm_orchestrated_virtual_machine_scale_set" "pool" {
   priority                    = "Spot"
   eviction_policy             = "Delete"
   max_bid_price               = -1
-  source_image_id             = var.image_id
+  source_image_id             = var.image_id == "" ? null : var.image_id
   zones                       = var.zones
   tags                        = local.tags
 
@@ -53,6 +53,18 @@ resource "azurerm_orchestrated_virtual_machine_scale_set" "pool" {
   os_disk {
     caching              = "ReadWrite"
     storage_account_type = "Premium_LRS"
+  }
+
+  # No image id: a marketplace image (Ubuntu 22.04 by default), which then
+  # needs the NVIDIA driver and fleetctl installed by other means.
+  dynamic "source_image_reference" {
+    for_each = var.image_id == "" ? [1] : []
+    content {
+      publisher = var.image_publisher
+      offer     = var.image_offer
+      sku       = var.image_sku
+      version   = var.image_version
+    }
   }
 
   lifecycle {

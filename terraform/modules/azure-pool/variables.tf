@@ -29,8 +29,33 @@ variable "subnet_id" {
 }
 
 variable "image_id" {
-  description = "Image of the GPU nodes (NVIDIA drivers and fleetctl installed)."
+  description = "Image of the GPU nodes (NVIDIA drivers and fleetctl installed): a managed image or shared gallery image id; empty: the marketplace image of image_publisher/offer/sku/version."
   type        = string
+  default     = ""
+}
+
+variable "image_publisher" {
+  description = "Marketplace image publisher, used when image_id is empty."
+  type        = string
+  default     = "Canonical"
+}
+
+variable "image_offer" {
+  description = "Marketplace image offer, used when image_id is empty (default: Ubuntu 22.04 LTS)."
+  type        = string
+  default     = "0001-com-ubuntu-server-jammy"
+}
+
+variable "image_sku" {
+  description = "Marketplace image SKU, used when image_id is empty."
+  type        = string
+  default     = "22_04-lts-gen2"
+}
+
+variable "image_version" {
+  description = "Marketplace image version, used when image_id is empty."
+  type        = string
+  default     = "latest"
 }
 
 variable "admin_username" {
