@@ -7,7 +7,9 @@ The Terraform modules' user data start one watcher per node; it polls the
 metadata service every few seconds, posts each distinct notice once to the
 daemon's ``POST /v1/notices`` (``fleetctl.controller.notices``) with a bearer
 token, retrying with bounded exponential backoff until the controller answers
-2xx, and on Azure acknowledges the Scheduled Event only after that.
+2xx, and on Azure approves the Scheduled Event only once the controller
+reports the notice handled (the node drained: its jobs checkpointed and
+requeued), so approving never cuts the checkpoint window short.
 
 What it reads, per cloud (base URL ``http://169.254.169.254`` unless overridden):
 
@@ -27,8 +29,10 @@ What it reads, per cloud (base URL ``http://169.254.169.254`` unless overridden)
 * **Azure** (Scheduled Events): ``/metadata/scheduledevents?api-version=2020-07-01``
   with ``Metadata: true``; an event with ``EventType`` ``Preempt`` whose
   ``Resources`` name this VM (``/metadata/instance/compute/name``) is a notice
-  with ``NotBefore`` as the deadline; after the controller accepted it the
-  watcher POSTs ``{"StartRequests": [{"EventId": ...}]}`` to the same URL.
+  with ``NotBefore`` as the deadline; once the controller answers
+  ``GET /v1/notices/EVENT_ID`` with ``"handled": true`` the watcher POSTs
+  ``{"StartRequests": [{"EventId": ...}]}`` to the same URL (approval lets
+  Azure evict at once instead of at ``NotBefore``).
   https://learn.microsoft.com/azure/virtual-machines/linux/scheduled-events
 
 Only the standard library is used (``urllib``): the watcher runs on every
@@ -159,22 +163,26 @@ class MetadataSource(Protocol):
     * ``discover_node_id()``: this node's id as fleetctl knows it.
     * ``poll(node_id, now)``: the notices announced now (the same notice comes
       back on every poll while it stands; the watcher deduplicates).
-    * ``accepted(notice)``: called once the controller accepted ``notice``.
+    * ``approves``: whether the cloud waits for an approval (``drained``);
+    * ``drained(notice)``: the controller has handled ``notice`` (the node's
+      jobs are checkpointed and requeued): the cloud may take the node now.
     """
 
     cloud: str
+    approves: bool
 
     def discover_node_id(self) -> str: ...
 
     def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]: ...
 
-    def accepted(self, notice: Notice) -> None: ...
+    def drained(self, notice: Notice) -> None: ...
 
 
 class AwsImds:
     """EC2 instance metadata, IMDSv2 (session token)."""
 
     cloud = "aws"
+    approves = False
 
     def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0,
                  token_ttl_seconds: int = AWS_TOKEN_TTL_SECONDS) -> None:
@@ -236,8 +244,8 @@ class AwsImds:
             raise MetadataError(f"events/recommendations/rebalance: HTTP {r.status} {r.text()[:200]}")
         return tuple(notices)
 
-    def accepted(self, notice: Notice) -> None:
-        """Nothing to acknowledge: EC2 takes the instance at the notice's time."""
+    def drained(self, notice: Notice) -> None:
+        """Nothing to approve: EC2 takes the instance at the notice's time."""
 
 
 class GceMetadata:
@@ -252,6 +260,7 @@ class GceMetadata:
     when the value is not what the watcher last saw."""
 
     cloud = "gcp"
+    approves = False
 
     def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0,
                  wait_for_change: bool = False, wait_seconds: int = 30) -> None:
@@ -301,14 +310,15 @@ class GceMetadata:
         return (Notice("gcp", node_id, InterruptionKind.RECLAIM_WARNING, f"preempted@{self._instance_id}",
                        now + timedelta(seconds=GCE_NOTICE_SECONDS), "GCE instance/preempted=TRUE"),)
 
-    def accepted(self, notice: Notice) -> None:
-        """Nothing to acknowledge: GCE stops the VM 30 s after the notice."""
+    def drained(self, notice: Notice) -> None:
+        """Nothing to approve: GCE stops the VM 30 s after the notice."""
 
 
 class AzureScheduledEvents:
     """Azure Instance Metadata Service, Scheduled Events."""
 
     cloud = "azure"
+    approves = True
 
     def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0) -> None:
         self.base = base_url.rstrip("/")
@@ -353,9 +363,9 @@ class AzureScheduledEvents:
                                   f"NotBefore {not_before or 'now'})"))
         return tuple(notices)
 
-    def accepted(self, notice: Notice) -> None:
-        """Approve the Preempt event (``StartRequests``): the controller has it,
-        so Azure need not hold the VM until ``NotBefore``."""
+    def drained(self, notice: Notice) -> None:
+        """Approve the Preempt event (``StartRequests``): the controller has
+        drained this node, so Azure need not hold the VM until ``NotBefore``."""
         body = json.dumps({"StartRequests": [{"EventId": notice.notice_id}]}).encode()
         r = _request("POST", self.events_url, data=body, timeout=self.timeout,
                      headers={"Metadata": "true", "Content-Type": "application/json"})
@@ -426,6 +436,22 @@ class NoticeClient:
         return _request("POST", self.url, headers=headers, data=json.dumps(notice.to_json()).encode(),
                         timeout=self.timeout, direct=False)
 
+    def handled(self, event_id: str) -> bool:
+        """Whether the controller has handled (drained the node for) the notice
+        ``event_id``. Raises ``ConnectionError`` when it cannot say."""
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        url = f"{self.url}/{urllib.parse.quote(event_id, safe='')}"
+        r = _request("GET", url, headers=headers, timeout=self.timeout, direct=False)
+        if r.status != 200:
+            raise ConnectionError(f"GET {url}: HTTP {r.status} {r.text()[:200]}")
+        try:
+            doc = json.loads(r.body)
+        except ValueError as exc:
+            raise ConnectionError(f"GET {url}: not JSON: {r.text()[:200]!r}") from exc
+        return isinstance(doc, dict) and doc.get("handled") is True
+
 
 @dataclass
 class NodeWatcher:
@@ -447,7 +473,7 @@ class NodeWatcher:
     rng: random.Random = field(default_factory=random.Random)
     stop: threading.Event = field(default_factory=threading.Event)
     delivered: dict[tuple[str, str, str, str], str] = field(default_factory=dict)  # notice key -> event id
-    acknowledged: set[tuple[str, str, str, str]] = field(default_factory=set)  # notice keys the source was told of
+    approved: set[tuple[str, str, str, str]] = field(default_factory=set)  # notice keys the source was told of
 
     def _sleep(self, seconds: float) -> None:
         if self.sleep is not None:
@@ -465,12 +491,27 @@ class NodeWatcher:
             if notice.key not in self.delivered:
                 self.delivered[notice.key] = self.deliver(notice)
                 new.append(self.delivered[notice.key])
-            if notice.key not in self.acknowledged:
-                # Only now (the controller has it); a failed acknowledgement is
-                # tried again on the next poll, the post is not repeated.
-                self.source.accepted(notice)
-                self.acknowledged.add(notice.key)
+            if self.source.approves and notice.key not in self.approved:
+                self._approve_if_drained(notice)
         return new
+
+    def _approve_if_drained(self, notice: Notice) -> None:
+        """Approve a delivered notice at the cloud once the controller reports
+        it handled; until then (or when it cannot say) ask again at the next
+        poll. The cloud takes the node at the notice's deadline regardless, so
+        not approving only forgoes an earlier eviction. A failed approval is
+        tried again at the next poll; the notice is not posted again."""
+        event_id = self.delivered[notice.key]
+        try:
+            handled = self.client.handled(event_id)
+        except OSError as exc:
+            log.warning("notice %s: cannot ask the controller whether it is handled: %s", event_id, exc)
+            return
+        if not handled:
+            return
+        self.source.drained(notice)
+        self.approved.add(notice.key)
+        log.info("notice %s handled by the controller: approved %s at the cloud", event_id, notice.notice_id)
 
     def deliver(self, notice: Notice) -> str:
         """Post until the controller answers 2xx; returns its event id.

@@ -277,7 +277,7 @@ class AzureProvider:
         return ()  # announced on the node only: node-watch -> the daemon's notice endpoint -> the store
 
     def acknowledge(self, event_id: str) -> None:
-        """Nothing to acknowledge here: node-watch acknowledges the Scheduled Event."""
+        """Nothing to acknowledge here: node-watch approves the Scheduled Event once the node is drained."""
 
     # ------------------------------------------------------------------ helpers
 

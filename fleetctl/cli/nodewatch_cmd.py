@@ -52,7 +52,8 @@ def node_watch(
     controller daemon (`fleetctl daemon --notice-addr`), retrying with backoff until it is accepted.
 
     AWS: IMDSv2 spot/instance-action and rebalance recommendations. GCP: instance/preempted.
-    Azure: Scheduled Events Preempt, acknowledged after the controller accepted the notice.
+    Azure: Scheduled Events Preempt, approved only once the controller has drained the node
+    (checkpointed and requeued its jobs), so Azure never evicts before the checkpoint.
     Exits 1 with the reason when a notice cannot be delivered within --max-attempts."""
     from fleetctl.nodewatch import (
         Backoff,

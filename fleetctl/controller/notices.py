@@ -25,6 +25,13 @@ notice id); ``400`` naming each bad field; ``401`` without the right bearer
 token; ``404``/``405`` for other paths and methods; ``413`` for a body over
 the limit; ``500`` if the store fails (the watcher retries).
 
+``GET /v1/notices/EVENT_ID`` (same bearer token) answers ``200 {"event_id",
+"handled": bool, "handled_at_utc"}`` or ``404`` for a notice never stored.
+``handled`` turns true once the interruptions pass drained the node: its jobs
+checkpointed (within the notice) and requeued. The Azure watcher approves the
+Scheduled Event (which lets Azure evict at once instead of at ``NotBefore``)
+only then, so an early approval never cuts a checkpoint short.
+
 Design choice: the endpoint writes to the store and nothing else, instead of
 handling the notice in the request. Handling needs the daemon's lock and may
 take a while (checkpoints); the watcher needs an answer at once so it can
@@ -41,6 +48,7 @@ import ipaddress
 import json
 import logging
 import threading
+import urllib.parse
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Literal
@@ -217,6 +225,14 @@ class NoticeServer:
                  "new" if new else "duplicate", event.kind.value, event.node_id, event.deadline_utc)
         return 202, {"event_id": event.event_id, "duplicate": not new}
 
+    def status(self, event_id: str) -> tuple[int, dict[str, Any]]:
+        """Whether a stored notice was handled yet; (status, JSON answer)."""
+        found, handled_at = self.store.interruption_handled_at(event_id)
+        if not found:
+            return 404, {"error": f"no notice {event_id!r} was stored"}
+        return 200, {"event_id": event_id, "handled": handled_at is not None,
+                     "handled_at_utc": handled_at.isoformat().replace("+00:00", "Z") if handled_at else None}
+
 
 def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -259,9 +275,28 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
             self._answer(status, payload)
 
         def do_GET(self) -> None:  # noqa: N802
-            self._answer(405, {"error": f"use POST {NOTICES_PATH}"}, {"Allow": "POST"})
+            path = self.path.split("?", 1)[0]
+            prefix = NOTICES_PATH + "/"
+            if not path.startswith(prefix) or not path[len(prefix):] or "/" in path[len(prefix):]:
+                self._not_allowed()
+                return
+            if not server.authorized(self.headers.get("Authorization")):
+                self._answer(401, {"error": "missing or wrong bearer token"},
+                             {"WWW-Authenticate": 'Bearer realm="fleetctl-notices"'})
+                return
+            try:
+                status, payload = server.status(urllib.parse.unquote(path[len(prefix):]))
+            except Exception as exc:  # the request boundary: the watcher asks again on its next poll
+                log.exception("reading a notice's state failed")
+                self._answer(500, {"error": f"cannot read the notice: {type(exc).__name__}: {exc}"})
+                return
+            self._answer(status, payload)
 
-        do_PUT = do_DELETE = do_PATCH = do_GET  # noqa: N815
+        def _not_allowed(self) -> None:
+            self._answer(405, {"error": f"use POST {NOTICES_PATH} (or GET {NOTICES_PATH}/EVENT_ID)"},
+                         {"Allow": "POST, GET"})
+
+        do_PUT = do_DELETE = do_PATCH = _not_allowed  # noqa: N815
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
             log.debug("%s - %s", self.address_string(), format % args)

@@ -269,6 +269,15 @@ class Store:
         ]
         return tuple(sorted(events, key=lambda e: (e.received_at_utc, e.event_id)))
 
+    def interruption_handled_at(self, event_id: str) -> tuple[bool, datetime | None]:
+        """(recorded?, when it was handled or None while it is not)."""
+        t = tables.interruptions
+        with self._tx() as conn:
+            row = conn.execute(sa.select(t.c.handled_at_utc).where(t.c.event_id == event_id)).first()
+        if row is None:
+            return False, None
+        return True, str_to_dt(row.handled_at_utc)
+
     def mark_interruption_handled(self, event_id: str, now: datetime) -> None:
         t = tables.interruptions
         with self._tx() as conn:

@@ -29,10 +29,12 @@ def announce(cloud, node_id, now, store):  # noqa: ANN001, ANN201
         fake = FakeGce(name=node_id)
         fake.preempt()
         return fake, now + timedelta(seconds=30)  # GCE: 30 s from the notice
-    ack_saw_event: list[bool] = []  # at each acknowledgement: was the notice already in the store?
+    ack_saw_event: list[bool] = []  # at each approval: was the notice stored and handled (node drained)?
 
     def on_ack(_event_id: str) -> None:
-        ack_saw_event.append(any(e.node_id == node_id for e in store.interruptions(unhandled_only=False)))
+        stored = any(e.node_id == node_id for e in store.interruptions(unhandled_only=False))
+        unhandled = any(e.node_id == node_id for e in store.interruptions())
+        ack_saw_event.append(stored and not unhandled)
 
     fake = FakeAzure(vm_name=node_id, on_ack=on_ack)
     fake.ack_saw_event = ack_saw_event
@@ -57,14 +59,18 @@ def test_preemption_on_the_node_leads_to_checkpoint_and_replacement(cloud, make_
         delivered = watcher.poll_once()
         assert len(delivered) == 1
         assert watcher.poll_once() == []  # the notice still stands; it is not posted again
-    (event,) = c.store.interruptions()
-    assert event.event_id == delivered[0]
-    assert (event.provider, event.node_id, event.kind) == (cloud, node.node_id, InterruptionKind.RECLAIM_WARNING)
-    assert event.received_at_utc == now and event.deadline_utc == deadline
-    if cloud == "azure":
-        assert fake.acks == [AZURE_EVENT_ID] and fake.ack_saw_event == [True]
+        (event,) = c.store.interruptions()
+        assert event.event_id == delivered[0]
+        assert (event.provider, event.node_id, event.kind) == (cloud, node.node_id, InterruptionKind.RECLAIM_WARNING)
+        assert event.received_at_utc == now and event.deadline_utc == deadline
+        if cloud == "azure":
+            assert fake.acks == []  # not drained yet: Azure holds the VM until NotBefore
 
-    r = c.tick()  # the next pass: the provider has no notice, the store has the endpoint's
+        r = c.tick()  # the next pass: the provider has no notice, the store has the endpoint's
+
+        watcher.poll_once()
+        if cloud == "azure":  # drained now: the watcher approves the event, once
+            assert fake.acks == [AZURE_EVENT_ID] and fake.ack_saw_event == [True]
 
     assert r.interruptions == 1 and r.checkpoints == 1 and r.requeued == ["j"]
     assert r.lost_gpu_hours == pytest.approx(0.0)  # checkpointed within the notice

@@ -122,6 +122,33 @@ def test_an_invalid_body_is_400_naming_the_field(make_controller, body, field, w
     assert c.store.interruptions(unhandled_only=False) == ()
 
 
+def get_status(url, event_id, token=TOKEN):  # noqa: ANN001, ANN201
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    req = urllib.request.Request(f"{url}/v1/notices/{event_id}", headers=headers, method="GET")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
+
+
+def test_a_notice_reads_unhandled_until_the_interruptions_pass_handled_it(make_controller):
+    c = make_controller("gcp")
+    _, answer, _ = post(c.endpoint.url, GOOD)
+    event_id = answer["event_id"]
+    assert get_status(c.endpoint.url, event_id) == (
+        200, {"event_id": event_id, "handled": False, "handled_at_utc": None})
+    c.clock.now = T0 + timedelta(seconds=4)
+    c.tick()  # the node is unknown to this controller: the notice is recorded and handled all the same
+    assert get_status(c.endpoint.url, event_id) == (
+        200, {"event_id": event_id, "handled": True, "handled_at_utc": "2026-11-02T09:00:04Z"})
+    status, answer = get_status(c.endpoint.url, "no-such-event")
+    assert status == 404 and "no-such-event" in answer["error"]
+    assert get_status(c.endpoint.url, event_id, token="wrong")[0] == 401
+    assert get_status(c.endpoint.url, event_id, token=None)[0] == 401
+
+
 def test_other_methods_paths_and_sizes(make_controller):
     c = make_controller()
     assert post(c.endpoint.url, GOOD, method="GET")[0] == 405

@@ -1,6 +1,6 @@
 """The watcher against the metadata fakes and the real endpoint: what each
 cloud's service says becomes which notice, retries with bounded backoff,
-acknowledgement order on Azure. Sleeps are injected and recorded: nothing
+approval order on Azure (only once the controller drained the node). Sleeps are injected and recorded: nothing
 here waits on the wall clock."""
 
 from __future__ import annotations
@@ -221,6 +221,7 @@ def test_an_invalid_notice_is_not_retried(make_controller):
 
     class Odd:
         cloud = "aws"
+        approves = True
 
         def discover_node_id(self) -> str:
             return "n1"
@@ -228,8 +229,8 @@ def test_an_invalid_notice_is_not_retried(make_controller):
         def poll(self, node_id, now):  # noqa: ANN001, ANN201
             return (Notice("sim", node_id, InterruptionKind.RECLAIM_WARNING, "x", None),)
 
-        def accepted(self, notice) -> None:  # noqa: ANN001
-            raise AssertionError("never accepted")
+        def drained(self, notice) -> None:  # noqa: ANN001
+            raise AssertionError("never approved")
 
     sleeps = Sleeps()
     with pytest.raises(DeliveryFailed, match="HTTP 400.*provider"):
@@ -237,25 +238,46 @@ def test_an_invalid_notice_is_not_retried(make_controller):
     assert sleeps == []
 
 
-def test_azure_is_acknowledged_only_after_the_controller_accepted(make_controller):
+def test_azure_is_approved_only_once_the_controller_drained_the_node(make_controller):
     c = make_controller("azure")
-    seen_in_store_at_ack: list[bool] = []
-    with FakeAzure("vm-gpu-3", on_ack=lambda _id: seen_in_store_at_ack.append(
-            len(c.store.interruptions(unhandled_only=False)) == 1)) as fake:
+    state_at_approval: list[tuple[int, int]] = []  # (notices stored, notices still unhandled)
+    with FakeAzure("vm-gpu-3", on_ack=lambda _id: state_at_approval.append(
+            (len(c.store.interruptions(unhandled_only=False)), len(c.store.interruptions())))) as fake:
         fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
         refused = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url, token="stale", max_attempts=2)
         with pytest.raises(DeliveryFailed):
             refused.poll_once()
-        assert fake.acks == []  # not accepted, not acknowledged
+        assert fake.acks == []  # not delivered, not approved
+        watcher = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url)
+        (event_id,) = watcher.poll_once()
+        watcher.poll_once()
+        assert fake.acks == []  # stored, but the node is not drained yet: Azure keeps it until NotBefore
+        c.tick()  # the interruptions pass handles the stored notice
+        assert c.store.interruptions() == ()
+        watcher.poll_once()
+        assert fake.acks == ["ev-1"] and state_at_approval == [(1, 0)]
+        watcher.poll_once()  # the event is Started now; still one notice, approved once
+        assert fake.acks == ["ev-1"]
+    assert c.store.interruption_handled_at(event_id)[0]
+
+
+def test_azure_is_not_approved_while_the_controller_cannot_say(make_controller):
+    c = make_controller("azure")
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
         watcher = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url)
         watcher.poll_once()
-        assert fake.acks == ["ev-1"] and seen_in_store_at_ack == [True]
-        watcher.poll_once()  # the event is Started now; still one notice, acknowledged once
+        c.store.mark_interruption_handled(watcher.delivered[next(iter(watcher.delivered))], T0)
+        stale = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url)
+        stale.delivered = dict(watcher.delivered)
+        stale.client.token = "stale"  # the status answer is 401: no approval, no exception
+        stale.poll_once()
+        assert fake.acks == []
+        watcher.poll_once()
         assert fake.acks == ["ev-1"]
-    assert len(c.store.interruptions()) == 1
 
 
-def test_a_failed_azure_acknowledgement_is_retried_without_re_posting(make_controller):
+def test_a_failed_azure_approval_is_retried_without_re_posting(make_controller):
     c = make_controller("azure")
     with FakeAzure("vm-gpu-3") as fake:
         fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
@@ -264,13 +286,15 @@ def test_a_failed_azure_acknowledgement_is_retried_without_re_posting(make_contr
         original = watcher.client.post
         watcher.client.post = lambda n: posts.append(n.notice_id) or original(n)
         fake.refuse_acks = True
+        watcher.poll_once()
+        c.tick()  # handled: the watcher may approve now
         with pytest.raises(MetadataError, match="StartRequests ev-1: HTTP 500"):
             watcher.poll_once()
-        assert posts == ["ev-1"] and fake.acks == []  # delivered, not acknowledged
+        assert posts == ["ev-1"] and fake.acks == []  # delivered, not approved
         fake.refuse_acks = False
         watcher.poll_once()
-        assert posts == ["ev-1"] and fake.acks == ["ev-1"]  # acknowledged now, not posted again
-    assert len(c.store.interruptions()) == 1
+        assert posts == ["ev-1"] and fake.acks == ["ev-1"]  # approved now, not posted again
+    assert len(c.store.interruptions(unhandled_only=False)) == 1
 
 
 def test_run_survives_an_unreachable_metadata_service(caplog):
