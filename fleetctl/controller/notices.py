@@ -248,13 +248,19 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _authorized(self) -> bool:
+            """True for the right bearer token; else answers 401."""
+            if server.authorized(self.headers.get("Authorization")):
+                return True
+            self._answer(401, {"error": "missing or wrong bearer token"},
+                         {"WWW-Authenticate": 'Bearer realm="fleetctl-notices"'})
+            return False
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             if self.path.split("?", 1)[0] != NOTICES_PATH:
                 self._answer(404, {"error": f"no such endpoint: {self.path} (notices go to POST {NOTICES_PATH})"})
                 return
-            if not server.authorized(self.headers.get("Authorization")):
-                self._answer(401, {"error": "missing or wrong bearer token"},
-                             {"WWW-Authenticate": 'Bearer realm="fleetctl-notices"'})
+            if not self._authorized():
                 return
             try:
                 length = int(self.headers.get("Content-Length") or "0")
@@ -280,9 +286,7 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
             if not path.startswith(prefix) or not path[len(prefix):] or "/" in path[len(prefix):]:
                 self._not_allowed()
                 return
-            if not server.authorized(self.headers.get("Authorization")):
-                self._answer(401, {"error": "missing or wrong bearer token"},
-                             {"WWW-Authenticate": 'Bearer realm="fleetctl-notices"'})
+            if not self._authorized():
                 return
             try:
                 status, payload = server.status(urllib.parse.unquote(path[len(prefix):]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,3 +49,12 @@ def install(directory: Path) -> dict[str, str]:
         "TF_IN_AUTOMATION": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")])),
     }
+
+
+def terraform(cwd: Path, env: dict[str, str], *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    """Run the real ``terraform`` binary in ``cwd``; fail the test (with its
+    output) on an exit code not in ``ok``."""
+    done = subprocess.run(["terraform", *args, "-no-color"], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert done.returncode in ok, f"terraform {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done

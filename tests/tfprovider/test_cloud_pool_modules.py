@@ -8,14 +8,12 @@ bundled ones; an image id or the marketplace image)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.tfprovider.harness import install
-from tests.tfprovider.schemacheck import check_module, load_schemas
+from tests.tfprovider.harness import terraform
+from tests.tfprovider.schemacheck import check_module
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ROOT / "terraform" / "modules"
@@ -142,24 +140,6 @@ CASES = {
     "azure-pool": (AZURE_ROOT, "azurerm_orchestrated_virtual_machine_scale_set.pool", ("module.t4", "module.a100"),
                    ("source_image_id", "source_image_reference", '"Canonical"', '"Spot"')),
 }
-
-
-@pytest.fixture(scope="module")
-def schemas() -> dict[str, dict[str, Any]]:
-    return load_schemas()
-
-
-@pytest.fixture
-def tf_env(tmp_path: Path) -> dict[str, str]:
-    assert shutil.which("terraform"), "the terraform binary must be installed (CI has /usr/local/bin/terraform)"
-    return install(tmp_path / "tf-harness")
-
-
-def terraform(cwd: Path, env: dict[str, str], *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    done = subprocess.run(["terraform", *args, "-no-color"], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=False, timeout=300)
-    assert done.returncode in ok, f"terraform {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done
 
 
 @pytest.mark.parametrize("module", sorted(CASES))

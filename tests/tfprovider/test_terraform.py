@@ -23,30 +23,12 @@ from fleetctl.policy import load_policy
 from fleetctl.terraform import render, write_root
 from providers.catalog import load_catalog
 from tests.providers.aws_world import CREDENTIALS, REGION, moto_world
-from tests.tfprovider.harness import install
-from tests.tfprovider.schemacheck import check_body, check_module, check_root, hcl_body, load_schemas
+from tests.tfprovider.harness import terraform
+from tests.tfprovider.schemacheck import check_body, check_module, check_root, hcl_body
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ROOT / "terraform" / "modules"
 EXAMPLE = ROOT / "policies" / "example.yaml"
-
-
-@pytest.fixture(scope="module")
-def schemas() -> dict[str, dict[str, Any]]:
-    return load_schemas()
-
-
-@pytest.fixture
-def tf_env(tmp_path: Path) -> dict[str, str]:
-    assert shutil.which("terraform"), "the terraform binary must be installed (CI has /usr/local/bin/terraform)"
-    return install(tmp_path / "tf-harness")
-
-
-def terraform(cwd: Path, env: dict[str, str], *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    done = subprocess.run(["terraform", *args, "-no-color"], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=False, timeout=300)
-    assert done.returncode in ok, f"terraform {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done
 
 
 # ---------------------------------------------------------------- the pure-Python check
