@@ -53,7 +53,8 @@ def node_watch(
 
     AWS: IMDSv2 spot/instance-action and rebalance recommendations. GCP: instance/preempted.
     Azure: Scheduled Events Preempt, approved only once the controller has drained the node
-    (checkpointed and requeued its jobs), so Azure never evicts before the checkpoint.
+    (checkpointed and requeued its jobs), so approving early never cuts
+    a checkpoint short (Azure evicts at NotBefore without it).
     Exits 1 with the reason when a notice cannot be delivered within --max-attempts."""
     from fleetctl.nodewatch import (
         Backoff,
