@@ -280,8 +280,8 @@ class ResourceChange:
 
     @property
     def symbol(self) -> str:
-        return {("create",): "+", ("update",): "~", ("delete",): "-", ("read",): "<="}.get(
-            self.actions, "-/+" if "delete" in self.actions and "create" in self.actions else "?")
+        return {("create",): "+", ("update",): "~", ("delete",): "-", ("read",): "<=",
+                ("delete", "create"): "-/+", ("create", "delete"): "+/-"}.get(self.actions, "?")
 
     @property
     def destroys(self) -> bool:
@@ -385,15 +385,27 @@ def sha256_of(path: Path) -> str:
         raise TerraformError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
+#: Resources the modules replace to change them: immutable by design (a GCP
+#: instance template cannot be edited) and declared ``create_before_destroy``
+#: with a ``name_prefix``, so the new one exists before the old one goes and
+#: nothing that refers to it breaks. A replacement of these (``create`` then
+#: ``delete``) is how a policy edit reaches them, never a loss.
+REPLACED_TO_UPDATE: frozenset[str] = frozenset({"google_compute_region_instance_template"})
+
+
 def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
     """Refuse destroys the policy did not ask for: a resource may only be
     destroyed when its whole module left the rendered configuration (a GPU
-    pool or region the policy no longer allows). Replacing or deleting
-    anything in a module that stays (a queue, a launch template) is refused."""
+    pool or region the policy no longer allows), or replaced create-first when
+    replacing is how it is updated (``REPLACED_TO_UPDATE``). Replacing or
+    deleting anything else in a module that stays (a queue, a launch
+    template, a scale set) is refused."""
     kept = set(document.get("module", {}))
     refused = []
     for change in plan.changes:
         if not change.destroys:
+            continue
+        if change.type in REPLACED_TO_UPDATE and change.actions == ("create", "delete"):
             continue
         match = re.match(r"^module\.([A-Za-z0-9_-]+)\.", change.address)
         if match is None or match.group(1) in kept:
@@ -402,7 +414,10 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
         raise UnexpectedDestroy(
             "Terraform proposes to destroy or replace resources the policy still asks for:\n  "
             + "\n  ".join(refused)
-            + "\nNothing was applied. Check for changes made outside fleetctl (or in the modules) and plan again."
+            + "\nNothing was applied. This comes from changes made outside fleetctl or in the modules, or from a "
+            "policy edit that renames what they create (infrastructure.cluster, an Azure resource group): "
+            "such a rename would delete live capacity and is not done by fleetctl apply. Undo it, or make the "
+            "change with terraform yourself in the directory, then plan again."
         )
 
 

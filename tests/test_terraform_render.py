@@ -136,6 +136,17 @@ def test_destroys_are_allowed_only_for_modules_the_policy_dropped() -> None:
         check_destroys(_plan(("aws_instance.stray", ("delete",))), doc)
 
 
+def test_an_immutable_template_may_be_replaced_create_first_only() -> None:
+    doc = render(EXAMPLE, load_catalog())
+    template = "module.gcp_pool_us_central1_l4.google_compute_region_instance_template.pool"
+    check_destroys(_plan((template, ("create", "delete"))), doc)  # how a template is updated (+/-)
+    with pytest.raises(UnexpectedDestroy, match=r"-/\+ module.gcp_pool_us_central1_l4"):
+        check_destroys(_plan((template, ("delete", "create"))), doc)  # delete first: a gap, refused
+    with pytest.raises(UnexpectedDestroy, match="scale_set"):
+        check_destroys(_plan(("module.azure_pool_eastus_t4.azurerm_orchestrated_virtual_machine_scale_set.pool",
+                              ("create", "delete"))), doc)
+
+
 def test_the_controller_iam_policy_lists_exactly_the_calls_the_provider_makes() -> None:
     text = (ROOT / "terraform" / "modules" / "aws-controller" / "main.tf").read_text()
     lists = re.findall(r"\b(?:ec2|sqs|iam)_actions = \[(.*?)\]", text, flags=re.S)

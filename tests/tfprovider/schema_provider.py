@@ -16,6 +16,10 @@ required ones, types, block counts). The provider's part:
   is the plan;
 * apply: unknown values become deterministic placeholders of the right type
   (strings ``<type>-<hash>``, numbers 0, bools false, empty collections);
+* replace: a change to an attribute listed in ``FORCE_NEW`` (as the real
+  provider marks it ForceNew) is answered with ``requires_replace``, so
+  Terraform plans a replacement (``-/+``, or ``+/-`` with
+  ``create_before_destroy``) exactly as with the real provider;
 * read: the state as it is, so a second ``terraform plan`` shows no changes;
 * data sources: computed attributes filled with placeholders.
 
@@ -44,6 +48,16 @@ _NESTING = {"single": pb.Schema.NestedBlock.SINGLE, "list": pb.Schema.NestedBloc
             "set": pb.Schema.NestedBlock.SET, "map": pb.Schema.NestedBlock.MAP,
             "group": pb.Schema.NestedBlock.GROUP}
 _NULL = pb.DynamicValue(msgpack=msgpack.packb(None))
+
+#: Attributes whose change forces a new resource in the real providers (a few,
+#: for the replacement tests); ``"*"``: every attribute (immutable resources).
+FORCE_NEW: dict[str, tuple[str, ...]] = {
+    "google_compute_region_instance_template": ("*",),  # instance templates are immutable
+    "aws_sqs_queue": ("name", "fifo_queue"),
+    "aws_launch_template": ("name",),
+    "aws_placement_group": ("name", "strategy"),
+    "azurerm_orchestrated_virtual_machine_scale_set": ("name", "location", "resource_group_name", "zones"),
+}
 
 
 # ---------------------------------------------------------------- schema -> protobuf
@@ -154,6 +168,11 @@ def _rebuild(original: Any, mode: str, items: list[tuple[Any, Any]]) -> Any:
     return [v for _, v in items]
 
 
+def _plain(value: Any) -> Any:
+    """A value comparable across prior and proposed state (unknowns compare equal)."""
+    return "<unknown>" if value is Unknown else json.loads(json.dumps(value, default=str, sort_keys=True))
+
+
 # ---------------------------------------------------------------- the servicer
 
 
@@ -208,8 +227,16 @@ class SchemaProvider(rpc.ProviderServicer):
             return pb.PlanResourceChange.Response(planned_state=_NULL)
         prior = read_dynamic_value(request.prior_state)
         block = self.resources[request.type_name]["block"]
-        planned = mark_unknown(block, proposed) if prior is None else proposed
-        return pb.PlanResourceChange.Response(planned_state=to_dynamic_value(planned))
+        if prior is None:
+            return pb.PlanResourceChange.Response(planned_state=to_dynamic_value(mark_unknown(block, proposed)))
+        forced = FORCE_NEW.get(request.type_name, ())
+        config = read_dynamic_value(request.config) or {}
+        names = sorted(block.get("attributes", {})) + sorted(block.get("block_types", {}))
+        replace = [n for n in names if ("*" in forced or n in forced) and n in config
+                   and _plain(prior.get(n)) != _plain(proposed.get(n))]
+        return pb.PlanResourceChange.Response(
+            planned_state=to_dynamic_value(proposed),
+            requires_replace=[pb.AttributePath(steps=[pb.AttributePath.Step(attribute_name=n)]) for n in replace])
 
     def ApplyResourceChange(self, request, context):  # noqa: N802, ANN001, ANN201
         planned = read_dynamic_value(request.planned_state)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.policy import load_policy
-from fleetctl.terraform import render, write_root
+from fleetctl.terraform import Terraform, UnexpectedDestroy, check_destroys, render, render_changes, write_root
 from providers.catalog import load_catalog
 from tests.providers.aws_world import CREDENTIALS, REGION, moto_world
 from tests.tfprovider.harness import terraform
@@ -116,6 +116,53 @@ def test_the_rendered_example_validates_plans_applies_and_replans_clean(tf_env: 
     terraform(work, tf_env, "apply", "tf.plan")
     again = terraform(work, tf_env, "plan", "-detailed-exitcode")  # exit 0: no changes
     assert "No changes." in again.stdout
+
+
+def _edited(tmp_path: Path, edit) -> Path:  # noqa: ANN001 - edit(doc) changes the example policy in place
+    yaml = YAML()
+    doc = yaml.load(EXAMPLE.read_text())
+    edit(doc)
+    path = tmp_path / f"policy-{len(list(tmp_path.glob('policy-*.yaml')))}.yaml"
+    with path.open("w") as fh:
+        yaml.dump(doc, fh)
+    return path
+
+
+def test_a_new_gcp_image_replaces_the_templates_create_first_and_a_cluster_rename_is_refused(
+        tf_env: dict, tmp_path: Path) -> None:
+    """The schema-serving provider answers ForceNew attributes with
+    requires_replace, as the real providers do: GCP instance templates are
+    immutable, so a new image replaces them (create first, then delete the old
+    one), which fleetctl allows; renaming the cluster would replace the AWS
+    queues and launch templates the policy still uses, which it refuses."""
+    work = tmp_path / "root"
+    write_root(work, render(load_policy(EXAMPLE), load_catalog()))
+    tf = Terraform(work, init="get", env=tf_env)
+    tf.apply(tf.plan())
+
+    image = "projects/ml-platform-prod/global/images/fleetctl-node-2026-11-23"
+    new_image = _edited(tmp_path, lambda doc: doc["infrastructure"]["gcp"].__setitem__("image", image))
+    document = render(load_policy(new_image), load_catalog())
+    write_root(work, document)
+    plan = tf.plan()
+    templates = [c for c in plan.changes if c.type == "google_compute_region_instance_template"]
+    assert len(templates) == 4 and all(c.actions == ("create", "delete") for c in templates)
+    assert {c.type for c in plan.changes} == {"google_compute_region_instance_template"}  # nothing else moves
+    check_destroys(plan, document)  # allowed: replacing is how a template is updated
+    assert "+/- module.gcp_pool_us_central1_l4.google_compute_region_instance_template.pool" in render_changes(plan)
+    tf.apply(plan)
+    assert not tf.plan().has_changes
+
+    renamed = _edited(tmp_path, lambda doc: doc["infrastructure"].__setitem__("cluster", "ml-platform-2"))
+    document = render(load_policy(renamed), load_catalog())
+    write_root(work, document)
+    plan = tf.plan()
+    with pytest.raises(UnexpectedDestroy) as refused:
+        check_destroys(plan, document)
+    message = str(refused.value)
+    assert "-/+ module.aws_controller_us_east_1.aws_sqs_queue.interruptions" in message
+    assert "aws_launch_template.pool" in message and "infrastructure.cluster" in message
+    assert "google_compute_region_instance_template" not in message
 
 
 # ---------------------------------------------------------------- fleetctl plan/apply, both halves
