@@ -55,6 +55,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from fleetctl.codec import dt_to_str
 from fleetctl.model import InterruptionEvent, InterruptionKind
 from fleetctl.store import Store
 
@@ -231,7 +232,7 @@ class NoticeServer:
         if not found:
             return 404, {"error": f"no notice {event_id!r} was stored"}
         return 200, {"event_id": event_id, "handled": handled_at is not None,
-                     "handled_at_utc": handled_at.isoformat().replace("+00:00", "Z") if handled_at else None}
+                     "handled_at_utc": dt_to_str(handled_at)}
 
 
 def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:

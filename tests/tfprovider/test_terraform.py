@@ -118,11 +118,12 @@ def test_the_rendered_example_validates_plans_applies_and_replans_clean(tf_env: 
     assert "No changes." in again.stdout
 
 
-def _edited(tmp_path: Path, edit) -> Path:  # noqa: ANN001 - edit(doc) changes the example policy in place
+def _edited(tmp_path: Path, edit, name: str | None = None) -> Path:  # noqa: ANN001 - edit(doc) changes the example
+    """The example policy, changed by ``edit``, written to ``name`` (default: a new file)."""
     yaml = YAML()
     doc = yaml.load(EXAMPLE.read_text())
     edit(doc)
-    path = tmp_path / f"policy-{len(list(tmp_path.glob('policy-*.yaml')))}.yaml"
+    path = tmp_path / (name or f"policy-{len(list(tmp_path.glob('policy-*.yaml')))}.yaml")
     with path.open("w") as fh:
         yaml.dump(doc, fh)
     return path
@@ -169,17 +170,14 @@ def test_a_new_gcp_image_replaces_the_templates_create_first_and_a_cluster_renam
 
 
 def _policy_for(world, tmp_path: Path, gpu_models: list[str] | None = None) -> Path:  # noqa: ANN001
-    yaml = YAML()
-    doc = yaml.load(EXAMPLE.read_text())
-    doc["infrastructure"]["cluster"] = world.cluster
-    doc["infrastructure"]["aws"][REGION]["subnet_ids"] = sorted(world.subnets.values())
-    doc["infrastructure"]["aws"][REGION]["security_group_ids"] = []
-    if gpu_models is not None:
-        doc["gpu_models"] = gpu_models
-    path = tmp_path / "policy.yaml"
-    with path.open("w") as fh:
-        yaml.dump(doc, fh)
-    return path
+    def edit(doc) -> None:  # noqa: ANN001
+        doc["infrastructure"]["cluster"] = world.cluster
+        doc["infrastructure"]["aws"][REGION]["subnet_ids"] = sorted(world.subnets.values())
+        doc["infrastructure"]["aws"][REGION]["security_group_ids"] = []
+        if gpu_models is not None:
+            doc["gpu_models"] = gpu_models
+
+    return _edited(tmp_path, edit, "policy.yaml")  # one file, edited in place between plans
 
 
 def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: Any, tf_env: dict,
