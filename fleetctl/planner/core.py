@@ -128,6 +128,8 @@ class _Pass:
         self.headroom_gpus: dict[str, int] = {}  # offer key -> GPUs bought ahead of forecast demand
         self.idle_fallback: set[str] = set()  # jobs that skipped an idle node to buy spot (_idle_dearer)
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
+        # Spot offers that can be bought now (the market lists them and none was just reclaimed).
+        self.spot_on_sale = frozenset(o.key for o in self.offers if o.market is Market.SPOT)
         self.index = CapacityIndex()  # the existing fleet
         # Design choice: nodes bought in this pass get their own index. What
         # found no room in the existing fleet in step 2 cannot find it there in
@@ -196,6 +198,17 @@ class _Pass:
         if offer.market is not Market.SPOT:
             return 0.0
         return self.risk.get(offer.key, self.policy.default_spot_interruption_probability_per_hour)
+
+    def _min_distinct(self) -> int:
+        """``min_distinct_offers``, but never more than the distinct spot offers
+        on sale now or in use: the rule spreads spot over what exists; it does
+        not send spot-eligible work to on-demand because the market shrank to
+        fewer offers than it asks for (then all but one node would have to be
+        on-demand, as when a single zone has spot capacity)."""
+        want = self.policy.min_distinct_offers
+        if want <= 1:
+            return want
+        return max(1, min(want, len(self.spot_on_sale | self.spot_nodes_by_offer.keys())))
 
     def _loss_hours(self, job: Job) -> float:
         restart = self.policy.restart_overhead_minutes / 60
@@ -1017,7 +1030,8 @@ class _Pass:
         if self.spot_gpus > p.max_spot_share * self.gpus + 1e-9:
             return True
         nodes = sum(self.spot_nodes_by_offer.values())
-        return nodes >= p.min_distinct_offers and len(self.spot_nodes_by_offer) < p.min_distinct_offers
+        want = self._min_distinct()
+        return nodes >= want and len(self.spot_nodes_by_offer) < want
 
     def _snapshot(self) -> dict:
         return {
@@ -1138,7 +1152,8 @@ class _Pass:
             return False
         distinct = len(self.spot_nodes_by_offer)
         spot_nodes = sum(self.spot_nodes_by_offer.values())
-        want_new = distinct < p.min_distinct_offers
+        min_distinct = self._min_distinct()
+        want_new = distinct < min_distinct
         # While fewer than min_distinct_offers spot offers are in use, prefer a
         # new spot offer over reusing one, if it costs at most _SPREAD_PREMIUM more.
         unused_scores = [o.score for o in options
@@ -1154,11 +1169,11 @@ class _Pass:
             if why is None and offer.market is Market.SPOT and want_new:
                 fresh = offer.key not in self.spot_nodes_by_offer
                 if best_unused is not None and not fresh and best_unused <= option.score * self.spread_premium:
-                    why = f"at least {p.min_distinct_offers} distinct spot offers wanted (diversification)"
-                elif self.strict and spot_nodes + option.nodes >= p.min_distinct_offers and \
-                        distinct + fresh < p.min_distinct_offers:
+                    why = f"at least {min_distinct} distinct spot offers wanted (diversification)"
+                elif self.strict and spot_nodes + option.nodes >= min_distinct and \
+                        distinct + fresh < min_distinct:
                     why = (f"{spot_nodes + option.nodes} spot nodes would sit on fewer than "
-                           f"{p.min_distinct_offers} distinct offers (diversification)")
+                           f"{min_distinct} distinct offers (diversification)")
             if why is None and p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
                 gpu_block = gpu_block or option
                 why = f"{gpus} more GPUs would pass the max of {p.max_gpus}"

@@ -192,6 +192,24 @@ def case_min_distinct_offers():
     assert {l.offer.instance_type.name for l in p.of_kind("launch")} == {"a", "b", "c"}
 
 
+def case_min_distinct_offers_gives_way_to_a_market_with_fewer_spot_offers():
+    # One spot offer on sale (say, one zone has capacity): the rule cannot be met, so it
+    # must not push the rest to on-demand; with two on sale, both are used and no more.
+    od = offer("a", price=20.0, market=Market.ON_DEMAND)
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(3)]
+    p = run(queue=queue, offers=[offer("a", price=8.0), od], pol=policy(min_distinct_offers=3))
+    assert [l.offer.market for l in p.of_kind("launch") for _ in l.node_names] == [Market.SPOT] * 3
+    p = run(queue=queue, offers=[offer("a", price=8.0), offer("b", price=8.5), od], pol=policy(min_distinct_offers=3))
+    launched = [(l.offer.instance_type.name, l.offer.market) for l in p.of_kind("launch") for _ in l.node_names]
+    assert {name for name, _ in launched} == {"a", "b"} and all(m is Market.SPOT for _, m in launched)
+    # an offer in use counts as a distinct offer even when it is no longer on sale
+    fleet = [node("n1", of=offer("b", price=8.5))]
+    running = bound(job("run", gpus=8), "n1")
+    p = run(queue=[running, *queue[:2]], fleet=fleet, offers=[offer("a", price=8.0), od],
+            pol=policy(min_distinct_offers=3))
+    assert [l.offer.market for l in p.of_kind("launch") for _ in l.node_names] == [Market.SPOT] * 2
+
+
 def case_zone_cap_spreads_across_zones():
     offers = [offer("g", price=8.0, zone="z1"), offer("g", price=8.2, zone="z2")]
     queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(4)]
