@@ -184,7 +184,8 @@ class DiversificationSpec(StrictModel):
     min_distinct_offers: int = Field(
         _D.min_distinct_offers, ge=1,
         description="Fewest distinct spot offers (provider/region/zone/instance type) the spot fleet is spread "
-                    "over once it has that many spot nodes (count, at least 1).",
+                    "over once it has that many spot nodes (count, at least 1); when fewer spot offers are on sale, "
+                    "as many as there are.",
     )
 
 
