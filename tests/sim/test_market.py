@@ -48,6 +48,15 @@ def test_aws_v100_availability_example() -> None:
                                                                                  tzinfo=timezone.utc)
 
 
+def test_aws_v100_pools_example_is_the_availability_market_times_eight() -> None:
+    one = load_market(MARKETS / "aws-v100-availability.yaml")
+    pools = load_market(MARKETS / "aws-v100-pools.yaml")
+    assert (pools.start_utc, pools.end_utc) == (one.start_utc, one.end_utc)
+    assert [t.offer_spot for t in pools.traces] == [t.offer_spot for t in one.traces]
+    for a, b in zip(one.traces, pools.traces):
+        assert b.capacity == tuple(8 * c for c in a.capacity)
+
+
 def test_capacity_at_tick_boundaries() -> None:
     market = load_market(MARKETS / "aws-v100-availability.yaml")
     trace = market.traces[0]  # us-east-1a
