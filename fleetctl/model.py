@@ -193,6 +193,7 @@ class Job:
     started_at_utc: datetime | None = None  # when the current run started (bound/running)
     last_checkpoint_utc: datetime | None = None
     interruptions: int = 0  # times this job lost its nodes to a reclaim
+    work_lost_interruptions: int = 0  # of those, the ones that cost it work (no checkpoint, or not in time)
     checkpointed_work_hours: float = 0.0  # work kept by the last checkpoint (resumed from there)
     priority_boost: float = 0.0  # added to the class value after a reclaim, so the job is re-placed first
     avoid_offer_keys: tuple[str, ...] = ()  # offers that failed it recently (re-placed elsewhere)
@@ -320,6 +321,7 @@ class Policy:
     scale_down_cooldown_minutes: float = 5.0
     checkpoint_grace_seconds: float = 60.0
     max_interruptions_before_on_demand: int = 2
+    count_interruptions: str = "all"  # which reclaims count toward that: "all" or "work_lost"
     reclaimed_offer_ttl_minutes: float = 30.0
     default_spot_interruption_probability_per_hour: float = 0.05
     max_wait_for_spot_minutes: float = 0.0  # a spot-eligible job waits this long for spot before on-demand

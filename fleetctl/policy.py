@@ -16,7 +16,7 @@ Shape of the file (every section but ``budget`` is optional; see
     priority_classes: {<name>: {value, preemptible, spot_eligible}}
     default_priority_class: <name>
     scaling: {idle_timeout_minutes, scale_up_cooldown_seconds, scale_down_cooldown_minutes, max_headroom_gpus}
-    interruptions: {checkpoint_grace_seconds, max_interruptions_before_on_demand,
+    interruptions: {checkpoint_grace_seconds, max_interruptions_before_on_demand, count_interruptions,
                     reclaimed_offer_ttl_minutes}
 
 Validation happens in two passes. First pydantic checks each field on its own
@@ -281,6 +281,13 @@ class InterruptionsSpec(StrictModel):
         _D.max_interruptions_before_on_demand, ge=0,
         description="Spot interruptions (count) a job may suffer before it is placed on on-demand capacity "
                     "(0 = move after the first).",
+    )
+    count_interruptions: Literal["all", "work_lost"] = Field(
+        "all",
+        description="Which interruptions count toward max_interruptions_before_on_demand: all, or work_lost "
+                    "(only those that cost the job work: it cannot checkpoint, or its checkpoint was not done "
+                    "before the node went). A checkpointable job that saves its work within the notice then "
+                    "stays on spot however often it is moved; its deadline still sends it to on-demand in time.",
     )
     reclaimed_offer_ttl_minutes: float = Field(
         _D.reclaimed_offer_ttl_minutes, ge=0,
@@ -592,6 +599,7 @@ def _to_core(spec: PolicySpec) -> model.Policy:
         scale_down_cooldown_minutes=spec.scaling.scale_down_cooldown_minutes,
         checkpoint_grace_seconds=spec.interruptions.checkpoint_grace_seconds,
         max_interruptions_before_on_demand=spec.interruptions.max_interruptions_before_on_demand,
+        count_interruptions=spec.interruptions.count_interruptions,
         reclaimed_offer_ttl_minutes=spec.interruptions.reclaimed_offer_ttl_minutes,
         restart_overhead_minutes=spec.interruptions.restart_overhead_minutes,
         requeue_priority_boost=spec.interruptions.requeue_priority_boost,

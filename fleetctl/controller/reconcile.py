@@ -56,6 +56,10 @@ class TickReport:
     checkpoints: int = 0
 
 
+#: Work (hours) a reclaim may cost a job and still count as costing it nothing (float noise).
+_NO_LOSS_HOURS = 1e-6
+
+
 def _risk(policy: Policy, forecast: Forecast | None, offer_key: str, market: Market) -> float:
     if market is not Market.SPOT:
         return 0.0
@@ -65,8 +69,11 @@ def _risk(policy: Policy, forecast: Forecast | None, offer_key: str, market: Mar
     return policy.default_spot_interruption_probability_per_hour
 
 
-def requeue(job: Job, kept_hours: float, now: datetime, policy: Policy, avoid: str | None, interrupted: bool) -> Job:
-    """The job back in the queue, resuming from ``kept_hours`` of work."""
+def requeue(job: Job, kept_hours: float, now: datetime, policy: Policy, avoid: str | None, interrupted: bool,
+            work_lost: bool = False) -> Job:
+    """The job back in the queue, resuming from ``kept_hours`` of work
+    (``work_lost``: the reclaim cost it work, counted apart for
+    ``count_interruptions: work_lost``)."""
     return replace(
         job,
         state=JobState.QUEUED,
@@ -75,6 +82,7 @@ def requeue(job: Job, kept_hours: float, now: datetime, policy: Policy, avoid: s
         checkpointed_work_hours=kept_hours,
         last_checkpoint_utc=now if kept_hours else None,
         interruptions=job.interruptions + (1 if interrupted else 0),
+        work_lost_interruptions=job.work_lost_interruptions + (1 if interrupted and work_lost else 0),
         priority_boost=job.priority_boost + (policy.requeue_priority_boost if interrupted else 0.0),
         avoid_offer_keys=tuple(sorted({*job.avoid_offer_keys, avoid})) if avoid else job.avoid_offer_keys,
         requeued_at_utc=now,
@@ -161,7 +169,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         if metrics and lost_gpu_hours:
             metrics.lost_gpu_hours.inc(lost_gpu_hours)
         avoid = node.offer.key if node.offer.market is Market.SPOT else None
-        store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True), now)
+        store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True, work_lost=lost > _NO_LOSS_HOURS), now)
         report.requeued.append(job.job_id)
         store.record("requeue", now, job.job_id, node=node.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
                      reason=Reason.INTERRUPTION.value)

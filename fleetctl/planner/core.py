@@ -220,8 +220,11 @@ class _Pass:
         allowed = job.spot_eligible if job.spot_eligible is not None else self.policy.priority_class(job.priority).spot_eligible
         if not allowed:
             return False, "not spot-eligible"
-        if job.interruptions > self.policy.max_interruptions_before_on_demand:
-            return False, f"interrupted {job.interruptions} times (policy allows {self.policy.max_interruptions_before_on_demand} on spot)"
+        counted = job.work_lost_interruptions if self.policy.count_interruptions == "work_lost" else job.interruptions
+        if counted > self.policy.max_interruptions_before_on_demand:
+            what = "with work lost " if self.policy.count_interruptions == "work_lost" else ""
+            return False, (f"interrupted {counted} times {what}(policy allows "
+                           f"{self.policy.max_interruptions_before_on_demand} on spot)")
         spare = self._spot_spare_hours(job)
         if spare is not None and spare < 0:
             return False, "deadline at risk: the slack would not survive one reclaim"

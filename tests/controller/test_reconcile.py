@@ -101,6 +101,7 @@ def test_reclaim_checkpoints_requeues_and_replaces_elsewhere(world_factory):
     assert r.lost_gpu_hours == pytest.approx(0.0)  # checkpointed within the 2-minute notice
     j = jobs(w)["j"]
     assert j.checkpointed_work_hours == pytest.approx(100 / 60) and j.interruptions == 1
+    assert j.work_lost_interruptions == 0  # it lost nothing: counted apart for count_interruptions: work_lost
     assert j.priority_boost == policy().requeue_priority_boost and SPOT_A.key in j.avoid_offer_keys
     # re-placed in the same tick, on capacity that does not fail with the lost node
     assert j.state is JobState.BOUND
@@ -122,6 +123,7 @@ def test_non_checkpointable_job_restarts_and_its_work_is_counted(world_factory):
     r = run_tick(w, now)
     assert r.lost_gpu_hours == pytest.approx(8 * 1.0)
     assert jobs(w)["j"].checkpointed_work_hours == 0.0
+    assert (jobs(w)["j"].interruptions, jobs(w)["j"].work_lost_interruptions) == (1, 1)
 
 
 def test_too_many_interruptions_fall_back_to_on_demand(world_factory):
@@ -142,6 +144,31 @@ def test_too_many_interruptions_fall_back_to_on_demand(world_factory):
     # after the first reclaim another spot offer (a third one is still untried);
     # after the second, more than the policy allows: on-demand
     assert markets == [Market.SPOT, Market.ON_DEMAND] and jobs(w)["j"].interruptions == 2
+
+
+def test_reclaims_a_checkpoint_saved_from_need_not_count(world_factory):
+    # count_interruptions: work_lost: a checkpointable job that saves its work within every
+    # notice stays on spot however often it moves; one that cannot checkpoint still falls back.
+    spare = (offer("c8", price=9.5, zone="z3"), offer("d8", price=9.6, zone="z4"))  # a fresh zone each time
+    pol = policy(max_interruptions_before_on_demand=1, count_interruptions="work_lost")
+    for checkpointable, expected in ((True, [Market.SPOT] * 3), (False, [Market.SPOT, Market.ON_DEMAND])):
+        w = world_factory(offers=(*OFFERS, *spare))
+        j = _running_on_spot(w, spot=True)
+        w.store.put_job(replace(j, checkpointable=checkpointable, checkpoint_interval_minutes=30.0), T0)
+        now = T0 + timedelta(minutes=30)
+        markets = []
+        for _ in range(len(expected)):
+            (node,) = [n for n in w.store.nodes() if n.node_id in jobs(w)["j"].node_ids]
+            w.provider.reclaim(node.node_id, now)
+            run_tick(w, now, pol=pol)
+            j = jobs(w)["j"]
+            markets.append({n.node_id: n for n in w.store.nodes()}[j.node_ids[0]].offer.market)
+            run_tick(w, now + timedelta(minutes=5), pol=pol)  # the new node is up: the job runs again
+            invariants(w, now + timedelta(minutes=5))
+            now += timedelta(minutes=30)  # and does 25 minutes of work before the next reclaim
+        assert markets == expected, checkpointable
+        assert jobs(w)["j"].interruptions == len(expected)
+        assert jobs(w)["j"].work_lost_interruptions == (0 if checkpointable else len(expected))
 
 
 def test_avoided_offers_are_a_preference_not_a_ban(world_factory):

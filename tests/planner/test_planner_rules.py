@@ -210,6 +210,21 @@ def case_min_distinct_offers_gives_way_to_a_market_with_fewer_spot_offers():
     assert [l.offer.market for l in p.of_kind("launch") for _ in l.node_names] == [Market.SPOT] * 2
 
 
+def case_count_interruptions_work_lost_counts_only_reclaims_that_cost_work():
+    offers = [offer("s", gpus=1, price=1.0), offer("od", gpus=1, price=3.0, market=Market.ON_DEMAND)]
+    moved_often = replace(job("j", gpus=1), checkpointable=True, checkpoint_interval_minutes=30.0,
+                          interruptions=5, work_lost_interruptions=1)
+
+    def market(pol, j=moved_often):
+        (launch,) = run(queue=[j], offers=offers, pol=pol).of_kind("launch")
+        return launch.offer.market
+
+    assert market(policy(max_interruptions_before_on_demand=2)) is Market.ON_DEMAND  # "all": 5 > 2
+    assert market(policy(max_interruptions_before_on_demand=2, count_interruptions="work_lost")) is Market.SPOT
+    assert market(policy(max_interruptions_before_on_demand=2, count_interruptions="work_lost"),
+                  replace(moved_often, work_lost_interruptions=3)) is Market.ON_DEMAND
+
+
 def case_zone_cap_spreads_across_zones():
     offers = [offer("g", price=8.0, zone="z1"), offer("g", price=8.2, zone="z2")]
     queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(4)]
