@@ -421,10 +421,10 @@ class _Pass:
         need_gpus = job.gpus
         g, v, m, w = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker, job.workers
         demand = demand or {}
-        avoid = job.avoid_offer_keys
+        avoid = self._avoided(job, spot_ok)
         candidates = self._shortlist(job, spot_ok) if short else self._compatible_offers(job, spot_ok)
         if avoid and all(self.offer_key[id(o)] in avoid for o in candidates):
-            avoid = ()  # a preference, not a ban: with nothing else left, an offer that failed it is fine
+            avoid = frozenset()  # a preference, not a ban: with nothing else left, an offer that failed it is fine
         for offer in candidates:
             key, kind, price, gpus, vcpus, mem, p = self.offer_info[id(offer)]
             if avoid and key in avoid:
@@ -876,11 +876,12 @@ class _Pass:
             min_mem = max(j.gpu_memory_gib_per_gpu for j in held)  # type: ignore[union-attr]
             current = self._node_cost(slot.offer, held, slot)
             best: tuple[float, str, Offer] | None = None
+            avoided = set().union(*(self._avoided(j, spot_ok.get(j.job_id, False)) for j in held))  # type: ignore[union-attr]
             for offer in self.offers:
                 it = offer.instance_type
                 if offer.usd_per_hour >= slot.offer.usd_per_hour or offer is slot.offer:
                     continue
-                if any(self.offer_key[id(offer)] in j.avoid_offer_keys for j in held):  # type: ignore[union-attr]
+                if self.offer_key[id(offer)] in avoided:
                     continue  # failed one of these jobs recently
                 if offer.market is Market.SPOT and not all_spot:
                     continue
@@ -1108,6 +1109,17 @@ class _Pass:
                             f"and spot share ({self.policy.max_spot_share:.0%}); cheapest move: +${premium:.2f}/h per GPU")
         self.on_demand_base_jobs = moved
         return [(job, spot_ok and job.job_id not in moved) for job, spot_ok in admitted]
+
+    def _avoided(self, job: Job, spot_ok: bool) -> frozenset[str]:
+        """The spot offers ``job`` avoids (they reclaimed it before), unless
+        it avoids every spot offer it could use: then none, so a job reclaimed
+        in every zone goes back to the least risky of them rather than to
+        on-demand for good (which offer is riskier is the forecast's to say)."""
+        avoid = job.avoid_offer_keys
+        if not avoid:
+            return frozenset()
+        spot = {self.offer_key[id(o)] for o in self._compatible_offers(job, spot_ok) if o.market is Market.SPOT}
+        return frozenset() if spot <= set(avoid) else frozenset(avoid)
 
     def _cheapest_per_gpu(self, job: Job, market: Market) -> float | None:
         """Lowest risk-free USD per GPU-hour of an offer in ``market`` that holds a worker."""

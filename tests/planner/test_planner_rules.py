@@ -225,6 +225,22 @@ def case_count_interruptions_work_lost_counts_only_reclaims_that_cost_work():
                   replace(moved_often, work_lost_interruptions=3)) is Market.ON_DEMAND
 
 
+def case_a_job_reclaimed_in_every_spot_offer_goes_back_to_spot_not_on_demand_for_good():
+    a, b = offer("a", gpus=1, price=1.0, zone="z1"), offer("b", gpus=1, price=1.1, zone="z2")
+    od = offer("a", gpus=1, price=3.0, zone="z1", market=Market.ON_DEMAND)
+    j = replace(job("j", gpus=1), checkpointable=True, checkpoint_interval_minutes=30.0, interruptions=2)
+
+    def launched(avoid, forecast=None):
+        p = run(queue=[replace(j, avoid_offer_keys=avoid)], offers=[a, b, od], forecast=forecast)
+        return [(l.offer.zone, l.offer.market) for l in p.of_kind("launch")]
+
+    assert launched((a.key,)) == [("z2", Market.SPOT)]  # the other zone, though dearer
+    # every spot offer failed it: the avoid list no longer decides, the risk does
+    assert launched((a.key, b.key)) == [("z1", Market.SPOT)]
+    risk = Forecast(interruption=(OfferRisk(a.key, 60, 0.9), OfferRisk(b.key, 60, 0.05)))
+    assert launched((a.key, b.key), risk) == [("z2", Market.SPOT)]
+
+
 def case_zone_cap_spreads_across_zones():
     offers = [offer("g", price=8.0, zone="z1"), offer("g", price=8.2, zone="z2")]
     queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(4)]
