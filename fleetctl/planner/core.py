@@ -206,7 +206,7 @@ class _Pass:
         fewer offers than it asks for (then all but one node would have to be
         on-demand, as when a single zone has spot capacity)."""
         want = self.policy.min_distinct_offers
-        if want <= 1:
+        if want <= 1 or len(self.spot_on_sale) >= want:
             return want
         return max(1, min(want, len(self.spot_on_sale | self.spot_nodes_by_offer.keys())))
 
