@@ -29,8 +29,6 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,7 +42,6 @@ WINDOWS = ("2023-03-20T00:00:00Z", "2023-03-23T00:00:00Z", "2023-03-26T00:00:00Z
 
 def _run(task: tuple[str, str, str, str, str, int]) -> dict:
     jobs_csv, window, market_path, policy_path, model_dir, seed = task
-    from fleetctl.model import OfferRisk
     from fleetctl.policy import load_policy
     from fleetctl.sim.backtest import result_document, run_backtest
     from fleetctl.sim.market import load_market
@@ -56,13 +53,8 @@ def _run(task: tuple[str, str, str, str, str, int]) -> dict:
     market = load_market(market_path)
     jobs = select(read_job_trace(jobs_csv, policy), to=parse_utc_timestamp(window))
     model = InterruptionModel.load(model_dir)
-    horizon = int(getattr(model, "horizon_minutes", 60))
-
-    def forecaster(now):  # noqa: ANN001, ANN202
-        return tuple(OfferRisk(k, horizon, p) for k, p in sorted(model.predict(market, now).items()))
-
     started = time.perf_counter()
-    bt = run_backtest(jobs, market, policy, POLICIES, SimConfig(seed=seed), forecaster=forecaster)
+    bt = run_backtest(jobs, market, policy, POLICIES, SimConfig(seed=seed), forecaster=lambda now: model.risks(market, now))
     doc = result_document(bt)
     doc.update(market=market_path, window_utc=window, jobs=len(jobs), seconds=round(time.perf_counter() - started, 1))
     return doc

@@ -442,6 +442,10 @@ class InterruptionModel:
             memo[offset] = self.probabilities(X)
         return {k: float(p) for k, p in zip(index.keys, memo[offset])}
 
+    def risks(self, history: Market, now: datetime) -> tuple[fm.OfferRisk, ...]:
+        """:meth:`predict` as the Forecast's numbers, sorted by offer key."""
+        return tuple(fm.OfferRisk(k, self.horizon_minutes, p) for k, p in sorted(self.predict(history, now).items()))
+
     # ------------------------------------------------------------------ files
 
     def save(self, directory: str | Path) -> Path:

@@ -83,8 +83,7 @@ class ModelForecaster:
         market = self._market(store, now, HISTORY)
         if market is None:
             return ()
-        horizon = self.interruption_model.horizon_minutes
-        return tuple(OfferRisk(k, horizon, p) for k, p in sorted(self.interruption_model.predict(market, now).items()))
+        return self.interruption_model.risks(market, now)
 
     def demand(self, store: Store, now: datetime) -> tuple[DemandForecast, ...]:
         if self.demand_model is None:

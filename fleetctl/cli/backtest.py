@@ -117,18 +117,11 @@ def backtest(
 
 def _market_forecaster(path: Path, market):  # noqa: ANN001, ANN202 - a RiskForecaster over a Market
     """Load the interruption model at ``path``; exit 2 with the reason if it cannot be used."""
-    from fleetctl.model import OfferRisk
-
     try:
         from forecasting.interruption import InterruptionModel
 
         model = InterruptionModel.load(path)
     except (OSError, ValueError, RuntimeError) as exc:
         fail(f"--forecast-model {path}: {exc}", 2)
-    horizon = int(getattr(model, "horizon_minutes", 60))
-
-    def forecast(now):  # noqa: ANN001, ANN202
-        return tuple(OfferRisk(key, horizon, p) for key, p in sorted(model.predict(market, now).items()))
-
-    return forecast
+    return lambda now: model.risks(market, now)
 

@@ -130,6 +130,7 @@ class _Pass:
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
         # Spot offers that can be bought now (the market lists them and none was just reclaimed).
         self.spot_on_sale = frozenset(o.key for o in self.offers if o.market is Market.SPOT)
+        self._avoided_cache: dict[tuple, frozenset[str]] = {}  # (avoid list, job shape, spot_ok) -> _avoided
         self.index = CapacityIndex()  # the existing fleet
         # Design choice: nodes bought in this pass get their own index. What
         # found no room in the existing fleet in step 2 cannot find it there in
@@ -1118,8 +1119,12 @@ class _Pass:
         avoid = job.avoid_offer_keys
         if not avoid:
             return frozenset()
-        spot = {self.offer_key[id(o)] for o in self._compatible_offers(job, spot_ok) if o.market is Market.SPOT}
-        return frozenset() if spot <= set(avoid) else frozenset(avoid)
+        key = (avoid, job.gpu_models, job.gpus_per_worker, job.gpu_memory_gib_per_gpu, spot_ok)
+        cached = self._avoided_cache.get(key)
+        if cached is None:
+            spot = {self.offer_key[id(o)] for o in self._compatible_offers(job, spot_ok) if o.market is Market.SPOT}
+            cached = self._avoided_cache[key] = frozenset() if spot <= set(avoid) else frozenset(avoid)
+        return cached
 
     def _cheapest_per_gpu(self, job: Job, market: Market) -> float | None:
         """Lowest risk-free USD per GPU-hour of an offer in ``market`` that holds a worker."""
