@@ -42,7 +42,8 @@ moves in steps.
 UTC 5-minute grid) with ``t + h`` inside the training window (``until``: the
 time split). The hyperparameters (``CANDIDATES``) are chosen per horizon and
 quantile inside the training window only: fitted on the first 70% of each
-series' window, scored (weighted pinball loss) on origins in the last 30%;
+series' window, scored (pinball loss in GPUs) on origins in the last 30%, the
+90th percentile as it is issued (at least the median);
 fit samples whose target reaches into that slice are dropped. The chosen one
 is refitted on the whole window. On the same validation slice, two
 adjustments are chosen: the share of the median's predicted change to keep
@@ -301,6 +302,9 @@ class DemandModel:
                     raise ValueError(f"too little history to train at horizon {h} min ({len(y)} samples); give "
                                      "longer series (at least a few days)")
                 samples_per_horizon[str(h)] = int(len(y))
+                # The validation slice's median as it will be issued (set once the 0.5 quantile is chosen):
+                # the 90th percentile is issued at least at the median, so its candidates are scored so too.
+                floor_val = np.zeros(int(val.sum()))
                 for q in QUANTILES:
                     tried = []
                     for params in candidates:
@@ -310,7 +314,7 @@ class DemandModel:
                                                             random_state=seed, **params)
                         est.fit(X[fit], r[fit], sample_weight=scale[fit])
                         f_val = est.predict(X[val])
-                        loss = pinball(y[val], np.maximum(level[val] + scale[val] * f_val, 0.0), q)
+                        loss = pinball(y[val], np.maximum(level[val] + scale[val] * f_val, floor_val), q)
                         tried.append((loss, params, f_val))
                     best_i = min(range(len(tried)), key=lambda i: tried[i][0])  # first of the best on ties
                     _, best, f_val = tried[best_i]
@@ -348,6 +352,7 @@ class DemandModel:
                                    if all(median_loss(a, g, pred) <= median_loss(0.0, g, pred)
                                           for g in groups for pred in (f_val_same, f_val))]
                         adjust[_key(h, q)] = min(allowed, key=lambda a: median_loss(a, every, f_val))
+                        floor_val = np.maximum(level[val] + adjust[_key(h, q)] * scale[val] * f_val_same, 0.0)
                     else:
                         # Split-conformal correction: the offset (in units of the scale) that makes the
                         # validation slice's coverage 90% (finite-sample rank), added to every forecast.

@@ -202,6 +202,39 @@ def test_adjustments_are_calibrated_on_series_the_model_was_not_fitted_on(monkey
         assert f.gpus_p50 == volatile.gpus[volatile.times_s <= now.timestamp()][-1]  # the last value
 
 
+def test_p90_candidates_are_scored_as_issued_at_least_the_median():
+    # The 90th percentile is issued at least at the median, so a candidate is scored on what would be issued.
+    # A cluster whose demand drains steadily (one GPU every 10 minutes, refilled every 6 hours) beside a flat
+    # one: the median stays the last value (its predicted fall loses on the flat cluster when calibrated
+    # across), the raw 90th percentile predicts the fall. The recorded validation loss is that of
+    # max(p90, p50), not of the raw p90.
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    t = T0.timestamp() + 120.0 * np.arange(int(3 * 86400 / 120))
+    draining = DemandSeries("draining", "V100-32GB", t, 64.0 - ((t - t[0]) % (6 * 3600)) // 600)
+    flat = DemandSeries("flat", "V100-32GB", t, np.full(len(t), 32.0))
+    h, params = 60, FAST[0]
+    trained = DemandModel.train([draining, flat], horizons_minutes=(h,), candidates=FAST)
+    assert trained.metadata["adjustments"]["60m_q50"] == 0.0  # the median is the last value
+    parts = [build_samples(series, h) for series in (draining, flat)]
+    fit, val = [], []
+    for p in parts:
+        lo, span = p.origins_s[0], p.origins_s[-1] + h * 60 - p.origins_s[0]
+        fit.append((p.origins_s + h * 60 - lo) / span <= demand.TUNE_FRACTION)
+        val.append((p.origins_s - lo) / span >= demand.TUNE_FRACTION)
+    fit, val = np.concatenate(fit), np.concatenate(val)
+    X, scale, level, y = (np.concatenate([getattr(p, a) for p in parts]) for a in ("X", "scale", "level", "outcome"))
+    r = (y - level) / scale
+    est = HistGradientBoostingRegressor(loss="quantile", quantile=0.9, early_stopping=False, random_state=0,
+                                        **params)
+    raw = np.maximum(level[val] + scale[val] * est.fit(X[fit], r[fit], sample_weight=scale[fit]).predict(X[val]),
+                     0.0)
+    assert (raw < level[val] - 1).any()  # the case: the raw 90th percentile falls below the median
+    recorded = trained.metadata["hyperparameter_search"]["60m_q90"][0]["validation_pinball"]
+    assert recorded == pytest.approx(demand.pinball(y[val], np.maximum(raw, level[val]), 0.9), abs=1e-6)
+    assert recorded != pytest.approx(demand.pinball(y[val], raw, 0.9), abs=1e-3)
+
+
 def test_forecasts_scale_with_the_series(model):
     s = synthetic(days=3, seed=7, size=32)
     for day in (1.2, 2.6):
