@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.make_backtest_jobs import select  # noqa: E402
 from fleetctl.jobspec import parse_utc_timestamp  # noqa: E402
+from fleetctl.sim.backtest import planner_for  # noqa: E402
 
 POLICIES = ("fleetctl", "on-demand", "spot-greedy", "skypilot-failover", "fleetctl-no-forecast")
 WINDOWS = ("2023-03-20T00:00:00Z", "2023-03-23T00:00:00Z", "2023-03-26T00:00:00Z", "2023-03-29T00:00:00Z")
@@ -101,10 +102,14 @@ def main() -> None:
                     help="comma-separated policies to run (default: all five; e.g. `fleetctl` alone to compare a "
                          "planner change quickly; ratios are then to the lower bound)")
     a = ap.parse_args()
-    policies = tuple(p.strip() for p in a.policies.split(",") if p.strip())
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown or not policies:
-        ap.error(f"--policies: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(POLICIES)}")
+    policies = tuple(dict.fromkeys(p.strip() for p in a.policies.split(",") if p.strip()))
+    if not policies:
+        ap.error("--policies: none given")
+    for name in policies:
+        try:
+            planner_for(name)
+        except ValueError as exc:
+            ap.error(f"--policies: {exc}")
     tasks = [(a.jobs, w, m, a.policy, a.model, a.seed, policies) for m in a.market for w in a.windows.split(",")]
     with ProcessPoolExecutor(a.workers) as pool:
         runs = []

@@ -20,18 +20,18 @@ import argparse
 import json
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.demand_helios import SPLIT as HELIOS_SPLIT, VCS  # noqa: E402
+from fleetctl.jobspec import parse_utc_timestamp  # noqa: E402
 from forecasting.demand import CANDIDATES, DemandModel, evaluate  # noqa: E402
 from forecasting.series import import_helios_sequence, read_demand_series, write_demand_series  # noqa: E402
 
-VCS = ("vc3sl", "vcMod", "vcJkd")
 HORIZONS = {"1h": 60, "6h": 360}
-SPLIT = datetime(2020, 5, 21, tzinfo=timezone.utc)
+SPLIT = parse_utc_timestamp(HELIOS_SPLIT)  # the folds and split of demand_helios.py
 
 
 def main() -> None:
@@ -61,7 +61,7 @@ def main() -> None:
                              "pinball_p90": r["pinball_p90"], "p90_coverage": r["p90_coverage"], "mae": r["mae"],
                              "last_value_pinball_p90": r["baselines"]["last_value"]["pinball_p90"]})
     out = {"command": f"python benchmarks/demand_candidates.py {args.data}", "candidates": list(CANDIDATES),
-           "split_utc": SPLIT.isoformat().replace("+00:00", "Z"), "rows": rows}
+           "split_utc": HELIOS_SPLIT, "rows": rows}
     text = json.dumps(out, indent=2) + "\n"
     if args.out:
         args.out.write_text(text)

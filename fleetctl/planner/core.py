@@ -221,9 +221,10 @@ class _Pass:
         allowed = job.spot_eligible if job.spot_eligible is not None else self.policy.priority_class(job.priority).spot_eligible
         if not allowed:
             return False, "not spot-eligible"
-        counted = job.work_lost_interruptions if self.policy.count_interruptions == "work_lost" else job.interruptions
+        lost_only = self.policy.count_interruptions == "work_lost"
+        counted = job.work_lost_interruptions if lost_only else job.interruptions
         if counted > self.policy.max_interruptions_before_on_demand:
-            what = "with work lost " if self.policy.count_interruptions == "work_lost" else ""
+            what = "with work lost " if lost_only else ""
             return False, (f"interrupted {counted} times {what}(policy allows "
                            f"{self.policy.max_interruptions_before_on_demand} on spot)")
         spare = self._spot_spare_hours(job)
