@@ -221,6 +221,14 @@ class Job:
         return max(0.0, (now - since).total_seconds() / 3600)
 
 
+#: Fields of ``Job`` the controller writes as the job runs; every other field is
+#: the job's spec. Re-submitting a spec compares the spec fields only.
+JOB_RUNTIME_FIELDS = frozenset({
+    "submitted_at_utc", "state", "node_ids", "started_at_utc", "last_checkpoint_utc", "interruptions",
+    "work_lost_interruptions", "checkpointed_work_hours", "priority_boost", "avoid_offer_keys", "requeued_at_utc",
+})
+
+
 # --------------------------------------------------------------------------- policy (core form)
 
 

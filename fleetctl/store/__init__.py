@@ -12,6 +12,7 @@ apply leaves the store as it was).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
 from fleetctl.codec import dt_to_str, job_from_dict, job_to_dict, node_from_dict, node_to_dict, str_to_dt
-from fleetctl.model import InterruptionEvent, InterruptionKind, Job, JobState, Market, Node, NodeState, Offer
+from fleetctl.model import JOB_RUNTIME_FIELDS, InterruptionEvent, InterruptionKind, Job, JobState, Market, Node, NodeState, Offer
 from fleetctl.store import tables
 
 DEFAULT_STATE_DIR = ".fleetctl"
@@ -382,9 +383,7 @@ class Store:
 
 
 def _same_spec(a: Job, b: Job) -> bool:
-    """Same job spec, ignoring state, bindings and submission time."""
-    da, db = job_to_dict(a), job_to_dict(b)
-    for k in ("state", "node_ids", "submitted_at_utc"):
-        da.pop(k)
-        db.pop(k)
-    return da == db
+    """Same job spec, ignoring what the controller wrote as the job ran
+    (state, bindings, progress, reclaims: ``JOB_RUNTIME_FIELDS``)."""
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(Job)
+               if f.name not in JOB_RUNTIME_FIELDS)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from fleetctl.model import JobState, NodeState
+from fleetctl.model import JOB_RUNTIME_FIELDS, Job, JobState, NodeState
 from fleetctl.store import DuplicateJob, Store
 from tests.builders import T0, job, node
 
@@ -46,6 +46,24 @@ def test_jobs_round_trip_and_resubmit(store):
     assert [j.job_id for j in store.jobs()] == ["a", "b"]  # nothing of the failed batch landed
     store.put_job(replace(jobs[0], state=JobState.SUCCEEDED), T0)
     assert [j.job_id for j in store.jobs(active_only=True)] == ["a"]
+
+
+def test_resubmitting_a_job_that_ran_is_still_a_no_op(store):
+    """What the controller writes as a job runs (state, nodes, start, checkpoints,
+    reclaims) is not part of its spec: the same queue file can be re-submitted
+    from cron or GitOps at any time."""
+    original = job("a", gpus=2, submitted=T0)
+    store.add_jobs([original], T0)
+    ran = replace(original, state=JobState.RUNNING, node_ids=("n1",), started_at_utc=T0 + timedelta(minutes=5),
+                  last_checkpoint_utc=T0 + timedelta(minutes=35), interruptions=1, work_lost_interruptions=1,
+                  checkpointed_work_hours=0.5, priority_boost=10.0, avoid_offer_keys=("aws/r/z/t/spot",),
+                  requeued_at_utc=T0 + timedelta(minutes=2))
+    store.put_job(ran, T0)
+    assert store.add_jobs([replace(original, submitted_at_utc=T0 + timedelta(hours=1))], T0) == (0, 1)
+    assert store.jobs() == (ran,)  # and the running job is left as it is
+    with pytest.raises(DuplicateJob):
+        store.add_jobs([replace(original, duration_hours=original.duration_hours + 1)], T0)
+    assert JOB_RUNTIME_FIELDS < {f.name for f in fields(Job)}  # no stale name in the list
 
 
 def test_nodes_and_transactions(store):
