@@ -1,3 +1,3 @@
-from fleetctl.cli.main import app
+from fleetctl.cli.main import main
 
-app(prog_name="fleetctl")
+main()

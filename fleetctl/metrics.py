@@ -80,7 +80,7 @@ class FleetMetrics:
 
 def serve(metrics: FleetMetrics, addr: str):  # noqa: ANN201 - returns (server, thread)
     """Serve ``/metrics`` on ``HOST:PORT``; returns the server to shut down."""
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--metrics-addr {addr!r}: expected HOST:PORT, e.g. 127.0.0.1:9108")
-    return start_http_server(int(port), addr=host.strip("[]"), registry=metrics.registry)
+    from fleetctl.controller.notices import split_addr
+
+    host, port = split_addr(addr, "--metrics-addr")
+    return start_http_server(port, addr=host, registry=metrics.registry)

@@ -13,12 +13,14 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from fleetctl.model import Policy
 from fleetctl.store import Store, StoreError, default_url
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+# emoji=False: user input such as "127.0.0.1:-1" must print as typed, not as ":-1:" -> an emoji.
+console = Console(highlight=False, soft_wrap=True, emoji=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 DEFAULT_POLICY = Path("policies/example.yaml")
 
@@ -63,7 +65,8 @@ def utcnow() -> datetime:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[bold red]Error:[/] {message}")
+    """Print ``Error: message`` (taken literally: file names and addresses may hold "[...]") and exit."""
+    err_console.print(f"[bold red]Error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 

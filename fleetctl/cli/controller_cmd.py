@@ -57,11 +57,11 @@ def reconcile(
 
 
 def daemon(
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between reconcile ticks.", min=0.1)] = 30.0,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between reconcile ticks (at most a day).", min=0.1, max=86400)] = 30.0,
     interruption_interval: Annotated[
-        float, typer.Option("--interruption-interval", help="Seconds between checks for reclaim notices.", min=0.1)
+        float, typer.Option("--interruption-interval", help="Seconds between checks for reclaim notices (at most 120: AWS gives 2 minutes of notice).", min=0.1, max=120)
     ] = 5.0,
-    price_interval: Annotated[float, typer.Option("--price-interval", help="Seconds between price refreshes.", min=1)] = 3600.0,
+    price_interval: Annotated[float, typer.Option("--price-interval", help="Seconds between price refreshes (at most a week).", min=1, max=604800)] = 3600.0,
     metrics_addr: Annotated[
         str, typer.Option("--metrics-addr", help="Where to serve Prometheus /metrics (HOST:PORT).")
     ] = "127.0.0.1:9108",
@@ -78,7 +78,7 @@ def daemon(
         help="Model directory with interruption/ and/or demand/ (`fleetctl forecast train ...`): each pass turns "
         "them into the planner's forecast from what the store recorded. Without it, the policy's default risk.")] = None,
     retrain_hours: Annotated[float, typer.Option(
-        "--retrain-hours", min=0.0,
+        "--retrain-hours", min=0.0, max=8760.0,
         help="Hours between refits of the interruption model on the recorded market (0 = never; needs "
         "--forecast-dir).")] = 24.0,
     policy: PolicyOption = None,
@@ -95,6 +95,12 @@ def daemon(
     from fleetctl.metrics import FleetMetrics, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fleetctl.controller.notices import split_addr
+
+    try:
+        split_addr(metrics_addr, "--metrics-addr")
+    except ValueError as exc:
+        fail(str(exc), 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, _ = load_policy_or_exit(policy)
     forecaster = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
 from fleetctl.cli import forecast, jobs, policy_cmd, trace
@@ -38,5 +41,55 @@ app.add_typer(trace.app, name="trace")
 app.add_typer(forecast.app, name="forecast")
 
 
+#: Set to 1 to see the traceback of the errors ``main`` reports in one line.
+DEBUG_ENV = "FLEETCTL_DEBUG"
+
+
+def known_error(exc: BaseException) -> str | None:
+    """A one-line message for an error that is the environment's, not a bug of
+    fleetctl's (a store it cannot read, a file it may not write, missing cloud
+    credentials); None for anything else, which keeps its traceback."""
+    import sqlalchemy as sa
+
+    from fleetctl.store import StoreError
+
+    if isinstance(exc, StoreError):
+        return str(exc)
+    if isinstance(exc, sa.exc.SQLAlchemyError):
+        detail = getattr(exc, "orig", None) or exc
+        return f"state store error: {type(detail).__name__}: {str(detail).strip().splitlines()[0]}"
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}"
+    for module, names, cloud in (
+        ("botocore.exceptions", ("NoCredentialsError", "PartialCredentialsError", "NoRegionError"), "AWS"),
+        ("google.auth.exceptions", ("DefaultCredentialsError",), "Google Cloud"),
+        ("azure.core.exceptions", ("ClientAuthenticationError",), "Azure"),
+        ("azure.identity", ("CredentialUnavailableError",), "Azure"),
+    ):
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, tuple(getattr(loaded, n) for n in names if hasattr(loaded, n))):
+            return (f"{cloud} credentials: {str(exc).strip().splitlines()[0]} (see `fleetctl reconcile --help`, "
+                    "--cloud, for where fleetctl looks for them)")
+    return None
+
+
+def main() -> None:
+    """The console script: ``app`` with the environment's errors (see
+    ``known_error``) reported in one line and exit code 1 instead of a
+    traceback (``FLEETCTL_DEBUG=1`` shows it)."""
+    try:
+        app(prog_name="fleetctl")
+    except Exception as exc:  # the CLI boundary: known errors become one line, the rest propagate
+        message = known_error(exc)
+        if message is None or os.environ.get(DEBUG_ENV):
+            raise
+        from fleetctl.cli.common import err_console
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]Error:[/] {escape(message)}")
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    main()

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import threading
+import urllib.parse
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -65,6 +66,10 @@ def node_watch(
         metadata_source,
     )
 
+    for option, url in (("--controller", controller), ("--metadata-url", metadata_url)):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            fail(f"{option} {url!r}: expected an http:// or https:// URL with a host", 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     token = _read_token(token_file)
     source = metadata_source(cloud.value, metadata_url, gce_wait_for_change=gce_wait_for_change)

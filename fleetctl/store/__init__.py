@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 from alembic import command
+from alembic import util as alembic_util
 from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
@@ -37,6 +38,11 @@ class StoreError(Exception):
     """The store cannot be opened or a write contradicts what it holds."""
 
 
+class ConcurrentApply(StoreError):
+    """Another fleetctl process wrote the same launch intent first (two
+    controllers applying the same plan); this one's transaction is rolled back."""
+
+
 class DuplicateJob(StoreError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id!r} already exists with a different spec")
@@ -50,6 +56,32 @@ def default_url(cwd: Path | None = None) -> str:
         return env
     base = (cwd or Path.cwd()) / DEFAULT_STATE_DIR
     return f"sqlite:///{base / 'state.db'}"
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password masked, for messages and logs."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url
+
+
+def _decode(text: str, what: str) -> Any:
+    """A stored JSON document, or a StoreError naming the row."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"the state store is damaged: {what} is not valid JSON ({exc})") from exc
+
+
+def _row(decode: Any, text: str, what: str) -> Any:
+    """A value object from its stored JSON, or a StoreError naming the row."""
+    try:
+        return decode(_decode(text, what))
+    except StoreError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"the state store is damaged: {what} does not decode ({type(exc).__name__}: {exc})") from exc
 
 
 def _make_engine(url: str) -> Engine:
@@ -73,11 +105,26 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        shown = safe_url(url)
         try:
             self._engine = _make_engine(url)
+        except ImportError as exc:
+            raise StoreError(f"cannot open state store {shown}: its database driver is not installed ({exc})") from exc
+        except (sa.exc.SQLAlchemyError, ValueError) as exc:
+            raise StoreError(f"cannot open state store {shown}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot open state store {shown}: {exc.strerror or exc}: {exc.filename}") from exc
+        try:
             self._migrate()
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"cannot open state store {url}: {exc}") from exc
+            self._engine.dispose()
+            raise StoreError(f"cannot open state store {shown}: {exc}") from exc
+        except alembic_util.CommandError as exc:
+            self._engine.dispose()
+            raise StoreError(
+                f"cannot open state store {shown}: its schema ({exc}) is not one this fleetctl knows; it was "
+                "probably written by a newer fleetctl (upgrade fleetctl, or point --state at another store)"
+            ) from exc
         self._conn: Connection | None = None
 
     def _migrate(self) -> None:
@@ -130,7 +177,7 @@ class Store:
                     sa.select(tables.jobs.c.spec).where(tables.jobs.c.job_id == job.job_id)
                 ).first()
                 if row is not None:
-                    old = job_from_dict(json.loads(row.spec))
+                    old = _row(job_from_dict, row.spec, f"job {job.job_id!r}")
                     if _same_spec(old, job):
                         unchanged += 1
                         continue
@@ -149,12 +196,12 @@ class Store:
 
     def jobs(self, *, active_only: bool = False) -> tuple[Job, ...]:
         """Every job, ordered by submission time then id."""
-        query = sa.select(tables.jobs.c.spec)
+        query = sa.select(tables.jobs.c.job_id, tables.jobs.c.spec)
         if active_only:
             query = query.where(tables.jobs.c.state.in_([s.value for s in JobState if s.active]))
         with self._tx() as conn:
             rows = conn.execute(query).all()
-        found = [job_from_dict(json.loads(r.spec)) for r in rows]
+        found = [_row(job_from_dict, r.spec, f"job {r.job_id!r}") for r in rows]
         return tuple(sorted(found, key=lambda j: (j.submitted_at_utc, j.job_id)))
 
     def put_job(self, job: Job, now: datetime) -> None:
@@ -195,39 +242,53 @@ class Store:
                 )
 
     def nodes(self, *, provider: str | None = None, include_gone: bool = False) -> tuple[Node, ...]:
-        query = sa.select(tables.nodes.c.doc)
+        query = sa.select(tables.nodes.c.node_id, tables.nodes.c.doc)
         if provider is not None:
             query = query.where(tables.nodes.c.provider == provider)
         if not include_gone:
             query = query.where(tables.nodes.c.state != NodeState.GONE.value)
         with self._tx() as conn:
             rows = conn.execute(query).all()
-        return tuple(sorted((node_from_dict(json.loads(r.doc)) for r in rows), key=lambda n: n.node_id))
+        return tuple(sorted((_row(node_from_dict, r.doc, f"node {r.node_id!r}") for r in rows),
+                            key=lambda n: n.node_id))
 
     def nodes_by_idempotency_key(self, key: str) -> tuple[Node, ...]:
         with self._tx() as conn:
-            rows = conn.execute(sa.select(tables.nodes.c.doc).where(tables.nodes.c.idempotency_key == key)).all()
-        return tuple(sorted((node_from_dict(json.loads(r.doc)) for r in rows), key=lambda n: n.node_id))
+            rows = conn.execute(sa.select(tables.nodes.c.node_id, tables.nodes.c.doc)
+                                .where(tables.nodes.c.idempotency_key == key)).all()
+        return tuple(sorted((_row(node_from_dict, r.doc, f"node {r.node_id!r}") for r in rows),
+                            key=lambda n: n.node_id))
 
     # ------------------------------------------------------------------ launches (intent)
 
     def begin_launch(self, key: str, offer_key: str, count: int, now: datetime) -> bool:
-        """Record the intent to launch. Returns False if this key was seen before."""
+        """Record the intent to launch. Returns False if this key was seen before.
+
+        Raises ``ConcurrentApply`` when another process inserts the same key
+        between the check and the insert (two controllers applying the same
+        plan at once): the caller's transaction is then rolled back, and the
+        other process carries the plan out."""
         with self._tx() as conn:
             if conn.execute(
                 sa.select(tables.launches.c.idempotency_key).where(tables.launches.c.idempotency_key == key)
             ).first():
                 return False
-            conn.execute(
-                tables.launches.insert().values(
-                    idempotency_key=key,
-                    offer_key=offer_key,
-                    count=count,
-                    status="pending",
-                    node_ids="[]",
-                    created_at_utc=dt_to_str(now),
+            try:
+                conn.execute(
+                    tables.launches.insert().values(
+                        idempotency_key=key,
+                        offer_key=offer_key,
+                        count=count,
+                        status="pending",
+                        node_ids="[]",
+                        created_at_utc=dt_to_str(now),
+                    )
                 )
-            )
+            except sa.exc.IntegrityError as exc:
+                raise ConcurrentApply(
+                    f"launch {key} was recorded by another fleetctl process at the same moment (a concurrent "
+                    "reconcile, apply or daemon on this state store); this process applied nothing of its plan"
+                ) from exc
             return True
 
     def finish_launch(self, key: str, node_ids: Iterable[str], status: str) -> None:
@@ -377,7 +438,8 @@ class Store:
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return tuple(
-            {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject, "payload": json.loads(r.payload)}
+            {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject,
+             "payload": _decode(r.payload, f"event {r.seq}")}
             for r in rows
         )
 

@@ -180,3 +180,69 @@ def test_help_explains(workdir):
     for command in ("catalog", "plan", "apply", "status", "policy", "jobs"):
         assert command in result.stdout
     assert "-detailed-exitcode" in fleetctl(workdir, "plan", "--help").stdout
+
+
+def test_the_same_queue_file_can_be_resubmitted_once_its_jobs_run(workdir):
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    for _ in range(2):  # launch and bind, then start (no launch delay)
+        assert fleetctl(workdir, "reconcile", "--once").returncode == 0
+    running = json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout)
+    assert {j["state"] for j in running} == {"running"}
+    again = fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
+    assert again.returncode == 0, again.stderr
+    assert f"0 job(s) submitted, {len(running)} already queued unchanged" in again.stdout
+
+
+def test_a_damaged_store_is_one_clear_error_not_a_traceback(workdir):
+    import sqlite3
+
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    with sqlite3.connect(workdir / ".fleetctl" / "state.db") as db:
+        (job_id,) = db.execute("SELECT job_id FROM jobs ORDER BY job_id LIMIT 1").fetchone()
+        db.execute("UPDATE jobs SET spec = '{not json' WHERE job_id = ?", (job_id,))
+    for args in (("status",), ("jobs", "list"), ("reconcile", "--once")):
+        result = fleetctl(workdir, *args)
+        assert result.returncode == 1, result.stderr
+        assert f"the state store is damaged: job '{job_id}' is not valid JSON" in result.stderr
+        assert "Traceback" not in result.stderr
+    with sqlite3.connect(workdir / ".fleetctl" / "state.db") as db:
+        db.execute("UPDATE alembic_version SET version_num = '9999'")
+    newer = fleetctl(workdir, "status")
+    assert newer.returncode == 1 and "written by a newer fleetctl" in newer.stderr, newer.stderr
+
+
+def test_store_errors_mask_the_password_and_name_a_missing_driver(workdir):
+    refused = fleetctl(workdir, "status", "--state", "postgresql+psycopg://admin:S3cret@127.0.0.1:1/fleet")
+    assert refused.returncode == 1 and "admin:***@127.0.0.1:1/fleet" in refused.stderr
+    assert "S3cret" not in refused.stderr and "Traceback" not in refused.stderr
+    driver = fleetctl(workdir, "status", "--state", "mysql://x@127.0.0.1:1/db")
+    assert driver.returncode == 1 and "database driver is not installed" in driver.stderr, driver.stderr
+
+
+def test_user_input_in_errors_prints_as_typed(workdir):
+    """File names and addresses may hold "[...]" (rich markup) or ":-1:" (an emoji code)."""
+    policy = fleetctl(workdir, "reconcile", "--once", "--policy", "a[red]b[/red].yaml")
+    assert policy.returncode == 1 and "policy file a[red]b[/red].yaml not found" in policy.stderr, policy.stderr
+    unbalanced = fleetctl(workdir, "reconcile", "--once", "--policy", "x[/bold].yaml")
+    assert unbalanced.returncode == 1 and "x[/bold].yaml" in unbalanced.stderr, unbalanced.stderr
+
+
+def test_missing_cloud_credentials_and_an_unusable_state_path_are_one_line_errors(workdir):
+    env_less = {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
+                "AWS_EC2_METADATA_DISABLED": "true"}
+    saved = {k: os.environ.pop(k, None) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE")}
+    os.environ.update(env_less)
+    try:
+        aws = fleetctl(workdir, "status", "--cloud", "aws")
+    finally:
+        for k in env_less:
+            os.environ.pop(k)
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+    assert aws.returncode == 1 and "AWS credentials: Unable to locate credentials" in aws.stderr, aws.stderr
+    assert "Traceback" not in aws.stderr
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ".fleetctl").write_text("a file where the state directory should be")
+    blocked = fleetctl(elsewhere, "jobs", "list")
+    assert blocked.returncode == 1 and "cannot open state store" in blocked.stderr, blocked.stderr
+    assert "Traceback" not in blocked.stderr

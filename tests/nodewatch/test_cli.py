@@ -128,6 +128,27 @@ def test_daemon_refuses_a_node_facing_endpoint_without_a_token(tmp_path, monkeyp
     assert not (tmp_path / ".fleetctl").exists()  # refused before anything was opened
 
 
+@pytest.mark.parametrize("args, words", [
+    (["daemon", "--metrics-addr", "127.0.0.1:99999"], "--metrics-addr '127.0.0.1:99999': expected HOST:PORT"),
+    (["daemon", "--metrics-addr", "127.0.0.1:-1"], "--metrics-addr '127.0.0.1:-1': expected HOST:PORT"),
+    (["daemon", "--notice-addr", "127.0.0.1:70000"], "--notice-addr '127.0.0.1:70000': expected HOST:PORT"),
+    (["daemon", "--interval", "inf"], "--interval"),
+    (["daemon", "--interruption-interval", "1e308"], "--interruption-interval"),
+    (["daemon", "--price-interval", "inf"], "--price-interval"),
+    (["node-watch", "--controller", "http://127.0.0.1:9", "--cloud", "gcp", "--metadata-url", "garbage", "--once"],
+     "--metadata-url 'garbage': expected an http:// or https:// URL"),
+    (["node-watch", "--controller", "127.0.0.1:9109", "--cloud", "gcp", "--once"],
+     "--controller '127.0.0.1:9109': expected an http:// or https:// URL"),
+])
+def test_bad_addresses_and_intervals_are_usage_errors_before_anything_starts(args, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # no traceback
+    assert not (tmp_path / ".fleetctl").exists()
+
+
 # --------------------------------------------------------------------------- the whole path, two processes
 
 

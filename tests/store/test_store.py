@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from datetime import timedelta
 
+import threading
+
 import pytest
 import sqlalchemy as sa
 
 from fleetctl.model import JOB_RUNTIME_FIELDS, Job, JobState, NodeState
-from fleetctl.store import DuplicateJob, Store
+from fleetctl.store import ConcurrentApply, DuplicateJob, Store
 from tests.builders import T0, job, node
 
 
@@ -85,6 +87,43 @@ def test_nodes_and_transactions(store):
 def test_launch_intent_is_recorded_once(store):
     assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is True
     assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is False
+
+
+def test_a_launch_recorded_by_another_process_at_the_same_moment_is_refused_cleanly(store):
+    """Two controllers applying the same plan: both check the launch key, both
+    insert; the loser gets ConcurrentApply (its transaction rolls back), not a
+    raw IntegrityError. Deterministic: the other process commits only once this
+    one has checked the key and is about to insert."""
+    other = Store(store.url)
+    inserting = threading.Event()
+
+    def about_to_insert(_conn, _cursor, statement, *_):  # noqa: ANN001
+        if statement.lstrip().upper().startswith("INSERT INTO LAUNCHES"):
+            inserting.set()
+
+    sa.event.listen(store._engine, "before_cursor_execute", about_to_insert)
+    outcome: list[object] = []
+
+    def loser():
+        try:
+            with store.transaction():
+                outcome.append(store.begin_launch("k", "aws/r/z/t/spot", 1, T0))
+                store.record("launch", T0, "k")
+        except Exception as exc:  # the outcome under test, checked below
+            outcome.append(exc)
+
+    try:
+        with other.transaction():
+            assert other.begin_launch("k", "aws/r/z/t/spot", 1, T0) is True
+            thread = threading.Thread(target=loser)
+            thread.start()
+            assert inserting.wait(30)
+        thread.join(60)
+    finally:
+        other.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], ConcurrentApply), outcome
+    assert "another fleetctl process" in str(outcome[0])
+    assert store.events() == ()  # the loser stopped at the launch and kept nothing
 
 
 def test_offer_observations_record_listed_and_vanished_spot_offers(store):
