@@ -482,13 +482,17 @@ def evaluate(model: InterruptionModel, markets: Iterable[Market]) -> dict[str, A
     for market in markets:
         s = build_samples(market, horizon)
         m = evaluation_mask(s, split_time(market, frac))
+        if not m.any():  # too short to leave samples after the split
+            continue
         ys.append(s.y[m])
         ps.append(model.probabilities(s.X[m]))
         rs.append(s.recent[m])
         ts.append(s.times[m])
+    if not ys:
+        raise ValueError(f"no evaluation samples: no market has a sample after the model's training split (the "
+                         f"first {frac:.0%} of its period) whose {model.horizon_minutes}-minute horizon ends inside "
+                         "its traces; give a longer market")
     y, p, r = np.concatenate(ys), np.concatenate(ps), np.concatenate(rs)
-    if len(y) == 0:
-        raise ValueError("no evaluation samples after the training split")
     base = np.full(len(y), float(model.metadata["base_rate"]))
     out = {"samples": int(len(y)), "positives": int(y.sum()), **scores(y, p),
            "baselines": {"base_rate": scores(y, base), "recent_rate": scores(y, r)}}

@@ -8,8 +8,11 @@ and errors that name the file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,13 +31,55 @@ def versions() -> dict[str, str]:
             "python": platform.python_version()}
 
 
+#: The files of a model directory; a directory holding anything else is not overwritten.
+MODEL_FILES = ("model.json", "model.joblib")
+
+
+def _digest(estimator_bytes: bytes, metadata: dict[str, Any]) -> str:
+    """Binds ``model.json`` to ``model.joblib``: the SHA-256 of the estimator's
+    bytes and of the metadata (but its ``versions``, which only feed a warning,
+    and the digest itself)."""
+    bound = {k: v for k, v in metadata.items() if k not in ("versions", "digest")}
+    h = hashlib.sha256(estimator_bytes)
+    h.update(json.dumps(bound, sort_keys=True).encode())
+    return h.hexdigest()
+
+
 def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Path:
+    """Save into ``directory`` all at once: the files are written to a staging
+    directory beside it and swapped in by renames, so a failed save (a full
+    disk, Ctrl-C) leaves the previous model as it was. An existing model is
+    replaced; a directory holding other files is refused (``ModelError``)."""
     import joblib
 
     path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    joblib.dump(estimator, path / "model.joblib")
-    (path / "model.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    if path.exists() and not path.is_dir():
+        raise ModelError(f"{path}: exists and is not a directory")
+    if path.is_dir():
+        others = sorted(p.name for p in path.iterdir() if p.name not in MODEL_FILES)
+        if others:
+            raise ModelError(f"{path}: holds other files than a model ({', '.join(others[:3])}"
+                             f"{', ...' if len(others) > 3 else ''}); save into a new or empty directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-new-", dir=path.parent))
+    old = None
+    try:
+        joblib.dump(estimator, staging / "model.joblib")
+        meta = dict(metadata)
+        meta["digest"] = _digest((staging / "model.joblib").read_bytes(), meta)
+        (staging / "model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
+            path.rename(old / "model")
+        staging.rename(path)
+    except BaseException:
+        if old is not None and not path.exists():
+            (old / "model").rename(path)  # put the previous model back
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return path
 
 
@@ -63,6 +108,16 @@ def load_estimator(path: Path, meta: dict[str, Any], *, kind: str, allow_version
             raise ModelError(text + ", or pass --allow-version-mismatch to use it anyway")
         warnings.warn(text, stacklevel=3)
     est_path = path / "model.joblib"
+    recorded = meta.get("digest")
+    if recorded is not None:  # models saved before the digest have none
+        try:
+            data = est_path.read_bytes()
+        except OSError as exc:
+            raise ModelError(f"{est_path}: cannot read the model ({exc.strerror or exc})") from exc
+        if recorded != _digest(data, meta):
+            raise ModelError(f"{path}: model.json and model.joblib do not belong together (changed or copied "
+                             f"after the model was saved: their digest differs from the one recorded); retrain "
+                             f"it (fleetctl forecast train {kind})")
     try:
         return joblib.load(est_path)
     except Exception as exc:  # noqa: BLE001 - unpickling raises anything; report it with the path

@@ -24,8 +24,6 @@ forecasts nothing for that part (the planner then uses the policy's default).
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -114,16 +112,7 @@ class ModelForecaster:
         except ValueError as exc:
             log.info("retrain: kept the current model (%s)", exc)
             return False
-        target = self.directory / "interruption"
-        staging = Path(tempfile.mkdtemp(prefix=".interruption-", dir=self.directory))
-        model.save(staging)
-        old = self.directory / ".interruption-old"
-        if old.exists():
-            shutil.rmtree(old)
-        if target.exists():
-            target.rename(old)
-        staging.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
+        model.save(self.directory / "interruption")  # all at once: a failed save keeps the old model
         self.interruption_model = model
         log.info("retrain: interruption model refitted on %d samples", model.metadata["samples"])
         return True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,7 +12,7 @@ from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail
 from fleetctl.cli.forecast import evaluate_app, load_model_or_exit, train_app
-from fleetctl.cli.forecast_interruption import parse_duration
+from fleetctl.cli.forecast_interruption import finite_or_null, save_model_or_exit, whole_minutes
 
 SeriesOption = Annotated[list[Path], typer.Option(
     "--series", help="Demand-series CSV (time_utc,gpu_model,gpus; docs/forecasting.md); repeat for several.",
@@ -35,20 +35,15 @@ def _time(flag: str, text: str | None) -> datetime | None:
         fail(f"{flag}: {exc}", 2)
 
 
-def _minutes(text: str) -> int:
-    d = parse_duration(text)
-    minutes = d.total_seconds() / 60
-    if not minutes.is_integer():
-        raise ValueError(f"{text!r}: a horizon must be a whole number of minutes")
-    return int(minutes)
-
-
 def _series(paths: list[Path]):  # noqa: ANN202 - list of DemandSeries
     from fleetctl.yamlerrors import SpecError
     from forecasting.series import read_demand_series
 
     if not paths:
         fail("give at least one --series CSV", 2)
+    twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
+    if twice:
+        fail(f"--series given more than once: {', '.join(twice)}", 2)
     out, bad = [], False
     for path in paths:
         try:
@@ -65,8 +60,9 @@ def _series(paths: list[Path]):  # noqa: ANN202 - list of DemandSeries
 @train_app.command("demand")
 def train_demand(
     series: SeriesOption = [],  # noqa: B006 - typer needs a list default
-    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into.",
-                                         show_default=False)] = Path("models/demand"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into (a model "
+                                         "there is replaced; a directory with other files is refused).")]
+    = Path("models/demand"),
     horizons: Annotated[str, typer.Option("--horizons", help="Comma-separated horizons, e.g. 15m,1h,6h "
                                                              "(at most 24h).")] = "15m,1h,6h",
     since: SinceOption = None,
@@ -82,26 +78,32 @@ def train_demand(
     from forecasting.demand import DemandModel
 
     try:
-        wanted = [_minutes(h) for h in horizons.split(",") if h.strip()]
+        wanted = [whole_minutes(h) for h in horizons.split(",") if h.strip()]
     except ValueError as exc:
         fail(f"--horizons: {exc}", 2)
     since_utc, until_utc = _time("--since", since), _time("--until", until)
     if since_utc is not None and until_utc is not None and until_utc <= since_utc:
         fail("--until must be after --since", 2)
     data = _series(series)
+    from forecasting.demand import series_digest
+
+    first_of: dict[str, str] = {}
+    for s in data:
+        key = series_digest(s)
+        if key in first_of:
+            fail(f"{s.name} and {first_of[key]} are the same series (the same demand twice would defeat the "
+                 "calibration across series)", 2)
+        first_of[key] = s.name
     with console.status("training") as status:
         try:
             model = DemandModel.train(data, horizons_minutes=wanted, since_utc=since_utc, until_utc=until_utc,
                                       seed=seed, progress=lambda text: status.update(text))
         except ValueError as exc:
             fail(str(exc), 2)
-    try:
-        path = model.save(output)
-    except OSError as exc:
-        fail(f"{output}: cannot save the model: {exc.strerror or exc}", 2)
+    path, replaced = save_model_or_exit(model, output)
     m = model.metadata
     first, last = m["training_window_utc"]
-    console.print(f"saved {path}: {len(data)} series, training window {first} .. {last}", markup=False)
+    console.print(f"{'replaced the model in' if replaced else 'saved'} {path}: {len(data)} series, training window {first} .. {last}", markup=False)
     for h in model.horizons_minutes:
         t = m["training_metrics"][str(h)]
         console.print(f"  +{h} min: {m['samples'][str(h)]} samples, training MAE {t['mae']:.3f} GPUs, pinball p90 "
@@ -121,7 +123,7 @@ def evaluate_demand(
     until: UntilOption = None,
     output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     report: Annotated[Optional[Path], typer.Option(
-        "--report", help="Directory to write demand_forecast_<horizon>.png into.", show_default=False)] = None,
+        "--report", help="Directory to write demand_forecast_MINUTESm.png into (e.g. demand_forecast_60m.png).", show_default=False)] = None,
     allow_version_mismatch: Annotated[bool, typer.Option(
         "--allow-version-mismatch", help="Use a model saved with another scikit-learn version (warns).")] = False,
 ) -> None:
@@ -136,7 +138,7 @@ def evaluate_demand(
     if output_format not in ("table", "json"):
         fail(f"--format must be table or json (got {output_format!r})", 2)
     try:
-        h = _minutes(horizon)
+        h = whole_minutes(horizon)
     except ValueError as exc:
         fail(f"--horizon: {exc}", 2)
     model = load_model_or_exit(DemandModel.load, model_dir, allow_version_mismatch)
@@ -147,7 +149,22 @@ def evaluate_demand(
     if since_utc is None and model.metadata.get("training_until_utc"):
         since_utc = _time("training_until_utc", model.metadata["training_until_utc"])
     until_utc = _time("--until", until)
+    if since_utc is not None and until_utc is not None and until_utc <= since_utc:
+        fail(f"--until ({until_utc.isoformat()}) must be after --since "
+             f"({since_utc.isoformat()}{'' if since else ', the end of the model training window'})", 2)
     data = _series(series)
+    first_s, last_s = min(float(s.times_s[0]) for s in data), max(float(s.times_s[-1]) for s in data)
+    span = (f"{datetime.fromtimestamp(first_s, timezone.utc).isoformat()} .. "
+            f"{datetime.fromtimestamp(last_s, timezone.utc).isoformat()}")
+    if since_utc is not None and since_utc.timestamp() >= last_s:
+        fail(f"--since {since_utc.isoformat()}{'' if since else ' (the end of the model training window)'} is "
+             f"after the series end: they cover {span}", 2)
+    if until_utc is not None and until_utc.timestamp() <= first_s:
+        fail(f"--until {until_utc.isoformat()} is before the series start: they cover {span}", 2)
+    trained_until = model.metadata.get("training_until_utc")
+    if since and trained_until and since_utc is not None and since_utc < _time("training_until_utc", trained_until):
+        err_console.print(f"note: --since is before the end of the model training window ({trained_until}): "
+                          "the scores include origins of the training period", markup=False)
     seen = {s["sha256"] for s in model.metadata.get("training_series", [])}
     for s in data:
         if series_digest(s) in seen:
@@ -164,9 +181,9 @@ def evaluate_demand(
             err_console.print(f"wrote {forecast_plot(curves, h, report / f'demand_forecast_{h}m.png')}",
                               markup=False)
         except OSError as exc:
-            fail(f"{report}: cannot write the report: {exc.strerror or exc}", 2)
+            fail(f"--report {report}: cannot write the report: {exc.strerror or exc}", 2)
     if output_format == "json":
-        print(json.dumps(result, indent=2))
+        print(json.dumps(finite_or_null(result), indent=2, allow_nan=False))
         return
     table = Table(title=f"demand +{h} min, {result['samples']} origins (GPUs)")
     for col in ("", "MAE", "pinball p90", "p90 coverage"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -30,6 +31,38 @@ def parse_duration(text: str) -> timedelta:
     return out
 
 
+def whole_minutes(text: str) -> int:
+    """A duration (``parse_duration``) that is a whole number of minutes."""
+    minutes = parse_duration(text).total_seconds() / 60
+    if not minutes.is_integer():
+        raise ValueError(f"{text!r}: a horizon must be a whole number of minutes")
+    return int(minutes)
+
+
+def finite_or_null(value):  # noqa: ANN001, ANN201 - JSON-like
+    """``value`` with every NaN or infinity replaced by None: ``--format json`` prints valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def save_model_or_exit(model, output: Path) -> tuple[Path, bool]:  # noqa: ANN001 - a model with .save
+    """Save (all at once; see forecasting.modelfiles.save); (path, whether a model was replaced)."""
+    from forecasting.modelfiles import ModelError
+
+    replaced = (output / "model.json").exists()
+    try:
+        return model.save(output), replaced
+    except ModelError as exc:
+        fail(f"-o {exc}", 2)
+    except OSError as exc:
+        fail(f"{output}: cannot save the model: {exc.strerror or exc} (the previous model, if any, is kept)", 2)
+
+
 def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
     from fleetctl.sim.market import load_market
     from fleetctl.yamlerrors import SpecError
@@ -52,8 +85,9 @@ def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
 @train_app.command("interruption")
 def train_interruption(
     market: MarketsOption = [],  # noqa: B006 - typer needs a list default
-    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into.",
-                                         show_default=False)] = Path("models/interruption"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into (a model "
+                                         "there is replaced; a directory with other files is refused).")]
+    = Path("models/interruption"),
     train_fraction: Annotated[float, typer.Option(
         "--train-fraction", help="Share (0..1) of each market's period, from its start, to train on; the rest "
                                  "is left for `evaluate`.")] = 0.7,
@@ -70,7 +104,7 @@ def train_interruption(
     from forecasting.interruption import InterruptionModel
 
     try:
-        h = parse_duration(horizon)
+        h = timedelta(minutes=whole_minutes(horizon))
         if not 0 < train_fraction < 1:
             raise ValueError(f"--train-fraction must be between 0 and 1 (got {train_fraction})")
     except ValueError as exc:
@@ -82,12 +116,9 @@ def train_interruption(
                                             progress=lambda text: status.update(text))
         except ValueError as exc:
             fail(str(exc), 2)
-    try:
-        path = model.save(output)
-    except OSError as exc:
-        fail(f"{output}: cannot save the model: {exc.strerror or exc}", 2)
+    path, replaced = save_model_or_exit(model, output)
     m = model.metadata
-    console.print(f"saved {path}: {m['samples']} samples ({m['positives']} losses), training AUC "
+    console.print(f"{'replaced the model in' if replaced else 'saved'} {path}: {m['samples']} samples ({m['positives']} losses), training AUC "
                   f"{m['training_metrics']['auc']:.3f}, Brier {m['training_metrics']['brier']:.4f}", markup=False)
 
 
@@ -119,10 +150,16 @@ def evaluate_interruption(
         fail(str(exc), 2)
     y, p = result.pop("_arrays")
     if report is not None:
-        report.mkdir(parents=True, exist_ok=True)
-        err_console.print(f"wrote {reliability_plot(y, p, report / 'reliability.png')}")
+        try:
+            report.mkdir(parents=True, exist_ok=True)
+            err_console.print(f"wrote {reliability_plot(y, p, report / 'reliability.png')}", markup=False)
+        except OSError as exc:
+            fail(f"--report {report}: cannot write the report: {exc.strerror or exc}", 2)
+    if result["positives"] in (0, result["samples"]):
+        err_console.print(f"note: AUC is undefined: the {result['samples']} evaluation samples have "
+                          f"{'no' if result['positives'] == 0 else 'only'} losses (JSON shows null)", markup=False)
     if output_format == "json":
-        print(json.dumps(result, indent=2))
+        print(json.dumps(finite_or_null(result), indent=2, allow_nan=False))
         return
     table = Table(title=f"interruption risk, {result['samples']} samples, {result['positives']} losses")
     for col in ("", "AUC", "Brier"):

@@ -283,6 +283,11 @@ def test_save_load_round_trip_and_version_refusal(model, tmp_path):
     with pytest.raises(ModelError, match=r"nowhere: no such model directory"):
         DemandModel.load(tmp_path / "nowhere")
     (path / "model.joblib").write_bytes(b"not a pickle")
+    with pytest.raises(ModelError, match=r"model\.json and model\.joblib do not belong together"), \
+            pytest.warns(UserWarning):
+        DemandModel.load(path, allow_version_mismatch=True)
+    meta.pop("digest")  # as a model saved before the digest
+    (path / "model.json").write_text(json.dumps(meta))
     with pytest.raises(ModelError, match=r"model\.joblib: cannot load the model"), pytest.warns(UserWarning):
         DemandModel.load(path, allow_version_mismatch=True)
 

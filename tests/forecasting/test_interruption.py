@@ -159,7 +159,10 @@ def test_train_save_load_round_trip_and_version_refusal(tmp_path):
     with pytest.warns(UserWarning, match="scikit-learn 0.0.1"):
         InterruptionModel.load(tmp_path / "m", allow_version_mismatch=True)
     (tmp_path / "m" / "model.joblib").write_bytes(b"not a model")
-    with pytest.raises(ModelError, match="cannot load"), pytest.warns(UserWarning):
+    with pytest.raises(ModelError, match="do not belong together"), pytest.warns(UserWarning):
+        InterruptionModel.load(tmp_path / "m", allow_version_mismatch=True)
+    (tmp_path / "m" / "model.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "digest"}))
+    with pytest.raises(ModelError, match="cannot load"), pytest.warns(UserWarning):  # a model saved before the digest
         InterruptionModel.load(tmp_path / "m", allow_version_mismatch=True)
     with pytest.raises(ModelError, match="no such model directory"):
         InterruptionModel.load(tmp_path / "missing")
@@ -260,7 +263,7 @@ def test_cli_train_and_evaluate_json(tmp_path):
     bad = run("train", "interruption", "--market", str(tmp_path / "missing.yaml"), "-o", str(out))
     assert bad.returncode == 2 and "missing.yaml" in bad.stderr
     bad = run("train", "interruption", "--market", str(manifest), "-o", str(broken))  # a file, not a directory
-    assert bad.returncode == 2 and "broken.yaml" in bad.stderr and "cannot save" in bad.stderr
+    assert bad.returncode == 2 and "broken.yaml: exists and is not a directory" in bad.stderr, bad.stderr
     meta = json.loads((out / "model.json").read_text())
     meta["versions"]["scikit-learn"] = "0.0.1"
     (out / "model.json").write_text(json.dumps(meta))

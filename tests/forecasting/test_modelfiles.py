@@ -1,0 +1,124 @@
+"""Model directories: saved all at once, bound together by a digest; and the
+forecast CLI's answers to output and input it cannot use."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from forecasting import modelfiles
+from forecasting.modelfiles import ModelError
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "demand"
+runner = CliRunner()
+
+META = {"kind": "toy", "format_version": 1, "horizon_minutes": 60, "versions": modelfiles.versions()}
+
+
+def _load(path: Path):  # noqa: ANN202
+    _, meta = modelfiles.read_metadata(path)
+    return modelfiles.load_estimator(path, meta, kind="toy", allow_version_mismatch=False)
+
+
+def test_a_failed_save_keeps_the_previous_model_and_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "model"
+    modelfiles.save(target, {"weights": [1, 2, 3]}, META)
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        modelfiles.save(target, {"weights": lambda x: x}, META)  # cannot be pickled: fails mid-save
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no staging directory left
+    assert _load(target) == {"weights": [1, 2, 3]}
+    modelfiles.save(target, {"weights": [4]}, META)  # a model is replaced whole
+    assert _load(target) == {"weights": [4]} and sorted(p.name for p in target.iterdir()) == ["model.joblib",
+                                                                                              "model.json"]
+
+
+def test_a_directory_with_other_files_is_refused(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "notes.txt").write_text("keep me")
+    with pytest.raises(ModelError, match=r"results: holds other files than a model \(notes.txt\)"):
+        modelfiles.save(tmp_path / "results", {"w": 1}, META)
+    assert [p.name for p in (tmp_path / "results").iterdir()] == ["notes.txt"]
+
+
+def test_the_digest_binds_the_metadata_to_the_estimator(tmp_path):
+    modelfiles.save(tmp_path / "a", {"w": 1}, META)
+    modelfiles.save(tmp_path / "b", {"w": 2}, {**META, "horizon_minutes": 7})
+    (tmp_path / "a" / "model.joblib").write_bytes((tmp_path / "b" / "model.joblib").read_bytes())
+    with pytest.raises(ModelError, match="do not belong together"):  # an estimator copied from another model
+        _load(tmp_path / "a")
+    meta = json.loads((tmp_path / "b" / "model.json").read_text())
+    (tmp_path / "b" / "model.json").write_text(json.dumps({**meta, "horizon_minutes": 60}))
+    with pytest.raises(ModelError, match="do not belong together"):  # metadata edited by hand
+        _load(tmp_path / "b")
+    (tmp_path / "b" / "model.json").write_text(json.dumps({**meta, "versions": {"scikit-learn": "0.0.1"}}))
+    with pytest.raises(ModelError, match="scikit-learn 0.0.1"):  # the versions only feed the version check
+        _load(tmp_path / "b")
+
+
+def _invoke(*args: str):  # noqa: ANN202
+    return runner.invoke(app, ["forecast", *args])
+
+
+def test_forecast_cli_refuses_unusable_output_and_input(tmp_path):
+    market = REPO / "examples" / "markets" / "aws-v100-16node.yaml"
+    vc3sl, vcmod = EXAMPLES / "helios-earth-vc3sl.csv", EXAMPLES / "helios-earth-vcMod.csv"
+    odd = _invoke("train", "interruption", "--market", str(market), "--horizon", "7.5m", "-o", str(tmp_path / "m"))
+    assert odd.exit_code == 2 and "a horizon must be a whole number of minutes" in odd.output
+    twice = _invoke("train", "demand", "--series", str(vc3sl), "--series", str(vc3sl), "-o", str(tmp_path / "d"))
+    assert twice.exit_code == 2 and "--series given more than once" in twice.output
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(vc3sl.read_bytes())
+    same = _invoke("train", "demand", "--series", str(vc3sl), "--series", str(copy), "-o", str(tmp_path / "d"))
+    assert same.exit_code == 2 and "are the same series" in same.output
+    assert not (tmp_path / "m").exists() and not (tmp_path / "d").exists()
+
+    trained = _invoke("train", "demand", "--series", str(vc3sl), "--horizons", "1h", "--until",
+                      "2020-05-21T00:00:00Z", "-o", str(tmp_path / "d"))
+    assert trained.exit_code == 0, trained.output
+    again = _invoke("train", "demand", "--series", str(vc3sl), "--horizons", "1h", "--until",
+                    "2020-05-21T00:00:00Z", "-o", str(tmp_path / "d"))
+    assert again.exit_code == 0 and "replaced the model in" in again.output
+    evaluate = ("evaluate", "demand", "--model", str(tmp_path / "d"), "--series", str(vcmod), "--horizon", "1h")
+    late = _invoke(*evaluate, "--since", "2021-01-01T00:00:00Z")
+    assert late.exit_code == 2 and "is after the series end: they cover 2020-05-21" in late.output, late.output
+    backwards = _invoke(*evaluate, "--since", "2020-05-25T00:00:00Z", "--until", "2020-05-24T00:00:00Z")
+    assert backwards.exit_code == 2 and "must be after --since" in backwards.output
+    early = _invoke(*evaluate, "--since", "2020-05-20T00:00:00Z", "--format", "json")
+    assert early.exit_code == 0 and "the scores include origins of the training period" in early.stderr
+    (tmp_path / "afile").write_text("x")
+    report = _invoke(*evaluate, "--report", str(tmp_path / "afile"))
+    assert report.exit_code == 2 and f"--report {tmp_path / 'afile'}: cannot write the report" in report.output
+
+
+def test_evaluate_interruption_prints_valid_json_when_auc_is_undefined(tmp_path):
+    """A held-out window without a single loss: AUC is undefined; JSON says null, not NaN."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "steady.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 3000}))
+    (traces / "flaky.json").write_text(json.dumps(
+        {"metadata": {"gap_seconds": 600}, "data": [1 if (i // 6) % 4 else 0 for i in range(2100)] + [1] * 900}))
+    manifest = tmp_path / "market.yaml"
+    manifest.write_text("start_utc: 2023-02-15T00:00:00Z\ntraces:\n"
+                        + "".join(f"  - {{provider: aws, instance_type: p3.2xlarge, region: us-east-1, zone: {z}, "
+                                  f"file: traces/{f}}}\n" for z, f in (("us-east-1a", "steady.json"),
+                                                                       ("us-east-1b", "flaky.json"))))
+    trained = _invoke("train", "interruption", "--market", str(manifest), "-o", str(tmp_path / "m"))
+    assert trained.exit_code == 0, trained.output
+    result = _invoke("evaluate", "interruption", "--model", str(tmp_path / "m"), "--market", str(manifest),
+                     "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert doc["positives"] == 0 and doc["auc"] is None and doc["brier"] >= 0
+    assert "AUC is undefined" in result.stderr
+    (tmp_path / "afile").write_text("x")
+    report = _invoke("evaluate", "interruption", "--model", str(tmp_path / "m"), "--market", str(manifest),
+                     "--report", str(tmp_path / "afile"))
+    assert report.exit_code == 2 and "--report" in report.output and "cannot write the report" in report.output
