@@ -40,6 +40,7 @@ from typing import Final
 import numpy as np
 
 from fleetctl.policy import GPU_MODELS
+from fleetctl.files import write_text_atomic
 from fleetctl.sim.traces import CellError, cell_value, format_utc, parse_csv, parse_int, parse_number, \
     read_text_file
 from fleetctl.yamlerrors import SpecError, ValidationIssue, describe_value, did_you_mean
@@ -260,23 +261,14 @@ def series_frame(series: Iterable[DemandSeries]):  # noqa: ANN201 - a pandas Dat
 
 
 def write_demand_series(rows: Iterable[tuple[datetime, str, float]], path: str | os.PathLike[str]) -> Path:
-    """Write ``(time, gpu_model, gpus)`` rows as a demand-series CSV, atomically
-    (a temporary file in the same directory, renamed at the end)."""
+    """Write ``(time, gpu_model, gpus)`` rows as a demand-series CSV, all at
+    once (``fleetctl.files.write_text_atomic``)."""
     out = Path(path)
     lines = [",".join(DEMAND_COLUMNS)]
     for t, m, g in rows:
         gs = str(int(g)) if float(g).is_integer() else repr(float(g))
         lines.append(f"{format_utc(t)},{m},{gs}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write("\n".join(lines) + "\n")
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+    return write_text_atomic(out, "\n".join(lines) + "\n")
 
 
 # =========================================================================== Helios Earth sequences

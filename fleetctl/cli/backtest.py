@@ -10,6 +10,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rich.markup import escape
+
 from fleetctl.cli.common import PolicyOption, console, err_console, fail, load_policy_or_exit
 
 
@@ -44,7 +46,7 @@ def backtest(
     result is the cost, useful and lost GPU-hours, waits, deadline misses and
     interruptions of each, and a lower bound of the cost. Offers the policy
     excludes are listed on stderr before the run. Exit code 2 for bad input."""
-    from fleetctl.sim.backtest import exclusions, parse_compare, result_document, run_backtest, write_report
+    from fleetctl.sim.backtest import NO_OFFER, NO_OFFER_IN_BUDGET, exclusions, parse_compare, result_document, run_backtest, write_report
     from fleetctl.sim.market import load_market
     from fleetctl.sim.simulator import SimConfig
     from fleetctl.sim.traces import read_job_trace
@@ -56,7 +58,13 @@ def backtest(
         names = parse_compare(compare)
         config = SimConfig(tick_seconds=tick_seconds, launch_delay_seconds=launch_delay_seconds, seed=seed)
     except ValueError as exc:
-        fail(str(exc), 2)
+        fail(str(exc).replace("tick_seconds", "--tick-seconds").replace("launch_delay_seconds",
+                                                                         "--launch-delay-seconds"), 2)
+    if report is not None:  # before minutes of simulation, not after
+        try:
+            report.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail(f"--report {report}: cannot write there: {exc.strerror or exc}", 2)
     pol, pol_path = load_policy_or_exit(policy, 2)
     try:
         mkt = load_market(market)
@@ -72,26 +80,58 @@ def backtest(
         forecaster = _market_forecaster(forecast_model, mkt)
     lines = exclusions(mkt, pol, trace)
     for line in lines:
-        err_console.print(f"[yellow]note:[/] policy {pol_path}: {line}")
+        err_console.print(f"[yellow]note:[/] policy {pol_path}: {escape(line)}")
+    if any(line.startswith((NO_OFFER, NO_OFFER_IN_BUDGET)) for line in lines):
+        fail(f"policy {pol_path} leaves no usable offer of {market} (see the note above): no job could run; "
+             "nothing was simulated", 2)
+    _check_times(trace, mkt, config, jobs, market)
+    if "fleetctl-no-forecast" in names and forecast_model is None:
+        err_console.print("[yellow]note:[/] without --forecast-model, fleetctl-no-forecast is the same run as "
+                          "fleetctl")
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=err_console, transient=True) as bar:
         tasks = {name: bar.add_task(name, total=1.0) for name in names}
         result = run_backtest(trace, mkt, pol, names, config,
                               progress=lambda name, f: bar.update(tasks[name], completed=f), forecaster=forecaster)
     doc = result_document(result)
-    if report is not None:
+    _print(doc, output_format, len(trace))
+    if report is not None:  # after the results, so a failure here loses nothing
         try:
             path = write_report(result, str(report))
         except ImportError:
             fail("--report needs matplotlib (pip install matplotlib)", 2)
-        err_console.print(f"wrote {path}")
+        except OSError as exc:
+            fail(f"--report {report}: cannot write the report: {exc.strerror or exc} (the results are above)")
+        err_console.print(f"wrote {path}", markup=False)
+
+
+def _check_times(trace, mkt, config, jobs_path: Path, market_path: Path) -> None:  # noqa: ANN001
+    """Jobs the simulation would never submit (after the market's end plus the
+    overrun) are an error; jobs after the market's end get a note (no spot there)."""
+    from datetime import timedelta
+
+    end = mkt.end_utc
+    cap = end + timedelta(hours=config.overrun_hours)
+    never = [j.job_id for j in trace if j.submitted_at_utc >= cap]
+    if never:
+        fail(f"{jobs_path}: {len(never)} job(s) are submitted after the simulation ends ({cap.isoformat()}: the end "
+             f"of {market_path}, {end.isoformat()}, plus {config.overrun_hours:g} hours for unfinished work): "
+             f"{', '.join(never[:5])}{' ...' if len(never) > 5 else ''}", 2)
+    late = [j.job_id for j in trace if j.submitted_at_utc >= end]
+    if late:
+        err_console.print(f"note: {len(late)} job(s) are submitted after {market_path} ends ({end.isoformat()}), "
+                          f"where no spot capacity is left, only on-demand: {', '.join(late[:5])}"
+                          f"{' ...' if len(late) > 5 else ''}", markup=False)
+
+
+def _print(doc: dict, output_format: str, jobs: int) -> None:
     if output_format == "json":
         print(json.dumps(doc, indent=2, sort_keys=False))
         return
     od = doc["policies"].get("on-demand", {}).get("cost_usd")
     lb = doc["lower_bound_cost_usd"]
     # One column per policy, one row per metric: stays readable in an 80-column terminal.
-    table = Table(title=f"backtest: {len(trace)} jobs, lower bound ${lb:,.2f}")
+    table = Table(title=f"backtest: {jobs} jobs, lower bound ${lb:,.2f}")
     table.add_column("metric", justify="left")
     for name in doc["policies"]:
         table.add_column(name, justify="right")

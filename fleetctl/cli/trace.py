@@ -100,10 +100,13 @@ def alibaba_2023(
         for issue in exc.issues:
             err_console.print(str(issue), markup=False)
         fail(f"{pod_csv}: {len(exc.issues)} error(s); nothing was written", 2)
+    if not result.jobs:
+        fail(f"{pod_csv}: no job is left to write (every pod was filtered out or --limit is 0); nothing was written",
+             2)
     try:
         write_job_trace(result.jobs, output)
     except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}")
+        fail(f"cannot write {output}: {exc.strerror or exc}; nothing was written", 2)
     _print_summary(pod_csv, output, result.summary)
 
 
@@ -190,7 +193,7 @@ def helios_sequence(
     try:
         write_demand_series(result.rows, output)
     except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}")
+        fail(f"cannot write {output}: {exc.strerror or exc}; nothing was written", 2)
     gpus = [g for _, _, g in result.rows]
     console.print(f"{sequence_csv.name}: {result.rows_read} rows -> {result.kept} demand rows of {gpu_model}, "
                   f"{format_utc(result.rows[0][0])} .. {format_utc(result.rows[-1][0])}; GPUs demanded: mean "

@@ -105,6 +105,11 @@ def _holds(job: Job, offer: Offer) -> bool:
     return not (job.gpus_per_worker and job.gpu_memory_gib_per_gpu > it.gpu_memory_gib)
 
 
+#: The lines of ``exclusions`` that say nothing can run (the CLI stops there).
+NO_OFFER = "the policy excludes every offer of the market: no job can run"
+NO_OFFER_IN_BUDGET = "no node fits the policy's budget: no job can run"
+
+
 def exclusions(market: Market, policy: Policy, jobs: tuple[Job, ...] | list[Job] = ()) -> tuple[str, ...]:
     """Lines for people: the market's offers the policy excludes and why, and
     the jobs no allowed offer can hold."""
@@ -116,7 +121,12 @@ def exclusions(market: Market, policy: Policy, jobs: tuple[Job, ...] | list[Job]
                 lines.append(f"excluded {offer.key}: {why}")
     allowed = [o for o in _market_offers(market) if _allowed(o, policy) is None]
     if not allowed:
-        lines.append("the policy excludes every offer of the market: no job can run")
+        lines.append(NO_OFFER)
+    elif policy.max_usd_per_hour is not None:
+        cheapest = min(allowed, key=lambda o: o.usd_per_hour)
+        if cheapest.usd_per_hour > policy.max_usd_per_hour:
+            lines.append(f"{NO_OFFER_IN_BUDGET}: budget.max_usd_per_hour {policy.max_usd_per_hour:g} is below "
+                         f"the cheapest allowed offer ({cheapest.key}, {cheapest.usd_per_hour:g} USD/h)")
     stuck = [j.job_id for j in jobs if not any(_holds(j, o) for o in allowed)]
     if stuck:
         lines.append(f"{len(stuck)} job(s) fit no allowed offer and cannot run: {', '.join(stuck[:5])}"

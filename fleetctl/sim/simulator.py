@@ -88,11 +88,13 @@ class SimConfig:
     reclaim_forecast: bool = True  # pass the store's own recent reclaims to the planner
 
     def __post_init__(self) -> None:
-        if not self.tick_seconds > 0:
-            raise ValueError(f"tick_seconds must be above 0 (got {self.tick_seconds})")
-        for name in ("launch_delay_seconds", "checkpoint_seconds", "ice_ttl_seconds", "overrun_hours"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
+        if not 0 < self.tick_seconds <= 86400:
+            raise ValueError(f"tick_seconds must be above 0 and at most a day, 86400 (got {self.tick_seconds})")
+        for name, most in (("launch_delay_seconds", 86400.0), ("checkpoint_seconds", 86400.0),
+                           ("ice_ttl_seconds", 86400.0), ("overrun_hours", 24.0 * 366)):
+            value = getattr(self, name)
+            if not 0 <= value <= most:  # also refuses NaN
+                raise ValueError(f"{name} must be from 0 to {most:g} (got {value})")
 
 
 @dataclass(frozen=True, slots=True)

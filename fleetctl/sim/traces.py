@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from typing import Callable, TypeVar
 
 from fleetctl import model
+from fleetctl.files import write_text_atomic
 from fleetctl.jobspec import parse_utc_timestamp
 from fleetctl.policy import GPU_MODELS
 from fleetctl.yamlerrors import SpecError, ValidationIssue, describe_value, did_you_mean
@@ -621,9 +622,7 @@ def write_job_trace(jobs: Iterable[model.Job], path: str | os.PathLike[str]) -> 
     """Write ``jobs`` as a job-trace CSV file (see :func:`format_job_trace`);
     ``read_job_trace(path)`` gives back jobs equal to ``jobs`` (trace fields,
     ``gpu_models`` sorted, state QUEUED)."""
-    text = format_job_trace(jobs)
-    with open(os.fspath(path), "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
+    write_text_atomic(path, format_job_trace(jobs))  # whole or not at all
 
 
 def trace_fields(job: model.Job) -> model.Job:

@@ -89,3 +89,59 @@ def test_cli_rejects_bad_input(tmp_path):
            "--policy", str(ROOT / "policies" / "example.yaml"), "--compare", "karpenter"]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert out.returncode == 2 and "unknown policy 'karpenter'" in out.stderr
+
+
+def _backtest(tmp: Path, jobs_csv: Path, manifest: Path, *args: str, policy: Path | None = None):  # noqa: ANN202
+    cmd = [sys.executable, "-m", "fleetctl", "backtest", "--jobs", str(jobs_csv), "--market", str(manifest),
+           "--policy", str(policy or ROOT / "policies" / "example.yaml"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, timeout=120)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--tick-seconds", "inf"), "--tick-seconds must be above 0 and at most a day"),
+    (("--launch-delay-seconds", "nan"), "--launch-delay-seconds must be from 0 to 86400"),
+    (("--launch-delay-seconds", "1e12"), "--launch-delay-seconds must be from 0 to 86400"),
+])
+def test_cli_refuses_numbers_it_cannot_simulate(tmp_path, args, words):
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    out = _backtest(tmp_path, jobs_csv, manifest, *args)
+    assert out.returncode == 2 and words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_checks_the_report_path_before_running_and_stops_when_nothing_can_run(tmp_path):
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    report = _backtest(tmp_path, jobs_csv, manifest, "--report", str(tmp_path / "afile"))
+    assert report.returncode == 2 and f"--report {tmp_path / 'afile'}: cannot write there" in report.stderr
+    assert report.stdout == ""  # refused before the run
+    example = (ROOT / "policies" / "example.yaml").read_text()
+    no_v100 = tmp_path / "no-v100.yaml"  # the market sells only V100s
+    no_v100.write_text(example.replace("  - T4\n  - V100-16GB\n", "  - T4\n", 1))
+    assert no_v100.read_text() != example
+    out = _backtest(tmp_path, jobs_csv, manifest, policy=no_v100)
+    assert out.returncode == 2 and "excludes every offer" in out.stderr and "nothing was simulated" in out.stderr
+    broke = tmp_path / "broke.yaml"
+    broke.write_text(example.replace("max_usd_per_hour: 400", "max_usd_per_hour: 0.5", 1))
+    assert broke.read_text() != example
+    out = _backtest(tmp_path, jobs_csv, manifest, policy=broke)
+    assert out.returncode == 2 and "no node fits the policy's budget" in out.stderr, out.stderr
+
+
+def test_cli_refuses_jobs_submitted_after_the_simulation_ends(tmp_path):
+    jobs_csv, manifest = _tiny_case(tmp_path)  # the market ends 6 hours after 2023-02-15
+    rows = jobs_csv.read_text().splitlines()
+    header = rows[0].split(",")
+    col = header.index("submit_time_utc")
+    late = rows[1].split(",")
+    late[col] = "2023-02-15T07:00:00Z"
+    far = rows[2].split(",")
+    far[col] = "2024-06-01T00:00:00Z"
+    jobs_csv.write_text("\n".join([rows[0], ",".join(late), ",".join(far), *rows[3:]]) + "\n")
+    out = _backtest(tmp_path, jobs_csv, manifest, "--format", "json")
+    assert out.returncode == 2 and "1 job(s) are submitted after the simulation ends" in out.stderr, out.stderr
+    jobs_csv.write_text("\n".join([rows[0], ",".join(late), *rows[3:]]) + "\n")
+    out = _backtest(tmp_path, jobs_csv, manifest, "--format", "json", "--compare", "on-demand")
+    assert out.returncode == 0, out.stderr
+    assert "1 job(s) are submitted after" in out.stderr and "only on-demand" in out.stderr
+    assert all(m["jobs_lost"] == 0 for m in json.loads(out.stdout)["policies"].values())

@@ -611,3 +611,24 @@ def test_garbage_pod_lists_give_jobs_or_spec_error(text: str, include_cpu: bool)
     result = convert_alibaba_pods(pods, options(include_cpu=include_cpu, pending_duration_hours=1.0,
                                                 deadline_fraction=0.5, checkpointable_fraction=0.5))
     assert parse_job_trace(format_job_trace(result.jobs)) == result.jobs
+
+
+def test_cli_import_writes_whole_files_through_symlinks_and_refuses_other_targets(tmp_path: Path) -> None:
+    (tmp_path / "pods.csv").write_text(PODS)
+    start = ("--start", "2023-02-15T00:00:00Z")
+    (tmp_path / "real.csv").write_text("old\n")
+    (tmp_path / "link.csv").symlink_to("real.csv")
+    done = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "-o", "link.csv")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_text() == EXPECTED_JOBS_CSV
+    (tmp_path / "adir").mkdir()
+    refused = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "-o", "adir")
+    assert refused.returncode == 2 and "exists and is not a regular file" in refused.stderr, refused.stderr
+    assert list((tmp_path / "adir").iterdir()) == []
+    nested = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "-o", "new/dir/jobs.csv")
+    assert nested.returncode == 0 and (tmp_path / "new" / "dir" / "jobs.csv").read_text() == EXPECTED_JOBS_CSV
+    empty = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "--limit", "0",
+                         "-o", "none.csv")
+    assert empty.returncode == 2 and "no job is left to write" in empty.stderr, empty.stderr
+    assert not (tmp_path / "none.csv").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary file left

@@ -1,0 +1,37 @@
+"""Writing output files all at once.
+
+A file that fleetctl writes (a job trace, a demand series) appears whole or
+not at all: the text goes to a temporary file beside the target and is
+renamed over it at the end, so a full disk or a Ctrl-C never leaves half a
+file that a later command would read. A symlink is written through (its
+target is replaced, the link kept); a device, directory or other non-regular
+file is refused rather than replaced by a regular file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8, line endings as given) to ``path`` all at once;
+    returns the path written (a symlink's target). Creates missing parent
+    directories. Raises ``OSError`` (with ``filename``) when it cannot."""
+    out = Path(path)
+    if out.is_symlink():
+        out = out.resolve()
+    if out.exists() and not out.is_file():
+        raise OSError(errno.EEXIST, "exists and is not a regular file", str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
