@@ -25,7 +25,8 @@ from fleetctl.cli.common import (
 
 
 def reconcile(
-    once: Annotated[bool, typer.Option("--once", help="Run one tick and exit (for cron).")] = False,
+    once: Annotated[bool, typer.Option("--once", help="Run one tick and exit (for cron). Required: for a loop, "
+                                       "run `fleetctl daemon`.")] = False,
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
@@ -51,7 +52,8 @@ def reconcile(
     actions = report.plan.actions if report.plan else ()
     console.print(
         f"tick: {len(actions)} actions, {len(report.started)} jobs started, {len(report.completed)} completed, "
-        f"{len(report.requeued)} requeued after {report.interruptions} notices",
+        f"{len(report.requeued)} requeued after {report.interruptions} notices"
+        + (f", {len(report.cancelled)} cancelled" if report.cancelled else ""),
         markup=False,
     )
 

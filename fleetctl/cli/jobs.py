@@ -1,4 +1,4 @@
-"""`fleetctl jobs submit|list`."""
+"""`fleetctl jobs submit|list|cancel`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.table import Table
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, open_store, utcnow
 from fleetctl.codec import job_to_dict
 
-app = typer.Typer(help="Submit jobs to the queue and list them.", no_args_is_help=True)
+app = typer.Typer(help="Submit jobs to the queue, list them, cancel them.", no_args_is_help=True)
 
 
 class OutputFormat(str, enum.Enum):
@@ -60,7 +60,31 @@ def submit(
         fail(f"{exc}; no job was submitted (pick a new id or cancel the old job)", 2)
     finally:
         store.close()
-    console.print(f"{added} job(s) submitted, {unchanged} already queued unchanged", markup=False)
+    console.print(f"{added} job(s) submitted, {unchanged} already in the store unchanged", markup=False)
+
+
+@app.command()
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="Ids of the jobs to cancel.", show_default=False)],
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
+    state: StateOption = None,
+) -> None:
+    """Cancel jobs. A queued job is cancelled at once; a bound or running one at the next
+    reconcile tick (`fleetctl reconcile --once`, or the daemon's next pass), which stops it
+    and leaves its nodes idle for the policy's idle timeout. Finished jobs are left as they
+    are. An unknown id is an error (exit code 2) and nothing is cancelled."""
+    from fleetctl.store import StoreError
+
+    store = open_store(state)
+    try:
+        outcome = store.request_cancel(job_ids, utcnow(), reason)
+    except StoreError as exc:
+        fail(str(exc), 2)
+    finally:
+        store.close()
+    words = {"cancelled": "cancelled", "requested": "cancel requested: stopped at the next reconcile tick"}
+    for job_id, result in outcome.items():
+        console.print(f"{job_id}: {words.get(result, result + ', left as it is')}", markup=False)
 
 
 @app.command("list")

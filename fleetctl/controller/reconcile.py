@@ -1,7 +1,7 @@
 """One tick of the controller: a plain function that cron, the daemon, the
 tests and the simulator all call.
 
-    handle interruptions -> advance jobs (start, finish) -> observe -> plan -> act -> record
+    handle interruptions -> cancel jobs -> advance jobs (start, finish) -> observe -> plan -> act -> record
 
 The tick decides nothing itself: placement, purchases, terminations and
 migrations come from the planner; the tick carries out the runtime's side of
@@ -51,6 +51,7 @@ class TickReport:
     started: list[str] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
     interruptions: int = 0
     lost_gpu_hours: float = 0.0
     checkpoints: int = 0
@@ -182,6 +183,36 @@ def _already_handled(store: Store, event: InterruptionEvent) -> bool:
                and e.kind is not InterruptionKind.REBALANCE for e in store.interruptions(unhandled_only=False))
 
 
+def apply_cancellations(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,
+                        report: TickReport | None = None) -> int:
+    """Carry out ``fleetctl jobs cancel``: each requested job that is still
+    active is stopped (if running) and marked cancelled, its nodes left idle
+    for the planner's idle timeout; each request is marked handled in the same
+    transaction. Returns how many jobs were cancelled."""
+    report = report or TickReport()
+    pending = store.pending_cancellations()
+    if not pending:
+        return 0
+    jobs = {j.job_id: j for j in store.jobs()}
+    nodes = {n.node_id: n for n in provider.nodes(now)}
+    done = 0
+    for job_id in pending:
+        with store.transaction():
+            job = jobs.get(job_id)
+            if job is not None and job.state.active:
+                if job.state is JobState.RUNNING:
+                    runtime.stop(job, now)
+                store.put_job(replace(job, state=JobState.CANCELLED, node_ids=()), now)
+                for nid in sorted(set(job.node_ids)):
+                    if nid in nodes:
+                        store.put_node(replace(nodes[nid], idle_since_utc=now), now)
+                store.record("cancel", now, job_id, state=job.state.value, nodes=list(job.node_ids))
+                report.cancelled.append(job_id)
+                done += 1
+            store.mark_cancel_handled(job_id, now)
+    return done
+
+
 def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,
                  metrics: FleetMetrics | None = None, report: TickReport | None = None) -> None:
     """Passive transitions: bound jobs start once all their nodes are ready;
@@ -241,6 +272,7 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
     report = TickReport()
     handle_interruptions(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
                          metrics=metrics, report=report)
+    apply_cancellations(store=store, provider=provider, runtime=runtime, now=now, report=report)
     advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
     obs = observe(store, provider, now)
     store.record_offers(obs.offers, now)  # the market history the interruption forecaster learns from

@@ -219,6 +219,53 @@ class Store:
             if result.rowcount != 1:
                 raise StoreError(f"job {job.job_id!r} is not in the store")
 
+    def request_cancel(self, job_ids: Iterable[str], now: datetime, reason: str = "") -> dict[str, str]:
+        """Record cancel requests, all or none: ``StoreError`` naming unknown
+        ids (nothing recorded). A queued job is cancelled at once; a bound or
+        running one by the next reconcile tick (``pending_cancellations``),
+        which stops it first. Returns each job's outcome: ``cancelled``,
+        ``requested`` or ``already <state>`` (finished jobs are left alone)."""
+        ids = list(dict.fromkeys(job_ids))
+        outcome: dict[str, str] = {}
+        with self.transaction(), self._tx() as conn:
+            # FOR UPDATE (PostgreSQL): a tick binding one of these jobs right now commits first, and the job
+            # is then read as bound (its cancel waits for the next tick) instead of overwritten as queued.
+            found = {r.job_id: r for r in conn.execute(
+                sa.select(tables.jobs.c.job_id, tables.jobs.c.spec).where(tables.jobs.c.job_id.in_(ids))
+                .with_for_update()).all()}
+            unknown = [i for i in ids if i not in found]
+            if unknown:
+                raise StoreError(f"no such job: {', '.join(unknown)}; nothing was cancelled")
+            t = tables.job_cancellations
+            for job_id in ids:
+                job = _row(job_from_dict, found[job_id].spec, f"job {job_id!r}")
+                if not job.state.active:
+                    outcome[job_id] = f"already {job.state.value}"
+                    continue
+                if conn.execute(sa.select(t.c.job_id).where(t.c.job_id == job_id)).first() is None:
+                    conn.execute(t.insert().values(job_id=job_id, requested_at_utc=dt_to_str(now), reason=reason,
+                                                   handled_at_utc=None))
+                if job.state is JobState.QUEUED and not job.node_ids:
+                    self.put_job(dataclasses.replace(job, state=JobState.CANCELLED), now)
+                    outcome[job_id] = "cancelled"
+                else:
+                    outcome[job_id] = "requested"
+                self.record("cancel_requested", now, job_id, reason=reason, state=job.state.value)
+        return outcome
+
+    def pending_cancellations(self) -> tuple[str, ...]:
+        """Job ids with a cancel request no tick has carried out yet, oldest first."""
+        t = tables.job_cancellations
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(t.c.job_id).where(t.c.handled_at_utc.is_(None))
+                                .order_by(t.c.requested_at_utc, t.c.job_id)).all()
+        return tuple(r.job_id for r in rows)
+
+    def mark_cancel_handled(self, job_id: str, now: datetime) -> None:
+        t = tables.job_cancellations
+        with self._tx() as conn:
+            conn.execute(t.update().where(t.c.job_id == job_id).values(handled_at_utc=dt_to_str(now)))
+
     # ------------------------------------------------------------------ nodes
 
     def put_node(self, node: Node, now: datetime, idempotency_key: str | None = None) -> None:

@@ -94,3 +94,15 @@ offer_latest = Table(
     Column("available", Integer, nullable=False),
     Column("usd_per_hour", Float, nullable=True),
 )
+
+job_cancellations = Table(
+    "job_cancellations",
+    metadata,
+    # A cancel request is its own row, not a field of the job: a tick that read
+    # the job before the request and writes it back afterwards cannot lose it.
+    # The next tick carries it out (stops a running job) and marks it handled.
+    Column("job_id", String(255), primary_key=True),
+    Column("requested_at_utc", String(40), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("handled_at_utc", String(40), nullable=True, index=True),
+)

@@ -261,3 +261,45 @@ def test_one_reclaim_through_two_paths_is_handled_and_counted_once(world_factory
     assert w.store.interruptions() == ()  # both notices handled
     assert len(w.store.events("interruption_duplicate")) == 1
     assert jobs(w)["j"].interruptions == 1
+
+
+def test_cancel_stops_a_running_job_drops_a_queued_one_and_survives_a_stale_write(world_factory):
+    from fleetctl.controller.runtime import SimRuntime
+    from fleetctl.store import StoreError
+
+    stopped: list[str] = []
+
+    class Recording(SimRuntime):  # the real sim runtime, with its stops written down
+        def stop(self, job, now):  # noqa: ANN001, ANN201
+            stopped.append(job.job_id)
+            return super().stop(job, now)
+
+    w = world_factory(offers=OFFERS)
+    w.runtime = Recording(checkpoint_seconds=30)
+    w.store.add_jobs([job("run", gpus=8, duration_hours=4.0)], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))
+    node_id = jobs(w)["run"].node_ids[0]
+    w.store.add_jobs([job("wait", gpus=8, duration_hours=4.0, submitted=T0 + timedelta(minutes=2))], T0)
+    with pytest.raises(StoreError, match="no such job: nope; nothing was cancelled"):
+        w.store.request_cancel(["wait", "nope"], T0 + timedelta(minutes=2))
+    assert jobs(w)["wait"].state is JobState.QUEUED and w.store.pending_cancellations() == ()
+    assert w.store.request_cancel(["run", "wait"], T0 + timedelta(minutes=2), "wrong data") == {
+        "run": "requested", "wait": "cancelled"}
+    assert jobs(w)["wait"].state is JobState.CANCELLED and jobs(w)["run"].state is JobState.RUNNING
+    r = run_tick(w, T0 + timedelta(minutes=3), pol=policy(idle_timeout_minutes=10))
+    assert r.cancelled == ["run"] and stopped == ["run"]
+    assert jobs(w)["run"].state is JobState.CANCELLED and jobs(w)["run"].node_ids == ()
+    assert not any(a.kind in ("launch", "bind") for a in r.plan.actions)  # "wait" is not placed
+    assert w.store.pending_cancellations() == ()
+    assert w.store.request_cancel(["run"], T0 + timedelta(minutes=4)) == {"run": "already cancelled"}
+    r = run_tick(w, T0 + timedelta(minutes=14), pol=policy(idle_timeout_minutes=10))
+    assert [(a.kind, a.node_id) for a in r.plan.actions] == [("terminate", node_id)]
+
+    # A tick that read a job before its cancel and writes it back afterwards does not undo the cancel.
+    w.store.add_jobs([job("late", gpus=8, duration_hours=1.0, submitted=T0 + timedelta(minutes=20))], T0)
+    stale = jobs(w)["late"]
+    assert w.store.request_cancel(["late"], T0 + timedelta(minutes=20)) == {"late": "cancelled"}
+    w.store.put_job(replace(stale, state=JobState.BOUND, node_ids=("sim-x",)), T0 + timedelta(minutes=20))
+    r = run_tick(w, T0 + timedelta(minutes=21))
+    assert r.cancelled == ["late"] and jobs(w)["late"].state is JobState.CANCELLED
