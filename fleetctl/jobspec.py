@@ -147,6 +147,18 @@ def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy
                 at + ("priority",),
                 f"unknown priority class {spec.priority!r}; the policy defines: {', '.join(sorted(classes))}",
             ))
+        gpus = spec.workers * spec.gpus_per_worker
+        limits = [(policy.max_gpus, "the policy's budget.max_gpus")]
+        team = policy.team(spec.team)
+        limits.append((team.burst_gpus, f"team {spec.team}'s burst_gpus"))
+        for limit, what in limits:
+            if limit is not None and gpus > limit:
+                issues.append(doc.issue(
+                    at + ("gpus_per_worker",),
+                    f"the job needs {gpus} GPUs ({spec.workers} workers x {spec.gpus_per_worker}), more than "
+                    f"{what} ({limit}): it could never be placed",
+                ))
+                break
         if policy.gpu_models:
             for index, name in enumerate(spec.gpu_models):
                 if name not in policy.gpu_models:

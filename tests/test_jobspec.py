@@ -216,6 +216,13 @@ BROKEN = [
                  "unknown priority class 'urgent'; the policy defines: batch, production", id="unknown-class"),
     pytest.param(_HEAD + "    gpu_models: [A100-80GB, K80]\n", "policy", 9, 29, "jobs[0].gpu_models[1]",
                  "GPU model 'K80' is not allowed by the policy", id="gpu-model-outside-policy"),
+    pytest.param(_HEAD.replace("gpus_per_worker: 1", "gpus_per_worker: 1000"), "policy", 5, 22,
+                 "jobs[0].gpus_per_worker", "needs 1000 GPUs (1 workers x 1000), more than the policy's "
+                 "budget.max_gpus (96): it could never be placed", id="more-gpus-than-the-fleet-may-have"),
+    pytest.param(_HEAD.replace("team: t", "team: ml-research").replace("gpus_per_worker: 1", "gpus_per_worker: 8")
+                 + "    workers: 9\n", "policy", 5, 22, "jobs[0].gpus_per_worker",
+                 "needs 72 GPUs (9 workers x 8), more than team ml-research's burst_gpus (64)",
+                 id="more-gpus-than-the-team-may-burst-to"),
     pytest.param(_HEAD + "other: 1\n", None, 9, 1, "other", "unknown field 'other'", id="extra-envelope-key"),
     pytest.param("jobs: {id: a}\n", None, 1, 7, "jobs", "must be a list of jobs (got a mapping)",
                  id="jobs-not-a-list"),

@@ -98,10 +98,24 @@ def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Pat
 
 
 def open_store(option: str | None) -> Store:
+    url = option or default_url()
+    if _in_memory(url):
+        fail(f"--state {url!r} is an in-memory SQLite database: nothing would be kept after this command; give a "
+             "file (sqlite:///path/state.db) or a server URL", 2)
     try:
-        return Store(option or default_url())
+        return Store(url)
     except StoreError as exc:
         fail(str(exc))
+
+
+def _in_memory(url: str) -> bool:
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return False  # Store reports the bad URL
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
 
 
 def sim_launch_delay_seconds() -> float:

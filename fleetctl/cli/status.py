@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from typing import Annotated
 
+import typer
 from rich.table import Table
 
 from fleetctl.cli.common import (
@@ -17,11 +20,17 @@ from fleetctl.cli.common import (
     open_store,
     utcnow,
 )
+from fleetctl.cli.jobs import OutputFormat
+from fleetctl.codec import node_to_dict
 from fleetctl.model import NodeState
 
 
 def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption = "sim",
-           policy: PolicyOption = None) -> None:
+           policy: PolicyOption = None,
+           output: Annotated[OutputFormat, typer.Option(
+               "--format", help="table, or json for scripts: {\"nodes\": [...], \"jobs\": {STATE: count}, "
+                                "\"gpus\", \"usd_per_hour\"}; each node with its jobs.")] = OutputFormat.table,
+           ) -> None:
     """Show nodes (with the jobs on them), job counts by state, and current USD/hour.
     With --cloud aws, the nodes come from EC2 (the policy names the cluster)."""
     pol = load_policy_or_exit(policy)[0] if cloud != "sim" else None
@@ -38,6 +47,14 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
         if j.state.active:
             for n in j.node_ids:
                 on_node.setdefault(n, []).append(j.job_id)
+    counts = Counter(j.state.value for j in jobs)
+    usd = sum(n.offer.usd_per_hour for n in nodes)
+    gpus = sum(n.offer.instance_type.gpu_count for n in nodes)
+    if output is OutputFormat.json:
+        doc = {"nodes": [{**node_to_dict(n), "jobs": sorted(set(on_node.get(n.node_id, [])))} for n in nodes],
+               "jobs": dict(sorted(counts.items())), "gpus": gpus, "usd_per_hour": round(usd, 6)}
+        print(json.dumps(doc, indent=2))
+        return
     table = Table(title=f"{len(nodes)} nodes")
     for col in ("node", "state", "provider", "instance type", "GPUs", "market", "region/zone", "$/h", "jobs"):
         table.add_column(col, justify="right" if col == "$/h" else "left")
@@ -55,8 +72,5 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
             ", ".join(sorted(set(on_node.get(n.node_id, [])))) or "-",
         )
     console.print(table)
-    counts = Counter(j.state.value for j in jobs)
     console.print("Jobs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), markup=False)
-    usd = sum(n.offer.usd_per_hour for n in nodes)
-    gpus = sum(n.offer.instance_type.gpu_count for n in nodes)
     console.print(f"Fleet: {len(nodes)} nodes, {gpus} GPUs, ${usd:.2f}/h", markup=False)

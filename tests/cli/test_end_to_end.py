@@ -190,7 +190,12 @@ def test_the_same_queue_file_can_be_resubmitted_once_its_jobs_run(workdir):
     assert {j["state"] for j in running} == {"running"}
     again = fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
     assert again.returncode == 0, again.stderr
-    assert f"0 job(s) submitted, {len(running)} already queued unchanged" in again.stdout
+    assert f"0 job(s) submitted, {len(running)} already in the store unchanged" in again.stdout
+    doc = json.loads(fleetctl(workdir, "status", "--format", "json").stdout)
+    assert doc["jobs"] == {"running": len(running)} and doc["usd_per_hour"] > 0
+    assert {j for n in doc["nodes"] for j in n["jobs"]} == {j["id"] for j in running}  # gangs span nodes
+    memory = fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml", "--state", "sqlite:///")
+    assert memory.returncode == 2 and "in-memory SQLite database: nothing would be kept" in memory.stderr
 
 
 def test_a_damaged_store_is_one_clear_error_not_a_traceback(workdir):
@@ -246,3 +251,22 @@ def test_missing_cloud_credentials_and_an_unusable_state_path_are_one_line_error
     blocked = fleetctl(elsewhere, "jobs", "list")
     assert blocked.returncode == 1 and "cannot open state store" in blocked.stderr, blocked.stderr
     assert "Traceback" not in blocked.stderr
+
+
+def test_jobs_cancel(workdir):
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    ids = sorted(example_job_ids())
+    unknown = fleetctl(workdir, "jobs", "cancel", ids[0], "no-such-job")
+    assert unknown.returncode == 2 and "no such job: no-such-job; nothing was cancelled" in unknown.stderr
+    queued = fleetctl(workdir, "jobs", "cancel", ids[0], "--reason", "submitted by mistake")
+    assert queued.returncode == 0 and f"{ids[0]}: cancelled" in queued.stdout
+    assert fleetctl(workdir, "reconcile", "--once").returncode == 0  # places the others
+    running = fleetctl(workdir, "jobs", "cancel", ids[1])
+    assert running.returncode == 0 and f"{ids[1]}: cancel requested" in running.stdout
+    tick = fleetctl(workdir, "reconcile", "--once")
+    assert tick.returncode == 0 and "1 cancelled" in tick.stdout, tick.stdout
+    states = {j["id"]: j["state"] for j in json.loads(fleetctl(workdir, "jobs", "list", "--all", "--format",
+                                                               "json").stdout)}
+    assert states[ids[0]] == states[ids[1]] == "cancelled"
+    assert all(s == "running" for i, s in states.items() if i not in ids[:2])
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0  # still a no-op
