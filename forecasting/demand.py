@@ -505,17 +505,19 @@ def evaluate(model: DemandModel, series: Sequence[DemandSeries], horizon_minutes
     two baselines. Result: ``{"samples", "mae", "pinball_p90", "p90_coverage",
     "baselines": {"last_value": {"mae", "pinball_p90"}, "seasonal_naive": {...}}}``
     plus ``"_curves"`` (per series: target times, outcome, p50, p90, last value)
-    for :func:`forecast_plot`."""
+    for :func:`forecast_plot` and ``"_skipped"`` (names of series with no origin
+    in the window)."""
     if horizon_minutes not in model.horizons_minutes:
         raise ValueError(f"the model has no {horizon_minutes}-minute horizon (it has "
                          f"{', '.join(str(h) for h in model.horizons_minutes)} minutes)")
     q90 = model.metadata["baseline_residual_q90"][str(horizon_minutes)]
     since_s = since_utc.timestamp() if since_utc is not None else None
     until_s = until_utc.timestamp() if until_utc is not None else None
-    ys, p50s, p90s, lvs, lv90s, sns, sn90s, curves = [], [], [], [], [], [], [], []
+    ys, p50s, p90s, lvs, lv90s, sns, sn90s, curves, skipped = [], [], [], [], [], [], [], [], []
     for s in series:
         smp = build_samples(s, horizon_minutes, since_s=since_s, until_s=until_s, full_day=True)
         if not len(smp.origins_s):
+            skipped.append(s.name)
             continue
         p50, p90 = model.quantiles(smp.X, smp.scale, smp.level, horizon_minutes)
         ys.append(smp.outcome)
@@ -537,6 +539,7 @@ def evaluate(model: DemandModel, series: Sequence[DemandSeries], horizon_minutes
         out["baselines"][name] = {"mae": round(float(np.mean(np.abs(y - point))), 6),
                                   "pinball_p90": round(pinball(y, upper, 0.9), 6)}
     out["_curves"] = curves
+    out["_skipped"] = skipped  # series with no origin in the window (too short): named by the CLI
     return out
 
 

@@ -175,6 +175,10 @@ def evaluate_demand(
     except ValueError as exc:
         fail(str(exc), 2)
     curves = result.pop("_curves")
+    skipped = result.pop("_skipped")
+    if skipped:
+        err_console.print(f"note: not scored (no origin with 24 hours of history and the {h}-minute outcome inside "
+                          f"the window): {', '.join(skipped)}", markup=False)
     if report is not None:
         try:
             report.mkdir(parents=True, exist_ok=True)

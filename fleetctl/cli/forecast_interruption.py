@@ -91,7 +91,8 @@ def train_interruption(
     train_fraction: Annotated[float, typer.Option(
         "--train-fraction", help="Share (0..1) of each market's period, from its start, to train on; the rest "
                                  "is left for `evaluate`.")] = 0.7,
-    horizon: Annotated[str, typer.Option("--horizon", help="Horizon of the probability, e.g. 30m, 1h.")] = "1h",
+    horizon: Annotated[str, typer.Option("--horizon", help="Horizon of the probability, e.g. 30m, 1h (whole minutes, at most "
+                                                     "24h).")] = "1h",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the model.")] = 0,
 ) -> None:
     """Train the interruption-risk model on market traces and save it.
@@ -105,6 +106,9 @@ def train_interruption(
 
     try:
         h = timedelta(minutes=whole_minutes(horizon))
+        if h > timedelta(hours=24):
+            raise ValueError(f"--horizon {horizon}: at most 24h (the features look back a day; the planner asks "
+                             "for 1h)")
         if not 0 < train_fraction < 1:
             raise ValueError(f"--train-fraction must be between 0 and 1 (got {train_fraction})")
     except ValueError as exc:

@@ -72,6 +72,8 @@ def test_forecast_cli_refuses_unusable_output_and_input(tmp_path):
     vc3sl, vcmod = EXAMPLES / "helios-earth-vc3sl.csv", EXAMPLES / "helios-earth-vcMod.csv"
     odd = _invoke("train", "interruption", "--market", str(market), "--horizon", "7.5m", "-o", str(tmp_path / "m"))
     assert odd.exit_code == 2 and "a horizon must be a whole number of minutes" in odd.output
+    long = _invoke("train", "interruption", "--market", str(market), "--horizon", "30d", "-o", str(tmp_path / "m"))
+    assert long.exit_code == 2 and "at most 24h" in long.output
     twice = _invoke("train", "demand", "--series", str(vc3sl), "--series", str(vc3sl), "-o", str(tmp_path / "d"))
     assert twice.exit_code == 2 and "--series given more than once" in twice.output
     copy = tmp_path / "copy.csv"
@@ -93,6 +95,11 @@ def test_forecast_cli_refuses_unusable_output_and_input(tmp_path):
     assert backwards.exit_code == 2 and "must be after --since" in backwards.output
     early = _invoke(*evaluate, "--since", "2020-05-20T00:00:00Z", "--format", "json")
     assert early.exit_code == 0 and "the scores include origins of the training period" in early.stderr
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join(vcmod.read_text().splitlines()[:120]).replace("V100-32GB", "V100-16GB") + "\n")
+    partly = _invoke(*evaluate, "--series", str(short), "--format", "json")
+    assert partly.exit_code == 0, partly.output
+    assert "note: not scored" in partly.stderr and "short" in partly.stderr.split("not scored")[1]
     (tmp_path / "afile").write_text("x")
     report = _invoke(*evaluate, "--report", str(tmp_path / "afile"))
     assert report.exit_code == 2 and f"--report {tmp_path / 'afile'}: cannot write the report" in report.output
