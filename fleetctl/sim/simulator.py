@@ -32,7 +32,9 @@ Accounting (between two steps the state is constant):
 * running GPUs: GPUs of running jobs; ``gpu_hours_run`` its integral;
 * useful GPU-hours: the work the jobs kept (full duration of completed jobs,
   progress of running ones, the checkpoint of the others) x their GPUs;
-* lost GPU-hours: GPU-hours run that no job kept (``gpu_hours_run`` - useful);
+* lost GPU-hours: GPU-hours run that no job kept (``gpu_hours_run`` - useful;
+  completions are stepped to the next whole second, so each completed run
+  adds up to 1 s of running GPUs here);
 * GPU utilisation: useful GPU-hours / GPU-hours of held nodes;
 * wait: submit to first start (a job never started waits until the end);
 * a deadline is missed by a job completed after it or not completed by the end;
