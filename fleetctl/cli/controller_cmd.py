@@ -41,12 +41,20 @@ def reconcile(
 
     if not once:
         fail("reconcile runs one tick and needs --once (for cron); for a loop run `fleetctl daemon`", 2)
+    from fleetctl.controller import ApplyError
+    from providers.base import ProviderError
+
     pol, _ = load_policy_or_exit(policy)
     store = open_store(state)
     try:
         now = utcnow()
         report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(), policy=pol, now=now,
                       forecast=build_forecast(store, now, None))
+    except ApplyError as exc:
+        fail(f"the tick's plan was not applied: {exc}; nothing of it was changed (reclaim notices and job "
+             "starts before it are recorded); the next tick plans again")
+    except ProviderError as exc:
+        fail(f"the cloud refused a call: {type(exc).__name__}: {exc}; the next tick tries again")
     finally:
         store.close()
     actions = report.plan.actions if report.plan else ()

@@ -270,3 +270,29 @@ def test_jobs_cancel(workdir):
     assert states[ids[0]] == states[ids[1]] == "cancelled"
     assert all(s == "running" for i, s in states.items() if i not in ids[:2])
     assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0  # still a no-op
+
+
+def test_reconcile_reports_a_launch_the_cloud_refuses_in_one_line(workdir, monkeypatch):
+    """The sandbox always has capacity; a cloud may not. Its refusal (the
+    provider boundary, stood in for here) fails the tick's plan as a whole."""
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from providers.base import InsufficientCapacity
+    from providers.sim import SimProvider
+
+    def refuse(self, request, now):  # noqa: ANN001, ANN202
+        raise InsufficientCapacity(f"no capacity for {request.offer.key}")
+
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("FLEETCTL_SIM_LAUNCH_DELAY_SECONDS", "0")
+    runner = CliRunner()
+    assert runner.invoke(app, ["jobs", "submit", "examples/jobs.yaml"]).exit_code == 0
+    monkeypatch.setattr(SimProvider, "launch", refuse)
+    result = runner.invoke(app, ["reconcile", "--once"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert "the tick's plan was not applied: launch of" in result.output and "no capacity for" in result.output
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    jobs = json.loads(runner.invoke(app, ["jobs", "list", "--format", "json"]).stdout)
+    assert {j["state"] for j in jobs} == {"queued"}  # nothing of the plan was applied
