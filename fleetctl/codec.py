@@ -149,6 +149,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "priority_boost": job.priority_boost,
         "avoid_offer_keys": list(job.avoid_offer_keys),
         "requeued_at_utc": dt_to_str(job.requeued_at_utc),
+        "first_started_at_utc": dt_to_str(job.first_started_at_utc),
     }
 
 
@@ -179,6 +180,7 @@ def job_from_dict(d: dict[str, Any]) -> Job:
         priority_boost=float(d.get("priority_boost") or 0.0),
         avoid_offer_keys=tuple(d.get("avoid_offer_keys") or ()),
         requeued_at_utc=str_to_dt(d.get("requeued_at_utc")),
+        first_started_at_utc=str_to_dt(d.get("first_started_at_utc")),
     )
 
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from fleetctl.model import Job, JobState, Market, Node, NodeState
 
-WAIT_BUCKETS_HOURS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 24, 72)
+WAIT_BUCKETS_SECONDS = (30, 60, 180, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 259200)
 TICK_BUCKETS_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -25,17 +25,19 @@ class FleetMetrics:
         self.gpus = Gauge("fleetctl_gpus", "GPUs by provider, market and state.", ["provider", "market", "state"], registry=r)
         self.gpu_allocation = Gauge("fleetctl_gpu_allocation_ratio", "Allocated GPUs over GPUs of ready nodes (0..1).", registry=r)
         self.queued = Gauge("fleetctl_queued_jobs", "Queued jobs by priority class and team.", ["priority", "team"], registry=r)
-        self.job_wait = Histogram("fleetctl_job_wait_hours", "Hours from submission to start, observed when a job starts.",
-                                  buckets=WAIT_BUCKETS_HOURS, registry=r)
+        self.job_wait = Histogram("fleetctl_job_wait_seconds",
+                                  "Seconds from submission to a job's first start (observed once per job; restarts "
+                                  "after a reclaim or a migration are not waits).", buckets=WAIT_BUCKETS_SECONDS,
+                                  registry=r)
         self.usd_per_hour = Gauge("fleetctl_usd_per_hour", "What the fleet costs now, USD per hour, by provider and market.",
                                   ["provider", "market"], registry=r)
         self.interruptions = Counter("fleetctl_interruptions", "Reclaim notices and rebalance hints handled.",
                                      ["provider", "kind"], registry=r)
-        self.checkpoints = Counter("fleetctl_checkpoints", "Checkpoints requested before a reclaim or a migration.", registry=r)
+        self.checkpoints = Counter("fleetctl_checkpoints", "Checkpoints requested before a reclaim, a migration or a preemption.", registry=r)
         self.migrations = Counter("fleetctl_migrations", "Jobs moved to other nodes (consolidation).", registry=r)
         self.preemptions = Counter("fleetctl_preemptions", "Jobs preempted for higher-priority work.", registry=r)
-        self.fallbacks = Counter("fleetctl_on_demand_fallbacks", "Launches on on-demand capacity for spot-eligible work.", registry=r)
-        self.lost_gpu_hours = Counter("fleetctl_lost_gpu_hours", "GPU-hours of work lost to reclaims (since the last checkpoint).", registry=r)
+        self.fallbacks = Counter("fleetctl_on_demand_fallbacks", "On-demand launches for spot-eligible work: spot scarce, or the job interrupted more than the policy allows or its deadline at risk.", registry=r)
+        self.lost_gpu_hours = Counter("fleetctl_lost_gpu_hours", "GPU-hours (a domain unit, like kWh) of work lost to reclaims (since the last checkpoint).", registry=r)
         self.completed = Counter("fleetctl_jobs_completed", "Jobs that finished.", registry=r)
         self.tick_seconds = Histogram("fleetctl_tick_duration_seconds", "Duration of one reconcile tick.",
                                       buckets=TICK_BUCKETS_SECONDS, registry=r)

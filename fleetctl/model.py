@@ -198,6 +198,7 @@ class Job:
     priority_boost: float = 0.0  # added to the class value after a reclaim, so the job is re-placed first
     avoid_offer_keys: tuple[str, ...] = ()  # offers that failed it recently (re-placed elsewhere)
     requeued_at_utc: datetime | None = None  # last time a reclaim put it back in the queue
+    first_started_at_utc: datetime | None = None  # its first start (the end of its wait)
 
     @property
     def gpus(self) -> int:
@@ -226,6 +227,7 @@ class Job:
 JOB_RUNTIME_FIELDS = frozenset({
     "submitted_at_utc", "state", "node_ids", "started_at_utc", "last_checkpoint_utc", "interruptions",
     "work_lost_interruptions", "checkpointed_work_hours", "priority_boost", "avoid_offer_keys", "requeued_at_utc",
+    "first_started_at_utc",
 })
 
 

@@ -99,6 +99,7 @@ class ApplyResult:
     launched: tuple[Node, ...]
     bound: tuple[str, ...]
     terminated: tuple[str, ...]
+    checkpoints: int = 0  # jobs the runtime checkpointed to move them (migrations, preemptions)
 
 
 _SUPPORTED = ("launch", "bind", "terminate", "preempt", "migrate")
@@ -121,6 +122,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     if unsupported:
         raise ApplyError(f"this fleetctl cannot apply {', '.join(unsupported)} actions yet; nothing was changed")
     launched: list[Node] = []
+    checkpoints = 0
     bound: list[str] = []
     terminated: list[str] = []
     names: dict[str, str] = {}
@@ -163,6 +165,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                 if runtime is not None and victim.state is JobState.RUNNING:
                     kept = (runtime.checkpoint(victim, None, now) if victim.checkpointable
                             else runtime.stop(victim, now)).checkpointed_hours
+                    checkpoints += 1 if victim.checkpointable else 0
                 victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
                                  checkpointed_work_hours=kept)
                 store.put_job(victim, now)
@@ -177,6 +180,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                 kept = job.checkpointed_work_hours
                 if runtime is not None and job.state is JobState.RUNNING:
                     kept = runtime.checkpoint(job, None, now).checkpointed_hours
+                    checkpoints += 1
                 # Checkpointed, stopped, and bound to its new nodes: it resumes there.
                 job = replace(job, state=JobState.BOUND, started_at_utc=None, checkpointed_work_hours=kept,
                               node_ids=targets * (job.workers // max(1, len(targets))) or targets)
@@ -195,4 +199,4 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                     raise ApplyError(f"terminate of {action.node_id} failed: {exc}") from exc
                 store.record("terminate", now, action.node_id, reason=action.reason.value, detail=action.detail)
                 terminated.append(action.node_id)
-    return ApplyResult(tuple(launched), tuple(bound), tuple(terminated))
+    return ApplyResult(tuple(launched), tuple(bound), tuple(terminated), checkpoints)

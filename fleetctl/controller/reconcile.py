@@ -224,11 +224,13 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
             nodes.get(n) is not None and nodes[n].state is NodeState.READY for n in job.node_ids
         ):
             runtime.start(job, job.node_ids, now)
-            store.put_job(replace(job, state=JobState.RUNNING, started_at_utc=now), now)
+            first = job.first_started_at_utc is None
+            store.put_job(replace(job, state=JobState.RUNNING, started_at_utc=now,
+                                  first_started_at_utc=now if first else job.first_started_at_utc), now)
             store.record("start", now, job.job_id, nodes=list(job.node_ids))
             report.started.append(job.job_id)
-            if metrics:
-                metrics.job_wait.observe(max(0.0, (now - job.submitted_at_utc).total_seconds() / 3600))
+            if metrics and first:  # the wait is submission to first start; restarts are not waits again
+                metrics.job_wait.observe(max(0.0, (now - job.submitted_at_utc).total_seconds()))
         elif job.state is JobState.RUNNING:
             progress = runtime.progress(job, now)
             if progress.finished:
@@ -280,7 +282,11 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
     result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy)
     report.plan = result
     if result.has_changes:
-        execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy), runtime=runtime)
+        applied = execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy),
+                          runtime=runtime)
+        report.checkpoints += applied.checkpoints
+        if metrics and applied.checkpoints:
+            metrics.checkpoints.inc(applied.checkpoints)
         store.record("plan_applied", now, "", summary=f"{len(result.actions)} actions",
                      usd_per_hour=result.usd_per_hour_after)
     if metrics:

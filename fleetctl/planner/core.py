@@ -217,9 +217,12 @@ class _Pass:
             return min(job.checkpoint_interval_minutes / 60, job.remaining_hours) / 2 + restart
         return job.remaining_hours / 2 + restart
 
+    def _spot_eligible(self, job: Job) -> bool:
+        """The job may run on spot at all (its own setting, else its priority class's)."""
+        return job.spot_eligible if job.spot_eligible is not None else self.policy.priority_class(job.priority).spot_eligible
+
     def _spot_ok(self, job: Job) -> tuple[bool, str | None]:
-        allowed = job.spot_eligible if job.spot_eligible is not None else self.policy.priority_class(job.priority).spot_eligible
-        if not allowed:
+        if not self._spot_eligible(job):
             return False, "not spot-eligible"
         lost_only = self.policy.count_interruptions == "work_lost"
         counted = job.work_lost_interruptions if lost_only else job.interruptions
@@ -1205,7 +1208,7 @@ class _Pass:
                 if len(rejected) < 3:
                     rejected.append(f"{self._offer_text(option)}: {why}")
                 continue
-            self._launch(job, option, spot_ok)
+            self._launch(job, option)
             chosen_text = self._offer_text(option)
             self._note(job, f"chose {chosen_text}")
             for line in rejected:
@@ -1241,7 +1244,7 @@ class _Pass:
                 f"{('/' + o.zone) if o.zone else ''} (${option.nodes * o.usd_per_hour:.2f}/h + "
                 f"${option.risk_usd_per_hour:.2f}/h expected loss)")
 
-    def _launch(self, job: Job, option: _Option, spot_ok: bool) -> None:
+    def _launch(self, job: Job, option: _Option) -> None:
         offer = option.offer
         slots = []
         for _ in range(option.nodes):
@@ -1253,9 +1256,12 @@ class _Pass:
             self.launch_names.setdefault(offer.key, []).append(name)
         self.launch_offer[offer.key] = offer
         self.launch_jobs.setdefault(offer.key, []).append(job.job_id)
+        # A fallback: spot-eligible work on on-demand, because spot is scarce (spot_ok) or because this job
+        # may not use it now (interrupted too often, deadline at risk: not spot_ok).
+        fallback = offer.market is Market.ON_DEMAND and self._spot_eligible(job)
         if job.job_id in self.on_demand_base_jobs:
             self.launch_reason.setdefault(offer.key, Reason.ON_DEMAND_BASE)
-        elif offer.market is Market.ON_DEMAND and spot_ok:
+        elif fallback:
             self.launch_reason.setdefault(offer.key, Reason.ON_DEMAND_FALLBACK)
         else:
             self.launch_reason.setdefault(offer.key, Reason.CHEAPEST_OFFER)
@@ -1267,7 +1273,7 @@ class _Pass:
             w = min(per, left)
             placed.append((slot, w))
             left -= w
-        reason = Reason.ON_DEMAND_FALLBACK if (offer.market is Market.ON_DEMAND and spot_ok) else Reason.FITS_NEW_CAPACITY
+        reason = Reason.ON_DEMAND_FALLBACK if fallback else Reason.FITS_NEW_CAPACITY
         if job.job_id in self.on_demand_base_jobs:
             reason = Reason.ON_DEMAND_BASE
         self.commit(job, placed, reason, None)

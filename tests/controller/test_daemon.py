@@ -66,7 +66,7 @@ def test_daemon_reconciles_and_serves_metrics(world_factory):
         server.shutdown()
     assert not loop.scheduler.running
     for name in ("fleetctl_nodes", "fleetctl_gpus", "fleetctl_gpu_allocation_ratio", "fleetctl_queued_jobs",
-                 "fleetctl_job_wait_hours", "fleetctl_usd_per_hour", "fleetctl_interruptions",
+                 "fleetctl_job_wait_seconds", "fleetctl_usd_per_hour", "fleetctl_interruptions",
                  "fleetctl_checkpoints", "fleetctl_migrations", "fleetctl_on_demand_fallbacks",
                  "fleetctl_tick_duration_seconds", "fleetctl_tick_errors"):
         assert name in families, name
@@ -75,7 +75,7 @@ def test_daemon_reconciles_and_serves_metrics(world_factory):
     assert [s.value for s in families["fleetctl_gpu_allocation_ratio"]] == [1.0]
     usd = {s.labels["market"]: s.value for s in families["fleetctl_usd_per_hour"] if s.labels["provider"] == "aws"}
     assert usd["spot"] == 9.0
-    waits = [s for s in families["fleetctl_job_wait_hours"] if s.name.endswith("_count")]
+    waits = [s for s in families["fleetctl_job_wait_seconds"] if s.name.endswith("_count")]
     assert waits[0].value == 2
     ticks = [s for s in families["fleetctl_tick_duration_seconds"] if s.name.endswith("_count")]
     assert ticks[0].value >= 2

@@ -303,3 +303,60 @@ def test_cancel_stops_a_running_job_drops_a_queued_one_and_survives_a_stale_writ
     w.store.put_job(replace(stale, state=JobState.BOUND, node_ids=("sim-x",)), T0 + timedelta(minutes=20))
     r = run_tick(w, T0 + timedelta(minutes=21))
     assert r.cancelled == ["late"] and jobs(w)["late"].state is JobState.CANCELLED
+
+
+def _count(metrics, name):  # noqa: ANN001, ANN202
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client import generate_latest
+
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    return None
+
+
+def test_the_wait_is_observed_once_per_job_and_restarts_are_not_waits(world_factory):
+    w = world_factory(offers=OFFERS)
+    metrics = FleetMetrics()
+    w.store.add_jobs([replace(job("j", gpus=8, duration_hours=4.0, spot=True), checkpointable=True,
+                              checkpoint_interval_minutes=30.0)], T0)
+    run_tick(w, T0, metrics=metrics)
+    run_tick(w, T0 + timedelta(minutes=1), metrics=metrics)
+    assert _count(metrics, "fleetctl_job_wait_seconds_count") == 1
+    assert _count(metrics, "fleetctl_job_wait_seconds_sum") == pytest.approx(60.0)
+    now = T0 + timedelta(minutes=40)
+    w.provider.reclaim(w.store.nodes()[0].node_id, now)
+    run_tick(w, now, metrics=metrics)  # requeued and re-placed
+    run_tick(w, now + timedelta(minutes=1), metrics=metrics)  # started again
+    assert jobs(w)["j"].state is JobState.RUNNING and jobs(w)["j"].interruptions == 1
+    assert _count(metrics, "fleetctl_job_wait_seconds_count") == 1  # the restart is not a second wait
+    assert jobs(w)["j"].first_started_at_utc == T0 + timedelta(minutes=1)
+
+
+def test_a_deadline_at_risk_on_on_demand_is_a_fallback_and_migration_checkpoints_count(world_factory):
+    w = world_factory(offers=OFFERS)
+    metrics = FleetMetrics()
+    # spot-eligible, but 1 hour of work due in 1.5 hours: one reclaim would miss it, so on-demand
+    w.store.add_jobs([replace(job("due", gpus=8, duration_hours=1.0, spot=True),
+                              deadline_utc=T0 + timedelta(hours=1.5))], T0)
+    r = run_tick(w, T0, metrics=metrics)
+    (launch,) = r.plan.of_kind("launch")
+    assert launch.offer.market is Market.ON_DEMAND and launch.reason.value == "on_demand_fallback"
+    assert _count(metrics, "fleetctl_on_demand_fallbacks_total") == 1
+
+    # A migration checkpoints the running job it moves, and the executor counts it.
+    from fleetctl.controller import execute
+    from fleetctl.model import Migrate, Plan, Reason
+
+    w.store.add_jobs([replace(job("k", gpus=8, duration_hours=0.25, spot=True))], T0)
+    run_tick(w, T0 + timedelta(minutes=1), metrics=metrics)
+    run_tick(w, T0 + timedelta(minutes=2), metrics=metrics)
+    run_tick(w, T0 + timedelta(minutes=20), metrics=metrics)  # k is done; its node is idle
+    due = jobs(w)["due"]
+    assert due.state is JobState.RUNNING and jobs(w)["k"].state is JobState.SUCCEEDED
+    idle = next(n.node_id for n in w.store.nodes() if n.node_id not in due.node_ids)
+    moved = execute(Plan((Migrate("due", due.node_ids, (idle,), Reason.CONSOLIDATION, "test"),), (), 0.0, 0.0),
+                    store=w.store, provider=w.provider, now=T0 + timedelta(minutes=21), plan_id="0" * 64,
+                    runtime=w.runtime)
+    assert moved.checkpoints == 1 and jobs(w)["due"].node_ids == (idle,)
