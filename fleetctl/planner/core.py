@@ -573,6 +573,27 @@ class _Pass:
                         f"${held:.2f}/h): new {estimate.offer.instance_type.name} spot saves ${saved:.2f} over its run")
         return True
 
+    def _limited_into_leftovers(self) -> None:
+        """Jobs refused for the budget or the GPU cap at admission take room
+        left on nodes bought in this step: it costs nothing more (admission
+        charged each job a node of its own; packing left room)."""
+        if self.policy.max_usd_per_hour is None and self.policy.max_gpus is None:
+            return
+        limits = (Reason.BUDGET_EXCEEDED, Reason.CAPACITY_LIMIT)
+        for waiting in [u for u in self.unplaced if u.reason in limits]:
+            job = self.jobs_by_id.get(waiting.job_id)
+            if job is None or over_burst(job, self.usage, self.policy) is not None:
+                continue
+            spot_ok, _ = self._spot_ok(job)
+            kinds = tuple(sorted(k for k in self.new_index.by_kind if self._kind_ok(job, k, spot_ok)))
+            placed = self.place_existing(job, kinds, self.new_index)
+            if placed is None:
+                continue
+            self.unplaced.remove(waiting)
+            self.usage.setdefault(job.team, TeamUsage()).add(job)
+            self._note(job, "took room left on a node bought in this step (nothing more to buy)")
+            self.commit(job, placed, Reason.FITS_NEW_CAPACITY, self.order)
+
     def _fallback_to_idle(self) -> None:
         """Jobs that skipped an idle node for a purchase that did not happen take a node after all."""
         if not self.idle_fallback:
@@ -1519,6 +1540,7 @@ class _Pass:
         queued = self.load_fleet()
         admitted = self.run_queue(queued)
         self.buy(admitted)
+        self._limited_into_leftovers()
         self._fallback_to_idle()
         self.headroom()
         migrations, consolidated = self.consolidate()

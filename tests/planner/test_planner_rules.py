@@ -350,6 +350,16 @@ def case_idle_nodes_terminated_after_timeout():
     assert [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [("old", Reason.IDLE)]
 
 
+def case_jobs_refused_for_the_budget_at_admission_take_room_the_step_bought():
+    """Admission charges each job a node of its own: under a $10/h budget only
+    one $8 node fits, and that node has room for all three 2-GPU jobs."""
+    od = offer("g8", gpus=8, price=8.0, market=Market.ON_DEMAND)
+    queue = [job(f"j{i}", gpus=2, submitted=T0 + timedelta(seconds=i)) for i in range(3)]
+    result = run(queue, offers=[od], pol=policy(max_usd_per_hour=10.0))
+    assert [a.kind for a in result.actions] == ["launch", "bind", "bind", "bind"]
+    assert result.unplaced == () and result.usd_per_hour_after == 8.0
+
+
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
@@ -424,3 +434,4 @@ def test_planned_fleet_places_a_new_job_like_a_full_plan():
     # a huge gang that cannot fit anywhere says why
     step = pf.place(job("huge", gpus=16))
     assert not step.actions and step.unplaced[0].reason is Reason.GANG_DOES_NOT_FIT
+
