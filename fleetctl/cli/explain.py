@@ -32,6 +32,10 @@ def explain(
           f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
     if job.node_ids:
         print(f"  now on: {', '.join(job.node_ids)}")
+    if not job.state.active:
+        print(f"  nothing to plan: the job is {job.state.value}; the planner only places queued, bound and "
+              "running jobs")
+        return
     decided = False
     for action in result.actions:
         mine = (
@@ -54,7 +58,7 @@ def explain(
             decided = True
             print(f"  stays queued\n      # {u.reason.value}: {u.detail}")
     if not decided:
-        print("  nothing to do: it is placed and the plan leaves it where it is" if job.node_ids or not job.state.active
+        print("  nothing to do: it is placed and the plan leaves it where it is" if job.node_ids
               else "  nothing to do")
     explanation = result.explanation(job_id)
     if explanation and explanation.considered:

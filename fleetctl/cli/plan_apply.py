@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,6 +23,7 @@ from fleetctl.cli.common import (
     utcnow,
 )
 from fleetctl.controller import ApplyError, execute, fingerprint, observe
+from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
 from fleetctl.render import PlanFileError, plan_from_document, plan_to_document, render_text
 
@@ -86,14 +85,6 @@ def _terraform_doc(tf_plan) -> dict:  # noqa: ANN001
     }
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "sim"):  # noqa: ANN202
     pol, pol_path = load_policy_or_exit(policy)
     store = open_store(state)
@@ -136,7 +127,12 @@ def plan(
     if tf_plan is not None:
         doc["terraform"] = _terraform_doc(tf_plan)
     if out is not None:
-        _write_atomically(out, json.dumps(doc, indent=2) + "\n")
+        from fleetctl.files import write_text_atomic
+
+        try:
+            write_text_atomic(out, json.dumps(doc, indent=2) + "\n")
+        except OSError as exc:
+            fail(f"-out {out}: cannot write the plan: {exc.strerror or exc}", 2)
     if output is OutputFormat.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -196,9 +192,11 @@ def apply(
     tf = tf_plan = None
     if plan_file is not None:
         try:
-            raw = plan_file.read_text()
+            raw = plan_file.read_text(encoding="utf-8")
         except OSError as exc:
             fail(f"cannot read plan file {plan_file}: {exc.strerror or exc}")
+        except UnicodeDecodeError as exc:
+            fail(f"{plan_file}: not a plan file: not UTF-8 text (byte 0x{raw_byte(exc)} at offset {exc.start})")
         try:
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -218,6 +216,7 @@ def apply(
                     f"now {fp[:12]}): jobs, nodes, offers or the policy changed since. Nothing was changed; "
                     "run `fleetctl plan` again."
                 )
+            _check_saved_actions(saved, doc, plan_file, obs, pol)
             to_apply = saved
         else:
             to_apply = fresh
@@ -254,10 +253,38 @@ def apply(
             result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp)
         except ApplyError as exc:
             fail(f"{exc}. Nothing was changed.")
+        held = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
     finally:
         store.close()
+    moved = {kind: len(to_apply.of_kind(kind)) for kind in ("preempt", "migrate")}
     console.print(
         f"Apply complete! {len(result.launched)} launched, {len(result.terminated)} terminated, "
-        f"{len(result.bound)} jobs bound. $/h now {to_apply.usd_per_hour_after:.2f}.",
+        f"{len(result.bound)} jobs bound"
+        + "".join(f", {n} {word}" for word, n in (("preempted", moved["preempt"]), ("migrated", moved["migrate"])) if n)
+        + f". $/h now {sum(n.offer.usd_per_hour for n in held):.2f}.",
         markup=False,
     )
+
+
+def raw_byte(exc: UnicodeDecodeError) -> str:
+    return f"{exc.object[exc.start]:02x}"
+
+
+def _check_saved_actions(saved, doc: dict, plan_file: Path, obs, pol) -> None:  # noqa: ANN001
+    """The planner is pure: from the same state (the fingerprint matched) and
+    the plan's own time it gives the same actions. A saved plan whose actions
+    differ was edited (or made by another fleetctl) and is refused, so a hand
+    edit cannot launch past the policy's budget or GPU cap."""
+    from fleetctl.codec import action_to_dict, str_to_dt
+
+    try:
+        made_at = str_to_dt(doc.get("created_at_utc"))
+    except (TypeError, ValueError):
+        made_at = None
+    if made_at is None:
+        fail(f"{plan_file}: created_at_utc is missing or not a timestamp; nothing was changed")
+    again = make_plan(now=made_at, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=None, policy=pol)
+    same = [action_to_dict(a) for a in again.actions] == [action_to_dict(a) for a in saved.actions]
+    if not same or round(again.usd_per_hour_after, 6) != round(saved.usd_per_hour_after, 6):
+        fail(f"the actions in {plan_file} are not what fleetctl plans for this state and policy (the file was "
+             "edited, or written by another fleetctl version); nothing was changed. Run `fleetctl plan` again.")

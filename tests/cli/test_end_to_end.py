@@ -121,6 +121,33 @@ def test_bad_plan_file_is_refused(workdir, content, message):
     assert state_snapshot(workdir) == before
 
 
+def test_an_edited_plan_is_refused_and_nothing_changes(workdir):
+    """A hand edit cannot launch past the policy: apply re-plans the saved
+    state at the plan's own time and refuses actions that differ."""
+    fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
+    assert fleetctl(workdir, "plan", "-out", "p.json").returncode == 0
+    doc = json.loads((workdir / "p.json").read_text())
+    launch = next(a for a in doc["actions"] if a["kind"] == "launch")
+    launch["node_names"] = launch["node_names"] + [f"extra-{i}" for i in range(40)]
+    (workdir / "edited.json").write_text(json.dumps(doc))
+    (workdir / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
+    before = state_snapshot(workdir)
+    edited = fleetctl(workdir, "apply", "edited.json")
+    assert edited.returncode == 1 and "are not what fleetctl plans for this state" in edited.stderr, edited.stderr
+    binary = fleetctl(workdir, "apply", "binary.json")
+    assert binary.returncode == 1 and "not UTF-8 text (byte 0xff" in binary.stderr, binary.stderr
+    assert "Traceback" not in binary.stderr
+    assert state_snapshot(workdir) == before
+    (workdir / "adir").mkdir()
+    to_dir = fleetctl(workdir, "plan", "-out", "adir")
+    assert to_dir.returncode == 2 and "exists and is not a regular file" in to_dir.stderr, to_dir.stderr
+    assert list((workdir / "adir").iterdir()) == [] and not list(workdir.glob(".adir*"))
+    applied = fleetctl(workdir, "apply", "p.json")  # the untouched plan still applies
+    assert applied.returncode == 0, applied.stderr
+    usd = json.loads(fleetctl(workdir, "status", "--format", "json").stdout)["usd_per_hour"]
+    assert f"$/h now {usd:.2f}." in applied.stdout
+
+
 def test_apply_without_file_needs_confirmation(workdir):
     fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
     before = state_snapshot(workdir)
@@ -270,6 +297,8 @@ def test_jobs_cancel(workdir):
     assert states[ids[0]] == states[ids[1]] == "cancelled"
     assert all(s == "running" for i, s in states.items() if i not in ids[:2])
     assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0  # still a no-op
+    explained = fleetctl(workdir, "explain", ids[1])
+    assert explained.returncode == 0 and "nothing to plan: the job is cancelled" in explained.stdout
 
 
 def test_reconcile_reports_a_launch_the_cloud_refuses_in_one_line(workdir, monkeypatch):
