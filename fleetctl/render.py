@@ -62,16 +62,26 @@ def summary_line(plan: Plan) -> str:
     )
 
 
-def render_text(plan: Plan) -> str:
+def render_text(plan: Plan, warnings: tuple[str, ...] = ()) -> str:
     """The terraform-style diff: one line per action with its reason, the
-    unplaced jobs with theirs, then the summary line."""
+    unplaced jobs with theirs, the policy limits the fleet already breaks
+    (``warnings``, see ``fleetctl.planner.breaches``), then the summary line."""
+    from fleetctl.planner.breaches import BREACH_NOTE
+
     out: list[str] = []
     if plan.actions:
         out.append("fleetctl will perform the following actions:\n")
         out.extend(_line(a) for a in plan.actions)
         out.append("")
+    elif warnings:
+        out.append("No changes to make, but the fleet breaks the policy (below).\n")
     else:
         out.append("No changes. The fleet matches the queue and the policy.\n")
+    if warnings:
+        out.append("Warning: the fleet is over the policy's limits:\n")
+        out.extend(f"    ! {w}" for w in warnings)
+        out.append(f"    ({BREACH_NOTE})")
+        out.append("")
     if plan.unplaced:
         out.append("Jobs that stay queued:\n")
         for u in plan.unplaced:

@@ -25,6 +25,7 @@ from fleetctl.cli.common import (
 from fleetctl.controller import ApplyError, execute, fingerprint, observe
 from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
+from fleetctl.planner.breaches import policy_breaches
 from fleetctl.render import PlanFileError, plan_from_document, plan_to_document, render_text
 
 
@@ -124,6 +125,8 @@ def plan(
         _tf, tf_plan = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary)
     fp = fingerprint(obs, pol)
     doc = plan_to_document(result, fingerprint=fp, created_at_utc=now, policy_path=str(pol_path))
+    warnings = policy_breaches(obs.nodes, obs.jobs, pol)
+    doc["warnings"] = list(warnings)
     if tf_plan is not None:
         doc["terraform"] = _terraform_doc(tf_plan)
     if out is not None:
@@ -136,7 +139,7 @@ def plan(
     if output is OutputFormat.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(render_text(result), end="")
+        print(render_text(result, warnings), end="")
         if tf_plan is not None:
             from fleetctl.terraform import render_changes
 

@@ -325,3 +325,23 @@ def test_reconcile_reports_a_launch_the_cloud_refuses_in_one_line(workdir, monke
     monkeypatch.chdir(workdir)
     jobs = json.loads(runner.invoke(app, ["jobs", "list", "--format", "json"]).stdout)
     assert {j["state"] for j in jobs} == {"queued"}  # nothing of the plan was applied
+
+
+def test_plan_warns_when_a_tightened_policy_is_already_broken(workdir):
+    fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
+    assert fleetctl(workdir, "apply", "-auto-approve").returncode == 0
+    example = (workdir / "policies" / "example.yaml").read_text()
+    tight = workdir / "policies" / "tight.yaml"
+    tight.write_text(example.replace("max_usd_per_hour: 400", "max_usd_per_hour: 30", 1)
+                     .replace("max_spot_share: 0.8", "max_spot_share: 0", 1))
+    assert tight.read_text().count("max_usd_per_hour: 30") == 1
+    result = fleetctl(workdir, "plan", "--policy", str(tight), "-detailed-exitcode")
+    assert result.returncode == 0, result.stdout + result.stderr  # nothing to do about it ...
+    assert "No changes. The fleet matches" not in result.stdout  # ... but it does not match the policy
+    assert "Warning: the fleet is over the policy's limits" in result.stdout
+    assert "above budget.max_usd_per_hour ($30.00/h)" in result.stdout
+    assert "are spot" in result.stdout and "above markets.max_spot_share (0%)" in result.stdout
+    doc = json.loads(fleetctl(workdir, "plan", "--policy", str(tight), "--format", "json").stdout)
+    assert len(doc["warnings"]) == 2
+    plain = json.loads(fleetctl(workdir, "plan", "--format", "json").stdout)
+    assert plain["warnings"] == []

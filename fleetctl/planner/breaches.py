@@ -1,0 +1,43 @@
+"""Limits of the policy that the fleet already breaks.
+
+A policy can be tightened under a running fleet (a lower budget, a smaller
+team burst, less spot). The planner then buys nothing that adds to a breach,
+but it does not stop running work to meet a limit: that is the platform
+team's call. ``policy_breaches`` names each breach so ``plan`` and ``status``
+can say so instead of reporting a fleet that matches the policy. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fleetctl.model import Job, JobState, Market, Node, NodeState, Policy
+
+#: What the planner does about a breach (printed after them).
+BREACH_NOTE = ("fleetctl buys nothing that adds to these and does not stop running jobs to meet them: cancel "
+               "jobs (fleetctl jobs cancel) or raise the limit")
+
+
+def policy_breaches(fleet: Iterable[Node], jobs: Iterable[Job], policy: Policy) -> tuple[str, ...]:
+    """One line per policy limit the current fleet and its jobs exceed."""
+    held = [n for n in fleet if n.state is not NodeState.GONE]
+    usd = sum(n.offer.usd_per_hour for n in held)
+    gpus = sum(n.offer.instance_type.gpu_count for n in held)
+    spot = sum(n.offer.instance_type.gpu_count for n in held if n.offer.market is Market.SPOT)
+    out = []
+    if policy.max_usd_per_hour is not None and usd > policy.max_usd_per_hour + 1e-9:
+        out.append(f"the fleet costs ${usd:.2f}/h, above budget.max_usd_per_hour (${policy.max_usd_per_hour:.2f}/h)")
+    if policy.max_gpus is not None and gpus > policy.max_gpus:
+        out.append(f"the fleet holds {gpus} GPUs, above budget.max_gpus ({policy.max_gpus})")
+    if gpus and spot / gpus > policy.max_spot_share + 1e-9:
+        out.append(f"{spot} of the fleet's {gpus} GPUs are spot ({spot / gpus:.0%}), above markets.max_spot_share "
+                   f"({policy.max_spot_share:.0%})")
+    used: dict[str, int] = {}
+    for job in jobs:
+        if job.state in (JobState.BOUND, JobState.RUNNING):
+            used[job.team] = used.get(job.team, 0) + job.gpus
+    for team, team_gpus in sorted(used.items()):
+        burst = policy.team(team).burst_gpus
+        if burst is not None and team_gpus > burst:
+            out.append(f"team {team} uses {team_gpus} GPUs, above its burst_gpus ({burst})")
+    return tuple(out)
