@@ -99,6 +99,11 @@ def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Pat
 
 def open_store(option: str | None) -> Store:
     url = option or default_url()
+    explicit = option is not None or bool(os.environ.get("FLEETCTL_STATE"))
+    folder = _sqlite_folder(url)
+    if explicit and folder is not None and not folder.is_dir():
+        fail(f"--state {url!r}: the directory {folder} does not exist (a typo?); nothing was created. Create it "
+             "first to start a new store there", 2)
     if _in_memory(url):
         fail(f"--state {url!r} is an in-memory SQLite database: nothing would be kept after this command; give a "
              "file (sqlite:///path/state.db) or a server URL", 2)
@@ -106,6 +111,19 @@ def open_store(option: str | None) -> Store:
         return Store(url)
     except StoreError as exc:
         fail(str(exc))
+
+
+def _sqlite_folder(url: str) -> Path | None:
+    """The directory of an SQLite file URL (None for other databases and in-memory ones)."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).parent
 
 
 def _in_memory(url: str) -> bool:

@@ -221,6 +221,9 @@ def test_the_same_queue_file_can_be_resubmitted_once_its_jobs_run(workdir):
     doc = json.loads(fleetctl(workdir, "status", "--format", "json").stdout)
     assert doc["jobs"] == {"running": len(running)} and doc["usd_per_hour"] > 0
     assert {j for n in doc["nodes"] for j in n["jobs"]} == {j["id"] for j in running}  # gangs span nodes
+    typo = fleetctl(workdir, "plan", "--state", f"sqlite:///{workdir}/no-such-dir/state.db")
+    assert typo.returncode == 2 and "no-such-dir does not exist" in typo.stderr, typo.stderr
+    assert not (workdir / "no-such-dir").exists()
     memory = fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml", "--state", "sqlite:///")
     assert memory.returncode == 2 and "in-memory SQLite database: nothing would be kept" in memory.stderr
 
