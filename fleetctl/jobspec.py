@@ -34,7 +34,15 @@ from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJson
 
 from fleetctl import model
 from fleetctl.policy import GpuModelName, Name, StrictModel
-from fleetctl.yamlerrors import Document, FieldPath, SpecError, ValidationIssue, describe_value, read_document
+from fleetctl.yamlerrors import (
+    Document,
+    FieldPath,
+    SpecError,
+    ValidationIssue,
+    describe_value,
+    did_you_mean,
+    read_document,
+)
 
 __all__ = ["JobSpec", "jobs_from_document", "jobs_json_schema", "load_jobs", "parse_utc_timestamp"]
 
@@ -146,6 +154,14 @@ def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy
             issues.append(doc.issue(
                 at + ("priority",),
                 f"unknown priority class {spec.priority!r}; the policy defines: {', '.join(sorted(classes))}",
+            ))
+        teams = [t.name for t in policy.teams]
+        if teams and spec.team not in teams:
+            hint = did_you_mean(spec.team, teams)
+            issues.append(doc.issue(
+                at + ("team",),
+                f"unknown team {spec.team!r}{f' (did you mean {hint!r}?)' if hint else ''}; the policy defines: "
+                f"{', '.join(sorted(teams))} (a team outside the policy would have no quota)",
             ))
         gpus = spec.workers * spec.gpus_per_worker
         limits = [(policy.max_gpus, "the policy's budget.max_gpus")]
