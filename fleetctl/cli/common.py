@@ -99,41 +99,30 @@ def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Pat
 
 def open_store(option: str | None) -> Store:
     url = option or default_url()
-    explicit = option is not None or bool(os.environ.get("FLEETCTL_STATE"))
-    folder = _sqlite_folder(url)
-    if explicit and folder is not None and not folder.is_dir():
-        fail(f"--state {url!r}: the directory {folder} does not exist (a typo?); nothing was created. Create it "
-             "first to start a new store there", 2)
-    if _in_memory(url):
+    is_sqlite, database = _sqlite_database(url)
+    if is_sqlite and database in (None, "", ":memory:"):
         fail(f"--state {url!r} is an in-memory SQLite database: nothing would be kept after this command; give a "
              "file (sqlite:///path/state.db) or a server URL", 2)
+    explicit = option is not None or bool(os.environ.get("FLEETCTL_STATE"))
+    if is_sqlite and explicit and not Path(database).parent.is_dir():  # type: ignore[arg-type]
+        fail(f"--state {url!r}: the directory {Path(database).parent} does not exist (a typo?); nothing was "  # type: ignore[arg-type]
+             "created. Create it first to start a new store there", 2)
     try:
         return Store(url)
     except StoreError as exc:
         fail(str(exc))
 
 
-def _sqlite_folder(url: str) -> Path | None:
-    """The directory of an SQLite file URL (None for other databases and in-memory ones)."""
+def _sqlite_database(url: str) -> tuple[bool, str | None]:
+    """(is it SQLite, its database path: None, "" or ":memory:" when in memory); (False, None) for
+    other databases and URLs SQLAlchemy cannot parse (Store reports those)."""
     import sqlalchemy as sa
 
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
-        return None
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database).parent
-
-
-def _in_memory(url: str) -> bool:
-    import sqlalchemy as sa
-
-    try:
-        parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
-        return False  # Store reports the bad URL
-    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+        return False, None
+    return parsed.get_backend_name() == "sqlite", parsed.database
 
 
 def sim_launch_delay_seconds() -> float:

@@ -69,8 +69,8 @@ def known_error(exc: BaseException) -> str | None:
     ):
         loaded = sys.modules.get(module)
         if loaded is not None and isinstance(exc, tuple(getattr(loaded, n) for n in names if hasattr(loaded, n))):
-            return (f"{cloud} credentials: {str(exc).strip().splitlines()[0]} (see `fleetctl reconcile --help`, "
-                    "--cloud, for where fleetctl looks for them)")
+            return (f"{cloud} credentials or configuration: {str(exc).strip().splitlines()[0]} (see "
+                    "`fleetctl reconcile --help`, --cloud, for where fleetctl looks for them)")
     return None
 
 

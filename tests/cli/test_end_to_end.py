@@ -273,7 +273,7 @@ def test_missing_cloud_credentials_and_an_unusable_state_path_are_one_line_error
         for k in env_less:
             os.environ.pop(k)
         os.environ.update({k: v for k, v in saved.items() if v is not None})
-    assert aws.returncode == 1 and "AWS credentials: Unable to locate credentials" in aws.stderr, aws.stderr
+    assert aws.returncode == 1 and "AWS credentials or configuration: Unable to locate credentials" in aws.stderr, aws.stderr
     assert "Traceback" not in aws.stderr
     elsewhere = workdir / "elsewhere"
     elsewhere.mkdir()
