@@ -61,6 +61,7 @@ def reconcile(
     console.print(
         f"tick: {len(actions)} actions, {len(report.started)} jobs started, {len(report.completed)} completed, "
         f"{len(report.requeued)} requeued after {report.interruptions} notices"
+        + (f" ({len(report.lost_nodes)} for nodes gone without one)" if report.lost_nodes else "")
         + (f", {len(report.cancelled)} cancelled" if report.cancelled else ""),
         markup=False,
     )

@@ -67,11 +67,32 @@ def known_error(exc: BaseException) -> str | None:
         ("azure.core.exceptions", ("ClientAuthenticationError",), "Azure"),
         ("azure.identity", ("CredentialUnavailableError",), "Azure"),
     ):
-        loaded = sys.modules.get(module)
-        if loaded is not None and isinstance(exc, tuple(getattr(loaded, n) for n in names if hasattr(loaded, n))):
-            return (f"{cloud} credentials or configuration: {str(exc).strip().splitlines()[0]} (see "
-                    "`fleetctl reconcile --help`, --cloud, for where fleetctl looks for them)")
+        if _is(exc, module, names):
+            return (f"{cloud} credentials or configuration: {_first_line(exc)} (see `fleetctl reconcile --help`, "
+                    "--cloud, for where fleetctl looks for them)")
+    from providers.base import ProviderError
+
+    if isinstance(exc, ProviderError):
+        return f"the cloud refused a call: {type(exc).__name__}: {_first_line(exc)}"
+    for module, names, cloud in (
+        ("botocore.exceptions", ("BotoCoreError",), "AWS"),  # endpoint unreachable, timeouts, bad responses
+        ("google.api_core.exceptions", ("GoogleAPIError",), "Google Cloud"),
+        ("azure.core.exceptions", ("AzureError",), "Azure"),
+    ):
+        if _is(exc, module, names):
+            return f"{cloud}: {type(exc).__name__}: {_first_line(exc)}"
     return None
+
+
+def _is(exc: BaseException, module: str, names: tuple[str, ...]) -> bool:
+    """``exc`` is one of ``module``'s ``names`` (only if that SDK was imported at all)."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(exc, tuple(getattr(loaded, n) for n in names if hasattr(loaded, n)))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def main() -> None:

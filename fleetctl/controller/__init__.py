@@ -105,6 +105,23 @@ class ApplyResult:
 _SUPPORTED = ("launch", "bind", "terminate", "preempt", "migrate")
 
 
+def _launch_key(store: Store, key: str, action: Launch, now: datetime) -> str:
+    """The idempotency key of a launch, its intent recorded. A key seen before
+    is a retry of an apply that crashed (the cloud returns what it bought
+    then), unless every node bought under it is gone: then the same state has
+    come back (a node lost, its job requeued exactly as before) and this is a
+    new purchase, under the next free ``-rN`` key."""
+    attempt = 0
+    candidate = key
+    while not store.begin_launch(candidate, action.offer.key, action.count, now):
+        prior = store.nodes_by_idempotency_key(candidate)
+        if not prior or any(n.state is not NodeState.GONE for n in prior):
+            return candidate  # a retry: the provider answers for this key
+        attempt += 1
+        candidate = f"{key}-r{attempt}"
+    return candidate
+
+
 def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
             runtime: "Runtime | None" = None) -> ApplyResult:
     """Carry out ``plan``. ``plan_id`` (the plan's fingerprint) seeds the
@@ -130,8 +147,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
         jobs = {j.job_id: j for j in store.jobs(active_only=True)}
         for index, action in enumerate(plan.actions):
             if isinstance(action, Launch):
-                key = f"fleetctl-{plan_id[:24]}-{index}"
-                store.begin_launch(key, action.offer.key, action.count, now)
+                key = _launch_key(store, f"fleetctl-{plan_id[:24]}-{index}", action, now)
                 try:
                     result = provider.launch(LaunchRequest(action.offer, action.count, key), now)
                 except ProviderError as exc:

@@ -52,6 +52,7 @@ class TickReport:
     completed: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    lost_nodes: list[str] = field(default_factory=list)  # gone without a notice while jobs were on them
     interruptions: int = 0
     lost_gpu_hours: float = 0.0
     checkpoints: int = 0
@@ -141,22 +142,24 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
     if metrics:
         metrics.interruptions.labels(event.provider, event.kind.value).inc()
     report.interruptions += 1
-    if node is None or node.state is NodeState.GONE:
+    gone = node is None or node.state is NodeState.GONE
+    if gone and event.kind is InterruptionKind.REBALANCE:
         return
     if event.kind is InterruptionKind.REBALANCE:
         risk = _risk(policy, forecast, node.offer.key, node.offer.market)
         if risk < policy.rebalance_drain_probability:
             store.record("rebalance_ignored", now, node.node_id, risk=risk)
             return
-    store.put_node(replace(node, state=NodeState.DRAINING), now)
+    if not gone:
+        store.put_node(replace(node, state=NodeState.DRAINING), now)  # type: ignore[arg-type]
     for job in store.jobs(active_only=True):
-        if node.node_id not in job.node_ids:
+        if event.node_id not in job.node_ids:
             continue
         kept = job.checkpointed_work_hours
         lost = 0.0
         if job.state is JobState.RUNNING:
             before = runtime.progress(job, now)
-            if job.checkpointable:
+            if job.checkpointable and not gone:
                 after = runtime.checkpoint(job, event.deadline_utc, now)
                 report.checkpoints += 1
                 if metrics:
@@ -169,11 +172,38 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         report.lost_gpu_hours += lost_gpu_hours
         if metrics and lost_gpu_hours:
             metrics.lost_gpu_hours.inc(lost_gpu_hours)
-        avoid = node.offer.key if node.offer.market is Market.SPOT else None
+        avoid = node.offer.key if node is not None and node.offer.market is Market.SPOT else None
         store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True, work_lost=lost > _NO_LOSS_HOURS), now)
         report.requeued.append(job.job_id)
-        store.record("requeue", now, job.job_id, node=node.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
+        store.record("requeue", now, job.job_id, node=event.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
                      reason=Reason.INTERRUPTION.value)
+
+
+def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
+                      forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
+                      report: TickReport | None = None) -> int:
+    """Nodes that vanished without a notice (terminated behind fleetctl's
+    back, a notice lost or not yet delivered) while jobs were on them: each is
+    handled as a ``terminated`` notice the controller gives itself, so its jobs
+    are requeued with the work their checkpoints kept, the reclaim counted and
+    the offer avoided, as for a notice. A late notice for the same node is then
+    recognised as a duplicate. Returns how many nodes were lost."""
+    report = report or TickReport()
+    live = {n.node_id for n in provider.nodes(now) if n.state is not NodeState.GONE}
+    lost = sorted({nid for j in store.jobs(active_only=True) if j.state in (JobState.BOUND, JobState.RUNNING)
+                   for nid in j.node_ids if nid not in live})
+    known = {n.node_id: n for n in store.nodes(include_gone=True)}
+    for node_id in lost:
+        node = known.get(node_id)
+        event = InterruptionEvent(
+            event_id=f"fleetctl-lost-{node_id}-{now.isoformat()}", provider=node.offer.provider if node else "unknown",
+            node_id=node_id, kind=InterruptionKind.TERMINATED, received_at_utc=now, deadline_utc=now)
+        store.add_interruption(event)
+        store.record("node_lost", now, node_id, detail="gone without a notice while jobs were on it")
+        _handle_and_mark(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                         metrics=metrics, report=report)
+        report.lost_nodes.append(node_id)
+    return len(lost)
 
 
 def _already_handled(store: Store, event: InterruptionEvent) -> bool:
@@ -274,6 +304,8 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
     report = TickReport()
     handle_interruptions(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
                          metrics=metrics, report=report)
+    handle_lost_nodes(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                      metrics=metrics, report=report)
     apply_cancellations(store=store, provider=provider, runtime=runtime, now=now, report=report)
     advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
     obs = observe(store, provider, now)

@@ -262,19 +262,21 @@ def test_user_input_in_errors_prints_as_typed(workdir):
     assert unbalanced.returncode == 1 and "x[/bold].yaml" in unbalanced.stderr, unbalanced.stderr
 
 
-def test_missing_cloud_credentials_and_an_unusable_state_path_are_one_line_errors(workdir):
-    env_less = {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
-                "AWS_EC2_METADATA_DISABLED": "true"}
-    saved = {k: os.environ.pop(k, None) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE")}
-    os.environ.update(env_less)
-    try:
-        aws = fleetctl(workdir, "status", "--cloud", "aws")
-    finally:
-        for k in env_less:
-            os.environ.pop(k)
-        os.environ.update({k: v for k, v in saved.items() if v is not None})
+def test_missing_cloud_credentials_and_an_unusable_state_path_are_one_line_errors(workdir, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"), ("AWS_CONFIG_FILE", "/nonexistent"),
+                        ("AWS_EC2_METADATA_DISABLED", "true"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    aws = fleetctl(workdir, "status", "--cloud", "aws")
     assert aws.returncode == 1 and "AWS credentials or configuration: Unable to locate credentials" in aws.stderr, aws.stderr
     assert "Traceback" not in aws.stderr
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_ENDPOINT_URL", "http://127.0.0.1:1")):
+        monkeypatch.setenv(name, value)
+    unreachable = fleetctl(workdir, "status", "--cloud", "aws")
+    assert unreachable.returncode == 1 and "AWS: EndpointConnectionError" in unreachable.stderr, unreachable.stderr
+    assert "Traceback" not in unreachable.stderr
     elsewhere = workdir / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / ".fleetctl").write_text("a file where the state directory should be")

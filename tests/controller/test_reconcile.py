@@ -360,3 +360,29 @@ def test_a_deadline_at_risk_on_on_demand_is_a_fallback_and_migration_checkpoints
                     store=w.store, provider=w.provider, now=T0 + timedelta(minutes=21), plan_id="0" * 64,
                     runtime=w.runtime)
     assert moved.checkpoints == 1 and jobs(w)["due"].node_ids == (idle,)
+
+
+def test_a_node_gone_without_a_notice_is_handled_as_a_reclaim_and_a_late_notice_is_a_duplicate(world_factory):
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    metrics = FleetMetrics()
+    j = _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=31)
+    w.provider.terminate(node.node_id, now)  # behind fleetctl's back: no notice
+    r = run_tick(w, now, metrics=metrics)
+    assert r.lost_nodes == [node.node_id] and r.requeued == ["j"] and r.interruptions == 1
+    assert r.lost_gpu_hours == pytest.approx(8 * 0.5)  # it cannot checkpoint: its half hour is lost
+    again = jobs(w)["j"]
+    assert (again.interruptions, again.work_lost_interruptions) == (1, 1) and node.offer.key in again.avoid_offer_keys
+    assert again.state is JobState.BOUND and again.node_ids != j.node_ids  # re-placed in the same tick
+    assert _count(metrics, "fleetctl_lost_gpu_hours_total") == pytest.approx(4.0)
+    late = InterruptionEvent(event_id="aws-state-change-1", provider="aws", node_id=node.node_id,
+                             kind=InterruptionKind.TERMINATED, received_at_utc=now + timedelta(minutes=1),
+                             deadline_utc=now + timedelta(minutes=1))
+    w.provider.notify(late)
+    r = run_tick(w, now + timedelta(minutes=1), metrics=metrics)
+    assert r.interruptions == 0 and r.requeued == [] and jobs(w)["j"].interruptions == 1  # handled once
+    assert [e["subject"] for e in w.store.events("interruption_duplicate")] == [node.node_id]
+    invariants(w, now + timedelta(minutes=1))
