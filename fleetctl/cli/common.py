@@ -110,6 +110,8 @@ def open_store(option: str | None) -> Store:
     try:
         return Store(url)
     except StoreError as exc:
+        if os.environ.get("FLEETCTL_DEBUG"):
+            raise
         fail(str(exc))
 
 

@@ -66,6 +66,11 @@ def safe_url(url: str) -> str:
         return url
 
 
+def _sa_text(exc: Exception) -> str:
+    """SQLAlchemy's message without its "(Background on this error at: ...)" link."""
+    return " ".join(line.strip() for line in str(exc).splitlines() if not line.startswith("(Background on this error"))
+
+
 def _decode(text: str, what: str) -> Any:
     """A stored JSON document, or a StoreError naming the row."""
     try:
@@ -111,14 +116,14 @@ class Store:
         except ImportError as exc:
             raise StoreError(f"cannot open state store {shown}: its database driver is not installed ({exc})") from exc
         except (sa.exc.SQLAlchemyError, ValueError) as exc:
-            raise StoreError(f"cannot open state store {shown}: {exc}") from exc
+            raise StoreError(f"cannot open state store {shown}: {_sa_text(exc)}") from exc
         except OSError as exc:
             raise StoreError(f"cannot open state store {shown}: {exc.strerror or exc}: {exc.filename}") from exc
         try:
             self._migrate()
         except sa.exc.SQLAlchemyError as exc:
             self._engine.dispose()
-            raise StoreError(f"cannot open state store {shown}: {exc}") from exc
+            raise StoreError(f"cannot open state store {shown}: {_sa_text(exc)}") from exc
         except alembic_util.CommandError as exc:
             self._engine.dispose()
             raise StoreError(
