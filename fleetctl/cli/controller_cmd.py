@@ -54,7 +54,8 @@ def reconcile(
         fail(f"the tick's plan was not applied: {exc}; nothing of it was changed (reclaim notices and job "
              "starts before it are recorded); the next tick plans again")
     except ProviderError as exc:
-        fail(f"the cloud refused a call: {type(exc).__name__}: {exc}; the next tick tries again")
+        fail(f"the cloud refused a call: {type(exc).__name__}: {exc}; nothing of the plan was applied (a transient "
+             "refusal clears at a later tick; a setting such as a subnet id in the policy's infrastructure does not)")
     finally:
         store.close()
     actions = report.plan.actions if report.plan else ()
