@@ -627,7 +627,14 @@ class AwsProvider:
         kwargs: dict[str, Any] = ({"SubnetIds": list(configured)} if configured else
                                   {"Filters": [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self._config.cluster]}]})
         by_zone: dict[str, list[str]] = {}
-        for subnet in self._pages("ec2", region, "describe_subnets", "Subnets", **kwargs):
+        try:
+            subnets = list(self._pages("ec2", region, "describe_subnets", "Subnets", **kwargs))
+        except ProviderError as exc:
+            if configured and "InvalidSubnetID" in str(exc):
+                raise ProviderError(f"the policy's infrastructure.aws subnet_ids for {region} name a subnet EC2 "
+                                    f"does not know ({', '.join(configured)}): {exc}") from exc
+            raise
+        for subnet in subnets:
             by_zone.setdefault(subnet["AvailabilityZoneId"], []).append(subnet["SubnetId"])
         return {zone: tuple(sorted(ids)) for zone, ids in sorted(by_zone.items())}
 

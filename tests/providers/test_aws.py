@@ -343,3 +343,10 @@ def test_api_calls_lists_every_call_the_adapter_makes(provider: AwsProvider, wor
                "TerminateInstances": "ec2", "GetQueueUrl": "sqs", "ReceiveMessage": "sqs", "DeleteMessage": "sqs"}
     assert made <= set(service), made - set(service)
     assert {f"{service[name]}:{name}" for name in made} <= set(API_CALLS)
+
+
+def test_a_configured_subnet_ec2_does_not_know_is_named_as_the_policys(world: MotoWorld) -> None:
+    bad = world.provider(subnet_ids={REGION: ("subnet-0deadbeefdeadbeef",)})
+    with pytest.raises(ProviderError, match=r"the policy's infrastructure.aws subnet_ids for us-east-1 name a subnet "
+                                            r"EC2 does not know \(subnet-0deadbeefdeadbeef\): .*InvalidSubnetID"):
+        bad.offers(NOW)  # what every plan and tick asks first
