@@ -33,6 +33,7 @@ from fleetctl.model import (
     Job,
     JobState,
     Market,
+    Node,
     NodeState,
     Plan,
     Policy,
@@ -123,9 +124,10 @@ def handle_interruptions(*, store: Store, provider: Provider, runtime: Runtime, 
 def _handle_and_mark(event: InterruptionEvent, *, store: Store, runtime: Runtime, policy: Policy, now: datetime,
                      forecast: Forecast | None, metrics: FleetMetrics | None, report: TickReport) -> None:
     with store.transaction():
+        if not store.claim_interruption(event.event_id, now):
+            return  # another controller on this store (the daemon, cron) handled it
         _handle_one(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
                     metrics=metrics, report=report)
-        store.mark_interruption_handled(event.event_id, now)
 
 
 def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, policy: Policy, now: datetime,
@@ -174,6 +176,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
             metrics.lost_gpu_hours.inc(lost_gpu_hours)
         avoid = node.offer.key if node is not None and node.offer.market is Market.SPOT else None
         store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True, work_lost=lost > _NO_LOSS_HOURS), now)
+        left_behind(store, nodes, job, now, except_node=event.node_id)
         report.requeued.append(job.job_id)
         store.record("requeue", now, job.job_id, node=event.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
                      reason=Reason.INTERRUPTION.value)
@@ -204,6 +207,16 @@ def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, pol
                          metrics=metrics, report=report)
         report.lost_nodes.append(node_id)
     return len(lost)
+
+
+def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, except_node: str = "") -> None:
+    """The nodes ``job`` leaves (a gang's survivors after a reclaim, a
+    preempted or migrated job's old nodes) are idle from now, not from an
+    older idle time, so the idle timeout counts from the moment they emptied."""
+    for nid in sorted(set(job.node_ids) - {except_node}):
+        node = nodes.get(nid)
+        if node is not None and node.state is not NodeState.GONE:
+            store.put_node(replace(node, idle_since_utc=now), now)
 
 
 def _already_handled(store: Store, event: InterruptionEvent) -> bool:

@@ -392,6 +392,17 @@ class Store:
             return False, None
         return True, str_to_dt(row.handled_at_utc)
 
+    def claim_interruption(self, event_id: str, now: datetime) -> bool:
+        """Mark a recorded notice handled if nobody has yet; True if this call
+        did (an atomic compare-and-set: of two controllers handling the same
+        notice at once, one gets True, the other waits for its row lock, then
+        False). Call it first in the transaction that handles the notice."""
+        t = tables.interruptions
+        with self._tx() as conn:
+            result = conn.execute(t.update().where((t.c.event_id == event_id) & t.c.handled_at_utc.is_(None))
+                                  .values(handled_at_utc=dt_to_str(now)))
+            return result.rowcount == 1
+
     def mark_interruption_handled(self, event_id: str, now: datetime) -> None:
         t = tables.interruptions
         with self._tx() as conn:

@@ -386,3 +386,38 @@ def test_a_node_gone_without_a_notice_is_handled_as_a_reclaim_and_a_late_notice_
     assert r.interruptions == 0 and r.requeued == [] and jobs(w)["j"].interruptions == 1  # handled once
     assert [e["subject"] for e in w.store.events("interruption_duplicate")] == [node.node_id]
     invariants(w, now + timedelta(minutes=1))
+
+
+def test_a_gang_survivor_is_idle_from_the_reclaim_not_from_an_older_idle_time(world_factory):
+    od = offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND)
+    w = world_factory(offers=(od,))
+    pol = policy(idle_timeout_minutes=15)
+    w.store.add_jobs([job("gang", workers=2, gpus=8, duration_hours=4.0)], T0)
+    run_tick(w, T0, pol=pol)
+    run_tick(w, T0 + timedelta(minutes=1), pol=pol)
+    gang = jobs(w)["gang"]
+    assert gang.state is JobState.RUNNING and len(set(gang.node_ids)) == 2
+    lost, survivor = sorted(set(gang.node_ids))
+    now = T0 + timedelta(minutes=60)
+    w.provider.terminate(lost, now)
+    r = run_tick(w, now, pol=pol)
+    assert r.lost_nodes == [lost] and r.requeued == ["gang"]
+    assert survivor not in {t.node_id for t in r.plan.of_kind("terminate")}  # it ran the gang a moment ago
+    assert {n.node_id: n for n in w.store.nodes()}[survivor].idle_since_utc in (now, None)
+
+
+def test_a_notice_is_handled_once_even_when_two_controllers_both_saw_it_unhandled(world_factory):
+    from fleetctl.controller.reconcile import TickReport, _handle_and_mark
+
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=20)
+    event = w.provider.reclaim(node.node_id, now)
+    first, second = FleetMetrics(), FleetMetrics()
+    for metrics in (first, second):  # the second stands for a controller that read the notice before the first
+        report = TickReport()  # handled it (daemon and cron on one store)
+        _handle_and_mark(event, store=w.store, runtime=w.runtime, policy=policy(), now=now, forecast=None,
+                         metrics=metrics, report=report)
+    assert (_count(first, "fleetctl_interruptions_total"), _count(second, "fleetctl_interruptions_total")) == (1, None)
+    assert len(w.store.events("interruption")) == 1 and jobs(w)["j"].interruptions == 1
