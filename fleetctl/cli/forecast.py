@@ -6,6 +6,9 @@ The commands themselves live in ``forecast_interruption.py`` and
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import typer
 
 app = typer.Typer(help="Train and evaluate the forecasting models (interruption risk, demand).",
@@ -34,6 +37,31 @@ def load_model_or_exit(load, model_dir, allow_version_mismatch: bool):  # noqa: 
     for w in caught:
         err_console.print(f"warning: {w.message}", markup=False)
     return model
+
+
+def finite_or_null(value):  # noqa: ANN001, ANN201 - JSON-like
+    """``value`` with every NaN or infinity replaced by None: ``--format json`` prints valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def save_model_or_exit(model, output: Path) -> tuple[Path, bool]:  # noqa: ANN001 - a model with .save
+    """Save (all at once; see forecasting.modelfiles.save); (path, whether a model was replaced)."""
+    from fleetctl.cli.common import fail
+    from forecasting.modelfiles import ModelError
+
+    replaced = (output / "model.json").exists()
+    try:
+        return model.save(output), replaced
+    except ModelError as exc:
+        fail(f"-o {exc}", 2)
+    except OSError as exc:
+        fail(f"{output}: cannot save the model: {exc.strerror or exc} (the previous model, if any, is kept)", 2)
 
 
 def _register() -> None:

@@ -11,8 +11,8 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail
-from fleetctl.cli.forecast import evaluate_app, load_model_or_exit, train_app
-from fleetctl.cli.forecast_interruption import finite_or_null, save_model_or_exit, whole_minutes
+from fleetctl.cli.forecast import evaluate_app, finite_or_null, load_model_or_exit, save_model_or_exit, train_app
+from fleetctl.cli.forecast_interruption import whole_minutes
 
 SeriesOption = Annotated[list[Path], typer.Option(
     "--series", help="Demand-series CSV (time_utc,gpu_model,gpus; docs/forecasting.md); repeat for several.",

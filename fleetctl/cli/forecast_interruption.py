@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -13,7 +12,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail
-from fleetctl.cli.forecast import evaluate_app, load_model_or_exit, train_app
+from fleetctl.cli.forecast import evaluate_app, finite_or_null, load_model_or_exit, save_model_or_exit, train_app
 
 MarketsOption = Annotated[list[Path], typer.Option(
     "--market", help="Market manifest YAML (docs/traces.md); repeat for several.", show_default=False)]
@@ -37,30 +36,6 @@ def whole_minutes(text: str) -> int:
     if not minutes.is_integer():
         raise ValueError(f"{text!r}: a horizon must be a whole number of minutes")
     return int(minutes)
-
-
-def finite_or_null(value):  # noqa: ANN001, ANN201 - JSON-like
-    """``value`` with every NaN or infinity replaced by None: ``--format json`` prints valid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(v) for v in value]
-    return value
-
-
-def save_model_or_exit(model, output: Path) -> tuple[Path, bool]:  # noqa: ANN001 - a model with .save
-    """Save (all at once; see forecasting.modelfiles.save); (path, whether a model was replaced)."""
-    from forecasting.modelfiles import ModelError
-
-    replaced = (output / "model.json").exists()
-    try:
-        return model.save(output), replaced
-    except ModelError as exc:
-        fail(f"-o {exc}", 2)
-    except OSError as exc:
-        fail(f"{output}: cannot save the model: {exc.strerror or exc} (the previous model, if any, is kept)", 2)
 
 
 def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -86,13 +87,17 @@ def _terraform_doc(tf_plan) -> dict:  # noqa: ANN001
     }
 
 
-def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "sim"):  # noqa: ANN202
+def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "sim",  # noqa: ANN202
+             plan_at: datetime | None = None):
+    """Observe now and plan; at ``plan_at`` instead of now when given (a saved
+    plan's own time: the pure planner then gives that plan's actions again)."""
     pol, pol_path = load_policy_or_exit(policy)
     store = open_store(state)
     provider = make_provider(store, seed, cloud, pol)
     now = utcnow()
     obs = observe(store, provider, now)
-    result = make_plan(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=None, policy=pol)
+    result = make_plan(now=plan_at or now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=None,
+                       policy=pol)
     return pol, pol_path, store, provider, now, obs, result
 
 
@@ -199,7 +204,8 @@ def apply(
         except OSError as exc:
             fail(f"cannot read plan file {plan_file}: {exc.strerror or exc}")
         except UnicodeDecodeError as exc:
-            fail(f"{plan_file}: not a plan file: not UTF-8 text (byte 0x{raw_byte(exc)} at offset {exc.start})")
+            fail(f"{plan_file}: not a plan file: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                 f"{exc.start})")
         try:
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -208,8 +214,10 @@ def apply(
             saved, saved_fp = plan_from_document(doc, str(plan_file))
         except PlanFileError as exc:
             fail(str(exc))
+        made_at = _made_at(doc, plan_file)
         tf, tf_plan = _saved_terraform(doc, plan_file, terraform_init, terraform_binary)
-    pol, _pol_path, store, provider, now, obs, fresh = _compute(policy, state, seed, cloud)
+    pol, _pol_path, store, provider, now, obs, fresh = _compute(
+        policy, state, seed, cloud, plan_at=made_at if plan_file is not None else None)
     try:
         fp = fingerprint(obs, pol)
         if plan_file is not None:
@@ -219,7 +227,7 @@ def apply(
                     f"now {fp[:12]}): jobs, nodes, offers or the policy changed since. Nothing was changed; "
                     "run `fleetctl plan` again."
                 )
-            _check_saved_actions(saved, doc, plan_file, obs, pol)
+            _check_saved_actions(saved, fresh, plan_file)
             to_apply = saved
         else:
             to_apply = fresh
@@ -269,16 +277,9 @@ def apply(
     )
 
 
-def raw_byte(exc: UnicodeDecodeError) -> str:
-    return f"{exc.object[exc.start]:02x}"
-
-
-def _check_saved_actions(saved, doc: dict, plan_file: Path, obs, pol) -> None:  # noqa: ANN001
-    """The planner is pure: from the same state (the fingerprint matched) and
-    the plan's own time it gives the same actions. A saved plan whose actions
-    differ was edited (or made by another fleetctl) and is refused, so a hand
-    edit cannot launch past the policy's budget or GPU cap."""
-    from fleetctl.codec import action_to_dict, str_to_dt
+def _made_at(doc: dict, plan_file: Path) -> datetime:
+    """When a saved plan was made (its ``created_at_utc``)."""
+    from fleetctl.codec import str_to_dt
 
     try:
         made_at = str_to_dt(doc.get("created_at_utc"))
@@ -286,7 +287,16 @@ def _check_saved_actions(saved, doc: dict, plan_file: Path, obs, pol) -> None:  
         made_at = None
     if made_at is None:
         fail(f"{plan_file}: created_at_utc is missing or not a timestamp; nothing was changed")
-    again = make_plan(now=made_at, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=None, policy=pol)
+    return made_at
+
+
+def _check_saved_actions(saved, again, plan_file: Path) -> None:  # noqa: ANN001 - two Plans
+    """The planner is pure: from the same state (the fingerprint matched) and
+    the plan's own time (``again`` is planned then) it gives the same actions.
+    A saved plan whose actions differ was edited (or made by another fleetctl)
+    and is refused, so a hand edit cannot launch past the policy's budget or GPU cap."""
+    from fleetctl.codec import action_to_dict
+
     same = [action_to_dict(a) for a in again.actions] == [action_to_dict(a) for a in saved.actions]
     if not same or round(again.usd_per_hour_after, 6) != round(saved.usd_per_hour_after, 6):
         fail(f"the actions in {plan_file} are not what fleetctl plans for this state and policy (the file was "

@@ -195,6 +195,8 @@ def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, pol
     live = {n.node_id for n in provider.nodes(now) if n.state is not NodeState.GONE}
     lost = sorted({nid for j in store.jobs(active_only=True) if j.state in (JobState.BOUND, JobState.RUNNING)
                    for nid in j.node_ids if nid not in live})
+    if not lost:
+        return 0
     known = {n.node_id: n for n in store.nodes(include_gone=True)}
     for node_id in lost:
         node = known.get(node_id)
@@ -210,9 +212,9 @@ def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, pol
 
 
 def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, except_node: str = "") -> None:
-    """The nodes ``job`` leaves (a gang's survivors after a reclaim, a
-    preempted or migrated job's old nodes) are idle from now, not from an
-    older idle time, so the idle timeout counts from the moment they emptied."""
+    """The nodes ``job`` leaves (finished, cancelled, or a gang's survivors
+    after a reclaim) are idle from now, not from an older idle time, so the
+    idle timeout counts from the moment they emptied."""
     for nid in sorted(set(job.node_ids) - {except_node}):
         node = nodes.get(nid)
         if node is not None and node.state is not NodeState.GONE:
@@ -246,9 +248,7 @@ def apply_cancellations(*, store: Store, provider: Provider, runtime: Runtime, n
                 if job.state is JobState.RUNNING:
                     runtime.stop(job, now)
                 store.put_job(replace(job, state=JobState.CANCELLED, node_ids=()), now)
-                for nid in sorted(set(job.node_ids)):
-                    if nid in nodes:
-                        store.put_node(replace(nodes[nid], idle_since_utc=now), now)
+                left_behind(store, nodes, job, now)
                 store.record("cancel", now, job_id, state=job.state.value, nodes=list(job.node_ids))
                 report.cancelled.append(job_id)
                 done += 1
@@ -269,7 +269,7 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
             runtime.start(job, job.node_ids, now)
             first = job.first_started_at_utc is None
             store.put_job(replace(job, state=JobState.RUNNING, started_at_utc=now,
-                                  first_started_at_utc=now if first else job.first_started_at_utc), now)
+                                  first_started_at_utc=job.first_started_at_utc or now), now)
             store.record("start", now, job.job_id, nodes=list(job.node_ids))
             report.started.append(job.job_id)
             if metrics and first:  # the wait is submission to first start; restarts are not waits again
@@ -283,9 +283,7 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
                 report.completed.append(job.job_id)
                 if metrics:
                     metrics.completed.inc()
-                for nid in set(job.node_ids):
-                    if nid in nodes:
-                        store.put_node(replace(nodes[nid], idle_since_utc=now), now)
+                left_behind(store, nodes, job, now)
             elif progress.last_checkpoint_utc != job.last_checkpoint_utc:
                 store.put_job(replace(job, last_checkpoint_utc=progress.last_checkpoint_utc), now)
 

@@ -573,6 +573,10 @@ class _Pass:
                         f"${held:.2f}/h): new {estimate.offer.instance_type.name} spot saves ${saved:.2f} over its run")
         return True
 
+    def _new_kinds(self, job: Job, spot_ok: bool) -> tuple[Kind, ...]:
+        """The kinds of the nodes bought in this pass that can hold ``job``."""
+        return tuple(sorted(k for k in self.new_index.by_kind if self._kind_ok(job, k, spot_ok)))
+
     def _limited_into_leftovers(self) -> None:
         """Jobs refused for the budget or the GPU cap at admission take room
         left on nodes bought in this step: it costs nothing more (admission
@@ -585,8 +589,7 @@ class _Pass:
             if job is None or over_burst(job, self.usage, self.policy) is not None:
                 continue
             spot_ok, _ = self._spot_ok(job)
-            kinds = tuple(sorted(k for k in self.new_index.by_kind if self._kind_ok(job, k, spot_ok)))
-            placed = self.place_existing(job, kinds, self.new_index)
+            placed = self.place_existing(job, self._new_kinds(job, spot_ok), self.new_index)
             if placed is None:
                 continue
             self.unplaced.remove(waiting)
@@ -1621,8 +1624,7 @@ class PlannedFleet:
         kinds = p._kinds(job, spot_ok)
         placed = p.place_existing(job, kinds)
         if placed is None:
-            new_kinds = tuple(sorted(k for k in p.new_index.by_kind if p._kind_ok(job, k, spot_ok)))
-            placed = p.place_existing(job, new_kinds, p.new_index)
+            placed = p.place_existing(job, p._new_kinds(job, spot_ok), p.new_index)
         if placed is not None:
             p.commit(job, placed, Reason.FITS_FREE_CAPACITY if not placed[0][0].new else Reason.FITS_NEW_CAPACITY, None)
             p.usage.setdefault(job.team, TeamUsage()).add(job)
