@@ -26,6 +26,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",  # docstrings reflow as paragraphs in --help
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"fleetctl {version('fleetctl')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("fleetctl (not installed: no version metadata)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print fleetctl's version and exit."),
+) -> None:
+    # the help text is app's (above); this callback only adds the global --version
+    return None
+
+
 app.command()(catalog)
 app.command()(plan)
 app.command()(apply)

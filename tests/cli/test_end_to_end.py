@@ -209,6 +209,13 @@ def test_help_explains(workdir):
     assert "-detailed-exitcode" in fleetctl(workdir, "plan", "--help").stdout
 
 
+def test_version():
+    from importlib.metadata import version
+
+    result = fleetctl(REPO, "--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"fleetctl {version('fleetctl')}"
+
+
 def test_the_same_queue_file_can_be_resubmitted_once_its_jobs_run(workdir):
     assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
     for _ in range(2):  # launch and bind, then start (no launch delay)
