@@ -122,6 +122,16 @@ def _launch_key(store: Store, key: str, action: Launch, now: datetime) -> str:
     return candidate
 
 
+def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, except_nodes: set[str] | frozenset[str] = frozenset()) -> None:
+    """The nodes ``job`` leaves (finished, cancelled, preempted, or a gang's
+    survivors after a reclaim) are idle from now, not from an older idle time, so the
+    idle timeout counts from the moment they emptied."""
+    for nid in sorted(set(job.node_ids) - set(except_nodes)):
+        node = nodes.get(nid)
+        if node is not None and node.state is not NodeState.GONE:
+            store.put_node(replace(node, idle_since_utc=now), now)
+
+
 def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
             runtime: "Runtime | None" = None) -> ApplyResult:
     """Carry out ``plan``. ``plan_id`` (the plan's fingerprint) seeds the
@@ -143,6 +153,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     bound: list[str] = []
     terminated: list[str] = []
     names: dict[str, str] = {}
+    vacated: list[Job] = []  # preempted jobs, as they were: the nodes they leave are idle from now
     with store.transaction():
         jobs = {j.job_id: j for j in store.jobs(active_only=True)}
         for index, action in enumerate(plan.actions):
@@ -182,6 +193,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                     kept = (runtime.checkpoint(victim, None, now) if victim.checkpointable
                             else runtime.stop(victim, now)).checkpointed_hours
                     checkpoints += 1 if victim.checkpointable else 0
+                vacated.append(victim)
                 victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
                                  checkpointed_work_hours=kept)
                 store.put_job(victim, now)
@@ -215,4 +227,8 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                     raise ApplyError(f"terminate of {action.node_id} failed: {exc}") from exc
                 store.record("terminate", now, action.node_id, reason=action.reason.value, detail=action.detail)
                 terminated.append(action.node_id)
+        if vacated:
+            nodes = {n.node_id: n for n in provider.nodes(now)}
+            for victim in vacated:
+                left_behind(store, nodes, victim, now, except_nodes=set(terminated))
     return ApplyResult(tuple(launched), tuple(bound), tuple(terminated), checkpoints)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Callable
 
-from fleetctl.controller import execute, fingerprint, observe
+from fleetctl.controller import execute, fingerprint, left_behind, observe
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import (
@@ -176,7 +176,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
             metrics.lost_gpu_hours.inc(lost_gpu_hours)
         avoid = node.offer.key if node is not None and node.offer.market is Market.SPOT else None
         store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True, work_lost=lost > _NO_LOSS_HOURS), now)
-        left_behind(store, nodes, job, now, except_node=event.node_id)
+        left_behind(store, nodes, job, now, except_nodes={event.node_id})
         report.requeued.append(job.job_id)
         store.record("requeue", now, job.job_id, node=event.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
                      reason=Reason.INTERRUPTION.value)
@@ -209,16 +209,6 @@ def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, pol
                          metrics=metrics, report=report)
         report.lost_nodes.append(node_id)
     return len(lost)
-
-
-def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, except_node: str = "") -> None:
-    """The nodes ``job`` leaves (finished, cancelled, or a gang's survivors
-    after a reclaim) are idle from now, not from an older idle time, so the
-    idle timeout counts from the moment they emptied."""
-    for nid in sorted(set(job.node_ids) - {except_node}):
-        node = nodes.get(nid)
-        if node is not None and node.state is not NodeState.GONE:
-            store.put_node(replace(node, idle_since_utc=now), now)
 
 
 def _already_handled(store: Store, event: InterruptionEvent) -> bool:

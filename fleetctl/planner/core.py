@@ -170,6 +170,7 @@ class _Pass:
         self._kinds_cache: dict[tuple, tuple[Kind, ...]] = {}
         self.new_count = 0
         self.preempted: set[str] = set()
+        self.vacated: set[str] = set()  # nodes preempted jobs leave in this pass: idle from now
         self.victim_slots: list[Slot] = []
         self.active_jobs: dict[str, Job] = {}
         self.reservations = 0
@@ -670,6 +671,7 @@ class _Pass:
             for s in self.index.slots.values():
                 if v.job_id in s.jobs:
                     self.index.give_back(s, v)
+                    self.vacated.add(s.name)
             order.charge(v, sign=-1)
             self.preempted.add(v.job_id)
             lost = v.work_since_checkpoint_hours(self.now)
@@ -1523,6 +1525,8 @@ class _Pass:
             if slot.jobs or slot.reserved_for is not None:
                 continue
             since = node.idle_since_utc or node.ready_at_utc or node.launched_at_utc
+            if node.node_id in self.vacated:
+                since = self.now  # it ran a job this pass preempted: not idle before now
             model = node.offer.instance_type.gpu_model
             gpus = node.offer.instance_type.gpu_count
             if model and keep.get(model, 0) >= gpus:

@@ -421,3 +421,23 @@ def test_a_notice_is_handled_once_even_when_two_controllers_both_saw_it_unhandle
                          metrics=metrics, report=report)
     assert (_count(first, "fleetctl_interruptions_total"), _count(second, "fleetctl_interruptions_total")) == (1, None)
     assert len(w.store.events("interruption")) == 1 and jobs(w)["j"].interruptions == 1
+
+
+def test_a_node_a_preempted_gang_leaves_is_idle_from_the_preemption(world_factory):
+    od = offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND)
+    w = world_factory(offers=(od,))
+    pol = policy(idle_timeout_minutes=15, max_usd_per_hour=40.0)  # two nodes: no third for the newcomer
+    w.store.add_jobs([job("gang", workers=2, gpus=8, duration_hours=4.0)], T0)
+    run_tick(w, T0, pol=pol)
+    run_tick(w, T0 + timedelta(minutes=1), pol=pol)
+    assert jobs(w)["gang"].state is JobState.RUNNING
+    now = T0 + timedelta(minutes=60)
+    w.store.add_jobs([job("prod", gpus=8, priority="production", submitted=now)], now)
+    r = run_tick(w, now, pol=pol)
+    assert [p.job_id for p in r.plan.of_kind("preempt")] == ["gang"]
+    (taken,) = jobs(w)["prod"].node_ids
+    (freed,) = set(jobs(w)["gang"].node_ids or ()) | ({n.node_id for n in w.store.nodes()} - {taken})
+    assert {n.node_id: n for n in w.store.nodes()}[freed].idle_since_utc == now
+    r = run_tick(w, now + timedelta(minutes=1), pol=pol)  # it ran the gang a minute ago: not idle for an hour
+    assert freed not in {t.node_id for t in r.plan.of_kind("terminate")}
+    invariants(w, now + timedelta(minutes=1), pol)
