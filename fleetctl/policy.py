@@ -174,18 +174,18 @@ class DiversificationSpec(StrictModel):
     max_share_per_instance_type: float = Field(
         _D.max_share_per_instance_type, gt=0, le=1,
         description="Largest fraction (0..1, above 0) of the fleet's spot GPUs on one instance type, plus one "
-                    "node (so the first node of a type is always allowed); 1 = no limit.",
+                    "node or one gang (so the first node or gang of a type is always allowed); 1 = no limit.",
     )
     max_share_per_zone: float = Field(
         _D.max_share_per_zone, gt=0, le=1,
         description="Largest fraction (0..1, above 0) of the fleet's spot GPUs in one availability zone, plus "
-                    "one node; 1 = no limit.",
+                    "one node or one gang; 1 = no limit.",
     )
     min_distinct_offers: int = Field(
         _D.min_distinct_offers, ge=1,
         description="Fewest distinct spot offers (provider/region/zone/instance type) the spot fleet is spread "
-                    "over once it has that many spot nodes (count, at least 1); when fewer spot offers are on sale, "
-                    "as many as there are.",
+                    "over once it has that many spot nodes, a gang's counting once (count, at least 1); when fewer spot "
+                    "offers are on sale, as many as there are.",
     )
 
 

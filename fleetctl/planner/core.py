@@ -152,6 +152,11 @@ class _Pass:
         self.spot_by_type: dict[str, int] = {}
         self.spot_by_zone: dict[tuple, int] = {}
         self.spot_nodes_by_offer: dict[str, int] = {}
+        # A gang's nodes are one unit for the diversification rules (they fail together: losing any
+        # one stops the gang, so spreading them would only add exposure). The gang each node serves
+        # (existing nodes and nodes bought in this step), and spot nodes per gang.
+        self.slot_gang: dict[str, str] = {}
+        self.gang_spot_nodes: dict[str, int] = {}
         self.max_gpus_in_zone: dict[tuple, int] = {}
         for o in self.offers:
             if o.market is Market.SPOT:
@@ -312,8 +317,16 @@ class _Pass:
         self._compatible_cache[key] = cached
         return cached
 
-    def _charge_offer(self, offer: Offer, count: int = 1) -> None:
+    def _charge_offer(self, offer: Offer, count: int = 1, gang: str | None = None) -> None:
+        """Add ``count`` nodes of ``offer`` to the step's totals (negative: remove);
+        ``gang``: the multi-node job they serve, whose spot nodes count as one unit."""
         it = offer.instance_type
+        if gang is not None and offer.market is Market.SPOT:
+            left = self.gang_spot_nodes.get(gang, 0) + count
+            if left > 0:
+                self.gang_spot_nodes[gang] = left
+            else:
+                self.gang_spot_nodes.pop(gang, None)
         self.usd += offer.usd_per_hour * count
         self.gpus += it.gpu_count * count
         if offer.market is Market.SPOT:
@@ -331,18 +344,28 @@ class _Pass:
         else:
             self.on_demand_gpus += it.gpu_count * count
 
+    def _spot_units(self) -> int:
+        """Spot nodes, a gang's counting once (see ``slot_gang``)."""
+        return sum(self.spot_nodes_by_offer.values()) - sum(n - 1 for n in self.gang_spot_nodes.values())
+
     def _note(self, job: Job, line: str) -> None:
         self.explain.setdefault(job.job_id, []).append(line)
 
     # ------------------------------------------------------------------ 1. fleet
 
     def load_fleet(self) -> list[Job]:
+        held = {n.node_id for n in self.fleet if n.state in _HELD}
+        for job in sorted(self.jobs, key=lambda j: j.job_id):  # each held node counted with one gang at most
+            if job.workers > 1 and job.state in (JobState.BOUND, JobState.RUNNING):
+                for nid in job.node_ids:
+                    if nid in held:
+                        self.slot_gang.setdefault(nid, job.job_id)
         for node in self.fleet:
             if node.state not in _HELD:
                 continue
             slot = Slot.of(node.node_id, node.offer, new=False, schedulable=node.schedulable)
             self.index.add(slot)
-            self._charge_offer(node.offer)
+            self._charge_offer(node.offer, gang=self.slot_gang.get(node.node_id))
         queued = []
         for job in self.jobs:
             if job.state is JobState.QUEUED:
@@ -1037,7 +1060,7 @@ class _Pass:
         if not self.launch_names[key]:
             for d in (self.launch_names, self.launch_offer, self.launch_jobs, self.launch_reason):
                 d.pop(key, None)
-        self._charge_offer(slot.offer, -1)
+        self._charge_offer(slot.offer, -1, self.slot_gang.get(slot.name))
 
     def _rebuy(self, slot: Slot) -> None:
         key = slot.offer.key
@@ -1046,27 +1069,39 @@ class _Pass:
             self.launch_jobs[key] = sorted(slot.jobs)
             self.launch_reason[key] = Reason.CHEAPEST_OFFER
         self.launch_names.setdefault(key, []).append(slot.name)
-        self._charge_offer(slot.offer, 1)
+        self._charge_offer(slot.offer, 1, self.slot_gang.get(slot.name))
 
     def _diversification_broken(self) -> bool:
         p = self.policy
         total = self.spot_gpus
+        # The allowance of one node per type and zone is one unit: a node, or a gang's nodes there.
         biggest_of_type: dict[str, int] = {}
+        gang_of_type: dict[tuple[str, str], int] = {}
+        gang_in_zone: dict[tuple, int] = {}
         for slot in (*self.index.slots.values(), *self.new_index.slots.values()):
             if slot.offer.market is Market.SPOT:
                 it = slot.offer.instance_type
                 biggest_of_type[it.name] = max(biggest_of_type.get(it.name, 0), it.gpu_count)
+                gang = self.slot_gang.get(slot.name)
+                if gang is not None:
+                    gang_of_type[(gang, it.name)] = gang_of_type.get((gang, it.name), 0) + it.gpu_count
+                    z = (gang, slot.offer.placement_domain)
+                    gang_in_zone[z] = gang_in_zone.get(z, 0) + it.gpu_count
+        biggest_in_zone = dict(self.max_gpus_in_zone)
+        for (_, name), gpus in gang_of_type.items():
+            biggest_of_type[name] = max(biggest_of_type.get(name, 0), gpus)
+        for (_, zone), gpus in gang_in_zone.items():
+            biggest_in_zone[zone] = max(biggest_in_zone.get(zone, 0), gpus)
         for name, gpus in self.spot_by_type.items():
             if gpus > p.max_share_per_instance_type * total + biggest_of_type.get(name, 0) + 1e-9:
                 return True
         for zone, gpus in self.spot_by_zone.items():
-            if gpus > p.max_share_per_zone * total + self.max_gpus_in_zone.get(zone, 0) + 1e-9:
+            if gpus > p.max_share_per_zone * total + biggest_in_zone.get(zone, 0) + 1e-9:
                 return True
         if self.spot_gpus > p.max_spot_share * self.gpus + 1e-9:
             return True
-        nodes = sum(self.spot_nodes_by_offer.values())
         want = self._min_distinct()
-        return nodes >= want and len(self.spot_nodes_by_offer) < want
+        return self._spot_units() >= want and len(self.spot_nodes_by_offer) < want
 
     def _snapshot(self) -> dict:
         return {
@@ -1075,6 +1110,7 @@ class _Pass:
             "usage": {t: (u.gpus, u.vcpus, u.memory_gib) for t, u in self.usage.items()},
             "totals": (self.usd, self.gpus, self.spot_gpus, self.on_demand_gpus, self.step_risk),
             "spot": (dict(self.spot_by_type), dict(self.spot_by_zone), dict(self.spot_nodes_by_offer)),
+            "gangs": (dict(self.slot_gang), dict(self.gang_spot_nodes)),
         }
 
     def _restore(self, snap: dict) -> None:
@@ -1092,6 +1128,7 @@ class _Pass:
             self.usage[t] = TeamUsage(g, v, m)
         self.usd, self.gpus, self.spot_gpus, self.on_demand_gpus, self.step_risk = snap["totals"]
         self.spot_by_type, self.spot_by_zone, self.spot_nodes_by_offer = (dict(d) for d in snap["spot"])
+        self.slot_gang, self.gang_spot_nodes = (dict(d) for d in snap["gangs"])
         self.new_index = CapacityIndex()
         self.new_count = 0
         self.launch_names.clear()
@@ -1173,17 +1210,21 @@ class _Pass:
             return False
         return not job.gpu_models or model in job.gpu_models
 
-    def _market_rule(self, offer: Offer, gpus: int) -> str | None:
+    def _market_rule(self, offer: Offer, gpus: int, unit_gpus: int = 0) -> str | None:
+        """The spot share and the spread rules for ``gpus`` more spot GPUs of
+        ``offer``; ``unit_gpus``: a gang's GPUs bought together (the allowance
+        of one node per type and zone is one unit: a node or a whole gang)."""
         p = self.policy
         if offer.market is Market.SPOT:
             if self.spot_gpus + gpus > p.max_spot_share * max(self.gpus + gpus, self.projected_total_gpus) + 1e-9:
                 return f"spot would pass {p.max_spot_share:.0%} of the fleet's GPUs"
             it = offer.instance_type
             total = max(self.spot_gpus + gpus, self.projected_spot_gpus)
-            if self.spot_by_type.get(it.name, 0) + gpus > p.max_share_per_instance_type * total + it.gpu_count + 1e-9:
+            unit = max(it.gpu_count, unit_gpus)
+            if self.spot_by_type.get(it.name, 0) + gpus > p.max_share_per_instance_type * total + unit + 1e-9:
                 return f"{it.name} would pass {p.max_share_per_instance_type:.0%} of spot GPUs (diversification)"
             z = offer.placement_domain
-            if self.spot_by_zone.get(z, 0) + gpus > p.max_share_per_zone * total + self.max_gpus_in_zone.get(z, 0) + 1e-9:
+            if self.spot_by_zone.get(z, 0) + gpus > p.max_share_per_zone * total + max(self.max_gpus_in_zone.get(z, 0), unit_gpus) + 1e-9:
                 return f"zone {offer.region}/{offer.zone or '*'} would pass {p.max_share_per_zone:.0%} of spot GPUs (diversification)"
         return None
 
@@ -1201,7 +1242,7 @@ class _Pass:
             self._unadmit(job, reason, detail)
             return False
         distinct = len(self.spot_nodes_by_offer)
-        spot_nodes = sum(self.spot_nodes_by_offer.values())
+        spot_units = self._spot_units()
         min_distinct = self._min_distinct()
         want_new = distinct < min_distinct
         # While fewer than min_distinct_offers spot offers are in use, prefer a
@@ -1215,15 +1256,16 @@ class _Pass:
         for option in options:
             offer = option.offer
             gpus = option.nodes * offer.instance_type.gpu_count
-            why = self._market_rule(offer, gpus)
+            gang = option.nodes > 1  # a gang's nodes: one unit for the spread rules
+            why = self._market_rule(offer, gpus, gpus if gang else 0)
             if why is None and offer.market is Market.SPOT and want_new:
                 fresh = offer.key not in self.spot_nodes_by_offer
                 if best_unused is not None and not fresh and best_unused <= option.score * self.spread_premium:
                     why = f"at least {min_distinct} distinct spot offers wanted (diversification)"
-                elif self.strict and spot_nodes + option.nodes >= min_distinct and \
+                elif self.strict and spot_units + (1 if gang else option.nodes) >= min_distinct and \
                         distinct + fresh < min_distinct:
-                    why = (f"{spot_nodes + option.nodes} spot nodes would sit on fewer than "
-                           f"{min_distinct} distinct offers (diversification)")
+                    why = (f"{spot_units + (1 if gang else option.nodes)} spot nodes (a gang's counting once) would sit "
+                           f"on fewer than {min_distinct} distinct offers (diversification)")
             if why is None and p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
                 gpu_block = gpu_block or option
                 why = f"{gpus} more GPUs would pass the max of {p.max_gpus}"
@@ -1291,7 +1333,10 @@ class _Pass:
             self.launch_reason.setdefault(offer.key, Reason.ON_DEMAND_FALLBACK)
         else:
             self.launch_reason.setdefault(offer.key, Reason.CHEAPEST_OFFER)
-        self._charge_offer(offer, option.nodes)
+        gang = job.job_id if len(slots) > 1 else None
+        if gang is not None:
+            self.slot_gang.update((slot.name, gang) for slot in slots)
+        self._charge_offer(offer, option.nodes, gang)
         per = _per_node(job, offer)
         placed = []
         left = job.workers

@@ -210,6 +210,25 @@ def case_min_distinct_offers_gives_way_to_a_market_with_fewer_spot_offers():
     assert [l.offer.market for l in p.of_kind("launch") for _ in l.node_names] == [Market.SPOT] * 2
 
 
+def case_a_lone_gang_is_one_unit_for_diversification():
+    # A gang's nodes fail together (losing any one stops it) and sit in one zone on one offer, so
+    # the diversification rules count a gang's purchase as one unit: a gang alone goes to spot
+    # under rules it could never meet node by node, instead of to on-demand for its whole run.
+    offers = [offer("a", price=8.0), offer("b", price=8.5, zone="z2"),
+              offer("a", price=20.0, market=Market.ON_DEMAND)]
+    pol = policy(min_distinct_offers=2, max_share_per_instance_type=0.5, max_share_per_zone=0.6)
+    for workers in (2, 4):
+        p = run(queue=[job("gang", workers=workers, gpus=8)], offers=offers, pol=pol)
+        launched = [(l.offer.key, l.offer.market) for l in p.of_kind("launch") for _ in l.node_names]
+        assert len(launched) == workers and {m for _, m in launched} == {Market.SPOT}, launched
+        assert len({k for k, _ in launched}) == 1  # one offer: a gang is one zone
+    # the next purchase is diversified against the gang: a one-node job goes to the other offer
+    fleet = [node("g1", of=offers[0]), node("g2", of=offers[0])]
+    gang = bound(job("gang", workers=2, gpus=8), "g1", "g2")
+    p = run(queue=[gang, job("one", gpus=8)], fleet=fleet, offers=offers, pol=pol)
+    assert [(l.offer.instance_type.name, l.offer.market) for l in p.of_kind("launch")] == [("b", Market.SPOT)]
+
+
 def case_count_interruptions_work_lost_counts_only_reclaims_that_cost_work():
     offers = [offer("s", gpus=1, price=1.0), offer("od", gpus=1, price=3.0, market=Market.ON_DEMAND)]
     moved_often = replace(job("j", gpus=1), checkpointable=True, checkpoint_interval_minutes=30.0,
