@@ -497,6 +497,11 @@ class _Pass:
             if why_not_spot and job.spot_eligible is not False:
                 self._note(job, f"on-demand only: {why_not_spot}")
             kinds = self._kinds(job, spot_ok)
+            # The burst limit caps what a team uses in total, on free capacity too.
+            quota = over_burst(job, self.usage, self.policy)
+            if quota is not None:
+                self.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
+                continue
             placed = self.place_existing(job, kinds)
             if placed is not None and spot_ok and self._idle_dearer(job, placed, spot_ok, committed_usd):
                 self.idle_fallback.add(job.job_id)
@@ -506,10 +511,6 @@ class _Pass:
                 continue
             if job.job_id not in self.idle_fallback:
                 self._note(job, "free capacity: no node (or zone) with room for it")
-            quota = over_burst(job, self.usage, self.policy)
-            if quota is not None:
-                self.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
-                continue
             estimate = self.estimate(job, spot_ok)
             blocked: tuple[Reason, str] | None = None
             if estimate is None:
@@ -1671,14 +1672,14 @@ class PlannedFleet:
         usd_before = p.usd
         spot_ok, _ = p._spot_ok(job)
         kinds = p._kinds(job, spot_ok)
-        placed = p.place_existing(job, kinds)
-        if placed is None:
+        quota = over_burst(job, p.usage, p.policy)  # the burst limit holds on free capacity too
+        placed = None if quota is not None else p.place_existing(job, kinds)
+        if placed is None and quota is None:
             placed = p.place_existing(job, p._new_kinds(job, spot_ok), p.new_index)
         if placed is not None:
             p.commit(job, placed, Reason.FITS_FREE_CAPACITY if not placed[0][0].new else Reason.FITS_NEW_CAPACITY, None)
             p.usage.setdefault(job.team, TeamUsage()).add(job)
         else:
-            quota = over_burst(job, p.usage, p.policy)
             if quota is not None:
                 p.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
             else:

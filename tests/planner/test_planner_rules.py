@@ -96,6 +96,17 @@ def case_burst_limit_is_a_quota():
 
 # ----------------------------------------------------------------------------- placement
 
+def case_burst_limit_holds_on_free_capacity_too():
+    # burst_gpus is the most a team may use in total: free room on a node it already runs on is no exception
+    fleet = [node("n1", offer("g16", gpus=16))]
+    pol = policy(teams=(Team("a", guaranteed_gpus=0, burst_gpus=4), Team("b", guaranteed_gpus=0, burst_gpus=64)))
+    running = bound(job("a-1", gpus=4, team="a"), "n1")
+    p = run(queue=[running, job("a-2", gpus=4, team="a"), job("b-1", gpus=4, team="b")], fleet=fleet, offers=[],
+            pol=pol)
+    assert unplaced(p) == {"a-2": Reason.QUOTA_EXCEEDED}
+    assert binds(p) == {"b-1": ("n1",)}
+
+
 def case_gang_on_one_node_when_it_fits():
     fleet = [node("a", offer(zone="z1")), node("b", offer(zone="z1")), node("big", offer("g16", gpus=16, zone="z2"))]
     p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet)
