@@ -34,6 +34,10 @@ class FleetMetrics:
         self.interruptions = Counter("fleetctl_interruptions", "Reclaim notices and rebalance hints handled.",
                                      ["provider", "kind"], registry=r)
         self.checkpoints = Counter("fleetctl_checkpoints", "Checkpoints requested before a reclaim, a migration or a preemption.", registry=r)
+        self.checkpoints_missed = Counter("fleetctl_checkpoints_missed",
+                                          "Checkpoints asked for before a reclaim that could not finish in time "
+                                          "(the notice's deadline, or the policy's checkpoint_grace_seconds): the "
+                                          "work since the job's last checkpoint was lost.", registry=r)
         self.migrations = Counter("fleetctl_migrations", "Jobs moved to other nodes (consolidation).", registry=r)
         self.preemptions = Counter("fleetctl_preemptions", "Jobs preempted for higher-priority work.", registry=r)
         self.fallbacks = Counter("fleetctl_on_demand_fallbacks", "On-demand launches for spot-eligible work: spot scarce, or the job interrupted more than the policy allows or its deadline at risk.", registry=r)

@@ -18,7 +18,9 @@ or when its deadline no longer covers the remaining work plus a restart.
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import timedelta
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Callable
@@ -43,6 +45,8 @@ from fleetctl.planner import plan as make_plan
 from fleetctl.store import Store
 from providers.base import Provider
 
+log = logging.getLogger("fleetctl.reconcile")
+
 
 @dataclass(slots=True)
 class TickReport:
@@ -57,6 +61,7 @@ class TickReport:
     interruptions: int = 0
     lost_gpu_hours: float = 0.0
     checkpoints: int = 0
+    checkpoints_missed: int = 0  # of those, how many could not finish before the deadline
 
 
 #: Work (hours) a reclaim may cost a job and still count as costing it nothing (float noise).
@@ -139,10 +144,18 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         # node-watch on the node): handled once, counted once.
         store.record("interruption_duplicate", now, event.node_id, event_id=event.event_id)
         return
+    if node is None and not any(event.node_id in j.node_ids for j in store.jobs(active_only=True)):
+        # Not a node of this controller (another cluster's, a --node-id typo): nothing to drain or count.
+        store.record("interruption_unknown_node", now, event.node_id, notice=event.kind.value,
+                     event_id=event.event_id, provider=event.provider)
+        log.warning("%s notice %s names node %s, which this controller does not know: ignored",
+                    event.kind.value, event.event_id, event.node_id)
+        return
+    provider = node.offer.provider if node is not None else event.provider  # the node's own, not the sender's word
     store.record("interruption", now, event.node_id, notice=event.kind.value, event_id=event.event_id,
                  deadline_utc=str(event.deadline_utc))
     if metrics:
-        metrics.interruptions.labels(event.provider, event.kind.value).inc()
+        metrics.interruptions.labels(provider, event.kind.value).inc()
     report.interruptions += 1
     gone = node is None or node.state is NodeState.GONE
     if gone and event.kind is InterruptionKind.REBALANCE:
@@ -159,13 +172,24 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
             continue
         kept = job.checkpointed_work_hours
         lost = 0.0
+        checkpoint = "none"
         if job.state is JobState.RUNNING:
             before = runtime.progress(job, now)
             if job.checkpointable and not gone:
-                after = runtime.checkpoint(job, event.deadline_utc, now)
+                # The job gets the policy's grace after the notice, never past the notice's deadline
+                # (a rebalance recommendation has none: the drain is fleetctl's own choice).
+                deadline = event.deadline_utc
+                if deadline is not None:
+                    deadline = min(deadline, event.received_at_utc + timedelta(seconds=policy.checkpoint_grace_seconds))
+                after = runtime.checkpoint(job, deadline, now)
                 report.checkpoints += 1
+                checkpoint = "saved" if after.checkpointed_hours >= before.done_hours - 1e-9 else "missed"
                 if metrics:
                     metrics.checkpoints.inc()
+                if checkpoint == "missed":
+                    report.checkpoints_missed += 1
+                    if metrics:
+                        metrics.checkpoints_missed.inc()
             else:
                 after = runtime.stop(job, now)
             kept = after.checkpointed_hours
@@ -179,7 +203,9 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         left_behind(store, nodes, job, now, except_nodes={event.node_id})
         report.requeued.append(job.job_id)
         store.record("requeue", now, job.job_id, node=event.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,
-                     reason=Reason.INTERRUPTION.value)
+                     reason=Reason.INTERRUPTION.value, checkpoint=checkpoint)
+        log.info("%s notice for node %s: job %s requeued (checkpoint %s, %.2f h of work kept, %.2f GPU-h lost)",
+                 event.kind.value, event.node_id, job.job_id, checkpoint, kept, lost_gpu_hours)
 
 
 def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,

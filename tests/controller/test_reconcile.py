@@ -441,3 +441,47 @@ def test_a_node_a_preempted_gang_leaves_is_idle_from_the_preemption(world_factor
     r = run_tick(w, now + timedelta(minutes=1), pol=pol)  # it ran the gang a minute ago: not idle for an hour
     assert freed not in {t.node_id for t in r.plan.of_kind("terminate")}
     invariants(w, now + timedelta(minutes=1), pol)
+
+
+@pytest.mark.parametrize("lead, handled_after, grace, outcome", [
+    (120, 0, 90, "saved"),    # AWS: a 30-second checkpoint fits the two minutes
+    (120, 0, 20, "missed"),   # ... but not the policy's 20-second grace
+    (30, 5, 90, "missed"),    # GCP/Azure: 30 s, handled 5 s later, leaves 25 s
+    (30, 0, 90, "saved"),
+])
+def test_a_checkpoint_that_cannot_finish_in_time_is_counted_as_missed(world_factory, lead, handled_after, grace,
+                                                                      outcome):
+    w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    notice = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
+    w.provider.reclaim(node.node_id, notice, lead_seconds=lead)
+    metrics = FleetMetrics()
+    r = run_tick(w, notice + timedelta(seconds=handled_after), pol=policy(checkpoint_grace_seconds=grace),
+                 metrics=metrics)
+    assert r.requeued == ["j"] and r.checkpoints == 1
+    assert r.checkpoints_missed == (outcome == "missed")
+    assert _count(metrics, "fleetctl_checkpoints_missed_total") == (outcome == "missed")
+    (requeue,) = w.store.events("requeue")
+    assert requeue["payload"]["checkpoint"] == outcome
+    if outcome == "missed":
+        assert r.lost_gpu_hours == pytest.approx(8 * (19 / 60 + handled_after / 3600))
+    else:
+        assert r.lost_gpu_hours == pytest.approx(0.0)
+
+
+def test_a_notice_for_a_node_this_controller_does_not_know_is_not_counted(world_factory):
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    now = T0 + timedelta(minutes=30)
+    w.store.add_interruption(InterruptionEvent("typo-1", "gcp", "no-such-node", InterruptionKind.RECLAIM_WARNING,
+                                               now, now + timedelta(seconds=30)))
+    metrics = FleetMetrics()
+    r = run_tick(w, now, metrics=metrics)
+    assert r.interruptions == 0 and r.requeued == [] and jobs(w)["j"].state is JobState.RUNNING
+    assert _count(metrics, "fleetctl_interruptions_total") is None
+    assert [e["subject"] for e in w.store.events("interruption_unknown_node")] == ["no-such-node"]
+    assert w.store.interruptions() == ()  # handled: not retried every pass
