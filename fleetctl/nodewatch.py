@@ -453,6 +453,10 @@ class NoticeClient:
         return isinstance(doc, dict) and doc.get("handled") is True
 
 
+#: Seconds a watcher waits after a failed metadata poll, at least.
+ERROR_PAUSE_SECONDS = 1.0
+
+
 @dataclass
 class NodeWatcher:
     """Polls one metadata source and delivers each distinct notice once.
@@ -553,8 +557,10 @@ class NodeWatcher:
         supervisor restarts it; the endpoint deduplicates the re-post)."""
         polls = 0
         while not self.stop.is_set():
+            failed = True
             try:
                 self.poll_once()
+                failed = False
             except MetadataError as exc:
                 log.warning("metadata: %s", exc)
             except OSError as exc:
@@ -562,8 +568,11 @@ class NodeWatcher:
             polls += 1
             if max_polls is not None and polls >= max_polls:
                 return
-            if self.interval_seconds > 0:
-                self._sleep(self.interval_seconds)
+            # After a failed poll, pause even when blocking polls (GCE wait-for-change) use no interval:
+            # an erroring metadata service must not be polled in a tight loop.
+            pause = max(self.interval_seconds, ERROR_PAUSE_SECONDS) if failed else self.interval_seconds
+            if pause > 0:
+                self._sleep(pause)
 
 
 def _event_id(r: Response) -> str:

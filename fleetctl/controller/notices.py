@@ -49,7 +49,7 @@ import json
 import logging
 import threading
 import urllib.parse
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Literal
 
@@ -94,6 +94,15 @@ def event_id_for(provider: str, node_id: str, kind: InterruptionKind, notice_id:
     return f"node-{provider}-{digest[:24]}"
 
 
+#: GCE stops a preempted VM 30 s after the notice; the watcher's deadline for it is computed from the
+#: node's own clock, so the controller caps it at 30 s after it received the notice (a node clock
+#: running ahead would otherwise promise a checkpoint time the VM does not have).
+GCE_PREEMPTION_NOTICE_SECONDS = 30
+
+#: Seconds a client may take to send its request before the endpoint drops the connection.
+REQUEST_TIMEOUT_SECONDS = 10
+
+
 def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEvent, NoticeBody]:
     """Validate a posted body and build its event. Raises ``InvalidNotice``."""
     try:
@@ -107,13 +116,16 @@ def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEve
     except ValidationError as exc:
         issues = [(".".join(str(p) for p in err["loc"]) or "body", err["msg"]) for err in exc.errors()]
         raise InvalidNotice(issues) from exc
+    deadline = body.deadline_utc.astimezone(timezone.utc) if body.deadline_utc else None
+    if body.provider == "gcp" and deadline is not None:
+        deadline = min(deadline, received_at_utc + timedelta(seconds=GCE_PREEMPTION_NOTICE_SECONDS))
     event = InterruptionEvent(
         event_id=event_id_for(body.provider, body.node_id, body.kind, body.notice_id),
         provider=body.provider,
         node_id=body.node_id,
         kind=body.kind,
         received_at_utc=received_at_utc,
-        deadline_utc=body.deadline_utc.astimezone(timezone.utc) if body.deadline_utc else None,
+        deadline_utc=deadline,
     )
     return event, body
 
@@ -222,6 +234,9 @@ class NoticeServer:
                 self.store.record("notice_received", now, event.node_id, event_id=event.event_id,
                                   provider=event.provider, notice=event.kind.value, notice_id=body.notice_id,
                                   deadline_utc=str(event.deadline_utc), detail=body.detail)
+        if new and event.deadline_utc is not None and event.deadline_utc <= now:
+            log.warning("notice %s for %s arrived after its deadline (%s): its jobs cannot checkpoint; the node "
+                        "may be gone already", event.event_id, event.node_id, event.deadline_utc)
         log.info("notice %s from %s: %s %s on %s (deadline %s)", event.event_id, event.provider,
                  "new" if new else "duplicate", event.kind.value, event.node_id, event.deadline_utc)
         return 202, {"event_id": event.event_id, "duplicate": not new}
@@ -238,6 +253,7 @@ class NoticeServer:
 def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "fleetctl-notices/1"
+        timeout = REQUEST_TIMEOUT_SECONDS  # a client that stalls mid-request does not hold a thread for ever
 
         def _answer(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload, sort_keys=True).encode()
@@ -267,6 +283,10 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
                 length = int(self.headers.get("Content-Length") or "0")
             except ValueError:
                 self._answer(400, {"error": "invalid Content-Length"})
+                return
+            if length < 0:
+                self._answer(400, {"error": "invalid Content-Length"})
+                self.close_connection = True
                 return
             if length > MAX_BODY_BYTES:
                 self._answer(413, {"error": f"body over {MAX_BODY_BYTES} bytes"})

@@ -177,3 +177,37 @@ def test_a_tokenless_endpoint_only_on_loopback(make_controller):
                                             ("10.1.2.3", False), ("example.org", False)])
 def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
+
+
+def test_a_gcp_deadline_from_a_node_clock_that_runs_ahead_is_capped_at_the_30_second_notice(make_controller):
+    c = make_controller("gcp")
+    ahead = {**GOOD, "deadline_utc": "2026-11-02T10:00:30Z"}  # the node's clock runs an hour ahead
+    assert post(c.endpoint.url, ahead)[0] == 202
+    (event,) = c.store.interruptions()
+    assert event.deadline_utc == T0 + timedelta(seconds=30)  # GCE stops the VM 30 s after the notice
+    aws = {**GOOD, "provider": "aws", "notice_id": "i-1", "deadline_utc": "2026-11-02T09:02:00Z"}
+    assert post(c.endpoint.url, aws)[0] == 202  # AWS's time comes from the instance metadata service: kept
+    assert {e.provider: e.deadline_utc for e in c.store.interruptions()}["aws"] == T0 + timedelta(minutes=2)
+
+
+def test_a_negative_length_is_refused_and_a_stalled_client_is_dropped(make_controller, monkeypatch):
+    import socket
+
+    from fleetctl.controller import notices
+
+    monkeypatch.setattr(notices, "REQUEST_TIMEOUT_SECONDS", 0.5)
+    c = make_controller()
+    host, port = c.endpoint.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        # read(-1) would read whatever follows (megabytes, past the size limit) until the client hangs up
+        sock.sendall(b"POST /v1/notices HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                     + b"\r\nContent-Length: -1\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 400") and b"invalid Content-Length" in answer
+    assert c.store.interruptions() == ()
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"POST /v1/notices HTTP/1.1\r\n")  # and then nothing
+        assert sock.recv(1024) == b""  # the endpoint hangs up after its timeout (the client's is 5 s)

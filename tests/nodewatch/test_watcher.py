@@ -307,6 +307,10 @@ def test_run_survives_an_unreachable_metadata_service(caplog):
         watcher.run(max_polls=3)
     assert sleeps == [5.0, 5.0]  # polled three times, waited the interval between
     assert len([r for r in caplog.records if "unreachable" in r.getMessage()]) == 3
+    sleeps.clear()
+    watcher.interval_seconds = 0.0  # GCE wait-for-change: the poll itself blocks
+    watcher.run(max_polls=3)
+    assert sleeps == [1.0, 1.0]  # a failing metadata service is not polled in a tight loop
 
 
 def test_backoff_bounds():
