@@ -57,5 +57,6 @@ def policy(**overrides) -> Policy:
         ),
         default_priority_class="batch",
         teams=(Team("a", guaranteed_gpus=8, burst_gpus=64), Team("b", guaranteed_gpus=8, burst_gpus=64)),
+        scale_down_cooldown_minutes=0.0,  # no cooldown unless a test is about it (tests/planner: cooldowns)
     )
     return replace(base, **overrides)

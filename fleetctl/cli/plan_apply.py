@@ -97,7 +97,7 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
     now = utcnow()
     obs = observe(store, provider, now)
     result = make_plan(now=plan_at or now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=None,
-                       policy=pol)
+                       policy=pol, last_termination_utc=store.last_event_at("terminate"))
     return pol, pol_path, store, provider, now, obs, result
 
 

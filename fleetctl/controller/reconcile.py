@@ -338,7 +338,8 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
     obs = observe(store, provider, now)
     store.record_offers(obs.offers, now)  # the market history the interruption forecaster learns from
     store.record("demand", now, "", gpus=demand_by_model(obs.jobs, obs.nodes))  # ... and the demand forecaster
-    result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy)
+    result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy,
+                     last_termination_utc=store.last_event_at("terminate"))
     report.plan = result
     if result.has_changes:
         applied = execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy),

@@ -103,9 +103,22 @@ class _Option:
 
 
 class _Pass:
-    def __init__(self, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy) -> None:
+    def __init__(self, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy,
+                 last_termination_utc: datetime | None = None) -> None:
         self.now = now
         self.policy = policy
+        # Cooldowns (scaling.*_cooldown_*): the last launch is the newest node's; the last
+        # termination is the caller's (the store's audit log), as the fleet no longer holds it.
+        last_launch = max((n.launched_at_utc for n in fleet), default=None)
+        self.scale_up_wait: datetime | None = None  # no purchase before then
+        if last_launch is not None and policy.scale_up_cooldown_seconds > 0:
+            until = last_launch + timedelta(seconds=policy.scale_up_cooldown_seconds)
+            self.scale_up_wait = until if now < until else None
+        self.scale_down_wait: datetime | None = None  # no idle node terminated before then
+        last_change = max((t for t in (last_launch, last_termination_utc) if t is not None), default=None)
+        if last_change is not None and policy.scale_down_cooldown_minutes > 0:
+            until = last_change + timedelta(minutes=policy.scale_down_cooldown_minutes)
+            self.scale_down_wait = until if now < until else None
         forecast = forecast or Forecast()
         self.risk = {r.offer_key: r.interruption_probability for r in forecast.interruption
                      if r.horizon_minutes == 60} or {r.offer_key: r.interruption_probability for r in forecast.interruption}
@@ -1518,9 +1531,11 @@ class _Pass:
         cap = self.policy.max_headroom_gpus
         if cap <= 0 or not self.demand_p90:
             return
-        held, _ = self._gpus_by_model()
+        held, busy = self._gpus_by_model()
         for model in sorted(self.demand_p90):
-            want = min(cap, math.ceil(self.demand_p90[model] - held.get(model, 0) - 1e-9))
+            # The cap holds across passes: idle GPUs of the model already held count against it.
+            idle_now = held.get(model, 0) - busy.get(model, 0)
+            want = min(cap - idle_now, math.ceil(self.demand_p90[model] - held.get(model, 0) - 1e-9))
             if want <= 0:
                 continue
             offers = [o for o in self.offers if o.instance_type.gpu_model == model and o.instance_type.gpu_count > 0]
@@ -1547,6 +1562,19 @@ class _Pass:
                     want -= gpus
                 if want <= 0:
                     break
+
+    def _defer_purchases(self, admitted: list[tuple[Job, bool]]) -> None:
+        """``scaling.scale_up_cooldown_seconds``: within the cooldown after a
+        launch, jobs that need new capacity wait (free capacity still serves)."""
+        wait = self.scale_up_wait
+        assert wait is not None
+        last = wait - timedelta(seconds=self.policy.scale_up_cooldown_seconds)
+        for job, _ in admitted:
+            self.order.charge(job, sign=-1)  # admission charged it for a purchase that waits
+            self.unplaced.append(Unplaced(job.job_id, Reason.WAITING_FOR_CAPACITY,
+                f"{_describe_need(job)}; scale-up cooldown: the last launch was "
+                f"{(self.now - last).total_seconds():.0f} s ago (scaling.scale_up_cooldown_seconds "
+                f"{self.policy.scale_up_cooldown_seconds:g}); buys again from {wait:%Y-%m-%d %H:%M:%S} UTC"))
 
     def idle(self, already: set[str]) -> list[Terminate]:
         timeout = timedelta(minutes=self.policy.idle_timeout_minutes)
@@ -1578,6 +1606,8 @@ class _Pass:
             if model and keep.get(model, 0) >= gpus:
                 keep[model] -= gpus  # kept warm for the forecast demand
                 continue
+            if self.now - since >= timeout and self.scale_down_wait is not None:
+                continue  # scale-down cooldown after a launch or termination: it goes on a later pass
             if self.now - since >= timeout:
                 minutes = (self.now - since).total_seconds() / 60
                 result.append(Terminate(node.node_id, Reason.IDLE,
@@ -1592,12 +1622,17 @@ class _Pass:
         before_risk = sum(self._p(n.offer) for n in self.fleet if n.state in _HELD)
         queued = self.load_fleet()
         admitted = self.run_queue(queued)
+        if self.scale_up_wait is not None:
+            self._defer_purchases(admitted)
+            admitted = []
         self.buy(admitted)
         self._limited_into_leftovers()
         self._fallback_to_idle()
-        self.headroom()
+        if self.scale_up_wait is None:
+            self.headroom()
         migrations, consolidated = self.consolidate()
-        moved, replaced = self.replace_with_spot(self.policy.disruption_budget_nodes - len(consolidated))
+        budget = self.policy.disruption_budget_nodes - len(consolidated)
+        moved, replaced = self.replace_with_spot(budget if self.scale_up_wait is None else 0)
         migrations += moved
         consolidated += replaced
         idle = self.idle({t.node_id for t in consolidated})
@@ -1641,9 +1676,12 @@ def plan(
     offers: tuple[Offer, ...] | list[Offer],
     forecast: Forecast | None,
     policy: Policy,
+    last_termination_utc: datetime | None = None,
 ) -> Plan:
-    """Turn queue + fleet + offers + forecast + policy into a Plan. Pure and deterministic."""
-    return _Pass(now, queue, fleet, offers, forecast, policy).run()
+    """Turn queue + fleet + offers + forecast + policy into a Plan. Pure and deterministic.
+    ``last_termination_utc``: when the fleet last lost a node to a termination
+    (for ``scaling.scale_down_cooldown_minutes``; the last launch is the fleet's own)."""
+    return _Pass(now, queue, fleet, offers, forecast, policy, last_termination_utc).run()
 
 
 class PlannedFleet:
@@ -1658,8 +1696,9 @@ class PlannedFleet:
     It is pure like ``plan``: nothing outside the object changes.
     """
 
-    def __init__(self, *, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy) -> None:
-        self._pass = _Pass(now, queue, fleet, offers, forecast, policy)
+    def __init__(self, *, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy,
+                 last_termination_utc: datetime | None = None) -> None:
+        self._pass = _Pass(now, queue, fleet, offers, forecast, policy, last_termination_utc)
         self.plan = self._pass.run()
         self._risk = self.plan.risk_after
 

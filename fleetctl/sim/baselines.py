@@ -64,19 +64,21 @@ Planner = Callable[..., Plan]
 _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
 
 
-def on_demand_plan(*, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy) -> Plan:
+def on_demand_plan(*, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy,
+                   last_termination_utc: datetime | None = None) -> Plan:
     """fleetctl's planner on a copy of the policy with ``max_spot_share = 0``."""
     return fleetctl_plan(now=now, queue=queue, fleet=fleet, offers=offers, forecast=forecast,
-                         policy=replace(policy, max_spot_share=0.0))
+                         policy=replace(policy, max_spot_share=0.0), last_termination_utc=last_termination_utc)
 
 
-def spot_greedy_plan(*, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy) -> Plan:
+def spot_greedy_plan(*, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy,
+                     last_termination_utc: datetime | None = None) -> Plan:
     """Karpenter-like price-first spot (see the module docstring)."""
     return _Greedy(now, queue, fleet, offers, policy, failover=False).run()
 
 
 def skypilot_failover_plan(*, now: datetime, queue, fleet, offers, forecast: Forecast | None,
-                           policy: Policy) -> Plan:
+                           policy: Policy, last_termination_utc: datetime | None = None) -> Plan:
     """SkyPilot-like zone failover (see the module docstring)."""
     return _Greedy(now, queue, fleet, offers, policy, failover=True).run()
 

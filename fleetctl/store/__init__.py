@@ -480,6 +480,14 @@ class Store:
 
     # ------------------------------------------------------------------ events
 
+    def last_event_at(self, kind: str) -> datetime | None:
+        """When the latest event of ``kind`` was recorded (None: never)."""
+        query = (sa.select(tables.events.c.at_utc).where(tables.events.c.kind == kind)
+                 .order_by(tables.events.c.seq.desc()).limit(1))
+        with self._tx() as conn:
+            at = conn.execute(query).scalar()
+        return str_to_dt(at) if at is not None else None
+
     def record(self, kind: str, now: datetime, subject: str = "", **payload: Any) -> None:
         """Append to the audit log: what happened, to what, when."""
         with self._tx() as conn:

@@ -144,3 +144,31 @@ def test_same_input_in_any_order_gives_the_same_plan():
         q, f, o = list(queue), list(fleet), list(offers)
         rng.shuffle(q), rng.shuffle(f), rng.shuffle(o)
         assert run(q, f, o, policy(max_usd_per_hour=120.0)) == base
+
+
+def test_scale_up_cooldown_defers_purchases_but_not_free_capacity():
+    pol = policy(scale_up_cooldown_seconds=60)
+    fresh = node("n1", ready_at=T0 - timedelta(seconds=10))  # launched 70 s before T0 (builders: ready - 1 min)
+    queue = [job("fits", gpus=8), job("needs-more", gpus=8, submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, fleet=[fresh], offers=[offer(price=3.0)], pol=pol, now=T0 - timedelta(seconds=20))
+    assert [b.job_id for b in p.of_kind("bind")] == ["fits"] and not p.of_kind("launch")
+    (waiting,) = p.unplaced
+    assert waiting.job_id == "needs-more" and waiting.reason is Reason.WAITING_FOR_CAPACITY
+    assert "scale-up cooldown" in waiting.detail and "08:59:50 UTC" in waiting.detail  # 60 s after the launch
+    p = run(queue=queue, fleet=[fresh], offers=[offer(price=3.0)], pol=pol, now=T0)
+    assert [b.job_id for b in p.of_kind("bind")] == ["fits", "needs-more"] and p.of_kind("launch")
+
+
+def test_scale_down_cooldown_after_a_launch_or_a_termination():
+    pol = policy(idle_timeout_minutes=10, scale_down_cooldown_minutes=5)
+    idle = node("old", ready_at=T0 - timedelta(minutes=30))
+    new = node("new", ready_at=T0 - timedelta(minutes=2), state=NodeState.LAUNCHING)  # launched 3 min ago
+    assert not run(fleet=[idle, new], pol=pol).of_kind("terminate")
+    assert [t.node_id for t in run(fleet=[idle, new], pol=pol, now=T0 + timedelta(minutes=2)).of_kind("terminate")] \
+        == ["old"]
+    recent = plan(now=T0, queue=[], fleet=[idle], offers=[], forecast=None, policy=pol,
+                  last_termination_utc=T0 - timedelta(minutes=4))
+    assert not recent.of_kind("terminate")
+    later = plan(now=T0, queue=[], fleet=[idle], offers=[], forecast=None, policy=pol,
+                 last_termination_utc=T0 - timedelta(minutes=5))
+    assert [t.node_id for t in later.of_kind("terminate")] == ["old"]
