@@ -485,3 +485,19 @@ def test_a_notice_for_a_node_this_controller_does_not_know_is_not_counted(world_
     assert _count(metrics, "fleetctl_interruptions_total") is None
     assert [e["subject"] for e in w.store.events("interruption_unknown_node")] == ["no-such-node"]
     assert w.store.interruptions() == ()  # handled: not retried every pass
+
+
+def test_the_scale_down_cooldown_counts_from_the_last_termination_in_the_store(world_factory):
+    w = world_factory(offers=(OD,))
+    pol = policy(idle_timeout_minutes=10, scale_down_cooldown_minutes=5)
+    w.store.add_jobs([job("a", gpus=8, duration_hours=1.0), job("b", gpus=8, duration_hours=1.05)], T0)
+    run_tick(w, T0, pol=pol)
+    run_tick(w, T0 + timedelta(minutes=1), pol=pol)
+    run_tick(w, T0 + timedelta(minutes=62), pol=pol)  # a done
+    run_tick(w, T0 + timedelta(minutes=65), pol=pol)  # b done: its node idle from now
+    first = run_tick(w, T0 + timedelta(minutes=72), pol=pol)
+    assert len(first.plan.of_kind("terminate")) == 1  # a's node, idle for 10 min
+    kept = run_tick(w, T0 + timedelta(minutes=75), pol=pol)  # b's node is past its timeout too, but 3 min after
+    assert not kept.plan.of_kind("terminate")  # ... a termination: the cooldown holds it
+    gone = run_tick(w, T0 + timedelta(minutes=77), pol=pol)
+    assert len(gone.plan.of_kind("terminate")) == 1 and w.store.nodes() == ()

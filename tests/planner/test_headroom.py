@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fleetctl.model import DemandForecast, Forecast, Market, Reason
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -47,3 +47,16 @@ def test_idle_nodes_are_kept_while_the_forecast_wants_them():
     (t,) = p.of_kind("terminate")  # 2 kept warm, the third idles out
     assert t.reason is Reason.IDLE
     assert len(run(fleet=idle, pol=pol).of_kind("terminate")) == 3  # no forecast: all idle out
+
+
+def test_the_cap_holds_across_passes_idle_gpus_held_count_against_it():
+    # pass 1 bought 3 ahead (cap 3); they sit idle. Pass 2 must not buy 3 more: idle-ahead stays <= the cap.
+    bought = [node(f"h{i}", of=ONE, ready_at=T0 - timedelta(minutes=1)) for i in range(3)]
+    busy = [node(f"b{i}", of=ONE, ready_at=T0 - timedelta(hours=1)) for i in range(4)]
+    running = [job(f"j{i}", gpus=1, state=JobState.RUNNING, node_ids=(f"b{i}",)) for i in range(4)]
+    pol = policy(max_headroom_gpus=3, idle_timeout_minutes=10)
+    p = run(queue=running, fleet=busy + bought, pol=pol, fc=forecast(25.0))
+    assert not p.of_kind("launch") and not p.of_kind("terminate")
+    # one of them taken by a new job: one more idle GPU may be bought, back to the cap
+    p = run(queue=[*running, job("new", gpus=1)], fleet=busy + bought, pol=pol, fc=forecast(25.0))
+    assert sum(l.count for l in p.of_kind("launch") if l.reason is Reason.FORECAST_HEADROOM) == 1
