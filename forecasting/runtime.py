@@ -37,6 +37,8 @@ GRID_SECONDS = 300.0
 # How much recorded history a pass reads: the features look back 24 hours (and
 # at the same time the day before), so 49 hours is enough; retraining reads it all.
 HISTORY = timedelta(hours=49)
+#: What a retrain reads of the recorded market (the newest stretch): memory grows with the window.
+RETRAIN_WINDOW = timedelta(days=30)
 
 
 class ModelForecaster:
@@ -54,7 +56,8 @@ class ModelForecaster:
                 from forecasting.demand import DemandModel
             except ImportError as exc:
                 raise ModelError(f"{self.directory / 'demand'}: the demand model cannot be loaded here ({exc})") from exc
-            self.demand_model = DemandModel.load(self.directory / "demand")
+            self.demand_model = DemandModel.load(self.directory / "demand",
+                                                 allow_version_mismatch=allow_version_mismatch)
         if self.interruption_model is None and self.demand_model is None:
             raise ModelError(f"{self.directory}: neither interruption/ nor demand/ holds a model")
 
@@ -88,8 +91,12 @@ class ModelForecaster:
             return ()
         import pandas as pd
 
-        rows = [(e["at_utc"], model, gpus) for e in store.events("demand", since=now - HISTORY)
-                for model, gpus in (e["payload"].get("gpus") or {}).items() if model != "any"]
+        events = store.events("demand", since=now - HISTORY)
+        # Each pass records every model with active jobs: a model missing from a row had none then (0 GPUs),
+        # not an unknown value, so a model whose jobs all finished falls to 0 instead of keeping its last level.
+        models = sorted({m for e in events for m in (e["payload"].get("gpus") or {}) if m != "any"})
+        rows = [(e["at_utc"], model, (e["payload"].get("gpus") or {}).get(model, 0)) for e in events
+                for model in models]
         if not rows:
             return ()
         series = pd.DataFrame(rows, columns=["time_utc", "gpu_model", "gpus"])
@@ -100,22 +107,63 @@ class ModelForecaster:
     # ------------------------------------------------------------------ retraining
 
     def retrain(self, store: Store, now: datetime, *, train_fraction: float = 0.7) -> bool:
-        """Refit the interruption model on the recorded market; False (and the
-        old model kept) when the history is too short or has no losses."""
-        market = self._market(store, now)
+        """Refit the interruption model on the recorded market (its last
+        ``RETRAIN_WINDOW``) and adopt the refit only if it scores at least as
+        well as the current model, by Brier score, on the recorded stretch the
+        refit did not see (the last ``1 - train_fraction``); then it is fitted
+        again on the whole window, so the newest history counts. False (and the
+        current model kept) when there is no interruption model to refit (a
+        model nobody trained is not created here), the history is too short or
+        has no losses, or the refit does not score better."""
+        current = self.interruption_model
+        if current is None:
+            log.info("retrain: %s has no interruption model to refit", self.directory)
+            return False
+        market = self._market(store, now, RETRAIN_WINDOW)
         if market is None:
             log.info("retrain: no recorded market yet")
             return False
-        horizon = timedelta(minutes=self.interruption_model.horizon_minutes if self.interruption_model else 60)
+        horizon = timedelta(minutes=current.horizon_minutes)
         try:
-            model = InterruptionModel.train([market], horizon=horizon, train_fraction=train_fraction)
+            candidate = InterruptionModel.train([market], horizon=horizon, train_fraction=train_fraction)
         except ValueError as exc:
             log.info("retrain: kept the current model (%s)", exc)
             return False
+        held_out = _held_out(market, horizon, train_fraction)
+        if held_out is None:
+            log.info("retrain: kept the current model (the recorded market leaves no unseen stretch to compare on)")
+            return False
+        X, y = held_out
+        new, old = _brier(y, candidate.probabilities(X)), _brier(y, current.probabilities(X))
+        if new > old:
+            log.info("retrain: kept the current model: on the last %.0f%% of the recorded market the refit scores "
+                     "Brier %.4f, the current model %.4f", 100 * (1 - train_fraction), new, old)
+            return False
+        model = candidate
+        try:
+            model = InterruptionModel.train([market], horizon=horizon, train_fraction=1.0)
+        except ValueError as exc:  # the whole window cannot be split as training needs: keep the checked refit
+            log.info("retrain: refit on the first %.0f%% only (%s)", 100 * train_fraction, exc)
         model.save(self.directory / "interruption")  # all at once: a failed save keeps the old model
         self.interruption_model = model
-        log.info("retrain: interruption model refitted on %d samples", model.metadata["samples"])
+        log.info("retrain: interruption model refitted on %d samples (unseen stretch: Brier %.4f, current model "
+                 "%.4f)", model.metadata["samples"], new, old)
         return True
+
+
+def _held_out(market, horizon: timedelta, train_fraction: float):  # noqa: ANN001, ANN202
+    """Features and labels of the market after its training split (None: none, or one class only)."""
+    from forecasting.interruption import build_samples, evaluation_mask, split_time
+
+    s = build_samples(market, horizon)
+    m = evaluation_mask(s, split_time(market, train_fraction))
+    if not m.any() or s.y[m].min() == s.y[m].max():
+        return None
+    return s.X[m], s.y[m]
+
+
+def _brier(y, p) -> float:  # noqa: ANN001
+    return float(((p - y) ** 2).mean())
 
 
 __all__ = ["ModelForecaster"]

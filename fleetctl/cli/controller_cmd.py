@@ -24,9 +24,32 @@ from fleetctl.cli.common import (
 )
 
 
+ForecastDirOption = Annotated[Optional[Path], typer.Option(
+    "--forecast-dir", show_default=False,
+    help="Model directory with interruption/ and/or demand/ (`fleetctl forecast train ...`): each pass turns "
+    "them into the planner's forecast from what the store recorded. Without it, the policy's default risk.")]
+AllowMismatchOption = Annotated[bool, typer.Option(
+    "--allow-version-mismatch", help="Use models saved with another scikit-learn version (warns).")]
+
+
+def _load_forecaster(forecast_dir: Path | None, allow_version_mismatch: bool):  # noqa: ANN202 - ModelForecaster
+    """The models of ``--forecast-dir`` (None without it); an unusable directory exits 2."""
+    if forecast_dir is None:
+        return None
+    from forecasting.interruption import ModelError
+    from forecasting.runtime import ModelForecaster
+
+    try:
+        return ModelForecaster(forecast_dir, allow_version_mismatch=allow_version_mismatch)
+    except ModelError as exc:
+        fail(f"--forecast-dir: {exc}", 2)
+
+
 def reconcile(
     once: Annotated[bool, typer.Option("--once", help="Run one tick and exit (for cron). Required: for a loop, "
                                        "run `fleetctl daemon`.")] = False,
+    forecast_dir: ForecastDirOption = None,
+    allow_version_mismatch: AllowMismatchOption = False,
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
@@ -45,11 +68,12 @@ def reconcile(
     from providers.base import ProviderError
 
     pol, _ = load_policy_or_exit(policy)
+    forecaster = _load_forecaster(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     try:
         now = utcnow()
         report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(), policy=pol, now=now,
-                      forecast=build_forecast(store, now, None))
+                      forecast=build_forecast(store, now, forecaster))
     except ApplyError as exc:
         fail(f"the tick's plan was not applied: {exc}; nothing of it was changed (reclaim notices and job "
              "starts before it are recorded); the next tick plans again")
@@ -85,10 +109,8 @@ def daemon(
         "--notice-token-file", show_default=False,
         help="File holding the bearer token node-watch must send. Default: $FLEETCTL_NOTICE_TOKEN. "
         "Required unless --notice-addr is a loopback address.")] = None,
-    forecast_dir: Annotated[Optional[Path], typer.Option(
-        "--forecast-dir", show_default=False,
-        help="Model directory with interruption/ and/or demand/ (`fleetctl forecast train ...`): each pass turns "
-        "them into the planner's forecast from what the store recorded. Without it, the policy's default risk.")] = None,
+    forecast_dir: ForecastDirOption = None,
+    allow_version_mismatch: AllowMismatchOption = False,
     retrain_hours: Annotated[float, typer.Option(
         "--retrain-hours", min=0.0, max=8760.0,
         help="Hours between refits of the interruption model on the recorded market (0 = never; needs "
@@ -115,15 +137,7 @@ def daemon(
         fail(str(exc), 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, _ = load_policy_or_exit(policy)
-    forecaster = None
-    if forecast_dir is not None:
-        from forecasting.interruption import ModelError
-        from forecasting.runtime import ModelForecaster
-
-        try:
-            forecaster = ModelForecaster(forecast_dir)
-        except ModelError as exc:
-            fail(f"--forecast-dir: {exc}", 2)
+    forecaster = _load_forecaster(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     notices = _start_notice_server(notice_addr, notice_token, store) if notice_addr else None
     metrics = FleetMetrics()

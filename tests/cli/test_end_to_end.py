@@ -357,3 +357,10 @@ def test_plan_warns_when_a_tightened_policy_is_already_broken(workdir):
     assert len(doc["warnings"]) == 2
     plain = json.loads(fleetctl(workdir, "plan", "--format", "json").stdout)
     assert plain["warnings"] == []
+
+
+def test_reconcile_takes_the_daemons_forecast_models(workdir):
+    # cron ticks plan with the same models as the daemon (`--forecast-dir`); an unusable directory exits 2
+    result = fleetctl(workdir, "reconcile", "--once", "--forecast-dir", str(workdir / "no-models"))
+    assert result.returncode == 2 and "--forecast-dir" in result.stderr and "no such model directory" in result.stderr
+    assert "--allow-version-mismatch" in fleetctl(workdir, "daemon", "--help").stdout

@@ -168,3 +168,59 @@ def test_the_daemon_retrains_without_holding_up_reclaim_handling(tmp_path):
     finally:
         release.set()
         store.close()
+
+
+def test_a_gpu_model_whose_jobs_all_finished_is_forecast_from_zero_not_its_last_level(tmp_path):
+    """A pass records every model with active jobs; a model missing from a later row had none."""
+    seen = []
+
+    class Capture:
+        def predict(self, series, now):  # noqa: ANN001, ANN201
+            seen.append(series)
+            return ()
+
+    forecaster = object.__new__(ModelForecaster)
+    forecaster.demand_model = Capture()
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        store.record("demand", T0, "", gpus={"V100-16GB": 4, "any": 2})
+        store.record("demand", T0 + timedelta(minutes=1), "", gpus={"V100-16GB": 4})
+        store.record("demand", T0 + timedelta(minutes=2), "", gpus={})  # its job completed
+        forecaster.demand(store, T0 + timedelta(minutes=3))
+    finally:
+        store.close()
+    (series,) = seen
+    assert series["gpu_model"].tolist() == ["V100-16GB"] * 3 and series["gpus"].tolist() == [4, 4, 0]
+
+
+def test_a_retrain_keeps_the_current_model_unless_the_refit_scores_better_on_what_it_did_not_see(tmp_path,
+                                                                                                   monkeypatch):
+    market = synthetic(days=10, seed=7, zones=("us-east-1a", "us-east-1b", "us-east-1c"))
+    InterruptionModel.train([market]).save(tmp_path / "models" / "interruption")
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        now = T0 + timedelta(days=9, minutes=3)
+        _replay(store, market, now)
+        forecaster = ModelForecaster(tmp_path / "models")
+        before = (tmp_path / "models" / "interruption" / "model.json").read_text()
+
+        class Worse:  # a refit that calls every offer certain to be reclaimed
+            metadata = {"samples": 1}
+
+            def probabilities(self, X):  # noqa: ANN001, ANN201
+                import numpy as np
+
+                return np.ones(len(X))
+
+        real_train = InterruptionModel.train
+        monkeypatch.setattr(InterruptionModel, "train", classmethod(lambda cls, *a, **kw: Worse()))
+        assert forecaster.retrain(store, now) is False
+        assert (tmp_path / "models" / "interruption" / "model.json").read_text() == before
+        assert isinstance(forecaster.interruption_model, InterruptionModel)
+        monkeypatch.setattr(InterruptionModel, "train", real_train)
+        # a directory with a demand model only: no interruption model is created by a retrain
+        demand_only = object.__new__(ModelForecaster)
+        demand_only.directory, demand_only.interruption_model = tmp_path / "demand-only", None
+        assert demand_only.retrain(store, now) is False and not (tmp_path / "demand-only").exists()
+    finally:
+        store.close()
