@@ -715,7 +715,8 @@ class _Pass:
             self.actions_preempt.append(Preempt(
                 v.job_id, job.job_id, Reason.PREEMPTED_BY_HIGHER_PRIORITY,
                 f"makes room on {slot.name} for {job.job_id} ({job.priority}); "
-                f"{'checkpointable' if v.checkpointable else 'not checkpointable'}, loses {lost:.2f} h of work",
+                + ("checkpointable: it checkpoints before it stops" if v.checkpointable
+                   else f"not checkpointable: loses {lost:.2f} h of work"),
             ))
         self.commit(job, [(slot, job.workers)], Reason.FITS_FREE_CAPACITY, order)
         self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {slot.name}")

@@ -163,6 +163,7 @@ def case_preempts_smallest_set_checkpointable_first():
     p = run(queue=[cp, raw, prod], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
     (pre,) = p.of_kind("preempt")
     assert pre.job_id == "cp" and pre.by_job_id == "prod" and pre.reason is Reason.PREEMPTED_BY_HIGHER_PRIORITY
+    assert "it checkpoints before it stops" in pre.detail and "loses" not in pre.detail  # apply checkpoints it
     assert binds(p) == {"prod": ("n1",)}
 
 
