@@ -56,6 +56,9 @@ class Daemon:
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.ticks = 0
+        # The last reconcile pass's forecast: the interruptions pass (every few seconds) reuses it
+        # instead of rebuilding it from the store each time (seconds on a large market, under the lock).
+        self.last_forecast = None
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
         common = dict(max_instances=1, coalesce=True, next_run_time=datetime.now(timezone.utc))
         self.scheduler.add_job(self.reconcile, "interval", seconds=interval_seconds, id="reconcile", **common)
@@ -72,6 +75,7 @@ class Daemon:
             now = self.clock()
             try:
                 forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
+                self.last_forecast = forecast
                 report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                               policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
             except Exception:  # the tick boundary: count, log with the traceback, go on
@@ -89,9 +93,11 @@ class Daemon:
                 return
             try:
                 now = self.clock()
+                forecast = self.last_forecast
+                if forecast is None:
+                    forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
                 handle_interruptions(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                                     policy=self.ctx.policy, now=now, metrics=self.ctx.metrics,
-                                     forecast=build_forecast(self.ctx.store, now, self.ctx.forecaster))
+                                     policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("interruption handling failed")

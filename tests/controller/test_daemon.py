@@ -152,3 +152,26 @@ def test_reconcile_once_twice_changes_nothing_the_second_time(tmp_path):
     assert again.returncode == 0 and "tick: 0 actions, 0 jobs started, 0 completed" in again.stdout
     assert fleetctl("jobs", "list", "--format", "json").stdout == before
     assert fleetctl("reconcile").returncode == 2
+
+
+def test_the_interruptions_pass_reuses_the_last_reconcile_forecast(world_factory):
+    """It runs every few seconds under the loop's lock: rebuilding the forecast there took seconds on a large
+    recorded market. It uses the last reconcile pass's (at most one interval old)."""
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    calls = []
+
+    class Counting:
+        def interruption(self, store, now):  # noqa: ANN001, ANN201
+            calls.append(now)
+            return ()
+
+        def demand(self, store, now):  # noqa: ANN001, ANN201
+            return ()
+
+    loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), FleetMetrics(), Counting()),
+                  interval_seconds=60, interruption_seconds=5, price_seconds=3600)
+    loop.interruptions()  # before any reconcile pass: builds one
+    loop.reconcile()
+    for _ in range(3):
+        loop.interruptions()
+    assert len(calls) == 2 and loop.ticks == 1
