@@ -11,10 +11,12 @@ directory (``DIR/interruption``: ``fleetctl forecast train interruption``;
   on a 5-minute grid, and the model gives each spot offer's probability of
   being reclaimed within its horizon at ``now``;
 * **demand**: the GPUs demanded per model that each tick records (audit
-  events of kind ``demand``) as a series for the demand model;
-* **retrain**: refit the interruption model on everything recorded so far
-  (the same time split as ``fleetctl forecast train``) and replace the saved
-  model atomically; the daemon schedules it (``--retrain-hours``).
+  events of kind ``demand``) as a series for the demand model, once at least
+  ``MIN_DEMAND_HISTORY`` is recorded (a model missing from a row had 0);
+* **retrain**: refit the interruption model on the last ``RETRAIN_WINDOW``
+  recorded (the same time split as ``fleetctl forecast train``), adopt it only
+  if it beats the current model on the stretch it did not see, and replace the
+  saved model atomically; the daemon schedules it (``--retrain-hours``).
 
 A model that cannot be used (missing, another scikit-learn version) is
 reported once at start-up (``ModelError``); a pass with too little history
@@ -39,6 +41,9 @@ GRID_SECONDS = 300.0
 HISTORY = timedelta(hours=49)
 #: What a retrain reads of the recorded market (the newest stretch): memory grows with the window.
 RETRAIN_WINDOW = timedelta(days=30)
+#: Recorded demand needed before the demand model is asked (its features compare the level with the last
+#: 15 minutes to 24 hours; from a few seconds of rows it bought headroom on noise).
+MIN_DEMAND_HISTORY = timedelta(hours=1)
 
 
 class ModelForecaster:
@@ -92,6 +97,9 @@ class ModelForecaster:
         import pandas as pd
 
         events = store.events("demand", since=now - HISTORY)
+        first = store.first_event_at("demand")
+        if first is None or now - first < MIN_DEMAND_HISTORY:
+            return ()  # too little recorded yet: no demand forecast (no headroom)
         # Each pass records every model with active jobs: a model missing from a row had none then (0 GPUs),
         # not an unknown value, so a model whose jobs all finished falls to 0 instead of keeping its last level.
         models = sorted({m for e in events for m in (e["payload"].get("gpus") or {}) if m != "any"})

@@ -482,8 +482,14 @@ class Store:
 
     def last_event_at(self, kind: str) -> datetime | None:
         """When the latest event of ``kind`` was recorded (None: never)."""
-        query = (sa.select(tables.events.c.at_utc).where(tables.events.c.kind == kind)
-                 .order_by(tables.events.c.seq.desc()).limit(1))
+        return self._event_at(kind, tables.events.c.seq.desc())
+
+    def first_event_at(self, kind: str) -> datetime | None:
+        """When the first event of ``kind`` was recorded (None: never)."""
+        return self._event_at(kind, tables.events.c.seq.asc())
+
+    def _event_at(self, kind: str, order: Any) -> datetime | None:
+        query = sa.select(tables.events.c.at_utc).where(tables.events.c.kind == kind).order_by(order).limit(1)
         with self._tx() as conn:
             at = conn.execute(query).scalar()
         return str_to_dt(at) if at is not None else None

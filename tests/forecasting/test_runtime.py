@@ -184,9 +184,10 @@ def test_a_gpu_model_whose_jobs_all_finished_is_forecast_from_zero_not_its_last_
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         store.record("demand", T0, "", gpus={"V100-16GB": 4, "any": 2})
-        store.record("demand", T0 + timedelta(minutes=1), "", gpus={"V100-16GB": 4})
-        store.record("demand", T0 + timedelta(minutes=2), "", gpus={})  # its job completed
-        forecaster.demand(store, T0 + timedelta(minutes=3))
+        assert forecaster.demand(store, T0 + timedelta(minutes=59)) == () and not seen  # under an hour recorded
+        store.record("demand", T0 + timedelta(minutes=60), "", gpus={"V100-16GB": 4})
+        store.record("demand", T0 + timedelta(minutes=61), "", gpus={})  # its job completed
+        forecaster.demand(store, T0 + timedelta(minutes=62))
     finally:
         store.close()
     (series,) = seen
