@@ -191,6 +191,12 @@ def _check_notice_options(addr: str, path: Path | None) -> str | None:
             fail(f"--notice-token-file {path}: {exc.strerror or exc}")
         if not token:
             fail(f"--notice-token-file {path} is empty")
+        if os.name == "posix" and path.stat().st_mode & 0o077:
+            logging.getLogger("fleetctl.daemon").warning("%s is readable by other users; chmod 600 it", path)
+    if token is not None and not is_loopback(host):
+        logging.getLogger("fleetctl.daemon").warning(
+            "the notice endpoint on %s is plain HTTP: the bearer token crosses the network in clear text; keep it "
+            "on a private network or behind a TLS proxy", addr)
     if token is None and not is_loopback(host):
         fail(f"refusing to serve notices on {addr} without a token: pass --notice-token-file FILE or set "
              "FLEETCTL_NOTICE_TOKEN (a tokenless endpoint is allowed on a loopback address only)")

@@ -235,3 +235,23 @@ def test_daemon_takes_a_notice_from_node_watch_and_replaces_the_job(tmp_path, to
             proc.communicate()
     assert proc.returncode == 0, err
     assert f"notices on http://127.0.0.1:{notice_port}/v1/notices" in out
+
+
+def test_the_daemon_warns_of_a_readable_token_file_and_a_plain_http_endpoint_off_loopback(tmp_path, caplog):
+    import logging
+    import os
+
+    from fleetctl.cli.controller_cmd import _check_notice_options
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    os.chmod(token, 0o644)
+    with caplog.at_level(logging.WARNING, logger="fleetctl.daemon"):
+        assert _check_notice_options("0.0.0.0:19999", token) == "s3cret"
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "readable by other users" in text and "plain HTTP" in text
+    caplog.clear()
+    os.chmod(token, 0o600)
+    with caplog.at_level(logging.WARNING, logger="fleetctl.daemon"):
+        _check_notice_options("127.0.0.1:19999", token)
+    assert not caplog.records
