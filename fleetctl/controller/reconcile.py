@@ -139,7 +139,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
                 forecast: Forecast | None, metrics: FleetMetrics | None, report: TickReport) -> None:
     nodes = {n.node_id: n for n in store.nodes(include_gone=True)}
     node = nodes.get(event.node_id)
-    if event.kind is not InterruptionKind.REBALANCE and _already_handled(store, event):
+    if _already_handled(store, event):
         # The same reclaim through a second path (AWS: the EventBridge queue and
         # node-watch on the node): handled once, counted once.
         store.record("interruption_duplicate", now, event.node_id, event_id=event.event_id)
@@ -238,10 +238,15 @@ def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, pol
 
 
 def _already_handled(store: Store, event: InterruptionEvent) -> bool:
-    """Another reclaim or termination notice for the same node was handled already."""
+    """Another notice for the same node was handled already: for a reclaim or
+    termination, another reclaim or termination (a rebalance hint before it
+    does not make it a duplicate); for a rebalance hint, any notice (AWS
+    sends one hint per instance, through the queue and on the node)."""
     unhandled = {e.event_id for e in store.interruptions(unhandled_only=True)}
+    rebalance = event.kind is InterruptionKind.REBALANCE
     return any(e.node_id == event.node_id and e.event_id != event.event_id and e.event_id not in unhandled
-               and e.kind is not InterruptionKind.REBALANCE for e in store.interruptions(unhandled_only=False))
+               and (rebalance or e.kind is not InterruptionKind.REBALANCE)
+               for e in store.interruptions(unhandled_only=False))
 
 
 def apply_cancellations(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,

@@ -194,6 +194,25 @@ def test_rebalance_recommendation_drains_only_when_risk_is_high(world_factory, r
     assert (node.node_id not in {n.node_id for n in w.store.nodes()}) is drains
 
 
+def test_one_rebalance_hint_through_two_paths_is_counted_once(world_factory):
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=30)
+    w.provider.reclaim(node.node_id, now, kind=InterruptionKind.REBALANCE)  # the queue's
+    w.store.add_interruption(InterruptionEvent("node-watch-rebalance", "aws", node.node_id,
+                                               InterruptionKind.REBALANCE, now, None))  # node-watch's
+    metrics = FleetMetrics()
+    r = run_tick(w, now, pol=policy(rebalance_drain_probability=0.9), metrics=metrics)
+    assert r.interruptions == 1 and len(w.store.events("interruption_duplicate")) == 1
+    # a reclaim notice after the hint is still a reclaim
+    w.provider.reclaim(node.node_id, now + timedelta(minutes=1))
+    r = run_tick(w, now + timedelta(minutes=1), metrics=metrics)
+    assert r.interruptions == 1 and r.requeued == ["j"]
+
+
 def test_interruption_storm_every_job_completes(world_factory):
     """Half the spot fleet is reclaimed within two minutes; every job still completes
     and the invariants hold after every event."""
