@@ -1564,18 +1564,30 @@ class _Pass:
                 if want <= 0:
                     break
 
-    def _defer_purchases(self, admitted: list[tuple[Job, bool]]) -> None:
+    def _defer_purchases(self, admitted: list[tuple[Job, bool]]) -> list[tuple[Job, bool]]:
         """``scaling.scale_up_cooldown_seconds``: within the cooldown after a
-        launch, jobs that need new capacity wait (free capacity still serves)."""
+        launch, jobs that need new capacity wait (free capacity still serves),
+        except a job whose deadline could not afford the wait (its slack, after
+        its remaining work and a restart, is shorter than the cooldown left).
+        Returns the jobs that buy now."""
         wait = self.scale_up_wait
         assert wait is not None
         last = wait - timedelta(seconds=self.policy.scale_up_cooldown_seconds)
-        for job, _ in admitted:
+        left_hours = (wait - self.now).total_seconds() / 3600
+        restart = self.policy.restart_overhead_minutes / 60
+        urgent = [(job, ok) for job, ok in admitted if job.deadline_utc is not None and
+                  (job.deadline_utc - self.now).total_seconds() / 3600 - job.remaining_hours - restart < left_hours]
+        for job, _ in urgent:
+            self._note(job, "buys within the scale-up cooldown: its deadline cannot afford the wait")
+        now_ids = {job.job_id for job, _ in urgent}
+        waiting = [(job, ok) for job, ok in admitted if job.job_id not in now_ids]
+        for job, _ in waiting:
             self.order.charge(job, sign=-1)  # admission charged it for a purchase that waits
             self.unplaced.append(Unplaced(job.job_id, Reason.WAITING_FOR_CAPACITY,
                 f"{_describe_need(job)}; scale-up cooldown: the last launch was "
                 f"{(self.now - last).total_seconds():.0f} s ago (scaling.scale_up_cooldown_seconds "
                 f"{self.policy.scale_up_cooldown_seconds:g}); buys again from {wait:%Y-%m-%d %H:%M:%S} UTC"))
+        return urgent
 
     def idle(self, already: set[str]) -> list[Terminate]:
         timeout = timedelta(minutes=self.policy.idle_timeout_minutes)
@@ -1624,8 +1636,7 @@ class _Pass:
         queued = self.load_fleet()
         admitted = self.run_queue(queued)
         if self.scale_up_wait is not None:
-            self._defer_purchases(admitted)
-            admitted = []
+            admitted = self._defer_purchases(admitted)
         self.buy(admitted)
         self._limited_into_leftovers()
         self._fallback_to_idle()

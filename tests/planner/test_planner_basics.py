@@ -157,6 +157,15 @@ def test_scale_up_cooldown_defers_purchases_but_not_free_capacity():
     assert "scale-up cooldown" in waiting.detail and "08:59:50 UTC" in waiting.detail  # 60 s after the launch
     p = run(queue=queue, fleet=[fresh], offers=[offer(price=3.0)], pol=pol, now=T0)
     assert [b.job_id for b in p.of_kind("bind")] == ["fits", "needs-more"] and p.of_kind("launch")
+    # a job whose deadline cannot afford the wait buys at once
+    from dataclasses import replace as _replace
+
+    pressed = _replace(queue[1], deadline_utc=T0 + timedelta(hours=1, seconds=10))  # 1 h of work, 30 s of slack
+    offers = [offer(price=3.0), offer(price=9.0, market=Market.ON_DEMAND)]  # too pressed for spot
+    p = run(queue=[queue[0], pressed], fleet=[fresh], offers=offers, pol=pol, now=T0 - timedelta(seconds=20))
+    assert [b.job_id for b in p.of_kind("bind")] == ["fits", "needs-more"] and not p.unplaced
+    assert not run(queue=[queue[0], _replace(pressed, deadline_utc=T0 + timedelta(hours=3))], fleet=[fresh],
+                   offers=offers, pol=pol, now=T0 - timedelta(seconds=20)).of_kind("launch")  # slack: it waits
 
 
 def test_scale_down_cooldown_after_a_launch_or_a_termination():
