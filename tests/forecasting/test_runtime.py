@@ -21,13 +21,19 @@ def _replay(store: Store, market, until) -> None:
         t += timedelta(minutes=5)
 
 
-def test_forecast_from_recorded_history_and_retraining(tmp_path):
+def _recorded(tmp_path):  # noqa: ANN001, ANN202
+    """A synthetic market, a model trained on it in tmp_path/models, and a store that recorded 9 days of it."""
     market = synthetic(days=10, seed=7, zones=("us-east-1a", "us-east-1b", "us-east-1c"))
     InterruptionModel.train([market]).save(tmp_path / "models" / "interruption")
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    now = T0 + timedelta(days=9, minutes=3)
+    _replay(store, market, now)
+    return market, store, now
+
+
+def test_forecast_from_recorded_history_and_retraining(tmp_path):
+    market, store, now = _recorded(tmp_path)
     try:
-        now = T0 + timedelta(days=9, minutes=3)
-        _replay(store, market, now)
         forecaster = ModelForecaster(tmp_path / "models")
         risks = forecaster.interruption(store, now)
         assert {r.offer_key for r in risks} == {t.offer_spot.key for t in market.traces}
@@ -196,12 +202,8 @@ def test_a_gpu_model_whose_jobs_all_finished_is_forecast_from_zero_not_its_last_
 
 def test_a_retrain_keeps_the_current_model_unless_the_refit_scores_better_on_what_it_did_not_see(tmp_path,
                                                                                                    monkeypatch):
-    market = synthetic(days=10, seed=7, zones=("us-east-1a", "us-east-1b", "us-east-1c"))
-    InterruptionModel.train([market]).save(tmp_path / "models" / "interruption")
-    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    market, store, now = _recorded(tmp_path)
     try:
-        now = T0 + timedelta(days=9, minutes=3)
-        _replay(store, market, now)
         forecaster = ModelForecaster(tmp_path / "models")
         before = (tmp_path / "models" / "interruption" / "model.json").read_text()
 
