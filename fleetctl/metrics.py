@@ -45,6 +45,13 @@ class FleetMetrics:
         self.completed = Counter("fleetctl_jobs_completed", "Jobs that finished.", registry=r)
         self.tick_seconds = Histogram("fleetctl_tick_duration_seconds", "Duration of one reconcile tick.",
                                       buckets=TICK_BUCKETS_SECONDS, registry=r)
+        self.retrains = Counter("fleetctl_forecast_retrains",
+                                "Scheduled refits of the interruption model by outcome: adopted (it replaced the "
+                                "model), kept (too little history, or it did not score better), failed (an error).",
+                                ["outcome"], registry=r)
+        self.last_retrain = Gauge("fleetctl_forecast_last_retrain_timestamp_seconds",
+                                  "Unix time of the last refit that replaced the interruption model (0: none yet).",
+                                  registry=r)
         self.tick_errors = Counter("fleetctl_tick_errors", "Ticks that failed (the daemon goes on).", registry=r)
 
     def observe_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> None:

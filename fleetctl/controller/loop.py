@@ -138,11 +138,17 @@ class Daemon:
             store.close()
 
     def _retrain_with(self, store: Store) -> None:
+        now = self.clock()
         try:
-            self.ctx.forecaster.retrain(store, self.clock())  # type: ignore[union-attr]
+            adopted = self.ctx.forecaster.retrain(store, now)  # type: ignore[union-attr]
         except Exception:  # the tick boundary, as above
             self.ctx.metrics.tick_errors.inc()
+            self.ctx.metrics.retrains.labels("failed").inc()
             log.exception("forecaster retraining failed")
+            return
+        self.ctx.metrics.retrains.labels("adopted" if adopted else "kept").inc()
+        if adopted:
+            self.ctx.metrics.last_retrain.set(now.timestamp())
 
     def start(self) -> None:
         self.scheduler.start()

@@ -171,6 +171,9 @@ def test_the_daemon_retrains_without_holding_up_reclaim_handling(tmp_path):
         worker.join(10)
         assert seen and seen[0] is not store  # its own connection to the same store
         assert ctx.metrics.tick_errors._value.get() == 0
+        retrains = {smp.labels["outcome"]: smp.value for m in ctx.metrics.retrains.collect() for smp in m.samples
+                    if smp.name.endswith("_total")}
+        assert retrains == {"adopted": 1.0} and ctx.metrics.last_retrain._value.get() > 0  # operators can alert on it
     finally:
         release.set()
         store.close()
