@@ -32,6 +32,10 @@ def explain(
           f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
     if job.node_ids:
         print(f"  now on: {', '.join(job.node_ids)}")
+    if job.interruptions:
+        avoid = f"; avoids {', '.join(job.avoid_offer_keys)}" if job.avoid_offer_keys else ""
+        print(f"  reclaimed {job.interruptions} time(s) ({job.work_lost_interruptions} cost it work); "
+              f"{job.checkpointed_work_hours:.2f} h of {job.duration_hours:.2f} h kept by checkpoints{avoid}")
     if not job.state.active:
         print(f"  nothing to plan: the job is {job.state.value}; the planner only places queued, bound and "
               "running jobs")

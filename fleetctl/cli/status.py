@@ -21,7 +21,7 @@ from fleetctl.cli.common import (
     utcnow,
 )
 from fleetctl.cli.jobs import OutputFormat
-from fleetctl.codec import node_to_dict
+from fleetctl.codec import dt_to_str, node_to_dict
 from fleetctl.model import NodeState
 
 
@@ -29,7 +29,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
            policy: PolicyOption = None,
            output: Annotated[OutputFormat, typer.Option(
                "--format", help="table, or json for scripts: {\"nodes\": [...], \"jobs\": {STATE: count}, "
-                                "\"gpus\", \"usd_per_hour\"}; each node with its jobs.")] = OutputFormat.table,
+                                "\"gpus\", \"usd_per_hour\", \"pending_notices\"}; each node with its jobs.")] = OutputFormat.table,
            ) -> None:
     """Show nodes (with the jobs on them), job counts by state, and current USD/hour.
     With --cloud aws, the nodes come from EC2 (the policy names the cluster)."""
@@ -40,6 +40,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
         now = utcnow()
         nodes = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
         jobs = store.jobs(active_only=False)
+        pending = store.interruptions(unhandled_only=True)  # received, not yet handled by a tick
     finally:
         store.close()
     on_node: dict[str, list[str]] = {}
@@ -52,7 +53,9 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
     gpus = sum(n.offer.instance_type.gpu_count for n in nodes)
     if output is OutputFormat.json:
         doc = {"nodes": [{**node_to_dict(n), "jobs": sorted(set(on_node.get(n.node_id, [])))} for n in nodes],
-               "jobs": dict(sorted(counts.items())), "gpus": gpus, "usd_per_hour": round(usd, 6)}
+               "jobs": dict(sorted(counts.items())), "gpus": gpus, "usd_per_hour": round(usd, 6),
+               "pending_notices": [{"node_id": e.node_id, "kind": e.kind.value, "received_at_utc": dt_to_str(
+                   e.received_at_utc), "deadline_utc": dt_to_str(e.deadline_utc)} for e in pending]}
         print(json.dumps(doc, indent=2))
         return
     table = Table(title=f"{len(nodes)} nodes")
@@ -74,3 +77,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
     console.print(table)
     console.print("Jobs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), markup=False)
     console.print(f"Fleet: {len(nodes)} nodes, {gpus} GPUs, ${usd:.2f}/h", markup=False)
+    for e in pending:
+        deadline = f", deadline {e.deadline_utc:%Y-%m-%d %H:%M:%S} UTC" if e.deadline_utc else ""
+        console.print(f"Pending {e.kind.value} notice for {e.node_id} (received {e.received_at_utc:%Y-%m-%d %H:%M:%S} "
+                      f"UTC{deadline}): the next reconcile tick cordons it and requeues its jobs", markup=False)

@@ -364,3 +364,29 @@ def test_reconcile_takes_the_daemons_forecast_models(workdir):
     result = fleetctl(workdir, "reconcile", "--once", "--forecast-dir", str(workdir / "no-models"))
     assert result.returncode == 2 and "--forecast-dir" in result.stderr and "no such model directory" in result.stderr
     assert "--allow-version-mismatch" in fleetctl(workdir, "daemon", "--help").stdout
+
+
+def test_status_shows_a_reclaim_notice_until_a_tick_handles_it(workdir):
+    from datetime import datetime, timezone
+
+    from fleetctl.store import Store
+    from providers.sim import SimProvider
+
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    for _ in range(2):
+        assert fleetctl(workdir, "reconcile", "--once").returncode == 0
+    store = Store(f"sqlite:///{workdir / '.fleetctl' / 'state.db'}")
+    try:
+        node = next(n for n in store.nodes() if n.offer.market.value == "spot")
+        SimProvider(store).reclaim(node.node_id, datetime.now(timezone.utc))
+    finally:
+        store.close()
+    text = fleetctl(workdir, "status").stdout
+    assert f"Pending reclaim_warning notice for {node.node_id}" in text
+    (pending,) = json.loads(fleetctl(workdir, "status", "--format", "json").stdout)["pending_notices"]
+    assert pending["node_id"] == node.node_id and pending["deadline_utc"]
+    assert fleetctl(workdir, "reconcile", "--once").returncode == 0
+    assert json.loads(fleetctl(workdir, "status", "--format", "json").stdout)["pending_notices"] == []
+    moved = next(j for j in json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout)
+                 if j["interruptions"])
+    assert "reclaimed 1 time(s)" in fleetctl(workdir, "explain", moved["id"]).stdout  # its history, not just its place
