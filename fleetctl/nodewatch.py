@@ -325,6 +325,7 @@ class AzureScheduledEvents:
         self.timeout = timeout
         self.events_url = f"{self.base}/metadata/scheduledevents?api-version={AZURE_API_VERSION}"
         self._resource_name: str | None = None
+        self._ignored: set[str] = set()  # other events for this VM, logged once each
 
     def resource_name(self) -> str:
         """This VM's name as Scheduled Events lists it in ``Resources``."""
@@ -350,7 +351,14 @@ class AzureScheduledEvents:
             raise MetadataError(f"scheduledevents: Events is not a list: {events!r}")
         notices = []
         for ev in events:
-            if not isinstance(ev, dict) or ev.get("EventType") != "Preempt" or me not in (ev.get("Resources") or ()):
+            if not isinstance(ev, dict) or me not in (ev.get("Resources") or ()):
+                continue
+            if ev.get("EventType") != "Preempt":
+                key = str(ev.get("EventId"))
+                if key not in self._ignored:
+                    self._ignored.add(key)
+                    log.info("scheduledevents: %s event %s for this VM is not a reclaim: ignored (NotBefore %s)",
+                             ev.get("EventType"), key, ev.get("NotBefore") or "now")
                 continue
             event_id = ev.get("EventId")
             if not isinstance(event_id, str) or not event_id:
@@ -477,6 +485,7 @@ class NodeWatcher:
     rng: random.Random = field(default_factory=random.Random)
     stop: threading.Event = field(default_factory=threading.Event)
     delivered: dict[tuple[str, str, str, str], str] = field(default_factory=dict)  # notice key -> event id
+    already_stored: set[str] = field(default_factory=set)  # event ids the controller had from an earlier post
     approved: set[tuple[str, str, str, str]] = field(default_factory=set)  # notice keys the source was told of
 
     def _sleep(self, seconds: float) -> None:
@@ -533,7 +542,11 @@ class NodeWatcher:
             else:
                 if 200 <= r.status < 300:
                     event_id = _event_id(r)
-                    log.info("notice %s %s delivered: event %s", notice.kind.value, notice.notice_id, event_id)
+                    duplicate = _answer(r).get("duplicate") is True
+                    if duplicate:
+                        self.already_stored.add(event_id)
+                    log.info("notice %s %s delivered: event %s%s", notice.kind.value, notice.notice_id, event_id,
+                             " (the controller had it already)" if duplicate else "")
                     return event_id
                 if r.status == 400:
                     raise DeliveryFailed(f"the controller rejected the notice as invalid (HTTP 400): {r.text()[:500]}")
@@ -575,9 +588,13 @@ class NodeWatcher:
                 self._sleep(pause)
 
 
-def _event_id(r: Response) -> str:
+def _answer(r: Response) -> dict:
     try:
         doc = json.loads(r.body)
     except ValueError:
-        return ""
-    return str(doc.get("event_id", "")) if isinstance(doc, dict) else ""
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _event_id(r: Response) -> str:
+    return str(_answer(r).get("event_id", ""))

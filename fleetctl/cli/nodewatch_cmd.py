@@ -89,7 +89,9 @@ def node_watch(
     try:
         if once:
             delivered = watcher.poll_once()
-            console.print(f"{len(delivered)} notice(s) delivered" + (f": {', '.join(delivered)}" if delivered else ""),
+            known = [e for e in delivered if e in watcher.already_stored]
+            console.print(f"{len(delivered)} notice(s) delivered" + (f": {', '.join(delivered)}" if delivered else "")
+                          + (f" ({len(known)} the controller had already: {', '.join(known)})" if known else ""),
                           markup=False)
         else:
             with _stop_on_signals(watcher.stop):

@@ -255,3 +255,17 @@ def test_the_daemon_warns_of_a_readable_token_file_and_a_plain_http_endpoint_off
     with caplog.at_level(logging.WARNING, logger="fleetctl.daemon"):
         _check_notice_options("127.0.0.1:19999", token)
     assert not caplog.records
+
+
+def test_node_watch_once_says_when_the_controller_had_the_notice_already(make_controller, token_file):
+    c = make_controller("aws")
+    fake = FakeImds("i-0f00")
+    fake.instance_action = {"action": "terminate", "time": "2026-11-02T09:02:00Z"}
+    with fake:
+        args = ("--controller", c.endpoint.url, "--token-file", str(token_file), "--cloud", "aws",
+                "--metadata-url", fake.url, "--once")
+        first, again = node_watch(*args), node_watch(*args)  # a cron'd --once, or a restarted watcher
+    assert first.exit_code == again.exit_code == 0
+    assert "had already" not in first.output
+    (event,) = c.store.interruptions()
+    assert f"1 notice(s) delivered: {event.event_id} (1 the controller had already: {event.event_id})" in again.output
