@@ -701,9 +701,20 @@ class _Pass:
             key = (len(chosen), sum(v.work_since_checkpoint_hours(self.now) for v in chosen), slot.name)
             if best is None or key < best[0]:
                 best = (key, slot, chosen)
-        if best is None:
-            return False
-        _, slot, chosen = best
+        if best is not None:
+            _, slot, chosen = best
+            self._preempt_for(job, [(slot, job.workers)], chosen, order)
+            return True
+        if job.workers > 1:  # a gang: several nodes of one zone
+            spread = self._victims_in_domain(job, kind_set, victim_ok, victim_key)
+            if spread is not None:
+                self._preempt_for(job, *spread, order)
+                return True
+        return False
+
+    def _preempt_for(self, job: Job, placed: list[tuple[Slot, int]], chosen: list[Job], order: QueueOrder) -> None:
+        """Preempt ``chosen`` and bind ``job`` to ``placed``."""
+        where = ", ".join(slot.name for slot, _ in placed)
         for v in chosen:
             for s in self.index.slots.values():
                 if v.job_id in s.jobs:
@@ -714,13 +725,51 @@ class _Pass:
             lost = v.work_since_checkpoint_hours(self.now)
             self.actions_preempt.append(Preempt(
                 v.job_id, job.job_id, Reason.PREEMPTED_BY_HIGHER_PRIORITY,
-                f"makes room on {slot.name} for {job.job_id} ({job.priority}); "
+                f"makes room on {where} for {job.job_id} ({job.priority}); "
                 + ("checkpointable: it checkpoints before it stops" if v.checkpointable
                    else f"not checkpointable: loses {lost:.2f} h of work"),
             ))
-        self.commit(job, [(slot, job.workers)], Reason.FITS_FREE_CAPACITY, order)
-        self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {slot.name}")
-        return True
+        self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
+        self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {where}")
+
+    def _victims_in_domain(self, job: Job, kind_set: set, victim_ok, victim_key):  # noqa: ANN001, ANN202
+        """A gang's room on several nodes of one placement domain: per node the
+        most workers it can take with the fewest victims, nodes needing fewer
+        victims first; the domain with the fewest victims (then the least work
+        lost) wins. Returns ([(slot, workers)], victims) or None."""
+        by_domain: dict = {}
+        for slot in self.index.slots.values():
+            if slot.schedulable and slot.kind in kind_set and slot.reserved_for is None:
+                by_domain.setdefault(slot.domain, []).append(slot)
+        best: tuple | None = None
+        for domain in sorted(by_domain, key=str):
+            options = []
+            for slot in sorted(by_domain[domain], key=lambda sl: sl.name):
+                victims = sorted((self.active_jobs[j] for j in slot.jobs if victim_ok(j)), key=victim_key)
+                for w in range(min(job.workers, _per_node(job, slot.offer)), 0, -1):
+                    chosen = self._victims_for(job, slot, victims, w)
+                    if chosen is not None:
+                        options.append((len(chosen), -w, slot.name, slot, victims))
+                        break
+            options.sort(key=lambda o: o[:3])
+            placed: list[tuple[Slot, int]] = []
+            victims_all: dict[str, Job] = {}
+            left = job.workers
+            for _, neg_w, _, slot, victims in options:
+                if left <= 0:
+                    break
+                take = min(-neg_w, left)
+                for v in self._victims_for(job, slot, victims, take) or ():
+                    victims_all[v.job_id] = v
+                placed.append((slot, take))
+                left -= take
+            if left > 0:
+                continue
+            chosen_all = sorted(victims_all.values(), key=victim_key)
+            key = (len(chosen_all), sum(v.work_since_checkpoint_hours(self.now) for v in chosen_all), str(domain))
+            if best is None or key < best[0]:
+                best = (key, placed, chosen_all)
+        return None if best is None else (best[1], best[2])
 
     def _victims_for(self, job: Job, slot: Slot, victims: list[Job], workers: int) -> list[Job] | None:
         g, v, m = slot.free_gpus, slot.free_vcpus, slot.free_memory_gib

@@ -520,3 +520,21 @@ def test_the_scale_down_cooldown_counts_from_the_last_termination_in_the_store(w
     assert not kept.plan.of_kind("terminate")  # ... a termination: the cooldown holds it
     gone = run_tick(w, T0 + timedelta(minutes=77), pol=pol)
     assert len(gone.plan.of_kind("terminate")) == 1 and w.store.nodes() == ()
+
+
+def test_a_production_gang_preempts_batch_work_on_two_nodes(world_factory):
+    od = offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND)
+    w = world_factory(offers=(od,))
+    pol = policy(max_usd_per_hour=40.0)  # two nodes, no third
+    w.store.add_jobs([job("b1", gpus=8, duration_hours=4.0), job("b2", gpus=8, duration_hours=4.0)], T0)
+    run_tick(w, T0, pol=pol)
+    run_tick(w, T0 + timedelta(minutes=1), pol=pol)
+    assert {j.state for j in jobs(w).values()} == {JobState.RUNNING}
+    now = T0 + timedelta(minutes=30)
+    w.store.add_jobs([job("gang", workers=2, gpus=8, priority="production", submitted=now)], now)
+    r = run_tick(w, now, pol=pol)
+    assert sorted(p.job_id for p in r.plan.of_kind("preempt")) == ["b1", "b2"]
+    assert len(set(jobs(w)["gang"].node_ids)) == 2 and jobs(w)["b1"].state is JobState.QUEUED
+    run_tick(w, now + timedelta(minutes=1), pol=pol)
+    assert jobs(w)["gang"].state is JobState.RUNNING
+    invariants(w, now + timedelta(minutes=1), pol)

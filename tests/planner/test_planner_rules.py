@@ -167,6 +167,21 @@ def case_preempts_smallest_set_checkpointable_first():
     assert binds(p) == {"prod": ("n1",)}
 
 
+def case_a_gang_preempts_across_nodes_of_one_zone():
+    # a production gang of 2 x 8 GPU, budget for no new node: it preempts the batch job on each of two nodes
+    fleet = [node("n1"), node("n2"), node("n3", offer(zone="z2"))]
+    running = [bound(job("b1", gpus=8), "n1"), bound(job("b2", gpus=8), "n2"),
+               bound(job("b3", gpus=8, priority="production", spot=True), "n3")]
+    gang = job("prod-gang", workers=2, gpus=8, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, offers=[offer(price=10.0)], pol=policy(max_usd_per_hour=30.0))
+    assert sorted(pre.job_id for pre in p.of_kind("preempt")) == ["b1", "b2"]
+    assert sorted(binds(p)["prod-gang"]) == ["n1", "n2"]  # one zone: not n3's (z2, and not preemptible)
+    # no zone with enough preemptible room: it waits and preempts nothing
+    p = run(queue=[*running[1:], bound(job("p1", gpus=8, priority="production", spot=True), "n1"), gang],
+            fleet=fleet, offers=[], pol=policy(max_usd_per_hour=30.0))
+    assert not p.of_kind("preempt") and "prod-gang" in unplaced(p)
+
+
 def case_never_preempts_non_preemptible_or_equal_priority():
     fleet = [node("n1")]
     other_prod = bound(job("other-prod", gpus=8, priority="production", spot=True), "n1")
