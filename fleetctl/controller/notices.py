@@ -102,6 +102,34 @@ GCE_PREEMPTION_NOTICE_SECONDS = 30
 #: Seconds a client may take to send its request before the endpoint drops the connection.
 REQUEST_TIMEOUT_SECONDS = 10
 
+#: Connections served at once; more are closed at once (a fleet's watchers post a few notices a
+#: minute at most; hundreds of open connections are a client bug or an attack).
+MAX_CONNECTIONS = 64
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``MAX_CONNECTIONS`` connections at once."""
+
+    daemon_threads = True
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:  # noqa: ANN001
+        if not self._slots.acquire(blocking=False):
+            log.warning("notice endpoint: %d connections open, refusing one from %s", MAX_CONNECTIONS,
+                        client_address[0])
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
 
 def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEvent, NoticeBody]:
     """Validate a posted body and build its event. Raises ``InvalidNotice``."""
@@ -177,7 +205,7 @@ class NoticeServer:
         self.token = token or None
         self.clock = clock
         self._write_lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._httpd = _BoundedServer((host, port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

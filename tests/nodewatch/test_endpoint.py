@@ -211,3 +211,27 @@ def test_a_negative_length_is_refused_and_a_stalled_client_is_dropped(make_contr
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"POST /v1/notices HTTP/1.1\r\n")  # and then nothing
         assert sock.recv(1024) == b""  # the endpoint hangs up after its timeout (the client's is 5 s)
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(make_controller, monkeypatch):
+    import socket
+
+    from fleetctl.controller import notices
+
+    monkeypatch.setattr(notices, "MAX_CONNECTIONS", 2)
+    c = make_controller()
+    host, port = c.endpoint.url.removeprefix("http://").rsplit(":", 1)
+    held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(2)]
+    try:
+        for sock in held:
+            sock.sendall(b"POST /v1/notices HTTP/1.1\r\n")  # stalled mid-request: each holds a slot
+        import time
+
+        time.sleep(0.3)
+        with socket.create_connection((host, int(port)), timeout=5) as third:
+            assert third.recv(1024) == b""  # closed without an answer
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.3)
+    assert post(c.endpoint.url, GOOD)[0] == 202  # slots come back when connections end
