@@ -210,8 +210,11 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                     kept = runtime.checkpoint(job, None, now).checkpointed_hours
                     checkpoints += 1
                 # Checkpointed, stopped, and bound to its new nodes: it resumes there.
+                # one node per worker (as the planner names them), or each node for as many workers
+                per_worker = targets if len(targets) == job.workers else \
+                    targets * (job.workers // max(1, len(targets))) or targets
                 job = replace(job, state=JobState.BOUND, started_at_utc=None, checkpointed_work_hours=kept,
-                              node_ids=targets * (job.workers // max(1, len(targets))) or targets)
+                              node_ids=per_worker)
                 store.put_job(job, now)
                 jobs[job.job_id] = job
                 store.record("migrate", now, job.job_id, to=list(targets), reason=action.reason.value,

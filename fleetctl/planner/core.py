@@ -1558,6 +1558,90 @@ class _Pass:
                 break
         return migrations, terminations
 
+    def replace_gangs_with_spot(self, budget_left: int) -> tuple[list[Migrate], list[Terminate]]:
+        """``replace_with_spot`` for a checkpointable gang that holds its on-demand
+        nodes alone: moved whole to new spot nodes of one zone (one offer, one
+        purchase) when the saving pays back the move, as for one node. Its
+        nodes count against the disruption budget one by one."""
+        p = self.policy
+        if not p.replace_on_demand_with_spot or budget_left <= 0 or p.consolidation_payback_hours <= 0:
+            return [], []
+        if not any(o.market is Market.SPOT for o in self.offers):
+            return [], []
+        slots_of: dict[str, list[Slot]] = {}
+        for slot in self.index.slots.values():
+            for job_id in slot.jobs:
+                slots_of.setdefault(job_id, []).append(slot)
+        migrations: list[Migrate] = []
+        terminations: list[Terminate] = []
+        for job_id in sorted(slots_of):
+            job = self.jobs_by_id.get(job_id)
+            slots = sorted(slots_of[job_id], key=lambda sl: sl.name)
+            if job is None or job.workers < 2 or not job.checkpointable or len(slots) > budget_left - len(terminations):
+                continue
+            if any(sl.new or sl.touched or not sl.schedulable or sl.reserved_for is not None or set(sl.jobs) != {job_id}
+                   or sl.offer.market is not Market.ON_DEMAND or self.nodes.get(sl.name) is None
+                   or self.nodes[sl.name].state is not NodeState.READY for sl in slots):
+                continue
+            if self.on_demand_gpus - sum(sl.offer.instance_type.gpu_count for sl in slots) < p.on_demand_base_gpus:
+                continue
+            spot_ok, _ = self._spot_ok(job)
+            if not spot_ok:
+                continue
+            held = sum(sl.offer.usd_per_hour for sl in slots)
+            since = job.work_since_checkpoint_hours(self.now)
+            cost = held * (since + p.restart_overhead_minutes / 60)
+            for option in self.options(job, True, short=True):
+                offer = option.offer
+                if offer.market is not Market.SPOT:
+                    continue
+                saving = held - option.cost
+                if saving <= 0:
+                    break  # sorted by risk-adjusted cost per GPU: nothing cheaper follows for this shape
+                payback = cost / saving
+                if payback > p.consolidation_payback_hours or payback >= job.remaining_hours - since:
+                    break
+                gpus = option.nodes * offer.instance_type.gpu_count
+                if self._market_rule(offer, gpus, gpus) is not None:
+                    continue
+                if p.max_usd_per_hour is not None and \
+                        self.usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                    continue
+                per, left = _per_node(job, offer), job.workers
+                placed: list[tuple[Slot, int]] = []
+                for _ in range(option.nodes):
+                    self.new_count += 1
+                    target = Slot.of(f"new-{self.new_count}", offer, new=True)
+                    self.new_index.add(target)
+                    self.launch_names.setdefault(offer.key, []).append(target.name)
+                    self.slot_gang[target.name] = job.job_id
+                    placed.append((target, min(per, left)))
+                    left -= min(per, left)
+                self.launch_offer[offer.key] = offer
+                self.launch_jobs.setdefault(offer.key, []).append(job.job_id)
+                self.launch_reason.setdefault(offer.key, Reason.CONSOLIDATION)
+                self._charge_offer(offer, option.nodes, job.job_id)
+                for sl in slots:
+                    self._charge_offer(sl.offer, -1, job.job_id)
+                    self.index.withdraw(sl)
+                    self.index.give_back(sl, job)
+                to_ids: list[str] = []
+                for target, workers in placed:
+                    self.new_index.take(target, job, workers)
+                    to_ids.extend([target.name] * workers)
+                where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
+                detail = (f"spot is back: {option.nodes} x {offer.instance_type.name} spot in {where} "
+                          f"(${option.cost:.2f}/h risk-adjusted) replace {len(slots)} on-demand nodes (${held:.2f}/h); "
+                          f"the move costs ${cost:.2f}, pays back in {payback:.1f} h")
+                self._note(job, f"migrates to spot: {detail}")
+                migrations.append(Migrate(job.job_id, tuple(sl.name for sl in slots), tuple(to_ids),
+                                          Reason.CONSOLIDATION, detail))
+                terminations.extend(Terminate(sl.name, Reason.CONSOLIDATION,
+                                              f"its gang {job.job_id} moved to spot; saves ${sl.offer.usd_per_hour:.2f}/h")
+                                    for sl in slots)
+                break
+        return migrations, terminations
+
     def _gpus_by_model(self) -> tuple[dict[str, int], dict[str, int]]:
         """GPUs held (existing and bought in this pass) and GPUs busy, per GPU model."""
         held: dict[str, int] = {}
@@ -1694,6 +1778,9 @@ class _Pass:
         migrations, consolidated = self.consolidate()
         budget = self.policy.disruption_budget_nodes - len(consolidated)
         moved, replaced = self.replace_with_spot(budget if self.scale_up_wait is None else 0)
+        migrations += moved
+        consolidated += replaced
+        moved, replaced = self.replace_gangs_with_spot(budget - len(replaced) if self.scale_up_wait is None else 0)
         migrations += moved
         consolidated += replaced
         idle = self.idle({t.node_id for t in consolidated})

@@ -538,3 +538,27 @@ def test_a_production_gang_preempts_batch_work_on_two_nodes(world_factory):
     run_tick(w, now + timedelta(minutes=1), pol=pol)
     assert jobs(w)["gang"].state is JobState.RUNNING
     invariants(w, now + timedelta(minutes=1), pol)
+
+
+def test_a_gang_moved_back_to_spot_is_bound_one_node_per_worker(world_factory):
+    od8 = offer("od8", price=20.0, zone="z1", market=Market.ON_DEMAND)
+    spot8 = offer("sp8", price=6.0, zone="z2")
+    w = world_factory(offers=(od8, spot8))
+    w.store.add_jobs([replace(job("gang", workers=3, gpus=4, duration_hours=24.0), checkpointable=True,
+                              checkpoint_interval_minutes=30.0)], T0)
+    no_spot = policy(max_spot_share=0.0)
+    run_tick(w, T0, pol=no_spot)
+    run_tick(w, T0 + timedelta(minutes=1), pol=no_spot)
+    before = jobs(w)["gang"]
+    assert before.state is JobState.RUNNING and len(set(before.node_ids)) == 2
+    pol = policy(replace_on_demand_with_spot=True, disruption_budget_nodes=2)
+    now = T0 + timedelta(minutes=32)  # just after a periodic checkpoint
+    r = run_tick(w, now, pol=pol)
+    assert [m.job_id for m in r.plan.of_kind("migrate")] == ["gang"]
+    moved = jobs(w)["gang"]
+    assert len(moved.node_ids) == 3 and not set(moved.node_ids) & set(before.node_ids)
+    nodes = {n.node_id: n for n in w.store.nodes()}
+    assert {nodes[n].offer.market for n in moved.node_ids} == {Market.SPOT}
+    run_tick(w, now + timedelta(minutes=1), pol=pol)
+    assert jobs(w)["gang"].state is JobState.RUNNING
+    invariants(w, now + timedelta(minutes=1), pol)

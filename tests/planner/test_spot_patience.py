@@ -144,3 +144,25 @@ def test_a_deadline_job_does_not_wait_for_spot_it_could_not_take():
     assert p.of_kind("launch")[0].offer.market is Market.ON_DEMAND
     roomy = replace(j, deadline_utc=T0 + timedelta(hours=6))  # 1 h 55 min spare: waits
     assert run(queue=[roomy], offers=[ON_DEMAND], pol=pol).unplaced[0].reason is Reason.WAITING_FOR_CAPACITY
+
+
+def test_a_checkpointable_gang_moves_from_on_demand_to_spot_whole():
+    # 3 workers of 4 GPUs on two 8-GPU on-demand nodes (2 + 1): moved together to spot nodes of one zone
+    od8 = offer("od8", gpus=8, price=20.0, market=Market.ON_DEMAND)
+    spot8 = offer("sp8", gpus=8, price=6.0, zone="z2")
+    fleet = [node("od1", of=od8), node("od2", of=od8)]
+    gang = replace(job("gang", workers=3, gpus=4, duration_hours=24, state=JobState.RUNNING,
+                       node_ids=("od1", "od1", "od2")),
+                   started_at_utc=T0 - timedelta(hours=1), checkpointable=True, checkpoint_interval_minutes=30.0,
+                   last_checkpoint_utc=T0 - timedelta(minutes=5))
+    pol = policy(replace_on_demand_with_spot=True, disruption_budget_nodes=2)
+    p = run(queue=[gang], fleet=fleet, offers=[od8, spot8], pol=pol)
+    (launch,) = p.of_kind("launch")
+    (migrate,) = p.of_kind("migrate")
+    assert launch.offer == spot8 and launch.count == 2
+    assert migrate.from_node_ids == ("od1", "od2") and len(migrate.to_node_ids) == 3  # one entry per worker
+    assert sorted(set(migrate.to_node_ids)) == sorted(launch.node_names)
+    assert sorted(t.node_id for t in p.of_kind("terminate")) == ["od1", "od2"]
+    # a disruption budget of one node does not cover a two-node gang
+    assert not run(queue=[gang], fleet=fleet, offers=[od8, spot8],
+                   pol=replace(pol, disruption_budget_nodes=1)).of_kind("migrate")
