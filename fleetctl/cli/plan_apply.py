@@ -27,6 +27,7 @@ from fleetctl.controller import ApplyError, execute, fingerprint, observe
 from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
 from fleetctl.planner.breaches import policy_breaches
+from fleetctl.cli.controller_cmd import AllowMismatchOption, ForecastDirOption
 from fleetctl.render import PlanFileError, plan_from_document, plan_to_document, render_text
 
 
@@ -88,15 +89,23 @@ def _terraform_doc(tf_plan) -> dict:  # noqa: ANN001
 
 
 def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "sim",  # noqa: ANN202
-             plan_at: datetime | None = None):
+             plan_at: datetime | None = None, forecast_dir: Path | None = None,
+             allow_version_mismatch: bool = False):
     """Observe now and plan; at ``plan_at`` instead of now when given (a saved
-    plan's own time: the pure planner then gives that plan's actions again)."""
+    plan's own time: the pure planner then gives that plan's actions again).
+    With ``forecast_dir``, the models' forecast from what the store recorded,
+    as the daemon and ``reconcile --once`` plan."""
+    from fleetctl.cli.controller_cmd import _load_forecaster
+    from fleetctl.controller.forecast import build_forecast
+
     pol, pol_path = load_policy_or_exit(policy)
+    forecaster = _load_forecaster(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     provider = make_provider(store, seed, cloud, pol)
     now = utcnow()
     obs = observe(store, provider, now)
-    result = make_plan(now=plan_at or now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=None,
+    forecast = build_forecast(store, plan_at or now, forecaster) if forecaster is not None else None
+    result = make_plan(now=plan_at or now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast,
                        policy=pol, last_termination_utc=store.last_event_at("terminate"))
     return pol, pol_path, store, provider, now, obs, result
 
@@ -113,6 +122,8 @@ def plan(
         Optional[Path], typer.Option("-out", "--out", help="Save the plan as versioned JSON for `fleetctl apply`.")
     ] = None,
     output: Annotated[OutputFormat, typer.Option("--format", help="text (the diff) or json.")] = OutputFormat.text,
+    forecast_dir: ForecastDirOption = None,
+    allow_version_mismatch: AllowMismatchOption = False,
     detailed_exitcode: Annotated[
         bool,
         typer.Option(
@@ -123,7 +134,9 @@ def plan(
     """Show what fleetctl would do: launches, terminations and job bindings, each with
     its reason, then the cost in $/h before -> after. With --terraform-dir, also the
     Terraform changes the policy's infrastructure asks for. Changes no fleet and no cloud."""
-    pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed, cloud)
+    pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed, cloud,
+                                                                 forecast_dir=forecast_dir,
+                                                                 allow_version_mismatch=allow_version_mismatch)
     store.close()
     tf_plan = None
     if terraform_dir is not None:
@@ -132,6 +145,8 @@ def plan(
     doc = plan_to_document(result, fingerprint=fp, created_at_utc=now, policy_path=str(pol_path))
     warnings = policy_breaches(obs.nodes, obs.jobs, pol)
     doc["warnings"] = list(warnings)
+    if forecast_dir is not None:
+        doc["forecast_dir"] = str(forecast_dir.resolve())  # apply re-plans with the same models
     if tf_plan is not None:
         doc["terraform"] = _terraform_doc(tf_plan)
     if out is not None:
@@ -192,6 +207,11 @@ def apply(
     auto_approve: Annotated[
         bool, typer.Option("-auto-approve", "--auto-approve", help="Apply without asking for confirmation.")
     ] = False,
+    forecast_dir: Annotated[Optional[Path], typer.Option(
+        "--forecast-dir", show_default=False,
+        help="Models for the planner's forecast (`fleetctl forecast train ...`), without a plan file. A saved plan "
+        "made with --forecast-dir is re-planned with the models it names.")] = None,
+    allow_version_mismatch: AllowMismatchOption = False,
 ) -> None:
     """Carry out a plan: first the saved Terraform plan (if the plan has one), then the API
     actions. A saved plan is refused if the state changed since it was made, or if its
@@ -216,8 +236,16 @@ def apply(
             fail(str(exc))
         made_at = _made_at(doc, plan_file)
         tf, tf_plan = _saved_terraform(doc, plan_file, terraform_init, terraform_binary)
+        saved_models = doc.get("forecast_dir")
+        if saved_models is not None and not isinstance(saved_models, str):
+            fail(f"{plan_file}: forecast_dir is not a path; nothing was changed")
+        if forecast_dir is not None and saved_models is not None and forecast_dir.resolve() != Path(saved_models):
+            fail(f"--forecast-dir {forecast_dir} is not the model directory {plan_file} was made with "
+                 f"({saved_models}); nothing was changed")
+        forecast_dir = Path(saved_models) if saved_models is not None else forecast_dir
     pol, _pol_path, store, provider, now, obs, fresh = _compute(
-        policy, state, seed, cloud, plan_at=made_at if plan_file is not None else None)
+        policy, state, seed, cloud, plan_at=made_at if plan_file is not None else None, forecast_dir=forecast_dir,
+        allow_version_mismatch=allow_version_mismatch)
     try:
         fp = fingerprint(obs, pol)
         if plan_file is not None:

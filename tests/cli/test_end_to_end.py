@@ -390,3 +390,35 @@ def test_status_shows_a_reclaim_notice_until_a_tick_handles_it(workdir):
     moved = next(j for j in json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout)
                  if j["interruptions"])
     assert "reclaimed 1 time(s)" in fleetctl(workdir, "explain", moved["id"]).stdout  # its history, not just its place
+
+
+def test_plan_and_apply_with_the_daemons_models(workdir):
+    """`plan --forecast-dir` plans with the models' risks (as the daemon does); the saved plan names its models
+    and `apply` re-plans with them."""
+    from datetime import datetime, timedelta, timezone
+
+    from fleetctl.store import Store
+    from forecasting.interruption import InterruptionModel
+    from providers.sim import SimProvider
+    from tests.forecasting.test_interruption import synthetic
+
+    InterruptionModel.train([synthetic(days=6, seed=3, zones=("z-a", "z-b"))]).save(workdir / "models" / "interruption")
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    store = Store(f"sqlite:///{workdir / '.fleetctl' / 'state.db'}")
+    try:  # an hour of recorded market, as the daemon's ticks record it
+        now = datetime.now(timezone.utc)
+        offers = SimProvider(store).offers(now)
+        for minutes in (60, 30, 5):
+            store.record_offers(offers, now - timedelta(minutes=minutes))
+    finally:
+        store.close()
+    plain = json.loads(fleetctl(workdir, "plan", "--format", "json").stdout)
+    modelled = fleetctl(workdir, "plan", "--forecast-dir", "models", "-out", "p.json")
+    assert modelled.returncode == 0, modelled.stderr
+    doc = json.loads((workdir / "p.json").read_text())
+    assert doc["forecast_dir"] == str((workdir / "models").resolve())
+    assert doc["risk_after"] != plain["risk_after"]  # the models' probabilities, not the policy's default
+    wrong = fleetctl(workdir, "apply", "p.json", "-auto-approve", "--forecast-dir", "examples")
+    assert wrong.returncode == 1 and "not the model directory" in wrong.stderr
+    applied = fleetctl(workdir, "apply", "p.json", "-auto-approve")
+    assert applied.returncode == 0, applied.stderr
