@@ -1326,9 +1326,9 @@ class _Pass:
                 fresh = offer.key not in self.spot_nodes_by_offer
                 if best_unused is not None and not fresh and best_unused <= option.score * self.spread_premium:
                     why = f"at least {min_distinct} distinct spot offers wanted (diversification)"
-                elif self.strict and spot_units + (1 if gang else option.nodes) >= min_distinct and \
-                        distinct + fresh < min_distinct:
-                    why = (f"{spot_units + (1 if gang else option.nodes)} spot nodes (a gang's counting once) would sit "
+                elif self.strict and spot_units + 1 >= min_distinct and distinct + fresh < min_distinct:
+                    # one purchase is one unit: a node, or a gang's nodes
+                    why = (f"{spot_units + 1} spot nodes (a gang's counting once) would sit "
                            f"on fewer than {min_distinct} distinct offers (diversification)")
             if why is None and p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
                 gpu_block = gpu_block or option
@@ -1378,15 +1378,7 @@ class _Pass:
 
     def _launch(self, job: Job, option: _Option) -> None:
         offer = option.offer
-        slots = []
-        for _ in range(option.nodes):
-            self.new_count += 1
-            name = f"new-{self.new_count}"
-            slot = Slot.of(name, offer, new=True)
-            self.new_index.add(slot)
-            slots.append(slot)
-            self.launch_names.setdefault(offer.key, []).append(name)
-        self.launch_offer[offer.key] = offer
+        slots = [self._new_slot(offer) for _ in range(option.nodes)]
         self.launch_jobs.setdefault(offer.key, []).append(job.job_id)
         # A fallback: spot-eligible work on on-demand, because spot is scarce (spot_ok) or because this job
         # may not use it now (interrupted too often, deadline at risk: not spot_ok).
@@ -1481,107 +1473,39 @@ class _Pass:
 
     def replace_with_spot(self, budget_left: int) -> tuple[list[Migrate], list[Terminate]]:
         """Design choice (``markets.replace_on_demand_with_spot``, as Karpenter's
-        replacement consolidation): an on-demand node holding one checkpointable
-        single-node job is replaced by a new spot node once spot is back, when
-        the saving (on-demand price minus the spot option's risk-adjusted cost)
-        pays back the move (the work since the last checkpoint plus a restart,
-        at the on-demand price) within ``consolidation_payback_hours`` and before
-        the job ends. The on-demand base, spot share, diversification, budget
-        and disruption budget still hold."""
+        replacement consolidation): a checkpointable job that holds its
+        on-demand node(s) alone (one node, or a gang's nodes) moves to new spot
+        nodes once spot is back (a gang whole, to one zone), when the saving
+        (the on-demand price minus the spot option's risk-adjusted cost) pays
+        back the move (the work since the last checkpoint plus a restart, at
+        the on-demand price) within ``consolidation_payback_hours`` and before
+        the job ends. Dearest first. The on-demand base, spot share,
+        diversification, budget and disruption budget (a node each) still hold."""
         p = self.policy
         if not p.replace_on_demand_with_spot or budget_left <= 0 or p.consolidation_payback_hours <= 0:
             return [], []
         if not any(o.market is Market.SPOT for o in self.offers):
             return [], []  # no spot to move to: skip the per-node search
-        candidates = []
-        for slot in self.index.slots.values():
-            node = self.nodes.get(slot.name)
-            if slot.new or slot.touched or not slot.schedulable or node is None or node.state is not NodeState.READY:
-                continue
-            if slot.offer.market is not Market.ON_DEMAND or len(slot.jobs) != 1 or slot.reserved_for is not None:
-                continue
-            (job_id, workers), = slot.jobs.items()
-            job = self.jobs_by_id.get(job_id)
-            if job is None or job.workers != 1 or workers != 1 or not job.checkpointable:
-                continue
-            candidates.append((-slot.offer.usd_per_hour, slot.name, slot, job))
-        candidates.sort(key=lambda t: (t[0], t[1]))
-        migrations: list[Migrate] = []
-        terminations: list[Terminate] = []
-        for _, _, slot, job in candidates:
-            if len(terminations) >= budget_left:
-                break
-            gpus_here = slot.offer.instance_type.gpu_count
-            if self.on_demand_gpus - gpus_here < p.on_demand_base_gpus:
-                continue
-            spot_ok, _ = self._spot_ok(job)
-            if not spot_ok:
-                continue
-            held = slot.offer.usd_per_hour
-            since = job.work_since_checkpoint_hours(self.now)
-            left = job.remaining_hours - since  # work still to do in this run
-            cost = held * (since + p.restart_overhead_minutes / 60)
-            for option in self.options(job, True, short=True):  # the cheapest per GPU and per node
-                offer = option.offer
-                if offer.market is not Market.SPOT or option.nodes != 1:
-                    continue
-                saving = held - option.cost
-                if saving <= 0:
-                    break  # options are sorted by risk-adjusted cost: none cheaper follows
-                payback = cost / saving
-                if payback > p.consolidation_payback_hours or payback >= left:
-                    break
-                if self._market_rule(offer, offer.instance_type.gpu_count) is not None:
-                    continue
-                if p.max_usd_per_hour is not None and self.usd + offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
-                    continue
-                self.new_count += 1
-                name = f"new-{self.new_count}"
-                target = Slot.of(name, offer, new=True)
-                self.new_index.add(target)
-                self.launch_names.setdefault(offer.key, []).append(name)
-                self.launch_offer[offer.key] = offer
-                self.launch_jobs.setdefault(offer.key, []).append(job.job_id)
-                self.launch_reason.setdefault(offer.key, Reason.CONSOLIDATION)
-                self._charge_offer(offer)
-                self._charge_offer(slot.offer, -1)
-                self.new_index.take(target, job)
-                self.index.withdraw(slot)
-                self.index.give_back(slot, job)
-                detail = (f"spot is back: {offer.instance_type.name} spot in {offer.provider} {offer.region}"
-                          f"{('/' + offer.zone) if offer.zone else ''} (${option.cost:.2f}/h risk-adjusted) "
-                          f"replaces {slot.name} (${held:.2f}/h); the move costs ${cost:.2f}, pays back in {payback:.1f} h")
-                self._note(job, f"migrates to spot: {detail}")
-                migrations.append(Migrate(job.job_id, (slot.name,), (name,), Reason.CONSOLIDATION, detail))
-                terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,
-                    f"its job moved to spot; saves ${held:.2f}/h"))
-                break
-        return migrations, terminations
-
-    def replace_gangs_with_spot(self, budget_left: int) -> tuple[list[Migrate], list[Terminate]]:
-        """``replace_with_spot`` for a checkpointable gang that holds its on-demand
-        nodes alone: moved whole to new spot nodes of one zone (one offer, one
-        purchase) when the saving pays back the move, as for one node. Its
-        nodes count against the disruption budget one by one."""
-        p = self.policy
-        if not p.replace_on_demand_with_spot or budget_left <= 0 or p.consolidation_payback_hours <= 0:
-            return [], []
-        if not any(o.market is Market.SPOT for o in self.offers):
-            return [], []
         slots_of: dict[str, list[Slot]] = {}
         for slot in self.index.slots.values():
             for job_id in slot.jobs:
                 slots_of.setdefault(job_id, []).append(slot)
-        migrations: list[Migrate] = []
-        terminations: list[Terminate] = []
-        for job_id in sorted(slots_of):
+        candidates = []
+        for job_id, slots in slots_of.items():
             job = self.jobs_by_id.get(job_id)
-            slots = sorted(slots_of[job_id], key=lambda sl: sl.name)
-            if job is None or job.workers < 2 or not job.checkpointable or len(slots) > budget_left - len(terminations):
+            if job is None or not job.checkpointable:
                 continue
-            if any(sl.new or sl.touched or not sl.schedulable or sl.reserved_for is not None or set(sl.jobs) != {job_id}
+            if any(sl.new or sl.touched or not sl.schedulable or sl.reserved_for is not None or len(sl.jobs) != 1
                    or sl.offer.market is not Market.ON_DEMAND or self.nodes.get(sl.name) is None
                    or self.nodes[sl.name].state is not NodeState.READY for sl in slots):
+                continue
+            slots.sort(key=lambda sl: sl.name)
+            candidates.append((-sum(sl.offer.usd_per_hour for sl in slots), slots[0].name, slots, job))
+        candidates.sort(key=lambda t: (t[0], t[1]))
+        migrations: list[Migrate] = []
+        terminations: list[Terminate] = []
+        for _, _, slots, job in candidates:
+            if len(slots) > budget_left - len(terminations):
                 continue
             if self.on_demand_gpus - sum(sl.offer.instance_type.gpu_count for sl in slots) < p.on_demand_base_gpus:
                 continue
@@ -1590,16 +1514,17 @@ class _Pass:
                 continue
             held = sum(sl.offer.usd_per_hour for sl in slots)
             since = job.work_since_checkpoint_hours(self.now)
+            left = job.remaining_hours - since  # work still to do in this run
             cost = held * (since + p.restart_overhead_minutes / 60)
-            for option in self.options(job, True, short=True):
+            for option in self.options(job, True, short=True):  # the cheapest per GPU and per node
                 offer = option.offer
                 if offer.market is not Market.SPOT:
                     continue
                 saving = held - option.cost
                 if saving <= 0:
-                    break  # sorted by risk-adjusted cost per GPU: nothing cheaper follows for this shape
+                    break  # options are sorted by risk-adjusted cost: none cheaper follows
                 payback = cost / saving
-                if payback > p.consolidation_payback_hours or payback >= job.remaining_hours - since:
+                if payback > p.consolidation_payback_hours or payback >= left:
                     break
                 gpus = option.nodes * offer.instance_type.gpu_count
                 if self._market_rule(offer, gpus, gpus) is not None:
@@ -1607,40 +1532,45 @@ class _Pass:
                 if p.max_usd_per_hour is not None and \
                         self.usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
                     continue
-                per, left = _per_node(job, offer), job.workers
-                placed: list[tuple[Slot, int]] = []
-                for _ in range(option.nodes):
-                    self.new_count += 1
-                    target = Slot.of(f"new-{self.new_count}", offer, new=True)
-                    self.new_index.add(target)
-                    self.launch_names.setdefault(offer.key, []).append(target.name)
-                    self.slot_gang[target.name] = job.job_id
-                    placed.append((target, min(per, left)))
-                    left -= min(per, left)
-                self.launch_offer[offer.key] = offer
+                targets = [self._new_slot(offer) for _ in range(option.nodes)]
+                gang = job.job_id if len(targets) > 1 else None
+                if gang is not None:
+                    self.slot_gang.update((t.name, gang) for t in targets)
                 self.launch_jobs.setdefault(offer.key, []).append(job.job_id)
                 self.launch_reason.setdefault(offer.key, Reason.CONSOLIDATION)
-                self._charge_offer(offer, option.nodes, job.job_id)
+                self._charge_offer(offer, option.nodes, gang)
                 for sl in slots:
-                    self._charge_offer(sl.offer, -1, job.job_id)
+                    self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
                     self.index.withdraw(sl)
                     self.index.give_back(sl, job)
                 to_ids: list[str] = []
-                for target, workers in placed:
+                per, unplaced = _per_node(job, offer), job.workers
+                for target in targets:
+                    workers = min(per, unplaced)
+                    unplaced -= workers
                     self.new_index.take(target, job, workers)
                     to_ids.extend([target.name] * workers)
                 where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
                 detail = (f"spot is back: {option.nodes} x {offer.instance_type.name} spot in {where} "
-                          f"(${option.cost:.2f}/h risk-adjusted) replace {len(slots)} on-demand nodes (${held:.2f}/h); "
-                          f"the move costs ${cost:.2f}, pays back in {payback:.1f} h")
+                          f"(${option.cost:.2f}/h risk-adjusted) replaces {', '.join(sl.name for sl in slots)} "
+                          f"(${held:.2f}/h); the move costs ${cost:.2f}, pays back in {payback:.1f} h")
                 self._note(job, f"migrates to spot: {detail}")
                 migrations.append(Migrate(job.job_id, tuple(sl.name for sl in slots), tuple(to_ids),
                                           Reason.CONSOLIDATION, detail))
                 terminations.extend(Terminate(sl.name, Reason.CONSOLIDATION,
-                                              f"its gang {job.job_id} moved to spot; saves ${sl.offer.usd_per_hour:.2f}/h")
+                                              f"its job moved to spot; saves ${sl.offer.usd_per_hour:.2f}/h")
                                     for sl in slots)
                 break
         return migrations, terminations
+
+    def _new_slot(self, offer: Offer) -> Slot:
+        """A node of ``offer`` bought in this step (a launch name, an empty slot)."""
+        self.new_count += 1
+        slot = Slot.of(f"new-{self.new_count}", offer, new=True)
+        self.new_index.add(slot)
+        self.launch_names.setdefault(offer.key, []).append(slot.name)
+        self.launch_offer[offer.key] = offer
+        return slot
 
     def _gpus_by_model(self) -> tuple[dict[str, int], dict[str, int]]:
         """GPUs held (existing and bought in this pass) and GPUs busy, per GPU model."""
@@ -1685,11 +1615,7 @@ class _Pass:
                     if self.policy.max_usd_per_hour is not None and \
                             self.usd + offer.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
                         break
-                    self.new_count += 1
-                    name = f"new-{self.new_count}"
-                    self.new_index.add(Slot.of(name, offer, new=True))
-                    self.launch_names.setdefault(offer.key, []).append(name)
-                    self.launch_offer[offer.key] = offer
+                    self._new_slot(offer)
                     self.launch_reason.setdefault(offer.key, Reason.FORECAST_HEADROOM)
                     self.headroom_gpus[offer.key] = self.headroom_gpus.get(offer.key, 0) + gpus
                     self._charge_offer(offer)
@@ -1778,9 +1704,6 @@ class _Pass:
         migrations, consolidated = self.consolidate()
         budget = self.policy.disruption_budget_nodes - len(consolidated)
         moved, replaced = self.replace_with_spot(budget if self.scale_up_wait is None else 0)
-        migrations += moved
-        consolidated += replaced
-        moved, replaced = self.replace_gangs_with_spot(budget - len(replaced) if self.scale_up_wait is None else 0)
         migrations += moved
         consolidated += replaced
         idle = self.idle({t.node_id for t in consolidated})
