@@ -22,27 +22,7 @@ from fleetctl.cli.common import (
     open_store,
     utcnow,
 )
-
-
-ForecastDirOption = Annotated[Optional[Path], typer.Option(
-    "--forecast-dir", show_default=False,
-    help="Model directory with interruption/ and/or demand/ (`fleetctl forecast train ...`): each pass turns "
-    "them into the planner's forecast from what the store recorded. Without it, the policy's default risk.")]
-AllowMismatchOption = Annotated[bool, typer.Option(
-    "--allow-version-mismatch", help="Use models saved with another scikit-learn version (warns).")]
-
-
-def _load_forecaster(forecast_dir: Path | None, allow_version_mismatch: bool):  # noqa: ANN202 - ModelForecaster
-    """The models of ``--forecast-dir`` (None without it); an unusable directory exits 2."""
-    if forecast_dir is None:
-        return None
-    from forecasting.interruption import ModelError
-    from forecasting.runtime import ModelForecaster
-
-    try:
-        return ModelForecaster(forecast_dir, allow_version_mismatch=allow_version_mismatch)
-    except ModelError as exc:
-        fail(f"--forecast-dir: {exc}", 2)
+from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
 
 
 def reconcile(
@@ -68,7 +48,7 @@ def reconcile(
     from providers.base import ProviderError
 
     pol, _ = load_policy_or_exit(policy)
-    forecaster = _load_forecaster(forecast_dir, allow_version_mismatch)
+    forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     try:
         now = utcnow()
@@ -137,7 +117,7 @@ def daemon(
         fail(str(exc), 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, _ = load_policy_or_exit(policy)
-    forecaster = _load_forecaster(forecast_dir, allow_version_mismatch)
+    forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     notices = _start_notice_server(notice_addr, notice_token, store) if notice_addr else None
     metrics = FleetMetrics()

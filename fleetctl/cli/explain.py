@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from fleetctl.cli.common import PolicyOption, SeedOption, StateOption, fail
-from fleetctl.cli.controller_cmd import AllowMismatchOption, ForecastDirOption
+from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption
 from fleetctl.cli.plan_apply import _compute
 from fleetctl.model import Bind, Launch, Migrate, Preempt
 

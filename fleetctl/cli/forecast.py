@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -20,9 +21,28 @@ app.add_typer(train_app, name="train")
 app.add_typer(evaluate_app, name="evaluate")
 
 
-def load_model_or_exit(load, model_dir, allow_version_mismatch: bool):  # noqa: ANN001, ANN201
+#: The models the controller commands plan with (daemon, reconcile, plan, explain).
+ForecastDirOption = Annotated[Optional[Path], typer.Option(
+    "--forecast-dir", show_default=False,
+    help="Model directory with interruption/ and/or demand/ (`fleetctl forecast train ...`): each pass turns "
+    "them into the planner's forecast from what the store recorded. Without it, the policy's default risk.")]
+AllowMismatchOption = Annotated[bool, typer.Option(
+    "--allow-version-mismatch", help="Use models saved with another scikit-learn version (warns).")]
+
+
+def load_forecaster_or_exit(forecast_dir: Path | None, allow_version_mismatch: bool):  # noqa: ANN201
+    """The ``ModelForecaster`` of ``--forecast-dir`` (None without it); an unusable directory exits 2."""
+    if forecast_dir is None:
+        return None
+    from forecasting.runtime import ModelForecaster
+
+    return load_model_or_exit(ModelForecaster, forecast_dir, allow_version_mismatch, what="--forecast-dir")
+
+
+def load_model_or_exit(load, model_dir, allow_version_mismatch: bool, what: str = ""):  # noqa: ANN001, ANN201
     """``load(model_dir, allow_version_mismatch=...)`` (a model class's ``load``); a
-    model that cannot be used exits 2 with the reason, a version warning is printed."""
+    model that cannot be used exits 2 with the reason (after ``what``, the option
+    that named it), a version warning is printed."""
     import warnings
 
     from fleetctl.cli.common import err_console, fail
@@ -33,7 +53,7 @@ def load_model_or_exit(load, model_dir, allow_version_mismatch: bool):  # noqa: 
             warnings.simplefilter("always")
             model = load(model_dir, allow_version_mismatch=allow_version_mismatch)
     except ModelError as exc:
-        fail(str(exc), 2)
+        fail(f"{what}: {exc}" if what else str(exc), 2)
     for w in caught:
         err_console.print(f"warning: {w.message}", markup=False)
     return model

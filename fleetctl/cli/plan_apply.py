@@ -23,11 +23,11 @@ from fleetctl.cli.common import (
     open_store,
     utcnow,
 )
+from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
 from fleetctl.controller import ApplyError, execute, fingerprint, observe
 from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
 from fleetctl.planner.breaches import policy_breaches
-from fleetctl.cli.controller_cmd import AllowMismatchOption, ForecastDirOption
 from fleetctl.render import PlanFileError, plan_from_document, plan_to_document, render_text
 
 
@@ -95,11 +95,10 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
     plan's own time: the pure planner then gives that plan's actions again).
     With ``forecast_dir``, the models' forecast from what the store recorded,
     as the daemon and ``reconcile --once`` plan."""
-    from fleetctl.cli.controller_cmd import _load_forecaster
     from fleetctl.controller.forecast import build_forecast
 
     pol, pol_path = load_policy_or_exit(policy)
-    forecaster = _load_forecaster(forecast_dir, allow_version_mismatch)
+    forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     provider = make_provider(store, seed, cloud, pol)
     now = utcnow()

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Callable
 
 from fleetctl.controller import execute, fingerprint, left_behind, observe
@@ -144,7 +143,8 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         # node-watch on the node): handled once, counted once.
         store.record("interruption_duplicate", now, event.node_id, event_id=event.event_id)
         return
-    if node is None and not any(event.node_id in j.node_ids for j in store.jobs(active_only=True)):
+    active = store.jobs(active_only=True)
+    if node is None and not any(event.node_id in j.node_ids for j in active):
         # Not a node of this controller (another cluster's, a --node-id typo): nothing to drain or count.
         store.record("interruption_unknown_node", now, event.node_id, notice=event.kind.value,
                      event_id=event.event_id, provider=event.provider)
@@ -167,7 +167,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
             return
     if not gone:
         store.put_node(replace(node, state=NodeState.DRAINING), now)  # type: ignore[arg-type]
-    for job in store.jobs(active_only=True):
+    for job in active:
         if event.node_id not in job.node_ids:
             continue
         kept = job.checkpointed_work_hours
