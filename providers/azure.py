@@ -126,6 +126,18 @@ class StaticTokenCredential:
         return AccessToken(self._token, int(datetime.now(timezone.utc).timestamp()) + 3000)
 
 
+def credential_for(token: str | None) -> Any:
+    """A ``StaticTokenCredential`` for ``token``, else azure-identity's
+    ``DefaultAzureCredential`` (environment, managed identity, Azure CLI)."""
+    if token:
+        return StaticTokenCredential(token)
+    try:
+        from azure.identity import DefaultAzureCredential
+    except ImportError as exc:
+        raise ImportError("Azure credentials need azure-identity: pip install 'fleetctl[azure]'") from exc
+    return DefaultAzureCredential()
+
+
 def node_watch_custom_data(controller_url: str, token_file: str = "/etc/fleetctl/notice-token") -> str:
     """Base64 cloud-init that starts node-watch on a VM fleetctl creates (the
     same unit the azure-pool module's scale-set profile installs)."""

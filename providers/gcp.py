@@ -489,6 +489,23 @@ class GcpProvider:
         self._name_prefix = f"fl-{slug}-{hashlib.sha256(config.cluster.encode()).hexdigest()[:8]}-"
 
     @classmethod
+    def from_settings(cls, config: GcpConfig, *, api_endpoint: str | None = None, anonymous: bool = False,
+                      offers: Iterable[Offer] | None = None) -> GcpProvider:
+        """``from_sdk`` with the SDK's options built here: another API endpoint
+        (a local fake, a private endpoint) and anonymous credentials (tests);
+        by default Google's endpoint and application-default credentials."""
+        options = credentials = None
+        if api_endpoint:
+            from google.api_core.client_options import ClientOptions
+
+            options = ClientOptions(api_endpoint=api_endpoint)
+        if anonymous:
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        return cls.from_sdk(config, client_options=options, credentials=credentials, offers=offers)
+
+    @classmethod
     def from_sdk(cls, config: GcpConfig, *, client_options: Any = None, credentials: Any = None,
                  offers: Iterable[Offer] | None = None) -> GcpProvider:
         """The adapter over the real SDK clients (raises ImportError with an

@@ -197,36 +197,19 @@ def _adapter(name: str, infra):  # noqa: ANN001, ANN202 - a Provider
         from providers.gcp import GcpConfig, GcpProvider
 
         gcp = infra.gcp
-        options = credentials = None
-        endpoint = os.environ.get("FLEETCTL_GCP_API_ENDPOINT")
-        if endpoint:
-            from google.api_core.client_options import ClientOptions
-
-            options = ClientOptions(api_endpoint=endpoint)
-        if os.environ.get("FLEETCTL_GCP_CREDENTIALS") == "anonymous":
-            from google.auth.credentials import AnonymousCredentials
-
-            credentials = AnonymousCredentials()
-        return GcpProvider.from_sdk(
+        return GcpProvider.from_settings(
             GcpConfig(project=gcp.project, cluster=infra.cluster, regions=gcp.regions, image=gcp.image,
                       network=gcp.network, subnetwork=gcp.subnetwork or None,
                       service_account=gcp.service_account_email or None, termination_action=gcp.termination_action),
-            client_options=options, credentials=credentials)
+            api_endpoint=os.environ.get("FLEETCTL_GCP_API_ENDPOINT") or None,
+            anonymous=os.environ.get("FLEETCTL_GCP_CREDENTIALS") == "anonymous")
     if infra.azure is None:
         fail("--cloud azure needs infrastructure.azure (subscription_id, resource_group, admin_ssh_public_key, "
              "regions)")
-    from providers.azure import AzureConfig, AzureProvider, AzureRegion, StaticTokenCredential, node_watch_custom_data
+    from providers.azure import AzureConfig, AzureProvider, AzureRegion, credential_for, node_watch_custom_data
 
     azure = infra.azure
-    token = os.environ.get("FLEETCTL_AZURE_ACCESS_TOKEN")
-    if token:
-        credential = StaticTokenCredential(token)
-    else:
-        try:
-            from azure.identity import DefaultAzureCredential
-        except ImportError as exc:
-            raise ImportError("Azure credentials need azure-identity: pip install 'fleetctl[azure]'") from exc
-        credential = DefaultAzureCredential()
+    credential = credential_for(os.environ.get("FLEETCTL_AZURE_ACCESS_TOKEN"))
     kwargs = {}
     if os.environ.get("FLEETCTL_AZURE_CA_BUNDLE"):
         kwargs["connection_verify"] = os.environ["FLEETCTL_AZURE_CA_BUNDLE"]
