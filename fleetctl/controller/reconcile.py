@@ -242,11 +242,11 @@ def _already_handled(store: Store, event: InterruptionEvent) -> bool:
     termination, another reclaim or termination (a rebalance hint before it
     does not make it a duplicate); for a rebalance hint, any notice (AWS
     sends one hint per instance, through the queue and on the node)."""
-    unhandled = {e.event_id for e in store.interruptions(unhandled_only=True)}
+    unhandled = {e.event_id for e in store.interruptions(unhandled_only=True, node_id=event.node_id)}
     rebalance = event.kind is InterruptionKind.REBALANCE
-    return any(e.node_id == event.node_id and e.event_id != event.event_id and e.event_id not in unhandled
+    return any(e.event_id != event.event_id and e.event_id not in unhandled
                and (rebalance or e.kind is not InterruptionKind.REBALANCE)
-               for e in store.interruptions(unhandled_only=False))
+               for e in store.interruptions(unhandled_only=False, node_id=event.node_id))
 
 
 def apply_cancellations(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,

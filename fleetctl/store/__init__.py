@@ -366,11 +366,14 @@ class Store:
             ))
             return True
 
-    def interruptions(self, *, unhandled_only: bool = True) -> tuple[InterruptionEvent, ...]:
+    def interruptions(self, *, unhandled_only: bool = True, node_id: str | None = None) -> tuple[InterruptionEvent, ...]:
+        """Recorded notices, oldest first (``node_id``: one node's only)."""
         t = tables.interruptions
         query = sa.select(t)
         if unhandled_only:
             query = query.where(t.c.handled_at_utc.is_(None))
+        if node_id is not None:
+            query = query.where(t.c.node_id == node_id)
         with self._tx() as conn:
             rows = conn.execute(query).all()
         events = [
