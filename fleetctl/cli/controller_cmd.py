@@ -55,8 +55,10 @@ def reconcile(
         report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(), policy=pol, now=now,
                       forecast=build_forecast(store, now, forecaster))
     except ApplyError as exc:
-        fail(f"the tick's plan was not applied: {exc}; nothing of it was changed (reclaim notices and job "
-             "starts before it are recorded); the next tick plans again")
+        done = (f"carried out before it, and recorded: {'; '.join(exc.carried_out)}; the rest was not"
+                if exc.carried_out else "nothing of it was changed")
+        fail(f"the tick's plan was not fully applied: {exc.message}; {done} (reclaim notices and job starts "
+             "before it are recorded); the next tick plans again from the fleet as it is")
     except ProviderError as exc:
         fail(f"the cloud refused a call: {type(exc).__name__}: {exc}; nothing of the plan was applied (a transient "
              "refusal clears at a later tick; a setting such as a subnet id in the policy's infrastructure does not)")

@@ -290,6 +290,10 @@ def apply(
         try:
             result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp)
         except ApplyError as exc:
+            if exc.carried_out:
+                fail(f"{exc.message}.\nCarried out before the error, and recorded: " + "; ".join(exc.carried_out)
+                     + ".\nThe rest of the plan was not carried out. Run `fleetctl plan` again: it starts from "
+                     "the fleet as it is now (new nodes idle, their jobs still queued).")
             fail(f"{exc}. Nothing was changed.")
         held = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
     finally:

@@ -4,9 +4,11 @@
   transitions), the active jobs and the offers.
 * ``fingerprint(observation, policy)`` names the state a plan was made from,
   so ``apply`` can refuse a plan made against another state.
-* ``execute(plan, ...)`` carries a plan out: intent recorded before each
-  effect, destructive actions re-checked against fresh state right before
-  they happen, every fact written to the store.
+* ``execute(plan, ...)`` carries a plan out: job actions checked before any
+  effect, a launch's intent committed before the cloud is asked and its
+  nodes as soon as it answers, destructive actions re-checked against fresh
+  state right before they happen, every fact written to the store; an
+  ``ApplyError`` part-way says what was carried out.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from fleetctl.model import (
     Policy,
     Terminate,
 )
-from fleetctl.store import Store
+from fleetctl.store import ConcurrentApply, Store
 from providers.base import LaunchRequest, Provider, ProviderError
 
 from typing import TYPE_CHECKING
@@ -40,7 +42,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class ApplyError(Exception):
-    """A plan could not be carried out; the message says which action and why."""
+    """A plan could not be carried out; the message says which action and why,
+    and ``carried_out`` what was done before it (recorded in the store: a
+    cloud's launches and terminations cannot be taken back)."""
+
+    def __init__(self, message: str, carried_out: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.carried_out = carried_out
+
+    def __str__(self) -> str:
+        if not self.carried_out:
+            return self.message
+        return f"{self.message}; carried out before it, and recorded: {'; '.join(self.carried_out)}"
 
 
 class StalePlan(ApplyError):
@@ -132,6 +146,36 @@ def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, e
             store.put_node(replace(node, idle_since_utc=now), now)
 
 
+def _check_job_actions(plan: Plan, jobs: dict[str, Job]) -> None:
+    """Check the plan's job actions against the store before any effect:
+    each job still active, each migration from where the job is, no node
+    terminated while a job is on it (after the plan's own moves), and the
+    actions in the planner's order (launches, then job moves, then
+    terminations), so a failure here changes nothing."""
+    phase = {"launch": 0, "preempt": 1, "bind": 1, "migrate": 1, "terminate": 2}
+    last = 0
+    where = {jid: set(j.node_ids) for jid, j in jobs.items()}
+    for action in plan.actions:
+        if phase[action.kind] < last:
+            raise ApplyError(f"{action.kind} after a later kind of action: the plan is not in the order fleetctl "
+                             "plans (launches, job moves, terminations)")
+        last = phase[action.kind]
+        if isinstance(action, (Bind, Preempt, Migrate)) and action.job_id not in where:
+            raise ApplyError(f"{action.kind}: job {action.job_id!r} is no longer active")
+        if isinstance(action, Bind):
+            where[action.job_id] = set(action.node_ids)
+        elif isinstance(action, Preempt):
+            where[action.job_id] = set()
+        elif isinstance(action, Migrate):
+            if where[action.job_id] != set(action.from_node_ids):
+                raise ApplyError(f"migrate: job {action.job_id!r} is no longer on {', '.join(action.from_node_ids)}")
+            where[action.job_id] = set(action.to_node_ids)
+        elif isinstance(action, Terminate):
+            holders = sorted(jid for jid, nodes in where.items() if action.node_id in nodes)
+            if holders:
+                raise ApplyError(f"terminate: node {action.node_id} still holds jobs {', '.join(holders)}")
+
+
 def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
             runtime: "Runtime | None" = None) -> ApplyResult:
     """Carry out ``plan``. ``plan_id`` (the plan's fingerprint) seeds the
@@ -140,98 +184,134 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     ``runtime`` (if given) checkpoints and stops the jobs that preemptions and
     migrations move; without one, they are moved as they stand.
 
-    Everything happens in one store transaction: if an action fails, the
-    store is left as it was (the sandbox keeps its nodes in the store, so it
-    is rolled back too; a real cloud's launches are found again through their
-    idempotency keys on the next apply).
+    Design choice: the job actions are checked first (``_check_job_actions``),
+    so a plan the store no longer allows changes nothing. Then, in the plan's
+    order: each launch is recorded as an intent (committed) before the cloud
+    is asked and its nodes as soon as it answers, since a cloud's purchase
+    cannot be rolled back with a store transaction; the job moves (preempt,
+    bind, migrate) land together in one transaction; each termination is
+    re-checked against fresh state right before it and recorded at once. A
+    launch or termination the cloud refuses stops the apply with an
+    ``ApplyError`` that lists what was carried out before it: the next plan
+    starts from that fleet (its new nodes idle, its jobs still queued).
     """
     unsupported = sorted({a.kind for a in plan.actions if a.kind not in _SUPPORTED})
     if unsupported:
         raise ApplyError(f"this fleetctl cannot apply {', '.join(unsupported)} actions yet; nothing was changed")
+    jobs = {j.job_id: j for j in store.jobs(active_only=True)}
+    _check_job_actions(plan, jobs)
     launched: list[Node] = []
     checkpoints = 0
     bound: list[str] = []
     terminated: list[str] = []
     names: dict[str, str] = {}
-    vacated: list[Job] = []  # preempted jobs, as they were: the nodes they leave are idle from now
-    with store.transaction():
-        jobs = {j.job_id: j for j in store.jobs(active_only=True)}
-        for index, action in enumerate(plan.actions):
-            if isinstance(action, Launch):
+    carried: list[str] = []  # what was done, for an error part-way
+
+    def failed(message: str) -> ApplyError:
+        return ApplyError(message, tuple(carried))
+
+    for index, action in enumerate(plan.actions):
+        if not isinstance(action, Launch):
+            continue
+        try:
+            with store.transaction():  # the intent, committed before the cloud is asked
                 key = _launch_key(store, f"fleetctl-{plan_id[:24]}-{index}", action, now)
-                try:
-                    result = provider.launch(LaunchRequest(action.offer, action.count, key), now)
-                except ProviderError as exc:
-                    raise ApplyError(f"launch of {action.count} x {action.offer.key} failed: {exc}") from exc
-                if not result.fulfilled:
-                    raise ApplyError(
-                        f"launch of {action.count} x {action.offer.key} got {len(result.nodes)} nodes"
-                        f"{': ' + result.error if result.error else ''}"
-                    )
-                for name, node in zip(action.node_names, result.nodes):
-                    names[name] = node.node_id
-                store.finish_launch(key, (n.node_id for n in result.nodes), "done")
-                store.record("launch", now, action.offer.key, nodes=[n.node_id for n in result.nodes], reason=action.reason.value)
-                launched.extend(result.nodes)
-            elif isinstance(action, Bind):
-                job = jobs.get(action.job_id)
-                if job is None:
-                    raise ApplyError(f"bind: job {action.job_id!r} is no longer active")
-                node_ids = tuple(names.get(n, n) for n in action.node_ids)
-                job = replace(job, state=JobState.BOUND, node_ids=node_ids)
-                store.put_job(job, now)
-                jobs[job.job_id] = job
-                store.record("bind", now, job.job_id, nodes=list(node_ids), reason=action.reason.value)
-                bound.append(job.job_id)
-            elif isinstance(action, Preempt):
-                victim = jobs.get(action.job_id)
-                if victim is None:
-                    raise ApplyError(f"preempt: job {action.job_id!r} is no longer active")
-                # Requeued with its checkpoint; the runtime stops it (checkpointing first if it can).
-                kept = victim.checkpointed_work_hours
-                if runtime is not None and victim.state is JobState.RUNNING:
-                    kept = (runtime.checkpoint(victim, None, now) if victim.checkpointable
-                            else runtime.stop(victim, now)).checkpointed_hours
-                    checkpoints += 1 if victim.checkpointable else 0
-                vacated.append(victim)
-                victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
-                                 checkpointed_work_hours=kept)
-                store.put_job(victim, now)
-                jobs[victim.job_id] = victim
-                store.record("preempt", now, victim.job_id, by=action.by_job_id, reason=action.reason.value,
-                             detail=action.detail)
-            elif isinstance(action, Migrate):
-                job = jobs.get(action.job_id)
-                if job is None or tuple(sorted(set(job.node_ids))) != tuple(sorted(set(action.from_node_ids))):
-                    raise ApplyError(f"migrate: job {action.job_id!r} is no longer on {', '.join(action.from_node_ids)}")
-                targets = tuple(names.get(n, n) for n in action.to_node_ids)
-                kept = job.checkpointed_work_hours
-                if runtime is not None and job.state is JobState.RUNNING:
-                    kept = runtime.checkpoint(job, None, now).checkpointed_hours
-                    checkpoints += 1
-                # Checkpointed, stopped, and bound to its new nodes: it resumes there.
-                # one node per worker (as the planner names them), or each node for as many workers
-                per_worker = targets if len(targets) == job.workers else \
-                    targets * (job.workers // max(1, len(targets))) or targets
-                job = replace(job, state=JobState.BOUND, started_at_utc=None, checkpointed_work_hours=kept,
-                              node_ids=per_worker)
-                store.put_job(job, now)
-                jobs[job.job_id] = job
-                store.record("migrate", now, job.job_id, to=list(targets), reason=action.reason.value,
-                             detail=action.detail)
-            elif isinstance(action, Terminate):
-                # Re-check the destructive action against fresh state.
-                holders = sorted(j.job_id for j in jobs.values() if action.node_id in j.node_ids)
-                if holders:
-                    raise ApplyError(f"terminate: node {action.node_id} still holds jobs {', '.join(holders)}")
-                try:
-                    provider.terminate(action.node_id, now)
-                except ProviderError as exc:
-                    raise ApplyError(f"terminate of {action.node_id} failed: {exc}") from exc
-                store.record("terminate", now, action.node_id, reason=action.reason.value, detail=action.detail)
-                terminated.append(action.node_id)
-        if vacated:
-            nodes = {n.node_id: n for n in provider.nodes(now)}
-            for victim in vacated:
-                left_behind(store, nodes, victim, now, except_nodes=set(terminated))
+        except ConcurrentApply as exc:
+            if carried:
+                raise failed(str(exc)) from exc
+            raise
+        try:
+            result = provider.launch(LaunchRequest(action.offer, action.count, key), now)
+        except ProviderError as exc:
+            store.finish_launch(key, (), "failed")
+            raise failed(f"launch of {action.count} x {action.offer.key} failed: {exc}") from exc
+        got = [n.node_id for n in result.nodes]
+        for name, node in zip(action.node_names, result.nodes):
+            names[name] = node.node_id
+        with store.transaction():
+            store.finish_launch(key, got, "done" if result.fulfilled else "partial")
+            if got:
+                store.record("launch", now, action.offer.key, nodes=got, reason=action.reason.value)
+        launched.extend(result.nodes)
+        if got:
+            carried.append(f"launched {len(got)} x {action.offer.key} ({', '.join(got)})")
+        if not result.fulfilled:
+            raise failed(f"launch of {action.count} x {action.offer.key} got {len(got)} nodes"
+                         f"{': ' + result.error if result.error else ''}")
+    vacated: list[Job] = []  # preempted jobs, as they were: the nodes they leave are idle from now
+    moves = [a for a in plan.actions if isinstance(a, (Preempt, Bind, Migrate))]
+    if moves:
+        with store.transaction():
+            jobs = {j.job_id: j for j in store.jobs(active_only=True)}
+            for action in moves:
+                if isinstance(action, Bind):
+                    job = jobs.get(action.job_id)
+                    if job is None:
+                        raise failed(f"bind: job {action.job_id!r} is no longer active")
+                    node_ids = tuple(names.get(n, n) for n in action.node_ids)
+                    job = replace(job, state=JobState.BOUND, node_ids=node_ids)
+                    store.put_job(job, now)
+                    jobs[job.job_id] = job
+                    store.record("bind", now, job.job_id, nodes=list(node_ids), reason=action.reason.value)
+                    bound.append(job.job_id)
+                elif isinstance(action, Preempt):
+                    victim = jobs.get(action.job_id)
+                    if victim is None:
+                        raise failed(f"preempt: job {action.job_id!r} is no longer active")
+                    # Requeued with its checkpoint; the runtime stops it (checkpointing first if it can).
+                    kept = victim.checkpointed_work_hours
+                    if runtime is not None and victim.state is JobState.RUNNING:
+                        kept = (runtime.checkpoint(victim, None, now) if victim.checkpointable
+                                else runtime.stop(victim, now)).checkpointed_hours
+                        checkpoints += 1 if victim.checkpointable else 0
+                    vacated.append(victim)
+                    victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
+                                     checkpointed_work_hours=kept)
+                    store.put_job(victim, now)
+                    jobs[victim.job_id] = victim
+                    store.record("preempt", now, victim.job_id, by=action.by_job_id, reason=action.reason.value,
+                                 detail=action.detail)
+                else:
+                    job = jobs.get(action.job_id)
+                    if job is None or tuple(sorted(set(job.node_ids))) != tuple(sorted(set(action.from_node_ids))):
+                        raise failed(f"migrate: job {action.job_id!r} is no longer on "
+                                     f"{', '.join(action.from_node_ids)}")
+                    targets = tuple(names.get(n, n) for n in action.to_node_ids)
+                    kept = job.checkpointed_work_hours
+                    if runtime is not None and job.state is JobState.RUNNING:
+                        kept = runtime.checkpoint(job, None, now).checkpointed_hours
+                        checkpoints += 1
+                    # Checkpointed, stopped, and bound to its new nodes: it resumes there.
+                    # one node per worker (as the planner names them), or each node for as many workers
+                    per_worker = targets if len(targets) == job.workers else \
+                        targets * (job.workers // max(1, len(targets))) or targets
+                    job = replace(job, state=JobState.BOUND, started_at_utc=None, checkpointed_work_hours=kept,
+                                  node_ids=per_worker)
+                    store.put_job(job, now)
+                    jobs[job.job_id] = job
+                    store.record("migrate", now, job.job_id, to=list(targets), reason=action.reason.value,
+                                 detail=action.detail)
+            if vacated:
+                terminating = {a.node_id for a in plan.actions if isinstance(a, Terminate)}
+                nodes = {n.node_id: n for n in provider.nodes(now)}
+                for victim in vacated:
+                    left_behind(store, nodes, victim, now, except_nodes=terminating)
+        counts = {word: sum(a.kind == kind for a in moves)
+                  for kind, word in (("preempt", "preempted"), ("bind", "bound"), ("migrate", "migrated"))}
+        carried.append(", ".join(f"{word} {n} job(s)" for word, n in counts.items() if n))
+    for action in plan.actions:
+        if not isinstance(action, Terminate):
+            continue
+        with store.transaction():
+            # Re-check the destructive action against fresh state.
+            holders = sorted(j.job_id for j in store.jobs(active_only=True) if action.node_id in j.node_ids)
+            if holders:
+                raise failed(f"terminate: node {action.node_id} still holds jobs {', '.join(holders)}")
+            try:
+                provider.terminate(action.node_id, now)
+            except ProviderError as exc:
+                raise failed(f"terminate of {action.node_id} failed: {exc}") from exc
+            store.record("terminate", now, action.node_id, reason=action.reason.value, detail=action.detail)
+        terminated.append(action.node_id)
+        carried.append(f"terminated {action.node_id}")
     return ApplyResult(tuple(launched), tuple(bound), tuple(terminated), checkpoints)

@@ -329,8 +329,9 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
          forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
          planner: Callable[..., Plan] = make_plan) -> TickReport:
     """One reconcile pass. Exceptions propagate: the caller (daemon, cron)
-    decides what a failed tick means; nothing is half-applied (each step is
-    one store transaction). ``planner`` has the signature of
+    decides what a failed tick means. Each step is one store transaction,
+    except the plan's cloud calls: an ``ApplyError`` part-way lists the
+    launches and terminations carried out (and recorded) before it. ``planner`` has the signature of
     ``fleetctl.planner.plan`` (the backtest swaps in the baselines' planners)."""
     started = time.perf_counter()
     report = TickReport()

@@ -20,10 +20,12 @@ Events, in time order (simultaneous events are one step):
 
 At each step the controller ticks (a market change ticks only when it posted
 notices or jobs are queued). When a plan's launch is refused for spot capacity
-(``ApplyError`` caused by ``InsufficientCapacity``), nothing of that plan was
-applied (one store transaction); the offer goes into the provider's
+(``ApplyError`` caused by ``InsufficientCapacity``), the plan's launches before
+it stand (a cloud keeps what it sold; see ``fleetctl.controller.execute``) and
+nothing after it is applied; the offer goes into the provider's
 insufficient-capacity cache and the controller plans again at the same instant
-(at most once per offer), as a controller retrying after an ICE error would.
+(at most once per offer), from the fleet as it now is, as a controller retrying
+after an ICE error would.
 
 Accounting (between two steps the state is constant):
 

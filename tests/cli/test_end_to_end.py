@@ -332,7 +332,8 @@ def test_reconcile_reports_a_launch_the_cloud_refuses_in_one_line(workdir, monke
     monkeypatch.setattr(SimProvider, "launch", refuse)
     result = runner.invoke(app, ["reconcile", "--once"])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
-    assert "the tick's plan was not applied: launch of" in result.output and "no capacity for" in result.output
+    assert "the tick's plan was not fully applied: launch of" in result.output and "no capacity for" in result.output
+    assert "nothing of it was changed" in result.output  # the first launch was refused
     monkeypatch.undo()
     monkeypatch.chdir(workdir)
     jobs = json.loads(runner.invoke(app, ["jobs", "list", "--format", "json"]).stdout)

@@ -119,3 +119,39 @@ def test_the_message_stays_in_the_queue_until_the_notice_is_handled(world: MotoW
     report = tick(store=store, provider=restarted, runtime=runtime, policy=POLICY, now=now + timedelta(seconds=5))
     assert report.interruptions == 1 and report.requeued == ["train"]
     assert queue_depth(world) == 0
+
+
+def test_an_apply_refused_part_way_keeps_what_ec2_sold_recorded(world: MotoWorld, store: Store) -> None:
+    """EC2 sells the first launch and refuses the second: the store holds the
+    first instance (node, launch intent, audit event), the error names it,
+    and the jobs stay queued for the next tick."""
+    from fleetctl.controller import ApplyError, execute
+    from fleetctl.model import Bind, Launch, Plan, Reason
+
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    provider = RecordedNodes(world.provider(), store)
+    a10g = sorted((o for o in provider.offers(now) if o.instance_type.gpu_model == "A10G"
+                   and o.market is Market.SPOT and o.instance_type.gpu_count == 1), key=lambda o: o.key)
+    first, second = a10g[0], next(o for o in a10g if o.zone != a10g[0].zone)
+    store.add_jobs([job("a", gpus=1, models=("A10G",)), job("b", gpus=1, models=("A10G",))], now)
+    inner_launch = provider.launch
+
+    def refuse_after_first(request, at):  # noqa: ANN001, ANN202
+        result = inner_launch(request, at)
+        world.fail_next("CreateFleet", "InsufficientInstanceCapacity", "no capacity in the zone")
+        return result
+
+    provider.launch = refuse_after_first  # type: ignore[method-assign]
+    plan = Plan((Launch(first, ("new-1",), Reason.CHEAPEST_OFFER, "test"),
+                 Launch(second, ("new-2",), Reason.CHEAPEST_OFFER, "test"),
+                 Bind("a", ("new-1",), Reason.FITS_NEW_CAPACITY, "test"),
+                 Bind("b", ("new-2",), Reason.FITS_NEW_CAPACITY, "test")), (), 0.0, 1.0)
+    with pytest.raises(ApplyError) as caught:
+        execute(plan, store=store, provider=provider, now=now, plan_id="4" * 64)
+    running = [i["InstanceId"] for r in world.client("ec2").describe_instances()["Reservations"]
+               for i in r["Instances"] if i["State"]["Name"] in ("pending", "running")]
+    assert len(running) == 1
+    assert [n.node_id for n in store.nodes()] == running
+    assert running[0] in str(caught.value) and "InsufficientInstanceCapacity" in str(caught.value)
+    assert [e["payload"]["nodes"] for e in store.events("launch")] == [running]
+    assert {j.state for j in store.jobs()} == {JobState.QUEUED}

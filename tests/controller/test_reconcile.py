@@ -562,3 +562,86 @@ def test_a_gang_moved_back_to_spot_is_bound_one_node_per_worker(world_factory):
     run_tick(w, now + timedelta(minutes=1), pol=pol)
     assert jobs(w)["gang"].state is JobState.RUNNING
     invariants(w, now + timedelta(minutes=1), pol)
+
+
+# ----------------------------------------------------------------------------- apply part-way
+
+
+def _two_launch_plan():
+    from fleetctl.model import Bind, Launch, Plan, Reason
+
+    return Plan((
+        Launch(SPOT_A, ("new-1",), Reason.CHEAPEST_OFFER, "test"),
+        Launch(SPOT_B, ("new-2",), Reason.CHEAPEST_OFFER, "test"),
+        Bind("a", ("new-1",), Reason.FITS_NEW_CAPACITY, "test"),
+        Bind("b", ("new-2",), Reason.FITS_NEW_CAPACITY, "test"),
+    ), (), 0.0, 17.0)
+
+
+def test_a_launch_refused_part_way_keeps_and_reports_what_the_cloud_sold(world_factory, monkeypatch):
+    """A cloud's purchase cannot be rolled back with a store transaction: the
+    first launch's nodes stay recorded (intent, nodes, audit event), the error
+    lists them, and nothing after the refusal is applied."""
+    from fleetctl.controller import ApplyError, execute
+    from providers.base import InsufficientCapacity
+    from providers.sim import SimProvider
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("a", gpus=8), job("b", gpus=8)], T0)
+    real = SimProvider.launch
+
+    def second_refused(self, request, now):  # noqa: ANN001, ANN202
+        if request.offer.key == SPOT_B.key:
+            raise InsufficientCapacity(f"no capacity for {request.offer.key}")
+        return real(self, request, now)
+
+    monkeypatch.setattr(SimProvider, "launch", second_refused)
+    with pytest.raises(ApplyError) as caught:
+        execute(_two_launch_plan(), store=w.store, provider=w.provider, now=T0, plan_id="1" * 64)
+    (node,) = w.store.nodes()
+    assert node.offer.key == SPOT_A.key
+    assert caught.value.carried_out == (f"launched 1 x {SPOT_A.key} ({node.node_id})",)
+    assert "no capacity for" in caught.value.message and node.node_id in str(caught.value)
+    assert {j.state for j in w.store.jobs()} == {JobState.QUEUED}  # the binds came after the refusal
+    assert [e["kind"] for e in w.store.events() if e["kind"] == "launch"] == ["launch"]
+    # The next tick starts from that fleet: the idle node serves a job, and the other gets its own.
+    r = run_tick(w, T0 + timedelta(minutes=1))
+    assert {j.state for j in w.store.jobs()} == {JobState.BOUND}, r.plan
+
+
+def test_a_partly_fulfilled_launch_records_the_nodes_it_got(world_factory, monkeypatch):
+    from fleetctl.controller import ApplyError, execute
+    from providers.base import LaunchResult
+    from providers.sim import SimProvider
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("a", gpus=8), job("b", gpus=8)], T0)
+    real = SimProvider.launch
+
+    def one_of_two(self, request, now):  # noqa: ANN001, ANN202
+        got = real(self, replace(request, count=1), now)
+        return LaunchResult(request, got.nodes, "capacity for 1 of 2")
+
+    from fleetctl.model import Bind, Launch, Plan, Reason
+    monkeypatch.setattr(SimProvider, "launch", one_of_two)
+    two = Plan((Launch(SPOT_A, ("new-1", "new-2"), Reason.CHEAPEST_OFFER, "test"),
+                Bind("a", ("new-1",), Reason.FITS_NEW_CAPACITY, "test"),
+                Bind("b", ("new-2",), Reason.FITS_NEW_CAPACITY, "test")), (), 0.0, 16.0)
+    with pytest.raises(ApplyError) as caught:
+        execute(two, store=w.store, provider=w.provider, now=T0, plan_id="2" * 64)
+    (node,) = w.store.nodes()
+    assert "got 1 nodes: capacity for 1 of 2" in caught.value.message
+    assert caught.value.carried_out == (f"launched 1 x {SPOT_A.key} ({node.node_id})",)
+
+
+def test_a_plan_the_store_no_longer_allows_changes_nothing(world_factory):
+    """Job actions are checked before any launch: a bind of a job no longer
+    active buys nothing."""
+    from fleetctl.controller import ApplyError, execute
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("a", gpus=8)], T0)  # no job "b"
+    with pytest.raises(ApplyError) as caught:
+        execute(_two_launch_plan(), store=w.store, provider=w.provider, now=T0, plan_id="3" * 64)
+    assert "job 'b' is no longer active" in str(caught.value) and not caught.value.carried_out
+    assert w.store.nodes() == () and not [e for e in w.store.events() if e["kind"] == "launch"]
