@@ -27,9 +27,12 @@ class Forecaster(Protocol):
     def demand(self, store: Store, now: datetime) -> tuple[DemandForecast, ...]: ...
 
 
-def recent_reclaims(store: Store) -> tuple[OfferReclaim, ...]:
-    """The reclaims the controller itself saw (its own notices, not rebalance hints)."""
-    events = [e for e in store.interruptions(unhandled_only=False) if e.kind is not InterruptionKind.REBALANCE]
+def recent_reclaims(store: Store, now: datetime | None = None) -> tuple[OfferReclaim, ...]:
+    """The reclaims the controller itself saw (its own notices, not rebalance
+    hints), received by ``now`` when given (a saved plan re-planned at its own
+    time sees what it saw then)."""
+    events = [e for e in store.interruptions(unhandled_only=False) if e.kind is not InterruptionKind.REBALANCE
+              and (now is None or e.received_at_utc <= now)]
     if not events:
         return ()
     offer_of = {n.node_id: n.offer.key for n in store.nodes(include_gone=True)}
@@ -39,7 +42,7 @@ def recent_reclaims(store: Store) -> tuple[OfferReclaim, ...]:
 def build_forecast(store: Store, now: datetime, forecaster: Forecaster | None = None) -> Forecast:
     """This pass's Forecast: the forecaster's numbers (if any) and the recent reclaims."""
     if forecaster is None:
-        return Forecast(recent_reclaims=recent_reclaims(store))
+        return Forecast(recent_reclaims=recent_reclaims(store, now))
     return Forecast(interruption=tuple(forecaster.interruption(store, now)),
                     demand=tuple(forecaster.demand(store, now)),
-                    recent_reclaims=recent_reclaims(store))
+                    recent_reclaims=recent_reclaims(store, now))
