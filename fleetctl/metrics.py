@@ -53,6 +53,10 @@ class FleetMetrics:
                                   "Unix time of the last refit that replaced the interruption model (0: none yet).",
                                   registry=r)
         self.tick_errors = Counter("fleetctl_tick_errors", "Ticks that failed (the daemon goes on).", registry=r)
+        self.lease_held = Gauge("fleetctl_controller_lease_held",
+                                "1 while this daemon acts on the store, 0 while another process holds the controller "
+                                "lease (a second daemon on PostgreSQL, a cron reconcile, an apply) and it stands by.",
+                                registry=r)
 
     def observe_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> None:
         """Refresh the gauges from the current nodes and jobs."""

@@ -54,6 +54,14 @@ CloudOption = Annotated[
         envvar="FLEETCTL_CLOUD",
     ),
 ]
+LockTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--lock-timeout", min=0.0, max=3600.0,
+        help="Seconds to wait while another fleetctl process (the daemon, another cron run, an apply) acts on the "
+        "same state store; then give up with exit 1, having changed nothing.",
+    ),
+]
 SeedOption = Annotated[
     int,
     typer.Option("--seed", help="Seed of the sandbox provider (node ids, launch delays).", envvar="FLEETCTL_SEED"),

@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from fleetctl.cli.common import (
+    LockTimeoutOption,
     PolicyOption,
     CloudOption,
     SeedOption,
@@ -34,6 +35,7 @@ def reconcile(
     state: StateOption = None,
     seed: SeedOption = 0,
     cloud: CloudOption = "sim",
+    lock_timeout: LockTimeoutOption = 60.0,
 ) -> None:
     """One reconcile tick: handle reclaim notices, start and finish jobs, plan, act, record.
 
@@ -49,11 +51,19 @@ def reconcile(
 
     pol, _ = load_policy_or_exit(policy)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
+    from fleetctl.controller.lease import controller_lease, holder_id
+    from fleetctl.store import LeaseHeld
+
     store = open_store(state)
     try:
-        now = utcnow()
-        report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(), policy=pol, now=now,
-                      forecast=build_forecast(store, now, forecaster))
+        # One controller at a time on this store: an overlapping cron run or the daemon would act on the
+        # same fleet (buy it twice, start jobs twice).
+        with controller_lease(store, holder_id(), wait_seconds=lock_timeout):
+            now = utcnow()
+            report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(),
+                          policy=pol, now=now, forecast=build_forecast(store, now, forecaster))
+    except LeaseHeld as exc:
+        fail(f"{exc}. This run changed nothing (waited {lock_timeout:g} s: --lock-timeout).")
     except ApplyError as exc:
         done = (f"carried out before it, and recorded: {'; '.join(exc.carried_out)}; the rest was not"
                 if exc.carried_out else "nothing of it was changed")

@@ -13,6 +13,7 @@ import typer
 
 from fleetctl.cli.common import (
     CloudOption,
+    LockTimeoutOption,
     PolicyOption,
     SeedOption,
     StateOption,
@@ -103,7 +104,9 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
     provider = make_provider(store, seed, cloud, pol)
     now = utcnow()
     obs = observe(store, provider, now)
-    forecast = build_forecast(store, plan_at or now, forecaster) if forecaster is not None else None
+    # As reconcile plans: the models' numbers (with --forecast-dir) and the reclaims the store recorded
+    # (an offer reclaimed within the policy's TTL is avoided), so plan and apply agree with the daemon.
+    forecast = build_forecast(store, plan_at or now, forecaster)
     result = make_plan(now=plan_at or now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast,
                        policy=pol, last_termination_utc=store.last_event_at("terminate"))
     return pol, pol_path, store, provider, now, obs, result
@@ -211,6 +214,7 @@ def apply(
         help="Models for the planner's forecast (`fleetctl forecast train ...`), without a plan file. A saved plan "
         "made with --forecast-dir is re-planned with the models it names.")] = None,
     allow_version_mismatch: AllowMismatchOption = False,
+    lock_timeout: LockTimeoutOption = 60.0,
 ) -> None:
     """Carry out a plan: first the saved Terraform plan (if the plan has one), then the API
     actions. A saved plan is refused if the state changed since it was made, or if its
@@ -287,8 +291,22 @@ def apply(
         if not to_apply.has_changes:
             console.print("No API actions to apply.")
             return
+        from fleetctl.controller.lease import controller_lease, holder_id
+        from fleetctl.store import LeaseHeld
+
         try:
-            result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp)
+            # One controller at a time on this store (the daemon, a cron reconcile): the state is
+            # checked again once this process holds the lease, then the plan is carried out.
+            with controller_lease(store, holder_id(), wait_seconds=lock_timeout):
+                if fingerprint(observe(store, provider, utcnow()), pol) != fp:
+                    fail(("Terraform was applied; the API actions were not: " if tf_plan is not None and
+                          tf_plan.has_changes else "") + "another fleetctl process changed the fleet or the jobs "
+                         "while this apply waited or asked; nothing of the plan was carried out. Run `fleetctl "
+                         "plan` again.")
+                result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp)
+        except LeaseHeld as exc:
+            fail(f"{exc}. Nothing of the plan was carried out (waited {lock_timeout:g} s: --lock-timeout)"
+                 + ("; Terraform was applied" if tf_plan is not None and tf_plan.has_changes else "") + ".")
         except ApplyError as exc:
             if exc.carried_out:
                 fail(f"{exc.message}.\nCarried out before the error, and recorded: " + "; ".join(exc.carried_out)

@@ -6,7 +6,12 @@
   for the next reconcile: AWS gives two minutes, GCP and Azure 30 s);
 * prices every ``price_seconds`` (offers re-read from the provider).
 
-One lock serialises the three, so they never interleave on the store. A tick
+One lock serialises the three, so they never interleave on the store; the
+reconcile and interruption passes also take the store's controller lease
+(``fleetctl.controller.lease``) for their duration, so a cron ``reconcile
+--once``, an ``apply`` or a second daemon on the same store never acts at the
+same time (a pass that finds it held is skipped and logged; the next one
+tries again). A tick
 that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
 the loop goes on. ``stop()`` (SIGTERM, SIGINT) lets the current tick finish.
 """
@@ -23,6 +28,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from fleetctl.controller.forecast import Forecaster, build_forecast
+from fleetctl.controller.lease import NAME as LEASE, TTL_SECONDS, holder_id
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
@@ -54,6 +60,8 @@ class Daemon:
         self.ctx = ctx
         self.clock = clock
         self.lock = threading.Lock()
+        self.holder = holder_id()
+        self.standing_by: str | None = None  # who held the lease when a pass last found it taken
         self.stopped = threading.Event()
         self.ticks = 0
         # The last reconcile pass's forecast: the interruptions pass (every few seconds) reuses it
@@ -68,16 +76,37 @@ class Daemon:
             self.scheduler.add_job(self.retrain, "interval", seconds=retrain_seconds, id="retrain",
                                    max_instances=1, coalesce=True)
 
+    def _take_lease(self) -> bool:
+        """Take the store's controller lease for one pass; False (logged once
+        per holder) while another process holds it."""
+        held = self.ctx.store.acquire_lease(LEASE, self.holder, TTL_SECONDS)
+        self.ctx.metrics.lease_held.set(1 if held is None else 0)
+        if held is None:
+            if self.standing_by is not None:
+                log.info("controller lease taken: acting on the store again")
+                self.standing_by = None
+            return True
+        if self.standing_by != held[0]:
+            log.info("another process acts on this store (%s, lease %.0f s more): this daemon stands by",
+                     held[0], held[1])
+            self.standing_by = held[0]
+        return False
+
     def reconcile(self) -> None:
         with self.lock:
             if self.stopped.is_set():
                 return
             now = self.clock()
             try:
-                forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
-                self.last_forecast = forecast
-                report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                              policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
+                if not self._take_lease():
+                    return
+                try:
+                    forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
+                    self.last_forecast = forecast
+                    report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
+                                  policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
+                finally:
+                    self.ctx.store.release_lease(LEASE, self.holder)
             except Exception:  # the tick boundary: count, log with the traceback, go on
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("reconcile tick failed at %s", now.isoformat())
@@ -92,12 +121,18 @@ class Daemon:
             if self.stopped.is_set():
                 return
             try:
-                now = self.clock()
-                forecast = self.last_forecast
-                if forecast is None:
-                    forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
-                handle_interruptions(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                                     policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
+                if not self._take_lease():
+                    return
+                try:
+                    now = self.clock()
+                    forecast = self.last_forecast
+                    if forecast is None:
+                        forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
+                    handle_interruptions(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
+                                         policy=self.ctx.policy, now=now, metrics=self.ctx.metrics,
+                                         forecast=forecast)
+                finally:
+                    self.ctx.store.release_lease(LEASE, self.holder)
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("interruption handling failed")

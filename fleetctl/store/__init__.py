@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +42,18 @@ class StoreError(Exception):
 class ConcurrentApply(StoreError):
     """Another fleetctl process wrote the same launch intent first (two
     controllers applying the same plan); this one's transaction is rolled back."""
+
+
+class LeaseHeld(StoreError):
+    """Another process holds a lease on this store (see ``Store.acquire_lease``)."""
+
+    def __init__(self, name: str, holder: str, seconds_left: float) -> None:
+        super().__init__(
+            f"another fleetctl process is acting on this state store ({holder}; its {name!r} lease runs "
+            f"{seconds_left:.0f} s more unless it finishes first; a process that died holds it no longer than that)")
+        self.name = name
+        self.holder = holder
+        self.seconds_left = seconds_left
 
 
 class DuplicateJob(StoreError):
@@ -350,6 +363,38 @@ class Store:
                 .where(tables.launches.c.idempotency_key == key)
                 .values(status=status, node_ids=json.dumps(sorted(node_ids)))
             )
+
+    # ------------------------------------------------------------------ leases
+
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> tuple[str, float] | None:
+        """Take the lease ``name`` for ``ttl_seconds`` of wall-clock time, or
+        renew it when ``holder`` has it already. Returns None when taken, else
+        (who holds it, seconds left). Atomic on SQLite and PostgreSQL: the row
+        is created expired if missing, then taken by one conditional update."""
+        t = tables.leases
+        now = time.time()
+        if self._engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        with self._tx() as conn:
+            conn.execute(insert(t).values(name=name, holder="", acquired_at_unix=0.0, expires_at_unix=0.0)
+                         .on_conflict_do_nothing(index_elements=["name"]))
+            taken = conn.execute(
+                t.update().where(t.c.name == name).where(sa.or_(t.c.holder == holder, t.c.expires_at_unix <= now))
+                .values(holder=holder, acquired_at_unix=now, expires_at_unix=now + ttl_seconds)
+            ).rowcount
+            if taken:
+                return None
+            row = conn.execute(sa.select(t.c.holder, t.c.expires_at_unix).where(t.c.name == name)).one()
+        return row.holder, max(0.0, row.expires_at_unix - now)
+
+    def release_lease(self, name: str, holder: str) -> None:
+        """Give the lease up (only ``holder``'s: one that expired and was taken stays taken)."""
+        t = tables.leases
+        with self._tx() as conn:
+            conn.execute(t.update().where(t.c.name == name).where(t.c.holder == holder)
+                         .values(holder="", expires_at_unix=0.0))
 
     # ------------------------------------------------------------------ interruptions
 

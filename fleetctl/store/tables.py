@@ -106,3 +106,15 @@ job_cancellations = Table(
     Column("reason", Text, nullable=False, default=""),
     Column("handled_at_utc", String(40), nullable=True, index=True),
 )
+
+leases = Table(
+    "leases",
+    metadata,
+    # Mutual exclusion between processes acting on this store (migration 0006).
+    # Times are the wall clock (Unix seconds), not a plan's `now`: a lease is
+    # about live processes, and expires so a dead one does not hold it.
+    Column("name", String(64), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("acquired_at_unix", Float, nullable=False),
+    Column("expires_at_unix", Float, nullable=False),
+)

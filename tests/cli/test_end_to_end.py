@@ -101,6 +101,28 @@ def test_stale_plan_is_refused_and_state_unchanged(workdir):
     assert state_snapshot(workdir) == before
 
 
+def test_apply_waits_for_the_daemon_and_gives_up_having_changed_nothing(workdir):
+    """Another process (the daemon, a cron reconcile) holds the store's
+    controller lease: apply waits --lock-timeout, then exits 1 unchanged."""
+    from fleetctl.store import Store
+
+    fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
+    assert fleetctl(workdir, "plan", "-out", "p.json").returncode == 0
+    before = state_snapshot(workdir)
+    store = Store(f"sqlite:///{workdir / '.fleetctl' / 'state.db'}")
+    try:
+        assert store.acquire_lease("controller", "daemon on host-a pid 7", 60.0) is None
+        refused = fleetctl(workdir, "apply", "p.json", "--lock-timeout", "0.5")
+        store.release_lease("controller", "daemon on host-a pid 7")  # its pass is over
+    finally:
+        store.close()
+    assert refused.returncode == 1, refused.stderr
+    assert "acting on this state store (daemon on host-a pid 7" in refused.stderr
+    assert "Nothing of the plan was carried out" in refused.stderr
+    assert state_snapshot(workdir) == before
+    assert fleetctl(workdir, "apply", "p.json", "--lock-timeout", "0").returncode == 0
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
@@ -423,3 +445,34 @@ def test_plan_and_apply_with_the_daemons_models(workdir):
     assert wrong.returncode == 1 and "not the model directory" in wrong.stderr
     applied = fleetctl(workdir, "apply", "p.json", "-auto-approve")
     assert applied.returncode == 0, applied.stderr
+
+
+def test_plan_avoids_an_offer_the_store_saw_reclaimed_as_reconcile_does(workdir):
+    """`plan` (and so `explain` and `apply`) plans with the reclaims the store
+    recorded, as the daemon does: an offer reclaimed minutes ago is avoided."""
+    from datetime import datetime, timedelta, timezone
+
+    from fleetctl.codec import offer_from_dict
+    from fleetctl.model import InterruptionEvent, InterruptionKind, Node, NodeState
+    from fleetctl.store import Store
+
+    def spot_launches():
+        doc = json.loads(fleetctl(workdir, "plan", "--format", "json").stdout)
+        return {offer_from_dict(a["offer"]).key: offer_from_dict(a["offer"]) for a in doc["actions"]
+                if a["kind"] == "launch" and a["offer"]["market"] == "spot"}
+
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    before = spot_launches()
+    reclaimed = before[sorted(before)[0]]
+    now = datetime.now(timezone.utc)
+    store = Store(f"sqlite:///{workdir / '.fleetctl' / 'state.db'}")
+    try:
+        store.put_node(Node("sim-gone", reclaimed, NodeState.GONE, now - timedelta(hours=1), now - timedelta(hours=1)),
+                       now)
+        store.add_interruption(InterruptionEvent("n1", reclaimed.provider, "sim-gone", InterruptionKind.RECLAIM_WARNING,
+                                                 now - timedelta(minutes=5)))
+        store.mark_interruption_handled("n1", now - timedelta(minutes=5))
+    finally:
+        store.close()
+    after = spot_launches()
+    assert reclaimed.key not in after and after, (reclaimed.key, sorted(after))

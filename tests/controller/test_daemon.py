@@ -175,3 +175,74 @@ def test_the_interruptions_pass_reuses_the_last_reconcile_forecast(world_factory
     for _ in range(3):
         loop.interruptions()
     assert len(calls) == 2 and loop.ticks == 1
+
+
+def test_the_daemon_stands_by_while_another_process_holds_the_lease(world_factory):
+    """A cron reconcile, an apply or a second daemon on the same store holds
+    the controller lease: this daemon's passes do nothing until it is free."""
+    from datetime import datetime, timezone
+
+    from fleetctl.store import Store
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    now = datetime.now(timezone.utc)
+    w.store.add_jobs([job("j", gpus=8, submitted=now, duration_hours=5)], now)
+    other = Store(w.store.url)
+    assert other.acquire_lease("controller", "cron on host-b", 60.0) is None
+    metrics = FleetMetrics()
+    loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), metrics), interval_seconds=0.1,
+                  interruption_seconds=0.1, price_seconds=60)
+    loop.start()
+    try:
+        assert wait_for(lambda: loop.standing_by == "cron on host-b")
+        time.sleep(0.5)
+        assert w.store.nodes() == () and metrics.lease_held._value.get() == 0  # nothing bought meanwhile
+        assert metrics.tick_errors._value.get() == 0
+        other.release_lease("controller", "cron on host-b")
+        assert wait_for(lambda: w.store.jobs()[0].state is not JobState.QUEUED)
+        assert metrics.lease_held._value.get() == 1
+    finally:
+        loop.stop()
+        other.close()
+
+
+def test_overlapping_cron_runs_act_one_at_a_time(tmp_path):
+    """Three `reconcile --once` at once on one store: each job is started
+    once and the fleet bought once (they took turns on the lease)."""
+    import sqlite3
+
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
+    subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", "examples/jobs.yaml"], cwd=tmp_path, env=env,
+                   check=True, capture_output=True)
+    runs = [subprocess.Popen([sys.executable, "-m", "fleetctl", "reconcile", "--once"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in runs]
+    assert all(p.returncode == 0 for p in runs), outs
+    db = sqlite3.connect(tmp_path / ".fleetctl" / "state.db")
+    try:
+        starts = db.execute("SELECT subject, COUNT(*) FROM events WHERE kind = 'start' GROUP BY subject").fetchall()
+        launched = db.execute("SELECT COUNT(*) FROM nodes").fetchone()[0]
+    finally:
+        db.close()
+    assert len(starts) == 12 and {n for _, n in starts} == {1}
+    assert launched == 13  # the README's plan: 13 to launch
+
+
+def test_reconcile_gives_up_with_exit_1_while_another_process_acts(tmp_path):
+    from fleetctl.store import Store
+
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    store = Store(f"sqlite:///{tmp_path / '.fleetctl' / 'state.db'}")
+    try:
+        assert store.acquire_lease("controller", "daemon on host-a pid 7", 60.0) is None
+        run = subprocess.run([sys.executable, "-m", "fleetctl", "reconcile", "--once", "--lock-timeout", "0.5"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        store.close()
+    assert run.returncode == 1
+    assert "another fleetctl process is acting on this state store (daemon on host-a pid 7" in run.stderr
+    assert "This run changed nothing" in run.stderr

@@ -31,9 +31,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0005"
+    assert store.schema_revision() == "0006"
     again = Store(store.url)
-    assert again.schema_revision() == "0005"
+    assert again.schema_revision() == "0006"
     again.close()
 
 
@@ -171,9 +171,31 @@ def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfil
     assert store.schema_revision() == "0003"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0005"
+        assert upgraded.schema_revision() == "0006"
         assert upgraded.record_offers([a], T0 + timedelta(minutes=10)) == 0  # nothing changed
         assert upgraded.record_offers([a, b], T0 + timedelta(minutes=15)) == 1  # b is back
         assert upgraded.record_offers([a, b, offer("c1", market=Market.ON_DEMAND)], T0 + timedelta(minutes=20)) == 0
     finally:
         upgraded.close()
+
+
+def test_one_process_holds_the_controller_lease_until_it_releases_or_it_expires(store):
+    """Two processes (two Store handles): the lease is taken by one, refused
+    to the other with who holds it, renewable by its holder, free again once
+    released, and taken over once expired (a holder killed with SIGKILL)."""
+    other = Store(store.url)
+    try:
+        assert store.acquire_lease("controller", "A", 60.0) is None
+        holder, left = other.acquire_lease("controller", "B", 60.0)
+        assert holder == "A" and 55.0 < left <= 60.0
+        assert store.acquire_lease("controller", "A", 60.0) is None  # renewal
+        store.release_lease("controller", "A")
+        assert other.acquire_lease("controller", "B", 0.2) is None
+        other.release_lease("controller", "A")  # not A's any more: B keeps it
+        assert store.acquire_lease("controller", "A", 60.0)[0] == "B"
+        import time
+
+        time.sleep(0.3)  # B's lease expired: B died
+        assert store.acquire_lease("controller", "A", 60.0) is None
+    finally:
+        other.close()
