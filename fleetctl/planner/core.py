@@ -1425,6 +1425,8 @@ class _Pass:
                 continue
             candidates.append((-slot.offer.usd_per_hour, slot.name, slot))
         candidates.sort(key=lambda t: (t[0], t[1]))
+        under_used = {slot.name for _, _, slot in candidates}
+        settle = timedelta(hours=p.consolidation_payback_hours)
         migrations: list[Migrate] = []
         terminations: list[Terminate] = []
         for _, _, slot in candidates:
@@ -1432,6 +1434,17 @@ class _Pass:
                 break
             jobs = [by_id[j] for j in sorted(slot.jobs)]
             if any((not j.checkpointable) or j.workers > 1 for j in jobs):
+                continue
+            # Design choice: a job moved (or restarted after a reclaim or a preemption) is not moved again
+            # by consolidation until the last move could have paid back: without this, a job went from
+            # node to node as each under-used node emptied in turn, losing its restart overhead each time.
+            moved = [j for j in jobs if j.first_started_at_utc is not None and
+                     (j.started_at_utc is None or j.started_at_utc > j.first_started_at_utc)
+                     and self.now - (j.started_at_utc or self.now) < settle]
+            if moved:
+                for j in moved:
+                    self._note(j, f"consolidation of {slot.name} waits: {j.job_id} was moved or restarted within "
+                                  f"the last {p.consolidation_payback_hours:g} h (consolidation_payback_hours)")
                 continue
             saving = slot.offer.usd_per_hour
             cost = 0.0
@@ -1447,9 +1460,8 @@ class _Pass:
             self.index.withdraw(slot)
             moves = []
             for j in jobs:
-                spot_ok, _ = self._spot_ok(j)
-                target = self.index.best_fit(j, self._kinds(j, spot_ok), 1, self.now + timedelta(hours=j.duration_hours))
-                if target is None or target.new:
+                target = self._consolidation_target(j, slot, under_used)
+                if target is None:
                     break
                 self.index.take(target, j)
                 moves.append((j, target))
@@ -1466,6 +1478,30 @@ class _Pass:
             terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,
                 f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${saving:.2f}/h"))
         return migrations, terminations
+
+    def _consolidation_target(self, job: Job, source: Slot, under_used: set[str]) -> Slot | None:
+        """Where consolidation moves ``job`` from ``source``: the best fit among
+        existing nodes, except an under-used node dearer than ``source`` (it is
+        emptied before ``source`` once its other jobs allow, and the job would
+        move twice; a dearer node that stays busy is fine)."""
+        spot_ok, _ = self._spot_ok(job)
+        kinds = self._kinds(job, spot_ok)
+        ends_at = self.now + timedelta(hours=job.duration_hours)
+        hidden: list[Slot] = []
+        try:
+            while True:
+                target = self.index.best_fit(job, kinds, 1, ends_at)
+                if target is None or target.new:
+                    return None
+                if target.name in under_used and target.offer.usd_per_hour > source.offer.usd_per_hour:
+                    self.index.withdraw(target)
+                    hidden.append(target)
+                    continue
+                return target
+        finally:
+            for t in hidden:
+                t.schedulable = True
+                self.index._file(t)
 
     def _new_headroom(self, model: str) -> int:
         return sum(g for key, g in self.headroom_gpus.items()

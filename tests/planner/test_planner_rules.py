@@ -376,6 +376,34 @@ def case_consolidation_declined_when_payback_too_long():
     assert any("declined" in line for line in p.explanation("mover").considered)
 
 
+def case_a_job_moved_recently_is_not_moved_again_by_consolidation():
+    # Moved (restarted) 20 minutes ago: its move has not paid back yet, so it stays; 3 hours ago: it may go.
+    fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=5)
+    pol = policy(consolidation_payback_hours=2.0)
+    recent = [*jobs[:1], replace(jobs[1], first_started_at_utc=T0 - timedelta(hours=5),
+                                 started_at_utc=T0 - timedelta(minutes=20))]
+    p = run(queue=recent, fleet=fleet, pol=pol)
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+    assert any("moved or restarted within the last 2 h" in line for line in p.explanation("mover").considered)
+    settled = [*jobs[:1], replace(recent[1], started_at_utc=T0 - timedelta(hours=3))]
+    assert [m.job_id for m in run(queue=settled, fleet=fleet, pol=pol).of_kind("migrate")] == ["mover"]
+
+
+def case_consolidation_does_not_move_a_job_into_a_dearer_node_it_would_empty_next():
+    # "dear" is under-used too (its one job cannot checkpoint, so it is not emptied now): moving the mover
+    # there would free the cheap node now and move the mover again once "dear"'s job ends.
+    fleet = [node("light", offer(price=10.0)), node("dear", offer(price=30.0))]
+    pinned = replace(bound(job("pinned", gpus=1), "dear"), checkpointable=False)
+    mover = replace(bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    p = run(queue=[pinned, mover], fleet=fleet)
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+    # the other way round is fine: a dear under-used node is emptied into a cheaper one
+    fleet = [node("light", offer(price=30.0)), node("cheap", offer(price=10.0))]
+    pinned = replace(bound(job("pinned", gpus=1), "cheap"), checkpointable=False)
+    p = run(queue=[pinned, mover], fleet=fleet)
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("mover", ("cheap",))]
+
+
 def case_never_migrates_jobs_that_cannot_checkpoint():
     fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=5, checkpointable=False)
     p = run(queue=jobs, fleet=fleet)
