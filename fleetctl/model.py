@@ -72,6 +72,7 @@ class Reason(str, enum.Enum):
     FORECAST_HEADROOM = "forecast_headroom"  # bought or kept ahead of forecast demand
     INTERRUPTION = "interruption"
     PREEMPTED_BY_HIGHER_PRIORITY = "preempted_by_higher_priority"
+    PREEMPTED_FOR_GUARANTEE = "preempted_for_guarantee"  # its team used more than its guarantee; another team claimed its own
     # reasons a job stays unplaced
     NO_ALLOWED_OFFER = "no_allowed_offer"
     GANG_DOES_NOT_FIT = "gang_does_not_fit"

@@ -130,6 +130,10 @@ Name = Annotated[
 _D = model.Policy()  # defaults come from the core type so the two cannot drift
 
 
+# Durations are bounded at a year: a larger value means nothing for a fleet, and passed date
+# arithmetic (an overflow in plan, reconcile and explain) before it was refused here.
+_YEAR_MINUTES = 525_600
+
 class StrictModel(BaseModel):
     """Base of every spec model: unknown keys are errors, no type coercion
     (``"10"`` is not 10, ``1`` is not ``true``), no NaN or infinity."""
@@ -156,7 +160,7 @@ class MarketsSpec(StrictModel):
                     "forecast has no number for.",
     )
     max_wait_for_spot_minutes: float = Field(
-        _D.max_wait_for_spot_minutes, ge=0,
+        _D.max_wait_for_spot_minutes, ge=0, le=_YEAR_MINUTES,
         description="Minutes a spot-eligible job waits for spot capacity when none is available, before it falls "
                     "back to on-demand (0 = fall back at once). Never longer than its deadline's slack allows.",
     )
@@ -239,19 +243,19 @@ class ScalingSpec(StrictModel):
     """How fast the fleet grows and shrinks."""
 
     idle_timeout_minutes: float = Field(
-        _D.idle_timeout_minutes, ge=0,
+        _D.idle_timeout_minutes, ge=0, le=_YEAR_MINUTES,
         description="Minutes a node may sit without work before it is terminated (0 = at once).",
     )
     scale_up_cooldown_seconds: float = Field(
-        _D.scale_up_cooldown_seconds, ge=0,
+        _D.scale_up_cooldown_seconds, ge=0, le=_YEAR_MINUTES * 60,
         description="Seconds to wait after a launch before launching again (0 = no wait).",
     )
     scale_down_cooldown_minutes: float = Field(
-        _D.scale_down_cooldown_minutes, ge=0,
+        _D.scale_down_cooldown_minutes, ge=0, le=_YEAR_MINUTES,
         description="Minutes to wait after a launch or termination before terminating idle nodes (0 = no wait).",
     )
     consolidation_payback_hours: float = Field(
-        _D.consolidation_payback_hours, ge=0,
+        _D.consolidation_payback_hours, ge=0, le=_YEAR_MINUTES / 60,
         description="Hours within which the USD/hour saved by emptying an under-used node must pay back the "
                     "migration (work lost since the last checkpoint plus restart); 0 = never consolidate.",
     )
@@ -274,7 +278,7 @@ class InterruptionsSpec(StrictModel):
     """What to do when spot capacity is reclaimed."""
 
     checkpoint_grace_seconds: float = Field(
-        _D.checkpoint_grace_seconds, ge=0,
+        _D.checkpoint_grace_seconds, ge=0, le=_YEAR_MINUTES * 60,
         description="Seconds a checkpointable job gets to write a checkpoint after a reclaim notice, never "
                     "past the notice's deadline; a checkpoint that cannot finish by then is missed (counted in "
                     "fleetctl_checkpoints_missed_total) and the job keeps its last periodic checkpoint.",
@@ -292,7 +296,7 @@ class InterruptionsSpec(StrictModel):
                     "stays on spot however often it is moved; its deadline still sends it to on-demand in time.",
     )
     reclaimed_offer_ttl_minutes: float = Field(
-        _D.reclaimed_offer_ttl_minutes, ge=0,
+        _D.reclaimed_offer_ttl_minutes, ge=0, le=_YEAR_MINUTES,
         description="Minutes an offer that was just reclaimed is avoided for new spot launches, when the "
                     "interruption forecast has no probability for it (a forecast's number already weighs recent "
                     "losses).",
@@ -308,7 +312,7 @@ class InterruptionsSpec(StrictModel):
                     "the offer's interruption probability per hour is at least this (0..1; 1 = never drain early).",
     )
     restart_overhead_minutes: float = Field(
-        _D.restart_overhead_minutes, ge=0,
+        _D.restart_overhead_minutes, ge=0, le=_YEAR_MINUTES,
         description="Minutes a restarted job spends (scheduling, image pull, loading a checkpoint) before it does "
                     "new work; part of the cost of every interruption and migration.",
     )

@@ -185,6 +185,10 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     folded = {c.casefold(): c for c in options}
     if word.casefold() in folded:
         return folded[word.casefold()]
+    # A name the word begins (A100 -> A100-40GB), before a near spelling (A100 -> A10).
+    starts = [c for c in options if len(word) >= 2 and c.casefold().startswith(word.casefold())]
+    if starts:
+        return starts[0]
     close = difflib.get_close_matches(word.casefold(), list(folded), n=1, cutoff=0.6)
     if close:
         return folded[close[0]]

@@ -221,6 +221,11 @@ BROKEN = [
         id="unknown-gpu-model",
     ),
     pytest.param(
+        _OK + "gpu_models: [A100]\n",
+        3, 14, "gpu_models[0]", "unknown GPU model 'A100' (did you mean 'A100-40GB'?)",  # not 'A10'
+        id="gpu-model-prefix",
+    ),
+    pytest.param(
         _OK + "regions: [us-east-1, us-east-1]\n",
         3, 22, "regions[1]", "'us-east-1' is listed twice (first at line 3)",
         id="duplicate-region",
@@ -272,6 +277,11 @@ BROKEN = [
         _OK + "teams:\n  7: {}\n",
         4, 3, "teams.7", "mapping keys must be strings (got 7)",
         id="non-string-key",
+    ),
+    pytest.param(
+        _OK + "scaling:\n  scale_down_cooldown_minutes: 5e9\n",
+        4, 32, "scaling.scale_down_cooldown_minutes", "less than or equal to 525600",
+        id="duration-beyond-a-year",  # crashed plan and reconcile with an OverflowError before
     ),
     pytest.param(
         _OK + "scaling: [1, 2]\n",

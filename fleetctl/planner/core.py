@@ -293,15 +293,26 @@ class _Pass:
 
     def _shortlist(self, job: Job, spot_ok: bool) -> tuple[Offer, ...]:
         """The offers worth scoring first: the cheapest per GPU and the cheapest
-        per node (a small job alone is best on a small node)."""
+        per node (a small job alone is best on a small node), and, since the
+        score adds the expected loss, the cheapest on-demand offers (no risk)
+        and the least risky spot offers: with many cheap spot offers on the
+        market, the 24 cheapest were all spot, and a risky spot offer won
+        over an on-demand one worth less than a fifth of its expected cost."""
         key = ("short", job.gpu_models, job.gpus_per_worker, job.gpu_memory_gib_per_gpu, spot_ok)
         cached = self._compatible_cache.get(key)
         if cached is not None:
             return cached
         full = self._compatible_offers(job, spot_ok)
         by_node = sorted(full, key=lambda o: (o.usd_per_hour, self.offer_key[id(o)]))
+        half = _SHORTLIST // 2
+        on_demand = [o for o in full if o.market is Market.ON_DEMAND]
+        on_demand_by_node = [o for o in by_node if o.market is Market.ON_DEMAND]
+        safest_spot = sorted((o for o in full if o.market is Market.SPOT),
+                             key=lambda o: (self._p(o), o.usd_per_hour / max(1, o.instance_type.gpu_count),
+                                            self.offer_key[id(o)]))
         seen: dict[str, Offer] = {}
-        for o in (*full[:_SHORTLIST], *by_node[:_SHORTLIST]):
+        for o in (*full[:_SHORTLIST], *by_node[:_SHORTLIST], *on_demand[:half], *on_demand_by_node[:half],
+                  *safest_spot[:half]):
             seen.setdefault(self.offer_key[id(o)], o)
         cached = tuple(seen.values())
         self._compatible_cache[key] = cached
@@ -676,13 +687,19 @@ class _Pass:
         otherwise one zone."""
         band = order.band_of.get(job.job_id, self.policy.priority_class(job.priority).value)
         active = self.active_jobs
+        # A team within its guaranteed_gpus may also preempt other teams' preemptible work of its own
+        # class or lower, as far as those teams are above their own guarantees (what they borrowed).
+        claims = self._usage_gpus(job.team) + job.gpus <= self.policy.team(job.team).guaranteed_gpus
 
         def victim_ok(jid: str) -> bool:
             v = active.get(jid)
             if v is None or jid in self.preempted:
                 return False
             pc = self.policy.priority_class(v.priority)
-            return pc.preemptible and pc.value < band
+            if not pc.preemptible:
+                return False
+            return pc.value < band or (claims and v.team != job.team and pc.value <= band
+                                       and self._usage_gpus(v.team) - v.gpus >= self.policy.team(v.team).guaranteed_gpus)
 
         def victim_key(v: Job) -> tuple:
             return (not v.checkpointable, v.work_since_checkpoint_hours(self.now), -v.gpus, v.job_id)
@@ -696,7 +713,7 @@ class _Pass:
             if not victims:
                 continue
             chosen = self._victims_for(job, slot, victims, job.workers)
-            if chosen is None:
+            if chosen is None or not self._guarantees_kept(chosen, band):
                 continue
             key = (len(chosen), sum(v.work_since_checkpoint_hours(self.now) for v in chosen), slot.name)
             if best is None or key < best[0]:
@@ -707,14 +724,28 @@ class _Pass:
             return True
         if job.workers > 1:  # a gang: several nodes of one zone
             spread = self._victims_in_domain(job, kind_set, victim_ok, victim_key)
-            if spread is not None:
+            if spread is not None and self._guarantees_kept(spread[1], band):
                 self._preempt_for(job, *spread, order)
                 return True
         return False
 
+    def _usage_gpus(self, team: str) -> float:
+        usage = self.usage.get(team)
+        return usage.gpus if usage is not None else 0.0
+
+    def _guarantees_kept(self, chosen: list[Job], band: float) -> bool:
+        """The victims taken for a guarantee (not of a lower class) leave each
+        of their teams at or above its own guarantee, all of them together."""
+        taken: dict[str, float] = {}
+        for v in chosen:
+            if self.policy.priority_class(v.priority).value >= band:
+                taken[v.team] = taken.get(v.team, 0.0) + v.gpus
+        return all(self._usage_gpus(t) - g >= self.policy.team(t).guaranteed_gpus for t, g in taken.items())
+
     def _preempt_for(self, job: Job, placed: list[tuple[Slot, int]], chosen: list[Job], order: QueueOrder) -> None:
         """Preempt ``chosen`` and bind ``job`` to ``placed``."""
         where = ", ".join(slot.name for slot, _ in placed)
+        band = order.band_of.get(job.job_id, self.policy.priority_class(job.priority).value)
         for v in chosen:
             for s in self.index.slots.values():
                 if v.job_id in s.jobs:
@@ -723,9 +754,12 @@ class _Pass:
             order.charge(v, sign=-1)
             self.preempted.add(v.job_id)
             lost = v.work_since_checkpoint_hours(self.now)
+            lower = self.policy.priority_class(v.priority).value < band
             self.actions_preempt.append(Preempt(
-                v.job_id, job.job_id, Reason.PREEMPTED_BY_HIGHER_PRIORITY,
-                f"makes room on {where} for {job.job_id} ({job.priority}); "
+                v.job_id, job.job_id,
+                Reason.PREEMPTED_BY_HIGHER_PRIORITY if lower else Reason.PREEMPTED_FOR_GUARANTEE,
+                f"makes room on {where} for {job.job_id} ({job.priority}"
+                + ("); " if lower else f", team {job.team} within its guaranteed GPUs; {v.team} is above its own); ")
                 + ("checkpointable: it checkpoints before it stops" if v.checkpointable
                    else f"not checkpointable: loses {lost:.2f} h of work"),
             ))

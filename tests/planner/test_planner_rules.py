@@ -193,6 +193,45 @@ def case_never_preempts_non_preemptible_or_equal_priority():
     assert not p.of_kind("preempt")
 
 
+def case_a_team_within_its_guarantee_preempts_another_teams_borrowed_work():
+    # teams.*.guaranteed_gpus: team a may always get 8 GPUs, preempting other teams' preemptible work of
+    # its class or lower, as far as those teams are above their own guarantees.
+    pol = policy(teams=(Team("a", guaranteed_gpus=8, burst_gpus=64), Team("b", guaranteed_gpus=0, burst_gpus=64)))
+    fleet = [node("n1"), node("n2")]
+    borrowed = replace(bound(replace(job("b-job", gpus=8), team="b"), "n1", checkpoint=T0 - timedelta(minutes=5)),
+                       checkpointable=True)
+    p = run(queue=[borrowed, job("a-job", gpus=8)], fleet=fleet[:1], offers=[], pol=pol)
+    (pre,) = p.of_kind("preempt")
+    assert (pre.job_id, pre.by_job_id, pre.reason) == ("b-job", "a-job", Reason.PREEMPTED_FOR_GUARANTEE)
+    assert "team a within its guaranteed GPUs" in pre.detail and binds(p) == {"a-job": ("n1",)}
+    # b at its own guarantee: nothing to take back
+    at_guarantee = replace(pol, teams=(Team("a", guaranteed_gpus=8), Team("b", guaranteed_gpus=8)))
+    p = run(queue=[borrowed, job("a-job", gpus=8)], fleet=fleet[:1], offers=[], pol=at_guarantee)
+    assert not p.of_kind("preempt") and "a-job" in unplaced(p)
+    # a already holds its guarantee: a second job of a is no claim on b's work
+    mine = bound(job("a-first", gpus=8), "n2")
+    p = run(queue=[mine, borrowed, job("a-job", gpus=8)], fleet=fleet, offers=[], pol=pol)
+    assert not p.of_kind("preempt") and "a-job" in unplaced(p)
+    # a job whose class is not preemptible (production) is never taken
+    prod_b = replace(borrowed, priority="production")
+    p = run(queue=[prod_b, job("a-job", gpus=8)], fleet=fleet[:1], offers=[], pol=pol)
+    assert not p.of_kind("preempt")
+
+
+def case_risky_spot_loses_to_on_demand_even_among_many_cheap_spot_offers():
+    # 30 spot offers, all cheaper than on-demand (the first 24 by price used to be all the planner scored),
+    # every one reclaimed within the hour: a 100-hour job that cannot checkpoint goes on-demand.
+    spot = [offer("t1", gpus=1, price=0.05 + 0.01 * i, zone=f"z{i}") for i in range(30)]
+    od = offer("t1", gpus=1, price=0.53, market=Market.ON_DEMAND)
+    long_job = job("long", gpus=1, duration_hours=100.0)
+    pol = policy(default_spot_interruption_probability_per_hour=1.0)
+    (launch,) = run(queue=[long_job], offers=[*spot, od], pol=pol).of_kind("launch")
+    assert launch.offer.market is Market.ON_DEMAND
+    calm = policy(default_spot_interruption_probability_per_hour=0.0)
+    (launch,) = run(queue=[long_job], offers=[*spot, od], pol=calm).of_kind("launch")
+    assert launch.offer.market is Market.SPOT and launch.offer.usd_per_hour == 0.05
+
+
 def case_buys_instead_of_preempting_when_the_budget_allows():
     fleet = [node("n1")]
     p = run(queue=[bound(job("b", gpus=8), "n1"), job("prod", gpus=8, priority="production", spot=True)],
