@@ -640,11 +640,36 @@ class _Pass:
             spot_ok, _ = self._spot_ok(job)
             placed = self.place_existing(job, self._new_kinds(job, spot_ok), self.new_index)
             if placed is None:
+                self._admit_after_all(job, spot_ok, waiting)
                 continue
             self.unplaced.remove(waiting)
             self.usage.setdefault(job.team, TeamUsage()).add(job)
             self._note(job, "took room left on a node bought in this step (nothing more to buy)")
             self.commit(job, placed, Reason.FITS_NEW_CAPACITY, self.order)
+
+    def _admit_after_all(self, job: Job, spot_ok: bool, waiting: Unplaced) -> None:
+        """Admission charged each admitted job its cheapest node of its own;
+        packing usually spent less. A job refused for the budget or the GPU
+        cap buys now if its cheapest purchase fits what the step actually
+        spent (before, it waited a pass with a reason quoting a fleet cost
+        the plan did not reach). Not while the scale-up cooldown defers
+        purchases; the diversification rules are checked after the purchase."""
+        p = self.policy
+        if self.scale_up_wait is not None:
+            return
+        estimate = self.estimate(job, spot_ok)
+        if estimate is None:
+            return
+        if p.max_gpus is not None and self.gpus + estimate.nodes * estimate.offer.instance_type.gpu_count > p.max_gpus:
+            return
+        if p.max_usd_per_hour is not None and self.usd + estimate.usd_per_hour > p.max_usd_per_hour + 1e-9:
+            return
+        self.unplaced.remove(waiting)
+        self.order.charge(job)  # type: ignore[union-attr]
+        self.strict = True
+        self._note(job, f"admitted after the step's purchases: they cost less than admission counted "
+                        f"(fleet ${self.usd:.2f}/h before this job)")
+        self._buy_one(job, spot_ok, {})
 
     def _fallback_to_idle(self) -> None:
         """Jobs that skipped an idle node for a purchase that did not happen take a node after all."""

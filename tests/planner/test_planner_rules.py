@@ -232,6 +232,19 @@ def case_risky_spot_loses_to_on_demand_even_among_many_cheap_spot_offers():
     assert launch.offer.market is Market.SPOT and launch.offer.usd_per_hour == 0.05
 
 
+def case_a_job_refused_for_the_budget_at_admission_buys_once_packing_spent_less():
+    # Admission charges each job its cheapest node of its own (4 x $2.50 = $10 of a $12 budget, so the fifth
+    # waits); packing puts the four on one $6 node, and the fifth fits after all ($8.50 in all).
+    big = offer("big", gpus=4, price=6.0, vcpus=64, memory_gib=512)
+    small = offer("small", gpus=1, price=2.5, vcpus=16, memory_gib=128)
+    jobs = [job(f"j{i}", gpus=1, submitted=T0 + timedelta(seconds=i)) for i in range(5)]
+    p = run(queue=jobs, offers=[big, small], pol=policy(max_usd_per_hour=12.0))
+    assert not p.unplaced, p.unplaced
+    assert sorted((a.offer.instance_type.name, a.count) for a in p.of_kind("launch")) == [("big", 1), ("small", 1)]
+    assert p.usd_per_hour_after == pytest.approx(8.5)
+    assert any("admitted after the step's purchases" in line for line in p.explanation("j4").considered)
+
+
 def case_buys_instead_of_preempting_when_the_budget_allows():
     fleet = [node("n1")]
     p = run(queue=[bound(job("b", gpus=8), "n1"), job("prod", gpus=8, priority="production", spot=True)],
