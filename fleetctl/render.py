@@ -127,7 +127,8 @@ def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
     version = doc.get("format_version")
     if version != FORMAT_VERSION:
         raise PlanFileError(
-            f"{source}: format_version {version!r} is not supported (this fleetctl reads {FORMAT_VERSION})"
+            f"{source}: format_version {version!r} is not supported (this fleetctl reads the number "
+            f"{FORMAT_VERSION!r})"
         )
     for key in ("fingerprint", "actions", "unplaced", "usd_per_hour_before", "usd_per_hour_after"):
         if key not in doc:

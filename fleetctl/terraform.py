@@ -351,11 +351,11 @@ class Terraform:
     def validate(self) -> None:
         self.run("validate", "-no-color")
 
-    def plan(self) -> TerraformPlan:
-        """``terraform plan -out`` and the changes of the saved plan."""
+    def plan(self, name: str = PLAN_FILE) -> TerraformPlan:
+        """``terraform plan -out=NAME`` (in the directory) and the changes of the saved plan."""
         self.init()
-        plan_file = self.directory / PLAN_FILE
-        self.run("plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}")
+        plan_file = self.directory / name
+        self.run("plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={name}")
         return self.read_plan(plan_file)
 
     def read_plan(self, plan_file: Path) -> TerraformPlan:

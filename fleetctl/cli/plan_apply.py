@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -64,27 +65,48 @@ TerraformBinaryOption = Annotated[
 ]
 
 
-def _terraform_plan(directory: Path, pol, init: InitMode, binary: str):  # noqa: ANN001, ANN202
-    """Render, write and plan the Terraform half; exits with the reason on any failure."""
-    from fleetctl.terraform import Terraform, TerraformError, check_destroys, render, write_root
+def _rendered_root(pol) -> dict:  # noqa: ANN001
+    """The policy's Terraform root document (main.tf.json)."""
+    from fleetctl.terraform import render
     from providers.catalog import load_catalog
 
+    return render(pol, load_catalog())
+
+
+def _root_sha256(document: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def _terraform_plan(directory: Path, pol, init: InitMode, binary: str, name: str):  # noqa: ANN001, ANN202
+    """Render, write and plan the Terraform half into ``directory/name``; exits with the reason on any failure.
+
+    Design choice: each saved plan has its own Terraform plan file (``name``), so a later `fleetctl plan
+    --terraform-dir` of the same directory (to look) does not replace the one a saved plan will apply."""
+    from fleetctl.terraform import Terraform, TerraformError, check_destroys, write_root
+
+    if directory.exists() and not directory.is_dir():
+        fail(f"--terraform-dir {directory}: not a directory", 2)
     try:
-        document = render(pol, load_catalog())
+        document = _rendered_root(pol)
         write_root(directory, document)
         tf = Terraform(directory, binary=binary, init=init.value)
-        tf_plan = tf.plan()
+        tf_plan = tf.plan(name)
         check_destroys(tf_plan, document)
     except TerraformError as exc:
         fail(str(exc))
-    return tf, tf_plan
+    except OSError as exc:
+        fail(f"--terraform-dir {directory}: {exc.strerror or exc}", 2)
+    return tf, tf_plan, document
 
 
-def _terraform_doc(tf_plan) -> dict:  # noqa: ANN001
+def _terraform_doc(tf_plan, document: dict) -> dict:  # noqa: ANN001
     return {
         "directory": str(tf_plan.directory.resolve()),
         "plan_file": str(tf_plan.plan_file.resolve()),
         "plan_sha256": tf_plan.sha256,
+        "root_sha256": _root_sha256(document),  # what the policy rendered: apply renders it again and compares
         "changes": [{"address": c.address, "type": c.type, "actions": list(c.actions)} for c in tf_plan.changes],
     }
 
@@ -142,15 +164,24 @@ def plan(
     store.close()
     tf_plan = None
     if terraform_dir is not None:
-        _tf, tf_plan = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary)
+        import hashlib
+        import os
+
+        # A saved plan's own Terraform plan file; a plan only looked at gets a temporary one (removed below).
+        name = (f"fleetctl-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:12]}.tfplan" if out is not None
+                else f"fleetctl-look-{os.getpid()}.tfplan")
+        _tf, tf_plan, tf_root = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary, name)
+        if out is None:
+            tf_plan.plan_file.unlink(missing_ok=True)
     fp = fingerprint(obs, pol)
-    doc = plan_to_document(result, fingerprint=fp, created_at_utc=now, policy_path=str(pol_path))
+    doc = plan_to_document(result, fingerprint=fp, created_at_utc=now, policy_path=str(Path(pol_path).resolve()))
+    doc["cloud"] = cloud  # apply refuses another --cloud by name (a different market is another state)
     warnings = policy_breaches(obs.nodes, obs.jobs, pol)
     doc["warnings"] = list(warnings)
     if forecast_dir is not None:
         doc["forecast_dir"] = str(forecast_dir.resolve())  # apply re-plans with the same models
     if tf_plan is not None:
-        doc["terraform"] = _terraform_doc(tf_plan)
+        doc["terraform"] = _terraform_doc(tf_plan, tf_root)
     if out is not None:
         from fleetctl.files import write_text_atomic
 
@@ -172,22 +203,37 @@ def plan(
         raise typer.Exit(2)
 
 
-def _saved_terraform(doc: dict, plan_file: Path, init: InitMode, binary: str):  # noqa: ANN202
-    """The Terraform half of a saved plan, re-read and re-checked."""
-    from fleetctl.terraform import ROOT_FILE, Terraform, TerraformError, check_destroys, sha256_of
+def _saved_terraform(doc: dict, plan_file: Path, init: InitMode, binary: str, pol,  # noqa: ANN001, ANN202
+                     terraform_dir: Path | None):
+    """The Terraform half of a saved plan, re-read and re-checked: its plan
+    file unchanged, made from what this policy renders (a terraform section
+    copied from another plan file, or a policy changed since, is refused), in
+    the directory --terraform-dir names if given."""
+    from fleetctl.terraform import Terraform, TerraformError, check_destroys, sha256_of
 
     info = doc.get("terraform")
     if info is None:
+        if terraform_dir is not None:
+            fail(f"{plan_file} has no Terraform half (it was made without --terraform-dir); nothing was changed. "
+                 "Run `fleetctl plan --terraform-dir` to plan both.")
         return None, None
     try:
         directory = Path(info["directory"])
         tf_file = Path(info["plan_file"])
+        if terraform_dir is not None and terraform_dir.resolve() != directory:
+            fail(f"--terraform-dir {terraform_dir} is not the directory {plan_file} was planned in ({directory}); "
+                 "nothing was changed")
+        rendered = _rendered_root(pol)
+        if info.get("root_sha256") != _root_sha256(rendered):
+            fail(f"the Terraform plan in {plan_file} was not made from what this policy renders (another policy's "
+                 "infrastructure, or the policy changed since); nothing was changed. Run `fleetctl plan "
+                 "--terraform-dir` again.")
         if sha256_of(tf_file) != info["plan_sha256"]:
             fail(f"{tf_file} is not the Terraform plan {plan_file} was made with (its hash changed); nothing was "
                  "changed. Run `fleetctl plan --terraform-dir` again.")
         tf = Terraform(directory, binary=binary, init=init.value)
         tf_plan = tf.read_plan(tf_file)
-        check_destroys(tf_plan, json.loads((directory / ROOT_FILE).read_text()))
+        check_destroys(tf_plan, rendered)
     except (KeyError, TypeError) as exc:
         fail(f"{plan_file}: the terraform section is malformed ({exc})")
     except (TerraformError, OSError, json.JSONDecodeError) as exc:
@@ -238,13 +284,23 @@ def apply(
         except PlanFileError as exc:
             fail(str(exc))
         made_at = _made_at(doc, plan_file)
-        tf, tf_plan = _saved_terraform(doc, plan_file, terraform_init, terraform_binary)
+        saved_cloud = doc.get("cloud", cloud)
+        if saved_cloud != cloud:
+            fail(f"{plan_file} was made with --cloud {saved_cloud}; this apply uses --cloud {cloud} (another market "
+                 f"and fleet). Nothing was changed; pass --cloud {saved_cloud}.")
+        saved_policy = doc.get("policy")
+        if policy is None and not os.environ.get("FLEETCTL_POLICY") and isinstance(saved_policy, str) \
+                and Path(saved_policy).is_file():
+            policy = Path(saved_policy)  # the policy the plan was made with, unless told otherwise
         saved_models = doc.get("forecast_dir")
         if saved_models is not None and not isinstance(saved_models, str):
             fail(f"{plan_file}: forecast_dir is not a path; nothing was changed")
         if forecast_dir is not None and saved_models is not None and forecast_dir.resolve() != Path(saved_models):
             fail(f"--forecast-dir {forecast_dir} is not the model directory {plan_file} was made with "
                  f"({saved_models}); nothing was changed")
+        if saved_models is not None and not Path(saved_models).is_dir():
+            fail(f"{plan_file}: the plan was made with the models in {saved_models}, which is no longer a "
+                 "directory; nothing was changed. Run `fleetctl plan` again.")
         forecast_dir = Path(saved_models) if saved_models is not None else forecast_dir
     pol, _pol_path, store, provider, now, obs, fresh = _compute(
         policy, state, seed, cloud, plan_at=made_at if plan_file is not None else None, forecast_dir=forecast_dir,
@@ -253,17 +309,22 @@ def apply(
         fp = fingerprint(obs, pol)
         if plan_file is not None:
             if saved_fp != fp:
+                other = (f" (it was made with the policy {saved_policy}; this apply read {_pol_path})"
+                         if isinstance(saved_policy, str) and Path(saved_policy).resolve() != Path(_pol_path).resolve()
+                         else "")
                 fail(
                     f"the plan in {plan_file} was made from a different state (fingerprint {saved_fp[:12]}, "
-                    f"now {fp[:12]}): jobs, nodes, offers or the policy changed since. Nothing was changed; "
+                    f"now {fp[:12]}): jobs, nodes, offers or the policy changed since{other}. Nothing was changed; "
                     "run `fleetctl plan` again."
                 )
+            tf, tf_plan = _saved_terraform(doc, plan_file, terraform_init, terraform_binary, pol, terraform_dir)
             _check_saved_actions(saved, fresh, plan_file)
             to_apply = saved
         else:
             to_apply = fresh
             if terraform_dir is not None:
-                tf, tf_plan = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary)
+                tf, tf_plan, _root = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary,
+                                                     f"fleetctl-apply-{os.getpid()}.tfplan")
             print(render_text(to_apply), end="")
             if tf_plan is not None:
                 from fleetctl.terraform import render_changes
@@ -316,6 +377,8 @@ def apply(
         held = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
     finally:
         store.close()
+        if plan_file is None and tf_plan is not None:
+            tf_plan.plan_file.unlink(missing_ok=True)  # this apply's own Terraform plan, planned above
     moved = {kind: len(to_apply.of_kind(kind)) for kind in ("preempt", "migrate")}
     console.print(
         f"Apply complete! {len(result.launched)} launched, {len(result.terminated)} terminated, "

@@ -251,9 +251,36 @@ def test_apply_refuses_a_terraform_plan_that_changed_since_plan(moto_server: Any
         planned = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
                                       "--terraform-init", "get", "-out", str(tmp_path / "plan.json")], env=env)
         assert planned.exit_code == 0, planned.output
-        (infra / "fleetctl.tfplan").write_bytes(b"tampered")
-        refused = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(policy),
-                                      "--terraform-init", "get"], env=env)
+        saved = json.loads((tmp_path / "plan.json").read_text())
+        tf_file = Path(saved["terraform"]["plan_file"])
+        assert tf_file.parent == infra.resolve() and tf_file.name != "fleetctl.tfplan"  # its own file
+        # Looking again (plan without -out) does not replace the saved plan's Terraform plan.
+        looked = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
+                                     "--terraform-init", "get"], env=env)
+        assert looked.exit_code == 0, looked.output
+        assert sorted(p.name for p in infra.glob("*.tfplan")) == [tf_file.name]
+        # Another directory named at apply, another cloud: refused by name.
+        elsewhere = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--terraform-dir", str(tmp_path / "x"),
+                                        "--terraform-init", "get"], env=env)
+        assert elsewhere.exit_code == 1 and "is not the directory" in elsewhere.output, elsewhere.output
+        sandbox = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--cloud", "sim"], env=env)
+        assert sandbox.exit_code == 1 and "was made with --cloud aws" in sandbox.output, sandbox.output
+        # A terraform section copied from a plan of another policy's infrastructure: refused.
+        (tmp_path / "other").mkdir()
+        other_policy = _policy_for(world, tmp_path / "other", gpu_models=["A10G", "T4"])
+        other = runner.invoke(app, ["plan", "--policy", str(other_policy), "--state",
+                                    f"sqlite:///{tmp_path / 'other.db'}", "--terraform-dir", str(tmp_path / "infra2"),
+                                    "--terraform-init", "get", "-out", str(tmp_path / "other.json")], env=env)
+        assert other.exit_code == 0, other.output
+        swapped = {**saved, "terraform": json.loads((tmp_path / "other.json").read_text())["terraform"]}
+        (tmp_path / "swapped.json").write_text(json.dumps(swapped))
+        refused = runner.invoke(app, ["apply", str(tmp_path / "swapped.json"), "--terraform-init", "get"], env=env)
+        assert refused.exit_code == 1
+        assert "was not made from what this policy renders" in refused.output, refused.output
+        assert not (tmp_path / "infra2" / "terraform.tfstate").exists()
+        # The saved Terraform plan file changed since: refused.
+        tf_file.write_bytes(b"tampered")
+        refused = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--terraform-init", "get"], env=env)
         assert refused.exit_code == 1
         assert "is not the Terraform plan" in refused.output and "nothing was changed" in refused.output
         assert not (infra / "terraform.tfstate").exists()
