@@ -33,6 +33,11 @@ def launch_template_name(cluster: str, pool: str) -> str:
     return f"fleetctl-{cluster}-{pool}"
 
 
+def placement_group_name(cluster: str, pool: str) -> str:
+    """The AWS cluster placement group of one pool (terraform/modules/aws-pool), used by gang launches only."""
+    return f"fleetctl-{cluster}-{pool}"
+
+
 def interruption_queue_name(cluster: str) -> str:
     """The SQS queue that EventBridge fills with the EC2 interruption events of one region."""
     return f"fleetctl-{cluster}-interruptions"

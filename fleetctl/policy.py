@@ -354,7 +354,8 @@ class AwsRegionSpec(StrictModel):
     security_group_ids: list[SecurityGroupId] = Field(
         default_factory=list, description="Security groups of the GPU nodes.")
     gang_placement_groups: bool = Field(
-        False, description="Create a cluster placement group per GPU pool, so a gang's nodes sit close together.")
+        False, description="Create a cluster placement group per GPU pool; fleetctl launches each gang into it "
+                           "(its nodes sit close together in one zone), other launches not.")
 
 
 def _text(what: str, pattern: str, rule: str):  # noqa: ANN202 - an Annotated type

@@ -60,7 +60,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Final
 
 from fleetctl.model import InstanceType, Interconnect, InterruptionEvent, InterruptionKind, Market, Node, NodeState, Offer
-from fleetctl.naming import interruption_queue_name, launch_template_name, pool_name
+from fleetctl.naming import interruption_queue_name, launch_template_name, placement_group_name, pool_name
 from providers.base import (
     Capabilities,
     InsufficientCapacity,
@@ -173,6 +173,9 @@ class AwsConfig:
     spot_price_lookback: timedelta = timedelta(hours=6)
     cache_seconds: float = 300.0  # catalog, zones and prices are re-read after this long
     max_message_batches: int = 10  # SQS receives per region per poll (10 messages each)
+    # Regions whose pools have a cluster placement group (the policy's gang_placement_groups): a gang's
+    # launch goes into its pool's group; other launches do not (a cluster group holds one zone).
+    placement_group_regions: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.cluster:
@@ -463,6 +466,9 @@ class AwsProvider:
             {"Key": TAG_OFFER, "Value": offer.key},
             {"Key": TAG_LAUNCH, "Value": token},
         ]
+        placement: dict[str, Any] = {}
+        if request.together and request.count > 1 and offer.region in self._config.placement_group_regions:
+            placement = {"Placement": {"GroupName": placement_group_name(self._config.cluster, pool)}}
         params: dict[str, Any] = {
             "Type": "instant",
             "ClientToken": token,
@@ -471,7 +477,8 @@ class AwsProvider:
                     "LaunchTemplateName": launch_template_name(self._config.cluster, pool),
                     "Version": "$Latest",
                 },
-                "Overrides": [{"InstanceType": offer.instance_type.name, "SubnetId": s} for s in subnets],
+                "Overrides": [{"InstanceType": offer.instance_type.name, "SubnetId": s, **placement}
+                              for s in subnets],
             }],
             "TargetCapacitySpecification": {
                 "TotalTargetCapacity": request.count,

@@ -72,6 +72,7 @@ class LaunchRequest:
     offer: Offer
     count: int
     idempotency_key: str
+    together: bool = False  # the nodes run one multi-node job (a gang): placed close where the cloud can
 
 
 @dataclass(frozen=True, slots=True)

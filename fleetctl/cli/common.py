@@ -198,6 +198,7 @@ def _adapter(name: str, infra):  # noqa: ANN001, ANN202 - a Provider
             cluster=infra.cluster,
             regions=tuple(r.region for r in infra.aws),
             subnet_ids={r.region: r.subnet_ids for r in infra.aws},
+            placement_group_regions=frozenset(r.region for r in infra.aws if r.gang_placement_groups),
         ))
     if name == "gcp":
         if infra.gcp is None:

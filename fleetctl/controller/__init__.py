@@ -146,6 +146,35 @@ def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, e
             store.put_node(replace(node, idle_since_utc=now), now)
 
 
+def _launch_parts(plan: Plan) -> list[tuple[str, Launch, bool]]:
+    """The plan's launches as the cloud is asked for them: (key suffix, launch,
+    together). The planner buys one Launch per offer; the nodes of a gang in it
+    (a job bound to several of its new nodes) are asked for apart and together
+    (AWS puts them in the pool's cluster placement group), under the suffix
+    ``<index>-g<n>``; the other nodes keep the launch's own ``<index>``."""
+    gangs = [b.node_ids for b in plan.actions if isinstance(b, Bind) and len(set(b.node_ids)) > 1]
+    parts: list[tuple[str, Launch, bool]] = []
+    for index, action in enumerate(plan.actions):
+        if not isinstance(action, Launch):
+            continue
+        mine = set(action.node_names)
+        groups = []
+        for names in gangs:
+            members = [n for n in dict.fromkeys(names) if n in mine]
+            if len(members) > 1:
+                groups.append(members)
+                mine -= set(members)
+        if len(groups) == 1 and not mine:
+            parts.append((str(index), action, True))
+            continue
+        rest = tuple(n for n in action.node_names if n in mine)
+        if rest:
+            parts.append((str(index), replace(action, node_names=rest), False))
+        for g, members in enumerate(groups):
+            parts.append((f"{index}-g{g}", replace(action, node_names=tuple(members)), True))
+    return parts
+
+
 def _check_job_actions(plan: Plan, jobs: dict[str, Job]) -> None:
     """Check the plan's job actions against the store before any effect:
     each job still active, each migration from where the job is, no node
@@ -210,9 +239,8 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     def failed(message: str) -> ApplyError:
         return ApplyError(message, tuple(carried))
 
-    for index, action in enumerate(plan.actions):
-        if not isinstance(action, Launch):
-            continue
+    for index, launch, together in _launch_parts(plan):
+        action = launch
         try:
             with store.transaction():  # the intent, committed before the cloud is asked
                 key = _launch_key(store, f"fleetctl-{plan_id[:24]}-{index}", action, now)
@@ -221,7 +249,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                 raise failed(str(exc)) from exc
             raise
         try:
-            result = provider.launch(LaunchRequest(action.offer, action.count, key), now)
+            result = provider.launch(LaunchRequest(action.offer, action.count, key, together=together), now)
         except ProviderError as exc:
             store.finish_launch(key, (), "failed")
             raise failed(f"launch of {action.count} x {action.offer.key} failed: {exc}") from exc

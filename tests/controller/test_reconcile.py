@@ -645,3 +645,31 @@ def test_a_plan_the_store_no_longer_allows_changes_nothing(world_factory):
         execute(_two_launch_plan(), store=w.store, provider=w.provider, now=T0, plan_id="3" * 64)
     assert "job 'b' is no longer active" in str(caught.value) and not caught.value.carried_out
     assert w.store.nodes() == () and not [e for e in w.store.events() if e["kind"] == "launch"]
+
+
+def test_a_gangs_nodes_are_asked_for_apart_and_together(world_factory):
+    """One Launch of an offer holds a gang's nodes and another job's node: the
+    cloud is asked for the gang's nodes together (a cluster placement group on
+    AWS) and for the other node alone."""
+    from fleetctl.controller import execute
+    from fleetctl.model import Bind, Launch, Plan, Reason
+    from providers.sim import SimProvider
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("gang", workers=2, gpus=8), job("solo", gpus=8)], T0)
+    asked = []
+    real = SimProvider.launch
+
+    class Recording(SimProvider):
+        def launch(self, request, now):  # noqa: ANN001, ANN202
+            asked.append((request.count, request.together, request.idempotency_key[-4:]))
+            return real(self, request, now)
+
+    w.provider.__class__ = Recording
+    plan = Plan((Launch(SPOT_A, ("new-1", "new-2", "new-3"), Reason.CHEAPEST_OFFER, "test"),
+                 Bind("gang", ("new-1", "new-3"), Reason.FITS_NEW_CAPACITY, "test"),
+                 Bind("solo", ("new-2",), Reason.FITS_NEW_CAPACITY, "test")), (), 0.0, 24.0)
+    execute(plan, store=w.store, provider=w.provider, now=T0, plan_id="5" * 64)
+    assert asked == [(1, False, "55-0"), (2, True, "0-g0")]
+    jobs_now = {j.job_id: j for j in w.store.jobs()}
+    assert len(set(jobs_now["gang"].node_ids)) == 2 and not set(jobs_now["gang"].node_ids) & set(jobs_now["solo"].node_ids)

@@ -168,6 +168,22 @@ def test_spot_launch_is_an_instant_fleet_with_the_chosen_override(provider: AwsP
     assert tags["fleetctl:offer"] == offer.key
 
 
+def test_a_gang_launch_goes_into_the_pools_placement_group_and_other_launches_do_not(world: MotoWorld) -> None:
+    """A cluster placement group holds one zone: only a gang's nodes (one
+    launch, one zone) are put in it, and only where the policy made one."""
+    provider = world.provider(placement_group_regions=frozenset({"us-east-1"}))
+    gang = provider.launch(LaunchRequest(spot(provider), 2, "gang", together=True), NOW)
+    single = provider.launch(LaunchRequest(spot(provider, zone="use1-az6"), 2, "two-jobs"), NOW)
+    assert gang.fulfilled and single.fulfilled
+    first, second = world.requests_of("CreateFleet")
+    assert [o.get("Placement") for o in first["LaunchTemplateConfigs"][0]["Overrides"]] == [
+        {"GroupName": "fleetctl-contract-a10g"}]
+    assert [o.get("Placement") for o in second["LaunchTemplateConfigs"][0]["Overrides"]] == [None]
+    elsewhere = world.provider()  # no placement group in the policy
+    elsewhere.launch(LaunchRequest(spot(elsewhere), 2, "gang-2", together=True), NOW)
+    assert world.requests_of("CreateFleet")[-1]["LaunchTemplateConfigs"][0]["Overrides"][0].get("Placement") is None
+
+
 def test_regional_on_demand_launch_may_use_every_zone_but_stays_in_one(provider: AwsProvider,
                                                                        world: MotoWorld) -> None:
     offer = on_demand(provider)

@@ -40,12 +40,9 @@ resource "aws_launch_template" "pool" {
     http_put_response_hop_limit = 2
   }
 
-  dynamic "placement" {
-    for_each = var.gang_placement_group ? [1] : []
-    content {
-      group_name = aws_placement_group.gang[0].name
-    }
-  }
+  # No placement here: a cluster placement group holds one zone, and most launches are single
+  # nodes in any zone. fleetctl names the group per launch, for a gang's nodes only
+  # (providers/aws.py fleet_request).
 
   tag_specifications {
     resource_type = "instance"

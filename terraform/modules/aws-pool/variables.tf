@@ -41,7 +41,7 @@ variable "notice_token_file" {
 }
 
 variable "gang_placement_group" {
-  description = "Launch into a cluster placement group, so a gang's nodes sit close together."
+  description = "Create a cluster placement group for the pool; fleetctl launches a gang's nodes into it (one zone), other launches not."
   type        = bool
   default     = false
 }
