@@ -84,6 +84,26 @@ def reconcile(
     )
 
 
+def prune(
+    older_than_days: Annotated[float, typer.Option(
+        "--older-than-days", min=1.0, max=36500.0,
+        help="Delete what is older than this many days.")] = 90.0,
+    state: StateOption = None,
+) -> None:
+    """Delete what every reconcile pass writes, older than --older-than-days: the demand and
+    spot-market history (each offer's state at the cut is kept), the pass markers in the
+    audit log, and handled reclaim notices. Decisions (launches, binds, terminations, ...),
+    jobs and nodes are kept. The daemon does this daily (--retain-days)."""
+    from datetime import timedelta
+
+    store = open_store(state)
+    try:
+        deleted = store.prune(utcnow() - timedelta(days=older_than_days))
+    finally:
+        store.close()
+    console.print("deleted " + ", ".join(f"{n} {table} rows" for table, n in deleted.items()), markup=False)
+
+
 def daemon(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between reconcile ticks (at most a day).", min=0.1, max=86400)] = 30.0,
     interruption_interval: Annotated[
@@ -107,6 +127,11 @@ def daemon(
         "--retrain-hours", min=0.0, max=8760.0,
         help="Hours between refits of the interruption model on the recorded market (0 = never; needs "
         "--forecast-dir).")] = 24.0,
+    retain_days: Annotated[float, typer.Option(
+        "--retain-days", min=0.0, max=36500.0,
+        help="Each day, delete what every pass writes (demand and market history, pass markers, handled "
+        "notices) older than this many days, as `fleetctl prune` does (0 = keep everything; the forecasters "
+        "retrain on the last 30 days).")] = 90.0,
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
@@ -143,7 +168,8 @@ def daemon(
         fail(f"cannot serve metrics on {metrics_addr}: {exc}")
     loop = Daemon(LoopContext(store, make_provider(store, seed, cloud, pol), SimRuntime(), pol, metrics, forecaster),
                   interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval,
-                  retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0)
+                  retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0,
+                  retain_days=retain_days)
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.daemon").info("signal %d: stopping after the current tick", signum)

@@ -10,7 +10,7 @@ import typer
 from fleetctl.cli import forecast, jobs, policy_cmd, trace
 from fleetctl.cli.backtest import backtest
 from fleetctl.cli.catalog import catalog
-from fleetctl.cli.controller_cmd import daemon, reconcile
+from fleetctl.cli.controller_cmd import daemon, prune, reconcile
 from fleetctl.cli.explain import explain
 from fleetctl.cli.nodewatch_cmd import node_watch
 from fleetctl.cli.plan_apply import apply, plan
@@ -55,6 +55,7 @@ app.command()(status)
 app.command()(explain)
 app.command()(reconcile)
 app.command()(daemon)
+app.command()(prune)
 app.command()(backtest)
 app.command("node-watch")(node_watch)
 app.add_typer(policy_cmd.app, name="policy")

@@ -364,6 +364,32 @@ class Store:
                 .values(status=status, node_ids=json.dumps(sorted(node_ids)))
             )
 
+    # ------------------------------------------------------------------ retention
+
+    #: Audit-log kinds written on every pass whatever happens (the forecasters' history and the
+    #: pass markers); the others record decisions and are kept.
+    PER_PASS_EVENTS = ("demand", "offers_observed", "plan_applied")
+
+    def prune(self, before: datetime) -> dict[str, int]:
+        """Delete what every pass adds, older than ``before``: the per-pass
+        audit rows (``PER_PASS_EVENTS``), the spot market's change log except
+        each offer's last row before ``before`` (the market's state then, which
+        a forecaster reading a window from there needs), and handled notices.
+        Decisions (launch, bind, terminate, ...), jobs and nodes are kept.
+        Returns the rows deleted per table."""
+        cut = dt_to_str(before)
+        events, obs, notices = tables.events, tables.offer_observations, tables.interruptions
+        with self.transaction(), self._tx() as conn:
+            deleted_events = conn.execute(events.delete().where(events.c.at_utc < cut)
+                                          .where(events.c.kind.in_(self.PER_PASS_EVENTS))).rowcount
+            anchors = sa.select(sa.func.max(obs.c.seq)).where(obs.c.observed_at_utc < cut).group_by(obs.c.offer_key)
+            anchor_seqs = [r[0] for r in conn.execute(anchors).all()]
+            deleted_obs = conn.execute(obs.delete().where(obs.c.observed_at_utc < cut)
+                                       .where(obs.c.seq.not_in(anchor_seqs))).rowcount
+            deleted_notices = conn.execute(notices.delete().where(notices.c.handled_at_utc.is_not(None))
+                                           .where(notices.c.received_at_utc < cut)).rowcount
+        return {"events": deleted_events, "offer_observations": deleted_obs, "interruptions": deleted_notices}
+
     # ------------------------------------------------------------------ leases
 
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float) -> tuple[str, float] | None:

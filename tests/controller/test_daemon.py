@@ -246,3 +246,37 @@ def test_reconcile_gives_up_with_exit_1_while_another_process_acts(tmp_path):
     assert run.returncode == 1
     assert "another fleetctl process is acting on this state store (daemon on host-a pid 7" in run.stderr
     assert "This run changed nothing" in run.stderr
+
+
+def test_the_daemon_prunes_the_per_pass_history_daily(world_factory):
+    from datetime import datetime, timedelta, timezone
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    now = datetime.now(timezone.utc)
+    w.store.record("demand", now - timedelta(days=120), "", gpus={})
+    w.store.record("demand", now - timedelta(days=10), "", gpus={})
+    w.store.record("launch", now - timedelta(days=120), "x", nodes=[])
+    loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), FleetMetrics()), interval_seconds=60,
+                  interruption_seconds=60, price_seconds=60, retain_days=90)
+    assert loop.scheduler.get_job("prune") is not None
+    loop.prune()
+    kinds = sorted((e["kind"], e["at_utc"][:10]) for e in w.store.events() if e["kind"] in ("demand", "launch"))
+    assert kinds == [("demand", (now - timedelta(days=10)).strftime("%Y-%m-%d")),
+                     ("launch", (now - timedelta(days=120)).strftime("%Y-%m-%d"))]
+    assert Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), FleetMetrics()),
+                  retain_days=0).scheduler.get_job("prune") is None
+
+
+def test_cli_prune(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from fleetctl.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / '.fleetctl' / 'state.db'}")
+    store.record("offers_observed", datetime.now(timezone.utc) - timedelta(days=40), "", offers=0)
+    store.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    run = subprocess.run([sys.executable, "-m", "fleetctl", "prune", "--older-than-days", "30"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "deleted 1 events rows, 0 offer_observations rows, 0 interruptions rows" in run.stdout

@@ -199,3 +199,29 @@ def test_one_process_holds_the_controller_lease_until_it_releases_or_it_expires(
         assert store.acquire_lease("controller", "A", 60.0) is None
     finally:
         other.close()
+
+
+def test_prune_deletes_what_every_pass_adds_and_keeps_decisions_and_the_market_state(store):
+    """A daemon writes demand and offers_observed rows every pass: prune
+    deletes those older than the cut, keeps launches and other decisions, and
+    keeps each offer's last observation before the cut (its state then)."""
+    from fleetctl.model import InterruptionEvent, InterruptionKind
+    from tests.builders import offer
+
+    spot = offer("a8", price=8.0)
+    for hour in range(10):
+        at = T0 + timedelta(hours=hour)
+        store.record("demand", at, "", gpus={"A100-80GB": hour})
+        store.record_offers([replace(spot, usd_per_hour=8.0 + hour)], at)
+    store.record("launch", T0, spot.key, nodes=["n1"])
+    store.add_interruption(InterruptionEvent("old", "aws", "n1", InterruptionKind.RECLAIM_WARNING, T0))
+    store.mark_interruption_handled("old", T0)
+    store.add_interruption(InterruptionEvent("open", "aws", "n2", InterruptionKind.RECLAIM_WARNING, T0))
+    cut = T0 + timedelta(hours=5)
+    state_before = store.offer_observations(cut, with_state_at_since=True)
+    deleted = store.prune(cut)
+    assert deleted == {"events": 10, "offer_observations": 4, "interruptions": 1}
+    assert [e["kind"] for e in store.events() if e["at_utc"] < "2026-11-02T14"].count("launch") == 1
+    assert len(store.events("demand")) == 5 and len(store.events("offers_observed")) == 5
+    assert store.offer_observations(cut, with_state_at_since=True) == state_before  # the state at the cut kept
+    assert [e.event_id for e in store.interruptions(unhandled_only=False)] == ["open"]
