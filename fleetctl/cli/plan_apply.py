@@ -318,7 +318,7 @@ def apply(
                     "run `fleetctl plan` again."
                 )
             tf, tf_plan = _saved_terraform(doc, plan_file, terraform_init, terraform_binary, pol, terraform_dir)
-            _check_saved_actions(saved, fresh, plan_file)
+            _check_saved_actions(saved, fresh, plan_file, doc)
             to_apply = saved
         else:
             to_apply = fresh
@@ -402,14 +402,19 @@ def _made_at(doc: dict, plan_file: Path) -> datetime:
     return made_at
 
 
-def _check_saved_actions(saved, again, plan_file: Path) -> None:  # noqa: ANN001 - two Plans
+def _check_saved_actions(saved, again, plan_file: Path, saved_doc: dict | None = None) -> None:  # noqa: ANN001
     """The planner is pure: from the same state (the fingerprint matched) and
     the plan's own time (``again`` is planned then) it gives the same actions.
     A saved plan whose actions differ was edited (or made by another fleetctl)
     and is refused, so a hand edit cannot launch past the policy's budget or GPU cap."""
-    from fleetctl.codec import action_to_dict
+    from fleetctl.codec import action_to_dict, unplaced_to_dict
+    from fleetctl.render import summary_line
 
     same = [action_to_dict(a) for a in again.actions] == [action_to_dict(a) for a in saved.actions]
-    if not same or round(again.usd_per_hour_after, 6) != round(saved.usd_per_hour_after, 6):
+    # What the reviewer read too (cost and risk before and after, the summary, the jobs left waiting).
+    shown = [(round(p.usd_per_hour_before, 6), round(p.usd_per_hour_after, 6), round(p.risk_before, 6),
+              round(p.risk_after, 6), [unplaced_to_dict(u) for u in p.unplaced]) for p in (again, saved)]
+    summary = saved_doc.get("summary", summary_line(again)) if saved_doc is not None else summary_line(again)
+    if not same or shown[0] != shown[1] or summary != summary_line(again):
         fail(f"the actions in {plan_file} are not what fleetctl plans for this state and policy (the file was "
              "edited, or written by another fleetctl version); nothing was changed. Run `fleetctl plan` again.")

@@ -156,6 +156,12 @@ def test_an_edited_plan_is_refused_and_nothing_changes(workdir):
     before = state_snapshot(workdir)
     edited = fleetctl(workdir, "apply", "edited.json")
     assert edited.returncode == 1 and "are not what fleetctl plans for this state" in edited.stderr, edited.stderr
+    # what the reviewer read is checked too: risk, cost before, the summary
+    for field, value in (("risk_after", 0.0), ("usd_per_hour_before", 1.0), ("summary", "Plan: nothing")):
+        shown = {**json.loads((workdir / "p.json").read_text()), field: value}
+        (workdir / "shown.json").write_text(json.dumps(shown))
+        refused = fleetctl(workdir, "apply", "shown.json")
+        assert refused.returncode == 1 and "are not what fleetctl plans" in refused.stderr, (field, refused.stderr)
     binary = fleetctl(workdir, "apply", "binary.json")
     assert binary.returncode == 1 and "not UTF-8 text (byte 0xff" in binary.stderr, binary.stderr
     assert "Traceback" not in binary.stderr
