@@ -102,13 +102,19 @@ def test_tick_errors_are_counted_and_the_loop_goes_on(world_factory):
         loop.stop()
 
 
-def test_cli_daemon_stops_cleanly_on_sigterm(tmp_path):
+def _sandbox_with_jobs(tmp_path) -> dict[str, str]:
+    """A working directory with the example policy and queue, the queue submitted; the environment to run in."""
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
     env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
     subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", "examples/jobs.yaml"], cwd=tmp_path, env=env,
                    check=True, capture_output=True)
+    return env
+
+
+def test_cli_daemon_stops_cleanly_on_sigterm(tmp_path):
+    env = _sandbox_with_jobs(tmp_path)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "0.5",
                              "--metrics-addr", f"127.0.0.1:{port}"], cwd=tmp_path, env=env,
@@ -211,12 +217,7 @@ def test_overlapping_cron_runs_act_one_at_a_time(tmp_path):
     once and the fleet bought once (they took turns on the lease)."""
     import sqlite3
 
-    shutil.copytree(REPO / "policies", tmp_path / "policies")
-    shutil.copytree(REPO / "examples", tmp_path / "examples")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
-    env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
-    subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", "examples/jobs.yaml"], cwd=tmp_path, env=env,
-                   check=True, capture_output=True)
+    env = _sandbox_with_jobs(tmp_path)
     runs = [subprocess.Popen([sys.executable, "-m", "fleetctl", "reconcile", "--once"], cwd=tmp_path, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outs = [p.communicate(timeout=120) for p in runs]
