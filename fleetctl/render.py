@@ -62,7 +62,7 @@ def summary_line(plan: Plan) -> str:
     )
 
 
-def render_text(plan: Plan, warnings: tuple[str, ...] = ()) -> str:
+def render_text(plan: Plan, warnings: tuple[str, ...] = (), notes: tuple[str, ...] = ()) -> str:
     """The terraform-style diff: one line per action with its reason, the
     unplaced jobs with theirs, the policy limits the fleet already breaks
     (``warnings``, see ``fleetctl.planner.breaches``), then the summary line."""
@@ -81,6 +81,10 @@ def render_text(plan: Plan, warnings: tuple[str, ...] = ()) -> str:
         out.append("Warning: the fleet is over the policy's limits:\n")
         out.extend(f"    ! {w}" for w in warnings)
         out.append(f"    ({BREACH_NOTE})")
+        out.append("")
+    if notes:
+        out.append("Note: the policy and the queue or the market do not match:\n")
+        out.extend(f"    ~ {n}" for n in notes)
         out.append("")
     if plan.unplaced:
         out.append("Jobs that stay queued:\n")

@@ -29,7 +29,7 @@ from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_f
 from fleetctl.controller import ApplyError, execute, fingerprint, observe
 from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
-from fleetctl.planner.breaches import policy_breaches
+from fleetctl.planner.breaches import policy_breaches, policy_gaps
 from fleetctl.render import PlanFileError, plan_from_document, plan_to_document, render_text
 
 
@@ -178,6 +178,8 @@ def plan(
     doc["cloud"] = cloud  # apply refuses another --cloud by name (a different market is another state)
     warnings = policy_breaches(obs.nodes, obs.jobs, pol)
     doc["warnings"] = list(warnings)
+    notes = policy_gaps(obs.jobs, obs.offers, pol)
+    doc["notes"] = list(notes)
     if forecast_dir is not None:
         doc["forecast_dir"] = str(forecast_dir.resolve())  # apply re-plans with the same models
     if tf_plan is not None:
@@ -192,7 +194,7 @@ def plan(
     if output is OutputFormat.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(render_text(result, warnings), end="")
+        print(render_text(result, warnings, notes), end="")
         if tf_plan is not None:
             from fleetctl.terraform import render_changes
 

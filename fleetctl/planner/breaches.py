@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fleetctl.model import Job, JobState, Market, Node, NodeState, Policy
+from fleetctl.model import Job, JobState, Market, Node, NodeState, Offer, Policy
 
 #: What the planner does about a breach (printed after them).
 BREACH_NOTE = ("fleetctl buys nothing that adds to these and does not stop running jobs to meet them: cancel "
@@ -40,4 +40,36 @@ def policy_breaches(fleet: Iterable[Node], jobs: Iterable[Job], policy: Policy) 
         burst = policy.team(team).burst_gpus
         if burst is not None and team_gpus > burst:
             out.append(f"team {team} uses {team_gpus} GPUs, above its burst_gpus ({burst})")
+    return tuple(out)
+
+
+def policy_gaps(jobs: Iterable[Job], offers: Iterable[Offer], policy: Policy) -> tuple[str, ...]:
+    """What a policy edit may have left behind, for a reviewer to see in the
+    plan: active jobs of a team or priority class the policy no longer names
+    (a rename or a removal in a pull request), and allowed regions where the
+    market sells nothing (a typo such as us-eest-1)."""
+    active = [j for j in jobs if j.state in (JobState.QUEUED, JobState.BOUND, JobState.RUNNING)]
+    out = []
+    if policy.teams:
+        named = {t.name for t in policy.teams}
+        unknown: dict[str, int] = {}
+        for j in active:
+            if j.team not in named:
+                unknown[j.team] = unknown.get(j.team, 0) + 1
+        for team, n in sorted(unknown.items()):
+            out.append(f"{n} active job(s) of team {team}, which the policy does not name: no guarantee and no "
+                       "burst limit apply to them (was the team renamed or removed?)")
+    classes = {c.name for c in policy.priority_classes}
+    missing: dict[str, int] = {}
+    for j in active:
+        if j.priority not in classes:
+            missing[j.priority] = missing.get(j.priority, 0) + 1
+    for name, n in sorted(missing.items()):
+        out.append(f"{n} active job(s) name priority class {name}, which the policy does not define: they are "
+                   f"planned as {policy.default_priority_class} (default_priority_class)")
+    if policy.regions:
+        sold = {o.region for o in offers}
+        for region in policy.regions:
+            if region not in sold:
+                out.append(f"region {region} (policy regions): nothing is sold there on this market (a typo?)")
     return tuple(out)

@@ -24,3 +24,22 @@ def test_each_broken_limit_is_named_and_a_fleet_within_them_has_none():
         "8 of the fleet's 16 GPUs are spot (50%), above markets.max_spot_share (25%)",
         "team a uses 16 GPUs, above its burst_gpus (12)",
     )
+
+
+def test_a_policy_edit_that_leaves_jobs_or_regions_behind_is_noted():
+    """A pull request renames a team, drops a class, or mistypes a region:
+    plan says so (it used to plan those jobs silently with no limit)."""
+    from fleetctl.planner.breaches import policy_gaps
+
+    jobs = [job("x", team="a"), job("y", team="ml-product"), job("z", team="ml-product", priority="urgent"),
+            job("done", team="gone", state=JobState.SUCCEEDED)]
+    offers = [offer(region="us-east-1")]
+    assert policy_gaps(jobs, offers, policy()) == (
+        "2 active job(s) of team ml-product, which the policy does not name: no guarantee and no burst limit "
+        "apply to them (was the team renamed or removed?)",
+        "1 active job(s) name priority class urgent, which the policy does not define: they are planned as "
+        "batch (default_priority_class)",
+    )
+    regions = replace(policy(), regions=("us-east-1", "us-eest-1"))
+    assert policy_gaps(jobs[:1], offers, regions) == (
+        "region us-eest-1 (policy regions): nothing is sold there on this market (a typo?)",)
