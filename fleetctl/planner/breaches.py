@@ -9,6 +9,7 @@ can say so instead of reporting a fleet that matches the policy. Pure.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from fleetctl.model import Job, JobState, Market, Node, NodeState, Offer, Policy
@@ -52,19 +53,11 @@ def policy_gaps(jobs: Iterable[Job], offers: Iterable[Offer], policy: Policy) ->
     out = []
     if policy.teams:
         named = {t.name for t in policy.teams}
-        unknown: dict[str, int] = {}
-        for j in active:
-            if j.team not in named:
-                unknown[j.team] = unknown.get(j.team, 0) + 1
-        for team, n in sorted(unknown.items()):
+        for team, n in sorted(Counter(j.team for j in active if j.team not in named).items()):
             out.append(f"{n} active job(s) of team {team}, which the policy does not name: no guarantee and no "
                        "burst limit apply to them (was the team renamed or removed?)")
     classes = {c.name for c in policy.priority_classes}
-    missing: dict[str, int] = {}
-    for j in active:
-        if j.priority not in classes:
-            missing[j.priority] = missing.get(j.priority, 0) + 1
-    for name, n in sorted(missing.items()):
+    for name, n in sorted(Counter(j.priority for j in active if j.priority not in classes).items()):
         out.append(f"{n} active job(s) name priority class {name}, which the policy does not define: they are "
                    f"planned as {policy.default_priority_class} (default_priority_class)")
     if policy.regions:
