@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from fleetctl.model import (
     Bind,
@@ -32,8 +32,9 @@ from fleetctl.model import (
     Policy,
     Terminate,
 )
+from fleetctl.codec import str_to_dt
 from fleetctl.store import ConcurrentApply, Store
-from providers.base import LaunchRequest, Provider, ProviderError
+from providers.base import InsufficientCapacity, LaunchRequest, Provider, ProviderError
 
 from typing import TYPE_CHECKING
 
@@ -44,12 +45,14 @@ if TYPE_CHECKING:  # pragma: no cover
 class ApplyError(Exception):
     """A plan could not be carried out; the message says which action and why,
     and ``carried_out`` what was done before it (recorded in the store: a
-    cloud's launches and terminations cannot be taken back)."""
+    cloud's launches and terminations cannot be taken back). ``refused_offer``:
+    the offer whose launch the cloud refused for capacity, if that stopped it."""
 
-    def __init__(self, message: str, carried_out: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, carried_out: tuple[str, ...] = (), refused_offer: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.carried_out = carried_out
+        self.refused_offer = refused_offer
 
     def __str__(self) -> str:
         if not self.carried_out:
@@ -69,9 +72,25 @@ class Observation:
     offers: tuple[Offer, ...]
 
 
-def observe(store: Store, provider: Provider, now: datetime) -> Observation:
+#: An offer whose launch the cloud refused for capacity (spot exhausted, zone
+#: out of stock) is left out of the market this long, so the next plans pick
+#: another offer instead of asking again on every pass (the simulator's
+#: insufficient-capacity cache used the same 3 minutes).
+REFUSED_OFFER_TTL = timedelta(minutes=3)
+
+
+def observe(store: Store, provider: Provider, now: datetime,
+            refused_ttl: timedelta = REFUSED_OFFER_TTL) -> Observation:
+    """The fleet, the active jobs and the offers, less those the cloud refused
+    for capacity within ``refused_ttl`` (``launch_refused`` in the audit log)."""
     nodes = tuple(n for n in provider.nodes(now) if n.state is not NodeState.GONE)
-    return Observation(now=now, nodes=nodes, jobs=store.jobs(active_only=True), offers=provider.offers(now))
+    offers = provider.offers(now)
+    if refused_ttl > timedelta(0):
+        refused = {e["subject"] for e in store.events("launch_refused", since=now - refused_ttl)
+                   if now - refused_ttl < str_to_dt(e["at_utc"]) <= now}
+        if refused:
+            offers = tuple(o for o in offers if o.key not in refused)
+    return Observation(now=now, nodes=nodes, jobs=store.jobs(active_only=True), offers=offers)
 
 
 def fingerprint(obs: Observation, policy: Policy) -> str:
@@ -251,8 +270,13 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
         try:
             result = provider.launch(LaunchRequest(action.offer, action.count, key, together=together), now)
         except ProviderError as exc:
-            store.finish_launch(key, (), "failed")
-            raise failed(f"launch of {action.count} x {action.offer.key} failed: {exc}") from exc
+            with store.transaction():
+                store.finish_launch(key, (), "failed")
+                if isinstance(exc, InsufficientCapacity):  # left out of the next plans for a while (observe)
+                    store.record("launch_refused", now, action.offer.key, error=str(exc)[:500])
+            error = failed(f"launch of {action.count} x {action.offer.key} failed: {exc}")
+            error.refused_offer = action.offer.key if isinstance(exc, InsufficientCapacity) else None
+            raise error from exc
         got = [n.node_id for n in result.nodes]
         for name, node in zip(action.node_names, result.nodes):
             names[name] = node.node_id

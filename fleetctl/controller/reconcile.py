@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Callable
 
-from fleetctl.controller import execute, fingerprint, left_behind, observe
+from fleetctl.controller import REFUSED_OFFER_TTL, ApplyError, execute, fingerprint, left_behind, observe
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import (
@@ -61,7 +61,12 @@ class TickReport:
     lost_gpu_hours: float = 0.0
     checkpoints: int = 0
     checkpoints_missed: int = 0  # of those, how many could not finish before the deadline
+    refused_offers: list[str] = field(default_factory=list)  # launches refused for capacity, planned again without
 
+
+#: Offers refused for capacity that one tick plans around before it gives up with the error (a cloud
+#: refusing everything, e.g. an account-wide problem, must not make a tick try the whole catalog).
+MAX_REFUSED_PER_TICK = 10
 
 #: Work (hours) a reclaim may cost a job and still count as costing it nothing (float noise).
 _NO_LOSS_HOURS = 1e-6
@@ -327,12 +332,14 @@ def demand_by_model(jobs, nodes) -> dict[str, int]:  # noqa: ANN001 - Jobs and N
 
 def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
          forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
-         planner: Callable[..., Plan] = make_plan) -> TickReport:
+         planner: Callable[..., Plan] = make_plan, refused_ttl: timedelta = REFUSED_OFFER_TTL) -> TickReport:
     """One reconcile pass. Exceptions propagate: the caller (daemon, cron)
     decides what a failed tick means. Each step is one store transaction,
     except the plan's cloud calls: an ``ApplyError`` part-way lists the
     launches and terminations carried out (and recorded) before it. ``planner`` has the signature of
-    ``fleetctl.planner.plan`` (the backtest swaps in the baselines' planners)."""
+    ``fleetctl.planner.plan`` (the backtest swaps in the baselines' planners).
+    ``refused_ttl``: how long an offer the cloud refused for capacity is left
+    out (``observe``); a refusal mid-plan re-plans at once without it."""
     started = time.perf_counter()
     report = TickReport()
     handle_interruptions(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
@@ -341,15 +348,31 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
                       metrics=metrics, report=report)
     apply_cancellations(store=store, provider=provider, runtime=runtime, now=now, report=report)
     advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
-    obs = observe(store, provider, now)
+    obs = observe(store, provider, now, refused_ttl)
     store.record_offers(obs.offers, now)  # the market history the interruption forecaster learns from
     store.record("demand", now, "", gpus=demand_by_model(obs.jobs, obs.nodes))  # ... and the demand forecaster
-    result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast, policy=policy,
-                     last_termination_utc=store.last_event_at("terminate"))
-    report.plan = result
+    refused: set[str] = set()
+    while True:
+        result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast,
+                         policy=policy, last_termination_utc=store.last_event_at("terminate"))
+        report.plan = result
+        if not result.has_changes:
+            break
+        try:
+            applied = execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy),
+                              runtime=runtime)
+        except ApplyError as exc:
+            # The cloud refused an offer for capacity: plan again at once without it (at most once per
+            # offer), from the fleet as it now is, as a controller retrying after an ICE error would.
+            if (exc.refused_offer is None or exc.refused_offer in refused or refused_ttl <= timedelta(0)
+                    or len(refused) >= MAX_REFUSED_PER_TICK):
+                raise
+            refused.add(exc.refused_offer)
+            report.refused_offers.append(exc.refused_offer)
+            obs = observe(store, provider, now, refused_ttl)
+            continue
+        break
     if result.has_changes:
-        applied = execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy),
-                          runtime=runtime)
         report.checkpoints += applied.checkpoints
         if metrics and applied.checkpoints:
             metrics.checkpoints.inc(applied.checkpoints)

@@ -20,12 +20,12 @@ Events, in time order (simultaneous events are one step):
 
 At each step the controller ticks (a market change ticks only when it posted
 notices or jobs are queued). When a plan's launch is refused for spot capacity
-(``ApplyError`` caused by ``InsufficientCapacity``), the plan's launches before
-it stand (a cloud keeps what it sold; see ``fleetctl.controller.execute``) and
-nothing after it is applied; the offer goes into the provider's
-insufficient-capacity cache and the controller plans again at the same instant
-(at most once per offer), from the fleet as it now is, as a controller retrying
-after an ICE error would.
+(``InsufficientCapacity``), the plan's launches before it stand (a cloud keeps
+what it sold; see ``fleetctl.controller.execute``) and nothing after it is
+applied; the tick records the refusal, leaves the offer out of the market for
+``ice_ttl_seconds`` and plans again at the same instant (at most once per
+offer), from the fleet as it now is: the controller's own handling, the same
+on a real cloud.
 
 Accounting (between two steps the state is constant):
 
@@ -55,7 +55,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Callable
 
-from fleetctl.controller import ApplyError
 from fleetctl.controller.forecast import recent_reclaims
 from fleetctl.controller.reconcile import tick
 from fleetctl.controller.runtime import SimRuntime
@@ -73,7 +72,6 @@ from fleetctl.planner import plan as fleetctl_plan
 from fleetctl.sim.market import Market
 from fleetctl.sim.provider import MarketProvider
 from fleetctl.store import Store
-from providers.base import InsufficientCapacity
 
 Planner = Callable[..., Plan]
 _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
@@ -237,24 +235,14 @@ def _run(jobs: list[Job], market: Market, policy: Policy, planner: Planner, conf
         active = store.jobs(active_only=True)
         held = [n for n in provider.nodes(now) if n.state in _HELD]
         if active or held or notices:
-            tried: set[str] = set()
-            while True:
-                forecast = _reclaim_forecast(store) if planned_forecast else None
-                if forecaster is not None:
-                    forecast = replace(forecast or Forecast(), interruption=tuple(forecaster(now)))
-                try:
-                    tick(store=store, provider=provider, runtime=runtime, policy=policy, now=now,
-                         forecast=forecast, planner=planner)
-                except ApplyError as exc:
-                    key = provider.last_insufficient
-                    provider.last_insufficient = None
-                    if not isinstance(exc.__cause__, InsufficientCapacity) or key is None or key in tried:
-                        raise
-                    tried.add(key)
-                    provider.mark_unavailable(key, now)
-                    ice_retries += 1
-                    continue
-                break
+            forecast = _reclaim_forecast(store) if planned_forecast else None
+            if forecaster is not None:
+                forecast = replace(forecast or Forecast(), interruption=tuple(forecaster(now)))
+            # A launch refused for capacity is planned again at once without that offer by the tick
+            # itself (fleetctl.controller.observe leaves it out for ice_ttl_seconds), as on a real cloud.
+            report = tick(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                          planner=planner, refused_ttl=timedelta(seconds=config.ice_ttl_seconds))
+            ice_retries += len(report.refused_offers)
             ticks += 1
 
         # ---- snapshot

@@ -673,3 +673,33 @@ def test_a_gangs_nodes_are_asked_for_apart_and_together(world_factory):
     assert asked == [(1, False, "55-0"), (2, True, "0-g0")]
     jobs_now = {j.job_id: j for j in w.store.jobs()}
     assert len(set(jobs_now["gang"].node_ids)) == 2 and not set(jobs_now["gang"].node_ids) & set(jobs_now["solo"].node_ids)
+
+
+def test_an_offer_refused_for_capacity_is_planned_around_at_once_and_left_out_for_a_while(world_factory,
+                                                                                       monkeypatch):
+    """A cloud out of stock for one offer must not stop the fleet: the tick
+    records the refusal, plans again at once without that offer, and leaves it
+    out of the next passes for REFUSED_OFFER_TTL (it asked again on every tick,
+    failing each one, while paid nodes sat idle)."""
+    from fleetctl.controller import REFUSED_OFFER_TTL, observe
+    from providers.base import InsufficientCapacity
+    from providers.sim import SimProvider
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, spot=True)], T0)
+    asked = []
+    real = SimProvider.launch
+
+    def out_of_stock(self, request, now):  # noqa: ANN001, ANN202
+        asked.append(request.offer.key)
+        if request.offer.key == SPOT_A.key:
+            raise InsufficientCapacity("ZONE_RESOURCE_POOL_EXHAUSTED")
+        return real(self, request, now)
+
+    monkeypatch.setattr(SimProvider, "launch", out_of_stock)
+    report = run_tick(w, T0)
+    assert asked == [SPOT_A.key, SPOT_B.key] and report.refused_offers == [SPOT_A.key]
+    assert jobs(w)["j"].state is JobState.BOUND  # on the other offer, in the same tick
+    assert [e["subject"] for e in w.store.events("launch_refused")] == [SPOT_A.key]
+    assert SPOT_A.key not in {o.key for o in observe(w.store, w.provider, T0 + timedelta(minutes=2)).offers}
+    assert SPOT_A.key in {o.key for o in observe(w.store, w.provider, T0 + REFUSED_OFFER_TTL).offers}
