@@ -257,18 +257,18 @@ class AzureProvider:
         names = [vm_name(self._config.cluster, request.idempotency_key, i) for i in range(request.count)]
         existing = {vm.name: vm for vm in self._call(lambda: list(self._client.virtual_machines.list(
             self._config.resource_group))) if vm.name in names}
-        created: list[str] = []
+        created: list[str] = []  # asked for in this call: a create that failed may leave a Failed VM behind
         try:
             for name in names:
                 if name in existing and existing[name].provisioning_state == "Succeeded":
                     continue
+                created.append(name)
                 poller = self._call(lambda name=name: self._client.virtual_machines.begin_create_or_update(
                     self._config.resource_group, name, self._vm(name, offer, region, request.idempotency_key),
                     polling_interval=0))
                 self._call(lambda poller=poller: poller.result())
-                created.append(name)
         except ProviderError:
-            for name in created:  # all or nothing: undo this launch's VMs
+            for name in created:  # all or nothing: undo this launch's VMs, the one whose create failed too
                 self._delete(name)
             raise
         vms = [self._call(lambda name=name: self._client.virtual_machines.get(self._config.resource_group, name))
@@ -302,6 +302,9 @@ class AzureProvider:
             code = getattr(getattr(exc, "error", None), "code", None) or ""
             message = getattr(getattr(exc, "error", None), "message", None) or exc.message or str(exc)
             raise translate(exc.status_code, str(code), str(message)) from exc
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # DeserializationError is a ValueError
+            raise ProviderError(f"azure: Resource Manager answered something this fleetctl cannot read: "
+                                f"{type(exc).__name__}: {str(exc)[:300]}") from exc
 
     def _skus(self, location: str) -> list[Any]:
         skus = self._call(lambda: list(self._client.resource_skus.list(filter=f"location eq '{location}'")))
@@ -373,7 +376,12 @@ class AzureProvider:
         tags = vm.tags or {}
         if tags.get(TAG_CLUSTER) != self._config.cluster:
             return None
-        market = Market.SPOT if vm.priority in ("Spot", "Low") else Market.ON_DEMAND
+        if vm.priority:
+            market = Market.SPOT if vm.priority in ("Spot", "Low") else Market.ON_DEMAND
+        else:  # a listing without the field: the offer fleetctl bought it from (its tag) says which market
+            market = Market.SPOT if str(tags.get(TAG_OFFER, "")).endswith("/spot") else Market.ON_DEMAND
+            log.warning("azure: %s is listed without a priority; taken as %s from its %s tag", vm.name,
+                        market.value, TAG_OFFER)
         size = vm.hardware_profile.vm_size if vm.hardware_profile else ""
         offer = self._by_size_region_market.get((size, vm.location, market))
         if offer is None:
@@ -383,6 +391,9 @@ class AzureProvider:
                  "Deleting": NodeState.TERMINATING, "Failed": NodeState.GONE}.get(vm.provisioning_state or "",
                                                                                   NodeState.LAUNCHING)
         created = vm.time_created or now
+        if not isinstance(created, datetime):
+            raise ProviderError(f"azure: VM {vm.name} has timeCreated {created!r}, which this fleetctl cannot "
+                                "read as a time")
         created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
         return Node(node_id=vm.name, offer=offer, state=state, launched_at_utc=created,
                     ready_at_utc=created if state is NodeState.READY else None)

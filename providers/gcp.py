@@ -431,11 +431,21 @@ def _node_state(status: str) -> NodeState:
         return NodeState.LAUNCHING
     if status in ("STOPPING", "SUSPENDING", "PENDING_STOP"):
         return NodeState.TERMINATING
-    return NodeState.GONE  # TERMINATED (stopped, e.g. a Spot VM preempted with STOP), SUSPENDED, ...
+    if status in ("TERMINATED", "STOPPED", "SUSPENDED"):
+        return NodeState.GONE  # stopped, e.g. a Spot VM preempted with STOP
+    # Design choice: a status this adapter does not know (a new one, or none in a malformed listing) is
+    # not taken as gone: that requeued every job and bought the fleet again while the instances ran.
+    log.warning("gcp: instance status %r is unknown to this fleetctl; taken as launching", status)
+    return NodeState.LAUNCHING
 
 
 def _timestamp(raw: str) -> datetime | None:
-    return datetime.fromisoformat(raw) if raw else None
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        raise ProviderError(f"gcp: the Compute API answered a time this fleetctl cannot read: {raw!r}") from None
 
 
 def translate(error: ApiError) -> ProviderError:
@@ -640,11 +650,17 @@ class GcpProvider:
     # ------------------------------------------------------------------ helpers
 
     def _call(self, fn: Callable[..., T], /, *args: Any) -> T:
-        """Run one seam call, translating its failure into a typed error."""
+        """Run one seam call, translating its failure into a typed error (an
+        answer the client library cannot parse too: one line, not a traceback)."""
+        from google.protobuf.json_format import ParseError
+
         try:
             return fn(*args)
         except ApiError as exc:
             raise translate(exc) from exc
+        except (ParseError, ValueError, TypeError, KeyError) as exc:
+            raise ProviderError(f"gcp: the Compute API answered something this fleetctl cannot read: "
+                                f"{type(exc).__name__}: {str(exc)[:300]}") from exc
 
     def _wait(self, region: str, operation: Any) -> Any:
         for _ in range(self._config.max_operation_waits):
@@ -686,7 +702,13 @@ class GcpProvider:
         if not self._is_managed(instance.labels):
             return None  # the filter is the API's job; never trust a fake or a future API blindly
         region = region_of_zone(zone)
-        spot = instance.scheduling.provisioning_model == "SPOT" or bool(instance.scheduling.preemptible)
+        scheduling = instance.scheduling
+        if scheduling.provisioning_model or scheduling.preemptible:
+            spot = scheduling.provisioning_model == "SPOT" or bool(scheduling.preemptible)
+        else:  # a listing without scheduling: the offer fleetctl bought it from (its label) says which market
+            spot = str(instance.labels.get(LABEL_OFFER, "")).endswith("spot")
+            log.warning("gcp: %s/%s is listed without a provisioning model; taken as %s from its %s label", zone,
+                        instance.name, "spot" if spot else "on-demand", LABEL_OFFER)
         market = Market.SPOT if spot else Market.ON_DEMAND
         type_name = instance_type_name(instance)
         offer = self._by_type_region_market.get((type_name, region, market))

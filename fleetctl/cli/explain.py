@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fleetctl.cli.common import PolicyOption, SeedOption, StateOption, fail
+from fleetctl.cli.common import CloudOption, PolicyOption, SeedOption, StateOption, fail
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption
 from fleetctl.cli.plan_apply import _compute
 from fleetctl.model import Bind, Launch, Migrate, Preempt
@@ -17,13 +17,14 @@ def explain(
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
+    cloud: CloudOption = "sim",
     forecast_dir: ForecastDirOption = None,
     allow_version_mismatch: AllowMismatchOption = False,
 ) -> None:
     """Explain one job: the planner's decision for it with its reason, and the
     alternatives it considered (offers with their risk-adjusted cost, rules that
     ruled some out). Changes nothing."""
-    _pol, _path, store, _provider, _now, obs, result = _compute(policy, state, seed, forecast_dir=forecast_dir,
+    _pol, _path, store, _provider, _now, obs, result = _compute(policy, state, seed, cloud, forecast_dir=forecast_dir,
                                                                 allow_version_mismatch=allow_version_mismatch)
     try:
         known = {j.job_id: j for j in store.jobs()}

@@ -155,6 +155,9 @@ class FakeArm:
         vm_id = (f"/subscriptions/{self.subscription}/resourceGroups/{group}/providers/Microsoft.Compute/"
                  f"virtualMachines/{name}")
         if free <= 0:
+            # As ARM does: the VM resource stays behind in the Failed state until someone deletes it.
+            self.vms[(group, name)] = {**body, "id": vm_id, "name": name, "type": "Microsoft.Compute/virtualMachines",
+                                       "properties": {**body.get("properties", {}), "provisioningState": "Failed"}}
             return self._async(201, location, {"status": "Failed", "error": {
                 "code": "AllocationFailed",
                 "message": f"Allocation failed. We do not have sufficient capacity for the requested VM size "

@@ -109,6 +109,22 @@ def test_a_gang_is_all_or_nothing(server: ArmServer, fake: FakeArm) -> None:
     assert provider.nodes(NOW) == ()
 
 
+def test_a_listing_arm_did_not_fill_in_keeps_the_market_or_is_one_clear_error(server: ArmServer,
+                                                                               fake: FakeArm) -> None:
+    """A VM listed without its priority keeps the market of the offer it was
+    bought from (its tag), not on-demand; a body the SDK cannot deserialise is
+    a one-line ProviderError, not a traceback."""
+    provider = make(server)
+    spot = offer(provider)
+    [node] = provider.launch(LaunchRequest(spot, 1, "k"), NOW).nodes
+    [vm] = fake.vms.values()
+    del vm["properties"]["priority"]
+    assert [n.offer for n in provider.nodes(NOW)] == [spot]
+    vm["properties"]["timeCreated"] = "yesterday"
+    with pytest.raises(ProviderError, match="cannot read"):
+        provider.nodes(NOW)
+
+
 def test_errors_are_translated_and_throttling_is_retried(server: ArmServer, fake: FakeArm) -> None:
     provider = make(server)
     fake.fail_next("PUT", "/virtualMachines/", status=409, code="OperationNotAllowed",

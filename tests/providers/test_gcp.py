@@ -243,6 +243,28 @@ def test_an_unpriced_instance_stays_visible_instead_of_leaking(fake: FakeGce, pr
         node.node_id, "n1-standard-8+1xnvidia-tesla-t4", 0.0)
 
 
+def test_a_listing_gce_did_not_fill_in_is_read_safely_or_refused(fake: FakeGce, provider: GcpProvider) -> None:
+    """A malformed or newer listing must not lead to a wrong action: an
+    instance with no (or an unknown) status is not gone (that requeued every
+    job and bought the fleet again while the instances ran); one without
+    scheduling keeps the market of the offer it was bought from (its label),
+    not on-demand; a time that cannot be read is a one-line ProviderError."""
+    spot = offer(provider, "g2-standard-4")
+    [node] = provider.launch(LaunchRequest(spot, 1, "k"), NOW).nodes
+    instance = fake.instances[tuple(node.node_id.split("/"))]  # type: ignore[index]
+    instance.status = ""
+    instance.scheduling = c.Scheduling()
+    [seen] = provider.nodes(NOW)
+    assert seen.state is NodeState.LAUNCHING and seen.offer == spot
+    instance.status = "SOME_NEW_STATUS"
+    assert provider.nodes(NOW)[0].state is NodeState.LAUNCHING
+    instance.status = "TERMINATED"
+    assert provider.nodes(NOW)[0].state is NodeState.GONE
+    instance.creation_timestamp = "yesterday"
+    with pytest.raises(ProviderError, match="cannot read: 'yesterday'"):
+        provider.nodes(NOW)
+
+
 # ============================================================================ launch
 
 

@@ -296,6 +296,8 @@ def test_missing_infrastructure_is_a_clear_error_and_nothing_is_written(tmp_path
     assert not (tmp_path / "infra").exists()
     aws = runner.invoke(app, ["plan", "--policy", str(policy), "--cloud", "aws"], env=env)
     assert aws.exit_code == 1 and "--cloud aws needs the policy's infrastructure section" in aws.output, aws.output
+    explained = runner.invoke(app, ["explain", "any-job", "--policy", str(policy), "--cloud", "aws"], env=env)
+    assert explained.exit_code == 1 and "--cloud aws needs the policy's infrastructure section" in explained.output
     unknown = runner.invoke(app, ["plan", "--policy", str(policy), "--cloud", "aws,oracle"], env=env)
     assert unknown.exit_code == 1 and "choose sim, or one or more of aws, gcp, azure" in unknown.output
 
