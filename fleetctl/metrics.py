@@ -54,8 +54,8 @@ class FleetMetrics:
                                   registry=r)
         self.tick_errors = Counter("fleetctl_tick_errors", "Ticks that failed (the daemon goes on).", registry=r)
         self.lease_held = Gauge("fleetctl_controller_lease_held",
-                                "1 while this daemon acts on the store, 0 while another process holds the controller "
-                                "lease (a second daemon on PostgreSQL, a cron reconcile, an apply) and it stands by.",
+                                "1 if this daemon's last pass held the controller lease and acted, 0 if it was skipped "
+                                "because another process (a cron reconcile, an apply, a second daemon) held it.",
                                 registry=r)
 
     def observe_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> None:

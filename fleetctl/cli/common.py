@@ -68,6 +68,20 @@ SeedOption = Annotated[
 ]
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """SIGTERM (a cron deadline, `timeout`, `systemctl stop`, a Kubernetes
+    CronJob) ends the command through the normal unwinding, as Ctrl-C does:
+    the store's open transaction rolls back and the controller lease is
+    released (Python's default ends the process on the spot, leaving the
+    lease held until it expired)."""
+    import signal
+
+    def _stop(signum, _frame):  # noqa: ANN001
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _stop)
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 

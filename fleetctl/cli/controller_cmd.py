@@ -21,6 +21,7 @@ from fleetctl.cli.common import (
     load_policy_or_exit,
     make_provider,
     open_store,
+    stop_cleanly_on_sigterm,
     utcnow,
 )
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
@@ -54,6 +55,7 @@ def reconcile(
     from fleetctl.controller.lease import controller_lease, holder_id
     from fleetctl.store import LeaseHeld
 
+    stop_cleanly_on_sigterm()
     store = open_store(state)
     try:
         # One controller at a time on this store: an overlapping cron run or the daemon would act on the
@@ -88,6 +90,7 @@ def prune(
     older_than_days: Annotated[float, typer.Option(
         "--older-than-days", min=1.0, max=36500.0,
         help="Delete what is older than this many days.")] = 90.0,
+    policy: PolicyOption = None,
     state: StateOption = None,
 ) -> None:
     """Delete what every reconcile pass writes, older than --older-than-days: the demand and
@@ -96,9 +99,13 @@ def prune(
     jobs and nodes are kept. The daemon does this daily (--retain-days)."""
     from datetime import timedelta
 
+    pol, _ = load_policy_or_exit(policy)
+    now = utcnow()
     store = open_store(state)
     try:
-        deleted = store.prune(utcnow() - timedelta(days=older_than_days))
+        # reclaims the planner still avoids (reclaimed_offer_ttl_minutes) are kept whatever the cut
+        deleted = store.prune(now - timedelta(days=older_than_days),
+                              notices_before=now - timedelta(minutes=pol.reclaimed_offer_ttl_minutes))
     finally:
         store.close()
     console.print("deleted " + ", ".join(f"{n} {table} rows" for table, n in deleted.items()), markup=False)
@@ -128,7 +135,7 @@ def daemon(
         help="Hours between refits of the interruption model on the recorded market (0 = never; needs "
         "--forecast-dir).")] = 24.0,
     retain_days: Annotated[float, typer.Option(
-        "--retain-days", min=0.0, max=36500.0,
+        "--retain-days", min=0.0, max=36500.0, callback=lambda v: _zero_or_at_least_one_day(v),
         help="Each day, delete what every pass writes (demand and market history, pass markers, handled "
         "notices) older than this many days, as `fleetctl prune` does (0 = keep everything; the forecasters "
         "retrain on the last 30 days).")] = 90.0,
@@ -189,6 +196,12 @@ def daemon(
             notices.store.close()
         store.close()
     console.print(f"stopped after {loop.ticks} ticks", markup=False)
+
+
+def _zero_or_at_least_one_day(days: float) -> float:
+    if 0 < days < 1:
+        raise typer.BadParameter("0 (keep everything) or at least 1 day")
+    return days
 
 
 def _check_notice_options(addr: str, path: Path | None) -> str | None:

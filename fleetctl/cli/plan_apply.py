@@ -23,6 +23,7 @@ from fleetctl.cli.common import (
     load_policy_or_exit,
     make_provider,
     open_store,
+    stop_cleanly_on_sigterm,
     utcnow,
 )
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
@@ -269,6 +270,7 @@ def apply(
     Terraform plan changed or would destroy what the policy still asks for (nothing is
     changed then); without a file, fleetctl plans, shows the diff and asks."""
     tf = tf_plan = None
+    stop_cleanly_on_sigterm()
     if plan_file is not None:
         try:
             raw = plan_file.read_text(encoding="utf-8")
@@ -340,36 +342,37 @@ def apply(
                 answer = typer.prompt("\nDo you want to perform these actions? Only 'yes' will be accepted", default="")
                 if answer.strip() != "yes":
                     fail("Apply cancelled; nothing was changed.")
-        if tf_plan is not None and tf_plan.has_changes:
-            from fleetctl.terraform import TerraformError
-
-            try:
-                tf.apply(tf_plan)  # type: ignore[union-attr]
-            except TerraformError as exc:
-                fail(f"{exc}\nNo API action was carried out. Terraform keeps its own state of what it did; run "
-                     "`fleetctl plan --terraform-dir` again.")
-            counts = tf_plan.counts()
-            console.print(f"Terraform: {counts['add']} added, {counts['change']} changed, {counts['destroy']} "
-                          "destroyed.", markup=False)
-        if not to_apply.has_changes:
+        if not to_apply.has_changes and not (tf_plan is not None and tf_plan.has_changes):
             console.print("No API actions to apply.")
             return
         from fleetctl.controller.lease import controller_lease, holder_id
         from fleetctl.store import LeaseHeld
 
         try:
-            # One controller at a time on this store (the daemon, a cron reconcile): the state is
-            # checked again once this process holds the lease, then the plan is carried out.
+            # One controller at a time on this store (the daemon, a cron reconcile): the lease is taken
+            # before anything is done, Terraform included, and the state checked again under it.
             with controller_lease(store, holder_id(), wait_seconds=lock_timeout):
                 if fingerprint(observe(store, provider, utcnow()), pol) != fp:
-                    fail(("Terraform was applied; the API actions were not: " if tf_plan is not None and
-                          tf_plan.has_changes else "") + "another fleetctl process changed the fleet or the jobs "
-                         "while this apply waited or asked; nothing of the plan was carried out. Run `fleetctl "
-                         "plan` again.")
+                    fail("another fleetctl process changed the fleet or the jobs while this apply waited or asked; "
+                         "nothing of the plan was carried out. Run `fleetctl plan` again.")
+                if tf_plan is not None and tf_plan.has_changes:
+                    from fleetctl.terraform import TerraformError
+
+                    try:
+                        tf.apply(tf_plan)  # type: ignore[union-attr]
+                    except TerraformError as exc:
+                        fail(f"{exc}\nNo API action was carried out. Terraform keeps its own state of what it did; "
+                             "run `fleetctl plan --terraform-dir` again.")
+                    counts = tf_plan.counts()
+                    console.print(f"Terraform: {counts['add']} added, {counts['change']} changed, "
+                                  f"{counts['destroy']} destroyed.", markup=False)
+                if not to_apply.has_changes:
+                    console.print("No API actions to apply.")
+                    return
                 result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp)
         except LeaseHeld as exc:
-            fail(f"{exc}. Nothing of the plan was carried out (waited {lock_timeout:g} s: --lock-timeout)"
-                 + ("; Terraform was applied" if tf_plan is not None and tf_plan.has_changes else "") + ".")
+            fail(f"{exc}. Nothing of the plan was carried out, Terraform included (waited {lock_timeout:g} s: "
+                 "--lock-timeout).")
         except ApplyError as exc:
             if exc.carried_out:
                 fail(f"{exc.message}.\nCarried out before the error, and recorded: " + "; ".join(exc.carried_out)

@@ -30,7 +30,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from fleetctl.controller.forecast import Forecaster, build_forecast
-from fleetctl.controller.lease import NAME as LEASE, TTL_SECONDS, holder_id
+from fleetctl.controller.lease import NAME as LEASE, holder_id, take as take_lease
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
@@ -84,7 +84,7 @@ class Daemon:
     def _take_lease(self) -> bool:
         """Take the store's controller lease for one pass; False (logged once
         per holder) while another process holds it."""
-        held = self.ctx.store.acquire_lease(LEASE, self.holder, TTL_SECONDS)
+        held = take_lease(self.ctx.store, self.holder)
         self.ctx.metrics.lease_held.set(1 if held is None else 0)
         if held is None:
             if self.standing_by is not None:
@@ -156,7 +156,10 @@ class Daemon:
             if self.stopped.is_set():
                 return
             try:
-                deleted = self.ctx.store.prune(self.clock() - timedelta(days=self.retain_days))
+                now = self.clock()
+                deleted = self.ctx.store.prune(
+                    now - timedelta(days=self.retain_days),
+                    notices_before=now - timedelta(minutes=self.ctx.policy.reclaimed_offer_ttl_minutes))
                 log.info("pruned history older than %g days: %s", self.retain_days,
                          ", ".join(f"{n} {table}" for table, n in deleted.items()))
             except Exception:  # the tick boundary, as above

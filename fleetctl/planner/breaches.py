@@ -61,8 +61,9 @@ def policy_gaps(jobs: Iterable[Job], offers: Iterable[Offer], policy: Policy) ->
         out.append(f"{n} active job(s) name priority class {name}, which the policy does not define: they are "
                    f"planned as {policy.default_priority_class} (default_priority_class)")
     if policy.regions:
-        sold = {o.region for o in offers}
+        sold = {o.region for o in offers if not policy.providers or o.provider in policy.providers}
         for region in policy.regions:
             if region not in sold:
-                out.append(f"region {region} (policy regions): nothing is sold there on this market (a typo?)")
+                out.append(f"region {region} (policy regions): the allowed providers sell nothing there on this "
+                           "market (a typo, or another provider's region?)")
     return tuple(out)

@@ -148,9 +148,29 @@ class Store:
     def _migrate(self) -> None:
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
-        with self._engine.begin() as conn:
+        with self._migration_lock(), self._engine.begin() as conn:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+
+    @contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """On a SQLite file, one process at a time upgrades the schema: SQLite
+        runs DDL outside the transaction, so processes started together on an
+        old store (cron beside a restarted daemon) each created the new table,
+        and all but one failed. An advisory lock on ``<db>.migrate.lock``;
+        PostgreSQL serialises DDL itself."""
+        database = self._engine.url.database if self._engine.url.get_backend_name() == "sqlite" else None
+        if not database or database == ":memory:" or os.name != "posix":
+            yield
+            return
+        import fcntl
+
+        with open(f"{database}.migrate.lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     def schema_revision(self) -> str | None:
         with self._engine.connect() as conn:
@@ -370,14 +390,17 @@ class Store:
     #: pass markers); the others record decisions and are kept.
     PER_PASS_EVENTS = ("demand", "offers_observed", "plan_applied")
 
-    def prune(self, before: datetime) -> dict[str, int]:
+    def prune(self, before: datetime, notices_before: datetime | None = None) -> dict[str, int]:
         """Delete what every pass adds, older than ``before``: the per-pass
         audit rows (``PER_PASS_EVENTS``), the spot market's change log except
         each offer's last row before ``before`` (the market's state then, which
         a forecaster reading a window from there needs), and handled notices.
         Decisions (launch, bind, terminate, ...), jobs and nodes are kept.
+        ``notices_before`` (earlier than ``before``) keeps the notices the
+        planner still reads (the policy's ``reclaimed_offer_ttl_minutes``).
         Returns the rows deleted per table."""
         cut = dt_to_str(before)
+        notice_cut = dt_to_str(min(before, notices_before) if notices_before is not None else before)
         events, obs, notices = tables.events, tables.offer_observations, tables.interruptions
         with self.transaction(), self._tx() as conn:
             deleted_events = conn.execute(events.delete().where(events.c.at_utc < cut)
@@ -387,7 +410,7 @@ class Store:
             deleted_obs = conn.execute(obs.delete().where(obs.c.observed_at_utc < cut)
                                        .where(obs.c.seq.not_in(anchor_seqs))).rowcount
             deleted_notices = conn.execute(notices.delete().where(notices.c.handled_at_utc.is_not(None))
-                                           .where(notices.c.received_at_utc < cut)).rowcount
+                                           .where(notices.c.received_at_utc < notice_cut)).rowcount
         return {"events": deleted_events, "offer_observations": deleted_obs, "interruptions": deleted_notices}
 
     # ------------------------------------------------------------------ leases
@@ -414,6 +437,15 @@ class Store:
                 return None
             row = conn.execute(sa.select(t.c.holder, t.c.expires_at_unix).where(t.c.name == name)).one()
         return row.holder, max(0.0, row.expires_at_unix - now)
+
+    def take_over_lease(self, name: str, old_holder: str, holder: str, ttl_seconds: float) -> bool:
+        """Take the lease from ``old_holder`` (a process known to be gone), if it still holds it."""
+        t = tables.leases
+        now = time.time()
+        with self._tx() as conn:
+            return bool(conn.execute(
+                t.update().where(t.c.name == name).where(t.c.holder == old_holder)
+                .values(holder=holder, acquired_at_unix=now, expires_at_unix=now + ttl_seconds)).rowcount)
 
     def release_lease(self, name: str, holder: str) -> None:
         """Give the lease up (only ``holder``'s: one that expired and was taken stays taken)."""

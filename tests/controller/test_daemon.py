@@ -277,7 +277,68 @@ def test_cli_prune(tmp_path):
     store.record("offers_observed", datetime.now(timezone.utc) - timedelta(days=40), "", offers=0)
     store.close()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
-    run = subprocess.run([sys.executable, "-m", "fleetctl", "prune", "--older-than-days", "30"], cwd=tmp_path,
+    run = subprocess.run([sys.executable, "-m", "fleetctl", "prune", "--older-than-days", "30", "--policy",
+                          str(REPO / "policies" / "example.yaml")], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "deleted 1 events rows, 0 offer_observations rows, 0 interruptions rows" in run.stdout
+
+
+def test_a_lease_held_by_a_dead_process_of_this_host_is_taken_at_once(tmp_path):
+    """A cron run killed with SIGKILL held the lease for its whole expiry (10
+    minutes: a restarted daemon skipped its reclaim passes meanwhile). A holder
+    of this host whose process is gone is taken over; a live one is not."""
+    import socket
+
+    from fleetctl.controller.lease import take
+    from fleetctl.store import Store
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        host = socket.gethostname()
+        assert store.acquire_lease("controller", f"{host} pid {dead.pid} (deadbeef)", 600.0) is None
+        assert take(store, "me") is None
+        store.release_lease("controller", "me")
+        live = f"{host} pid {os.getppid()} (cafe0000)"  # this test's parent process: alive
+        assert store.acquire_lease("controller", live, 600.0) is None
+        assert take(store, "me")[0] == live
+        store.release_lease("controller", live)
+        assert store.acquire_lease("controller", f"other-host pid {dead.pid} (deadbeef)", 600.0) is None
+        assert take(store, "me")[0].startswith("other-host")  # another host's pid says nothing here
+    finally:
+        store.close()
+
+
+def test_reconcile_releases_the_lease_on_sigterm(tmp_path):
+    """A cron deadline or `timeout` sends SIGTERM mid-pass: the lease is released
+    and the next run does not wait for it (it waited 10 minutes)."""
+    import sqlite3
+
+    env = _sandbox_with_jobs(tmp_path)
+    env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
+    # A pass made slow on purpose: each sandbox launch sleeps, so SIGTERM lands inside the pass.
+    slow = ("import sys, time; import providers.sim as s; real = s.SimProvider.launch\n"
+            "def launch(self, request, now):\n    time.sleep(2)\n    return real(self, request, now)\n"
+            "s.SimProvider.launch = launch\nfrom fleetctl.cli.main import app\n"
+            "sys.argv = ['fleetctl', 'reconcile', '--once']\napp()\n")
+    proc = subprocess.Popen([sys.executable, "-c", slow], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    db = tmp_path / ".fleetctl" / "state.db"
+
+    def holding() -> bool:
+        try:
+            with sqlite3.connect(db) as conn:
+                return bool(conn.execute("SELECT holder FROM leases WHERE holder != ''").fetchall())
+        except sqlite3.OperationalError:
+            return False
+
+    assert wait_for(holding, timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert not holding()
+    again = subprocess.run([sys.executable, "-m", "fleetctl", "reconcile", "--once", "--lock-timeout", "0"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr

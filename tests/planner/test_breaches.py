@@ -42,4 +42,9 @@ def test_a_policy_edit_that_leaves_jobs_or_regions_behind_is_noted():
     )
     regions = replace(policy(), regions=("us-east-1", "us-eest-1"))
     assert policy_gaps(jobs[:1], offers, regions) == (
-        "region us-eest-1 (policy regions): nothing is sold there on this market (a typo?)",)
+        "region us-eest-1 (policy regions): the allowed providers sell nothing there on this market (a typo, or "
+        "another provider's region?)",)
+    gcp_region = replace(policy(), providers=("aws",), regions=("us-east-1", "us-central1"))
+    assert policy_gaps(jobs[:1], [*offers, offer(region="us-central1", provider="gcp")], gcp_region) == (
+        "region us-central1 (policy regions): the allowed providers sell nothing there on this market (a typo, or "
+        "another provider's region?)",)

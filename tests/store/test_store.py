@@ -225,3 +225,35 @@ def test_prune_deletes_what_every_pass_adds_and_keeps_decisions_and_the_market_s
     assert len(store.events("demand")) == 5 and len(store.events("offers_observed")) == 5
     assert store.offer_observations(cut, with_state_at_since=True) == state_before  # the state at the cut kept
     assert [e.event_id for e in store.interruptions(unhandled_only=False)] == ["open"]
+
+    # a notice the planner still reads (reclaimed_offer_ttl_minutes) is kept whatever the cut
+    store.add_interruption(InterruptionEvent("recent", "aws", "n3", InterruptionKind.RECLAIM_WARNING, cut))
+    store.mark_interruption_handled("recent", cut)
+    assert store.prune(cut + timedelta(hours=1), notices_before=cut - timedelta(hours=1))["interruptions"] == 0
+
+
+def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path):
+    """Six processes open a store at an older schema at the same moment (cron
+    beside a restarted daemon after an upgrade): every one opens it."""
+    import subprocess
+    import sys
+
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.store import MIGRATIONS
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0005")
+    engine.dispose()
+    code = f"from fleetctl.store import Store; s = Store({url!r}); print(s.schema_revision()); s.close()"
+    runs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(6)]
+    outs = [p.communicate(timeout=120) for p in runs]
+    assert [p.returncode for p in runs] == [0] * 6, [err for _, err in outs]
+    assert {out.strip() for out, _ in outs} == {"0006"}

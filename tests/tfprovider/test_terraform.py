@@ -203,6 +203,18 @@ def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: 
         launches = re.findall(r"\+ launch (\d+) x (\S+) .* in aws us-east-1", planned.output)
         assert launches, planned.output  # the API half: EC2 instances for the example queue
 
+        # Another controller acts on the store: apply changes nothing, Terraform included.
+        from fleetctl.store import Store
+
+        other = Store(env["FLEETCTL_STATE"])
+        assert other.acquire_lease("controller", "daemon elsewhere", 60.0) is None
+        waited = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(policy),
+                                     "--terraform-init", "get", "--lock-timeout", "0.2"], env=env)
+        other.release_lease("controller", "daemon elsewhere")
+        other.close()
+        assert waited.exit_code == 1 and "Terraform included" in waited.output, waited.output
+        assert not (infra / "terraform.tfstate").exists()
+
         applied = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--policy", str(policy),
                                       "--terraform-init", "get"], env=env)
         assert applied.exit_code == 0, applied.output
