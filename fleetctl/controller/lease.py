@@ -10,26 +10,32 @@ when it stops (its lease is released) or dies (its lease expires).
 Design choice: a lease row with an expiry in wall-clock time rather than a
 database lock held for the pass: it works the same on SQLite and PostgreSQL,
 does not keep a transaction open across cloud calls, and a process killed
-with SIGKILL holds it only until it expires (at once, on the same host: a
-holder whose process is gone is taken over). ``reconcile --once`` and
+with SIGKILL holds it only until it expires: 2 minutes, as a heartbeat thread
+renews it every 30 s while a pass runs (at once, on the same host: a holder
+whose process is gone is taken over). ``reconcile --once`` and
 ``apply`` release it on SIGTERM (a cron deadline, ``timeout``,
 ``systemctl stop``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from fleetctl.store import LeaseHeld, Store
+from fleetctl.store import LeaseHeld, Store, StoreError
+
+log = logging.getLogger("fleetctl.lease")
 
 NAME = "controller"
-TTL_SECONDS = 600.0  # longer than any pass; a dead holder blocks others at most this long
+TTL_SECONDS = 600.0  # without a heartbeat (an in-memory store): longer than any pass
+HEARTBEAT_TTL_SECONDS = 120.0  # renewed every 30 s while held: a holder that died blocks others at most 2 minutes
 
 
 def holder_id() -> str:
@@ -72,21 +78,80 @@ def take(store: Store, holder: str, ttl_seconds: float = TTL_SECONDS) -> tuple[s
     return held
 
 
+class _Heartbeat:
+    """Renews a held lease from its own thread and store handle while a pass
+    runs, so a long pass (a Terraform apply, a slow cloud) keeps it, and the
+    lease can expire soon after its holder dies (``HEARTBEAT_TTL_SECONDS``)."""
+
+    def __init__(self, url: str, holder: str, ttl_seconds: float) -> None:
+        self._url, self._holder, self._ttl = url, holder, ttl_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fleetctl-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        store: Store | None = None
+        try:
+            store = Store(self._url)
+            while not self._stop.wait(self._ttl / 4):
+                held = store.acquire_lease(NAME, self._holder, self._ttl)
+                if held is not None:
+                    log.error("the controller lease was lost to %s while this pass ran", held[0])
+                    return
+        except StoreError:
+            log.exception("renewing the controller lease failed; it expires %.0f s after the last renewal",
+                          self._ttl)
+        finally:
+            if store is not None:
+                store.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+class Held:
+    """The controller lease, held by this process until ``release()``."""
+
+    def __init__(self, store: Store, holder: str, heartbeat: _Heartbeat | None) -> None:
+        self._store, self._holder, self._heartbeat = store, holder, heartbeat
+
+    def release(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        self._store.release_lease(NAME, self._holder)
+
+
+def _in_memory(url: str) -> bool:
+    return ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite:/")
+
+
+def hold(store: Store, holder: str) -> Held | tuple[str, float]:
+    """Take the lease for a pass (renewed from a heartbeat thread where the
+    store can be opened twice): a ``Held``, else (holder, seconds left)."""
+    beating = not _in_memory(store.url)
+    ttl = HEARTBEAT_TTL_SECONDS if beating else TTL_SECONDS
+    held = take(store, holder, ttl)
+    if held is not None:
+        return held
+    return Held(store, holder, _Heartbeat(store.url, holder, ttl) if beating else None)
+
+
 @contextmanager
-def controller_lease(store: Store, holder: str, *, wait_seconds: float = 0.0, ttl_seconds: float = TTL_SECONDS,
+def controller_lease(store: Store, holder: str, *, wait_seconds: float = 0.0,
                      poll_seconds: float = 0.5) -> Iterator[None]:
     """Hold the controller lease for the block; wait up to ``wait_seconds``
     for another holder to finish, then raise ``LeaseHeld``."""
     deadline = time.monotonic() + wait_seconds
     while True:
-        held = take(store, holder, ttl_seconds)
-        if held is None:
+        got = hold(store, holder)
+        if isinstance(got, Held):
             break
         left = deadline - time.monotonic()
         if left <= 0:
-            raise LeaseHeld(NAME, *held)
+            raise LeaseHeld(NAME, *got)
         time.sleep(min(poll_seconds, left))
     try:
         yield
     finally:
-        store.release_lease(NAME, holder)
+        got.release()

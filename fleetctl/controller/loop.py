@@ -30,7 +30,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from fleetctl.controller.forecast import Forecaster, build_forecast
-from fleetctl.controller.lease import NAME as LEASE, holder_id, take as take_lease
+from fleetctl.controller.lease import Held, hold as hold_lease, holder_id
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
@@ -81,21 +81,21 @@ class Daemon:
             self.scheduler.add_job(self.retrain, "interval", seconds=retrain_seconds, id="retrain",
                                    max_instances=1, coalesce=True)
 
-    def _take_lease(self) -> bool:
-        """Take the store's controller lease for one pass; False (logged once
+    def _take_lease(self) -> Held | None:
+        """Take the store's controller lease for one pass; None (logged once
         per holder) while another process holds it."""
-        held = take_lease(self.ctx.store, self.holder)
-        self.ctx.metrics.lease_held.set(1 if held is None else 0)
-        if held is None:
+        got = hold_lease(self.ctx.store, self.holder)
+        self.ctx.metrics.lease_held.set(1 if isinstance(got, Held) else 0)
+        if isinstance(got, Held):
             if self.standing_by is not None:
                 log.info("controller lease taken: acting on the store again")
                 self.standing_by = None
-            return True
-        if self.standing_by != held[0]:
+            return got
+        if self.standing_by != got[0]:
             log.info("another process acts on this store (%s, lease %.0f s more): this daemon stands by",
-                     held[0], held[1])
-            self.standing_by = held[0]
-        return False
+                     got[0], got[1])
+            self.standing_by = got[0]
+        return None
 
     def reconcile(self) -> None:
         with self.lock:
@@ -103,7 +103,8 @@ class Daemon:
                 return
             now = self.clock()
             try:
-                if not self._take_lease():
+                lease = self._take_lease()
+                if lease is None:
                     return
                 try:
                     forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
@@ -111,7 +112,7 @@ class Daemon:
                     report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                                   policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
                 finally:
-                    self.ctx.store.release_lease(LEASE, self.holder)
+                    lease.release()
             except Exception:  # the tick boundary: count, log with the traceback, go on
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("reconcile tick failed at %s", now.isoformat())
@@ -126,7 +127,8 @@ class Daemon:
             if self.stopped.is_set():
                 return
             try:
-                if not self._take_lease():
+                lease = self._take_lease()
+                if lease is None:
                     return
                 try:
                     now = self.clock()
@@ -137,7 +139,7 @@ class Daemon:
                                          policy=self.ctx.policy, now=now, metrics=self.ctx.metrics,
                                          forecast=forecast)
                 finally:
-                    self.ctx.store.release_lease(LEASE, self.holder)
+                    lease.release()
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("interruption handling failed")

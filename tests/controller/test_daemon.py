@@ -342,3 +342,24 @@ def test_reconcile_releases_the_lease_on_sigterm(tmp_path):
     again = subprocess.run([sys.executable, "-m", "fleetctl", "reconcile", "--once", "--lock-timeout", "0"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_long_pass_keeps_its_lease_by_heartbeat(tmp_path, monkeypatch):
+    """The lease expires soon after its holder dies (2 minutes) yet a pass
+    longer than that keeps it: a heartbeat thread renews it while held."""
+    from fleetctl.controller import lease
+    from fleetctl.store import Store
+
+    monkeypatch.setattr(lease, "HEARTBEAT_TTL_SECONDS", 0.4)  # renewed every 0.1 s
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store, other = Store(url), Store(url)
+    try:
+        with lease.controller_lease(store, "long pass"):
+            for _ in range(10):  # 1 s: more than twice the TTL
+                time.sleep(0.1)
+                held = other.acquire_lease("controller", "other", 0.4)
+                assert held is not None and held[0] == "long pass"
+        assert other.acquire_lease("controller", "other", 0.4) is None  # released at the end
+    finally:
+        store.close()
+        other.close()
