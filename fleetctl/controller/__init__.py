@@ -168,10 +168,12 @@ def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, e
 def _launch_parts(plan: Plan) -> list[tuple[str, Launch, bool]]:
     """The plan's launches as the cloud is asked for them: (key suffix, launch,
     together). The planner buys one Launch per offer; the nodes of a gang in it
-    (a job bound to several of its new nodes) are asked for apart and together
+    (a job bound or moved to several of its new nodes) are asked for apart and together
     (AWS puts them in the pool's cluster placement group), under the suffix
     ``<index>-g<n>``; the other nodes keep the launch's own ``<index>``."""
-    gangs = [b.node_ids for b in plan.actions if isinstance(b, Bind) and len(set(b.node_ids)) > 1]
+    gangs = [a.node_ids if isinstance(a, Bind) else a.to_node_ids for a in plan.actions
+             if (isinstance(a, Bind) and len(set(a.node_ids)) > 1)
+             or (isinstance(a, Migrate) and len(set(a.to_node_ids)) > 1)]  # a gang bound, or moved whole
     parts: list[tuple[str, Launch, bool]] = []
     for index, action in enumerate(plan.actions):
         if not isinstance(action, Launch):

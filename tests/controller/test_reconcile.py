@@ -674,6 +674,13 @@ def test_a_gangs_nodes_are_asked_for_apart_and_together(world_factory):
     jobs_now = {j.job_id: j for j in w.store.jobs()}
     assert len(set(jobs_now["gang"].node_ids)) == 2 and not set(jobs_now["gang"].node_ids) & set(jobs_now["solo"].node_ids)
 
+    from fleetctl.controller import _launch_parts
+    from fleetctl.model import Migrate
+
+    moved = Plan((Launch(SPOT_B, ("new-1", "new-2"), Reason.CHEAPEST_OFFER, "test"),
+                  Migrate("gang", ("a", "b"), ("new-1", "new-2"), Reason.CONSOLIDATION, "back to spot")), (), 0.0, 9.0)
+    assert [(suffix, together) for suffix, _, together in _launch_parts(moved)] == [("0", True)]
+
 
 def test_an_offer_refused_for_capacity_is_planned_around_at_once_and_left_out_for_a_while(world_factory,
                                                                                        monkeypatch):
