@@ -666,7 +666,10 @@ class _Pass:
             return
         self.unplaced.remove(waiting)
         self.order.charge(job)  # type: ignore[union-attr]
+        # The rules against what the step holds now, checked at this purchase: the step's projections
+        # (what buy() expected the whole step to hold) are spent once buy() is done.
         self.strict = True
+        self.projected_spot_gpus = self.projected_total_gpus = 0
         self._note(job, f"admitted after the step's purchases: they cost less than admission counted "
                         f"(fleet ${self.usd:.2f}/h before this job)")
         self._buy_one(job, spot_ok, {})
