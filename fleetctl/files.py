@@ -16,6 +16,20 @@ import tempfile
 from pathlib import Path
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where the system tells
+    (Linux); elsewhere set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass  # no /proc: ask the system call instead, below
+    current = os.umask(0o077)
+    os.umask(current)
+    return current
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8, line endings as given) to ``path`` all at once;
     returns the path written (a symlink's target). Creates missing parent
@@ -26,10 +40,14 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     if out.exists() and not out.is_file():
         raise OSError(errno.EEXIST, "exists and is not a regular file", str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
+    # The mode of the file it replaces, else what the umask gives a new file (mkstemp's 0600 made
+    # traces and plans unreadable to the daemon's or CI's user, and tightened replaced files).
+    mode = out.stat().st_mode & 0o7777 if out.exists() else 0o666 & ~umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
+
+from fleetctl.files import umask
 
 
 class ModelError(ValueError):
@@ -62,6 +65,7 @@ def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Pat
                              f"{', ...' if len(others) > 3 else ''}); save into a new or empty directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-new-", dir=path.parent))
+    os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 hid models from the daemon's or CI's user
     old = None
     try:
         joblib.dump(estimator, staging / "model.joblib")
@@ -109,15 +113,17 @@ def load_estimator(path: Path, meta: dict[str, Any], *, kind: str, allow_version
         warnings.warn(text, stacklevel=3)
     est_path = path / "model.joblib"
     recorded = meta.get("digest")
-    if recorded is not None:  # models saved before the digest have none
-        try:
-            data = est_path.read_bytes()
-        except OSError as exc:
-            raise ModelError(f"{est_path}: cannot read the model ({exc.strerror or exc})") from exc
-        if recorded != _digest(data, meta):
-            raise ModelError(f"{path}: model.json and model.joblib do not belong together (changed or copied "
-                             f"after the model was saved: their digest differs from the one recorded); retrain "
-                             f"it (fleetctl forecast train {kind})")
+    if recorded is None:  # deleting it must not switch the check off
+        raise ModelError(f"{path}: model.json has no digest binding it to model.joblib (edited, or saved by a "
+                         f"fleetctl before 2026-11-23); retrain it (fleetctl forecast train {kind})")
+    try:
+        data = est_path.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"{est_path}: cannot read the model ({exc.strerror or exc})") from exc
+    if recorded != _digest(data, meta):
+        raise ModelError(f"{path}: model.json and model.joblib do not belong together (changed or copied "
+                         f"after the model was saved: their digest differs from the one recorded); retrain "
+                         f"it (fleetctl forecast train {kind})")
     try:
         return joblib.load(est_path)
     except Exception as exc:  # noqa: BLE001 - unpickling raises anything; report it with the path

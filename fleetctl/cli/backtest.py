@@ -12,6 +12,8 @@ from rich.table import Table
 
 from rich.markup import escape
 
+from fleetctl.cli.forecast import AllowMismatchOption
+from fleetctl.cli.common import report_dir_or_exit
 from fleetctl.cli.common import PolicyOption, console, err_console, fail, load_policy_or_exit
 
 
@@ -29,6 +31,7 @@ def backtest(
         help="Interruption model directory (`fleetctl forecast train interruption`). The fleetctl run then "
              "sees, at each moment, the model's reclaim probability per offer computed from the market up to "
              "that moment (never later); without it, the policy's default risk.", show_default=False)] = None,
+    allow_version_mismatch: AllowMismatchOption = False,
     output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="Directory to write backtest.png into (cumulative cost and running GPUs over time; "
@@ -60,11 +63,7 @@ def backtest(
     except ValueError as exc:
         fail(str(exc).replace("tick_seconds", "--tick-seconds").replace("launch_delay_seconds",
                                                                          "--launch-delay-seconds"), 2)
-    if report is not None:  # before minutes of simulation, not after
-        try:
-            report.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            fail(f"--report {report}: cannot write there: {exc.strerror or exc}", 2)
+    report_dir_or_exit(report)  # before minutes of simulation, not after
     pol, pol_path = load_policy_or_exit(policy, 2)
     try:
         mkt = load_market(market)
@@ -77,7 +76,7 @@ def backtest(
         fail(f"{jobs}: no jobs", 2)
     forecaster = None
     if forecast_model is not None:
-        forecaster = _market_forecaster(forecast_model, mkt)
+        forecaster = _market_forecaster(forecast_model, mkt, allow_version_mismatch)
     lines = exclusions(mkt, pol, trace)
     for line in lines:
         err_console.print(f"[yellow]note:[/] policy {pol_path}: {escape(line)}")
@@ -155,12 +154,13 @@ def _print(doc: dict, output_format: str, jobs: int) -> None:
     console.print(table)
 
 
-def _market_forecaster(path: Path, market):  # noqa: ANN001, ANN202 - a RiskForecaster over a Market
-    """Load the interruption model at ``path``; exit 2 with the reason if it cannot be used."""
+def _market_forecaster(path: Path, market, allow_version_mismatch: bool = False):  # noqa: ANN001, ANN202
+    """Load the interruption model at ``path`` (a RiskForecaster over ``market``); exit 2 with the reason
+    if it cannot be used."""
     try:
         from forecasting.interruption import InterruptionModel
 
-        model = InterruptionModel.load(path)
+        model = InterruptionModel.load(path, allow_version_mismatch=allow_version_mismatch)
     except (OSError, ValueError, RuntimeError) as exc:
         fail(f"--forecast-model {path}: {exc}", 2)
     return lambda now: model.risks(market, now)

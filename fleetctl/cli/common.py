@@ -68,6 +68,16 @@ SeedOption = Annotated[
 ]
 
 
+def report_dir_or_exit(report: Path | None) -> None:
+    """Make the --report directory before the work (a bad path exits 2 at once, not after minutes)."""
+    if report is None:
+        return
+    try:
+        report.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--report {report}: cannot write there: {exc.strerror or exc}", 2)
+
+
 def stop_cleanly_on_sigterm() -> None:
     """SIGTERM (a cron deadline, `timeout`, `systemctl stop`, a Kubernetes
     CronJob) ends the command through the normal unwinding, as Ctrl-C does:

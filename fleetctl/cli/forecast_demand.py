@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, err_console, fail
+from fleetctl.cli.common import console, err_console, fail, report_dir_or_exit
 from fleetctl.cli.forecast import evaluate_app, finite_or_null, load_model_or_exit, save_model_or_exit, train_app
 from fleetctl.cli.forecast_interruption import whole_minutes
 
@@ -170,6 +170,7 @@ def evaluate_demand(
         if series_digest(s) in seen:
             err_console.print(f"note: {s.name} was also a training series (scored only from "
                               f"{since_utc.isoformat() if since_utc else 'its start'})", markup=False)
+    report_dir_or_exit(report)
     try:
         result = evaluate(model, data, h, since_utc=since_utc, until_utc=until_utc)
     except ValueError as exc:
@@ -179,20 +180,20 @@ def evaluate_demand(
     if skipped:
         err_console.print(f"note: not scored (no origin with 24 hours of history and the {h}-minute outcome inside "
                           f"the window): {', '.join(skipped)}", markup=False)
-    if report is not None:
+    if output_format == "json":
+        print(json.dumps(finite_or_null(result), indent=2, allow_nan=False))
+    else:
+        table = Table(title=f"demand +{h} min, {result['samples']} origins (GPUs)")
+        for col in ("", "MAE", "pinball p90", "p90 coverage"):
+            table.add_column(col, justify="right" if col else "left")
+        table.add_row("model", f"{result['mae']:.3f}", f"{result['pinball_p90']:.3f}",
+                      f"{result['p90_coverage']:.1%}")
+        for name, s in result["baselines"].items():
+            table.add_row(name, f"{s['mae']:.3f}", f"{s['pinball_p90']:.3f}", "")
+        console.print(table)
+    if report is not None:  # after the results: a failure here loses nothing
         try:
-            report.mkdir(parents=True, exist_ok=True)
             err_console.print(f"wrote {forecast_plot(curves, h, report / f'demand_forecast_{h}m.png')}",
                               markup=False)
         except OSError as exc:
-            fail(f"--report {report}: cannot write the report: {exc.strerror or exc}", 2)
-    if output_format == "json":
-        print(json.dumps(finite_or_null(result), indent=2, allow_nan=False))
-        return
-    table = Table(title=f"demand +{h} min, {result['samples']} origins (GPUs)")
-    for col in ("", "MAE", "pinball p90", "p90 coverage"):
-        table.add_column(col, justify="right" if col else "left")
-    table.add_row("model", f"{result['mae']:.3f}", f"{result['pinball_p90']:.3f}", f"{result['p90_coverage']:.1%}")
-    for name, s in result["baselines"].items():
-        table.add_row(name, f"{s['mae']:.3f}", f"{s['pinball_p90']:.3f}", "")
-    console.print(table)
+            fail(f"--report {report}: cannot write the report: {exc.strerror or exc} (the results are above)")

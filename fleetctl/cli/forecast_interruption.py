@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, err_console, fail
+from fleetctl.cli.common import console, err_console, fail, report_dir_or_exit
 from fleetctl.cli.forecast import evaluate_app, finite_or_null, load_model_or_exit, save_model_or_exit, train_app
 
 MarketsOption = Annotated[list[Path], typer.Option(
@@ -123,27 +123,27 @@ def evaluate_interruption(
         fail(f"--format must be table or json (got {output_format!r})", 2)
     model = load_model_or_exit(InterruptionModel.load, model_dir, allow_version_mismatch)
     markets = _markets(market)
+    report_dir_or_exit(report)
     try:
         result = evaluate(model, markets)
     except ValueError as exc:
         fail(str(exc), 2)
     y, p = result.pop("_arrays")
-    if report is not None:
-        try:
-            report.mkdir(parents=True, exist_ok=True)
-            err_console.print(f"wrote {reliability_plot(y, p, report / 'reliability.png')}", markup=False)
-        except OSError as exc:
-            fail(f"--report {report}: cannot write the report: {exc.strerror or exc}", 2)
     if result["positives"] in (0, result["samples"]):
         err_console.print(f"note: AUC is undefined: the {result['samples']} evaluation samples have "
                           f"{'no' if result['positives'] == 0 else 'only'} losses (JSON shows null)", markup=False)
     if output_format == "json":
         print(json.dumps(finite_or_null(result), indent=2, allow_nan=False))
-        return
-    table = Table(title=f"interruption risk, {result['samples']} samples, {result['positives']} losses")
-    for col in ("", "AUC", "Brier"):
-        table.add_column(col, justify="right" if col else "left")
-    table.add_row("model", f"{result['auc']:.3f}", f"{result['brier']:.4f}")
-    for name, s in result["baselines"].items():
-        table.add_row(name, f"{s['auc']:.3f}", f"{s['brier']:.4f}")
-    console.print(table)
+    else:
+        table = Table(title=f"interruption risk, {result['samples']} samples, {result['positives']} losses")
+        for col in ("", "AUC", "Brier"):
+            table.add_column(col, justify="right" if col else "left")
+        table.add_row("model", f"{result['auc']:.3f}", f"{result['brier']:.4f}")
+        for name, s in result["baselines"].items():
+            table.add_row(name, f"{s['auc']:.3f}", f"{s['brier']:.4f}")
+        console.print(table)
+    if report is not None:  # after the results: a failure here loses nothing
+        try:
+            err_console.print(f"wrote {reliability_plot(y, p, report / 'reliability.png')}", markup=False)
+        except OSError as exc:
+            fail(f"--report {report}: cannot write the report: {exc.strerror or exc} (the results are above)")

@@ -102,7 +102,8 @@ def test_forecast_cli_refuses_unusable_output_and_input(tmp_path):
     assert "note: not scored" in partly.stderr and "short" in partly.stderr.split("not scored")[1]
     (tmp_path / "afile").write_text("x")
     report = _invoke(*evaluate, "--report", str(tmp_path / "afile"))
-    assert report.exit_code == 2 and f"--report {tmp_path / 'afile'}: cannot write the report" in report.output
+    # checked before the scoring, so nothing computed is thrown away
+    assert report.exit_code == 2 and f"--report {tmp_path / 'afile'}: cannot write there" in report.output
 
 
 def test_evaluate_interruption_prints_valid_json_when_auc_is_undefined(tmp_path):
@@ -128,4 +129,4 @@ def test_evaluate_interruption_prints_valid_json_when_auc_is_undefined(tmp_path)
     (tmp_path / "afile").write_text("x")
     report = _invoke("evaluate", "interruption", "--model", str(tmp_path / "m"), "--market", str(manifest),
                      "--report", str(tmp_path / "afile"))
-    assert report.exit_code == 2 and "--report" in report.output and "cannot write the report" in report.output
+    assert report.exit_code == 2 and "--report" in report.output and "cannot write there" in report.output

@@ -518,6 +518,7 @@ def test_bad_pod_list_reports_every_problem() -> None:
         p4,8000,30720,1,1000,,LS,Pending,0,10,5
         p5,8000,30720,1,1000,,LS,Failed,0,10,
         p1,8000,30720,4,250,,LS,Done,-1,10,0
+        p6,8000,30720,1,1000,,LS,Running,100,200,50
         """)
     with pytest.raises(SpecError) as info:
         parse_alibaba_pods(text, "pods.csv")
@@ -532,6 +533,7 @@ def test_bad_pod_list_reports_every_problem() -> None:
         "pods.csv:7:17: gpu_milli: must be 1000 for a pod with 4 GPUs (only 1-GPU pods share a GPU; got 250)",
         "pods.csv:7:25: pod_phase: unknown pod_phase 'Done'; allowed: Running, Succeeded, Failed, Pending",
         "pods.csv:7:30: creation_time: must be at least 0 (got '-1')",
+        "pods.csv:8:42: scheduled_time: 50 is before creation_time 100 (a truncated or edited row?)",
     ]
 
 
