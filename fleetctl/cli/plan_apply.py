@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import os
 import sys
@@ -75,8 +76,6 @@ def _rendered_root(pol) -> dict:  # noqa: ANN001
 
 
 def _root_sha256(document: dict) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
 
@@ -165,9 +164,6 @@ def plan(
     store.close()
     tf_plan = None
     if terraform_dir is not None:
-        import hashlib
-        import os
-
         # A saved plan's own Terraform plan file; a plan only looked at gets a temporary one (removed below).
         name = (f"fleetctl-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:12]}.tfplan" if out is not None
                 else f"fleetctl-look-{os.getpid()}.tfplan")
@@ -407,7 +403,7 @@ def _made_at(doc: dict, plan_file: Path) -> datetime:
     return made_at
 
 
-def _check_saved_actions(saved, again, plan_file: Path, saved_doc: dict | None = None) -> None:  # noqa: ANN001
+def _check_saved_actions(saved, again, plan_file: Path, saved_doc: dict) -> None:  # noqa: ANN001
     """The planner is pure: from the same state (the fingerprint matched) and
     the plan's own time (``again`` is planned then) it gives the same actions.
     A saved plan whose actions differ was edited (or made by another fleetctl)
@@ -419,7 +415,7 @@ def _check_saved_actions(saved, again, plan_file: Path, saved_doc: dict | None =
     # What the reviewer read too (cost and risk before and after, the summary, the jobs left waiting).
     shown = [(round(p.usd_per_hour_before, 6), round(p.usd_per_hour_after, 6), round(p.risk_before, 6),
               round(p.risk_after, 6), [unplaced_to_dict(u) for u in p.unplaced]) for p in (again, saved)]
-    summary = saved_doc.get("summary", summary_line(again)) if saved_doc is not None else summary_line(again)
+    summary = saved_doc.get("summary", summary_line(again))
     if not same or shown[0] != shown[1] or summary != summary_line(again):
         fail(f"the actions in {plan_file} are not what fleetctl plans for this state and policy (the file was "
              "edited, or written by another fleetctl version); nothing was changed. Run `fleetctl plan` again.")

@@ -257,11 +257,10 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     names: dict[str, str] = {}
     carried: list[str] = []  # what was done, for an error part-way
 
-    def failed(message: str) -> ApplyError:
-        return ApplyError(message, tuple(carried))
+    def failed(message: str, refused_offer: str | None = None) -> ApplyError:
+        return ApplyError(message, tuple(carried), refused_offer)
 
-    for index, launch, together in _launch_parts(plan):
-        action = launch
+    for index, action, together in _launch_parts(plan):
         try:
             with store.transaction():  # the intent, committed before the cloud is asked
                 key = _launch_key(store, f"fleetctl-{plan_id[:24]}-{index}", action, now)
@@ -276,9 +275,8 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                 store.finish_launch(key, (), "failed")
                 if isinstance(exc, InsufficientCapacity):  # left out of the next plans for a while (observe)
                     store.record("launch_refused", now, action.offer.key, error=str(exc)[:500])
-            error = failed(f"launch of {action.count} x {action.offer.key} failed: {exc}")
-            error.refused_offer = action.offer.key if isinstance(exc, InsufficientCapacity) else None
-            raise error from exc
+            raise failed(f"launch of {action.count} x {action.offer.key} failed: {exc}",
+                         action.offer.key if isinstance(exc, InsufficientCapacity) else None) from exc
         got = [n.node_id for n in result.nodes]
         for name, node in zip(action.node_names, result.nodes):
             names[name] = node.node_id
@@ -353,12 +351,13 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
         counts = {word: sum(a.kind == kind for a in moves)
                   for kind, word in (("preempt", "preempted"), ("bind", "bound"), ("migrate", "migrated"))}
         carried.append(", ".join(f"{word} {n} job(s)" for word, n in counts.items() if n))
-    for action in plan.actions:
-        if not isinstance(action, Terminate):
-            continue
+    terminates = [a for a in plan.actions if isinstance(a, Terminate)]
+    # Re-check the destructive actions against fresh state (read once: the lease keeps other
+    # controllers out while this one acts).
+    fresh = store.jobs(active_only=True) if terminates else ()
+    for action in terminates:
         with store.transaction():
-            # Re-check the destructive action against fresh state.
-            holders = sorted(j.job_id for j in store.jobs(active_only=True) if action.node_id in j.node_ids)
+            holders = sorted(j.job_id for j in fresh if action.node_id in j.node_ids)
             if holders:
                 raise failed(f"terminate: node {action.node_id} still holds jobs {', '.join(holders)}")
             try:

@@ -3,9 +3,9 @@
 ``reconcile --once`` (cron), ``apply`` and each pass of ``fleetctl daemon``
 take the store's ``controller`` lease around what they do, so two of them
 never observe, plan and act on the same fleet at once (which would buy it
-twice and start jobs twice). With PostgreSQL several daemons can run: the one
-that holds the lease acts, the others stand by and take over within a pass
-when it stops (its lease is released) or dies (its lease expires).
+twice and start jobs twice). The lease is held for one pass and released
+after it, so several daemons on one store take turns pass by pass, never at
+once; a pass that finds it held is skipped.
 
 Design choice: a lease row with an expiry in wall-clock time rather than a
 database lock held for the pass: it works the same on SQLite and PostgreSQL,
@@ -92,8 +92,10 @@ class _Heartbeat:
     def _run(self) -> None:
         store: Store | None = None
         try:
-            store = Store(self._url)
             while not self._stop.wait(self._ttl / 4):
+                # Opened at the first renewal only: most passes end long before it, and a daemon's
+                # interruption pass runs every few seconds.
+                store = store or Store(self._url)
                 held = store.acquire_lease(NAME, self._holder, self._ttl)
                 if held is not None:
                     log.error("the controller lease was lost to %s while this pass ran", held[0])

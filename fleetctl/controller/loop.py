@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
@@ -81,6 +83,19 @@ class Daemon:
             self.scheduler.add_job(self.retrain, "interval", seconds=retrain_seconds, id="retrain",
                                    max_instances=1, coalesce=True)
 
+    @contextmanager
+    def _leased(self) -> Iterator[bool]:
+        """The store's controller lease for one pass: True while held (released
+        after the pass), False when another process holds it (the pass is skipped)."""
+        lease = self._take_lease()
+        if lease is None:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lease.release()
+
     def _take_lease(self) -> Held | None:
         """Take the store's controller lease for one pass; None (logged once
         per holder) while another process holds it."""
@@ -103,16 +118,13 @@ class Daemon:
                 return
             now = self.clock()
             try:
-                lease = self._take_lease()
-                if lease is None:
-                    return
-                try:
+                with self._leased() as held:
+                    if not held:
+                        return
                     forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
                     self.last_forecast = forecast
                     report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                                   policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
-                finally:
-                    lease.release()
             except Exception:  # the tick boundary: count, log with the traceback, go on
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("reconcile tick failed at %s", now.isoformat())
@@ -127,10 +139,9 @@ class Daemon:
             if self.stopped.is_set():
                 return
             try:
-                lease = self._take_lease()
-                if lease is None:
-                    return
-                try:
+                with self._leased() as held:
+                    if not held:
+                        return
                     now = self.clock()
                     forecast = self.last_forecast
                     if forecast is None:
@@ -138,8 +149,6 @@ class Daemon:
                     handle_interruptions(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                                          policy=self.ctx.policy, now=now, metrics=self.ctx.metrics,
                                          forecast=forecast)
-                finally:
-                    lease.release()
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("interruption handling failed")

@@ -131,6 +131,12 @@ class CapacityIndex:
             self._unfile(slot)
             slot.schedulable = False
 
+    def restore(self, slot: Slot) -> None:
+        """Offer a withdrawn slot's capacity again."""
+        if not slot.schedulable:
+            slot.schedulable = True
+            self._file(slot)
+
     def take(self, slot: Slot, job: Job, workers: int = 1) -> None:
         """Charge ``workers`` workers of ``job`` to ``slot``."""
         filed = slot.schedulable

@@ -1153,8 +1153,7 @@ class _Pass:
                 for job, placed in moves:
                     for target, _ in placed:
                         self.new_index.give_back(target, job)
-                slot.schedulable = True
-                self.new_index._file(slot)
+                self.new_index.restore(slot)
                 continue
             for job, placed in moves:
                 self.index_jobs_moved(job, slot, placed, bind_at)
@@ -1530,8 +1529,7 @@ class _Pass:
             if len(moves) < len(jobs):
                 for j, target in moves:
                     self.index.give_back(target, j)
-                slot.schedulable = True
-                self.index._file(slot)
+                self.index.restore(slot)
                 continue
             for j, target in moves:
                 self.index.give_back(slot, j)
@@ -1562,8 +1560,7 @@ class _Pass:
                 return target
         finally:
             for t in hidden:
-                t.schedulable = True
-                self.index._file(t)
+                self.index.restore(t)
 
     def _new_headroom(self, model: str) -> int:
         return sum(g for key, g in self.headroom_gpus.items()

@@ -24,7 +24,9 @@ took its capacity back).
 **Insufficient-capacity cache.** Clouds do not publish spot capacity; a
 controller learns it from failed launches. Like Karpenter's ICE cache, an
 offer whose launch failed is left out of ``offers`` for ``ice_ttl_seconds``
-(``mark_unavailable``). The simulator uses this for every policy alike.
+(``mark_unavailable``), for callers that drive the provider directly; the
+simulator relies on the controller's own memory of refused offers instead
+(``fleetctl.controller.observe``), as a real cloud's controller must.
 
 Contract: time is passed in; the same seed, market and calls give the same
 nodes, notices and errors.
@@ -53,7 +55,6 @@ class MarketProvider(SimProvider):
         self.market = market
         self._ice_ttl = timedelta(seconds=ice_ttl_seconds)
         self._ice: dict[str, datetime] = {}  # offer key -> until when it is left out
-        self.last_insufficient: str | None = None  # offer key of the last launch refused for capacity
 
     # ------------------------------------------------------------------ contract
 
@@ -68,7 +69,6 @@ class MarketProvider(SimProvider):
             capacity = trace.capacity_at(now) if trace is not None else 0
             running = len(self.running_spot_nodes(request.offer.key, now))
             if running + request.count > capacity:
-                self.last_insufficient = request.offer.key
                 raise InsufficientCapacity(
                     f"no spot capacity for {request.count} more x {request.offer.key} at {now.isoformat()}: "
                     f"{running} running, capacity {capacity}")

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Callable
 
-from fleetctl.controller.forecast import recent_reclaims
+from fleetctl.controller.forecast import build_forecast
 from fleetctl.controller.reconcile import tick
 from fleetctl.controller.runtime import SimRuntime
 from fleetctl.model import (
@@ -144,12 +144,6 @@ class World:
     submitted: dict[str, Job]
 
 
-def _reclaim_forecast(store: Store) -> Forecast:
-    """The reclaims the controller itself saw (its own notices), as the planner's
-    ``recent_reclaims``: no knowledge of the market's future."""
-    return Forecast(recent_reclaims=recent_reclaims(store))
-
-
 RiskForecaster = Callable[[datetime], "tuple[OfferRisk, ...]"]
 
 
@@ -235,7 +229,8 @@ def _run(jobs: list[Job], market: Market, policy: Policy, planner: Planner, conf
         active = store.jobs(active_only=True)
         held = [n for n in provider.nodes(now) if n.state in _HELD]
         if active or held or notices:
-            forecast = _reclaim_forecast(store) if planned_forecast else None
+            # the reclaims the controller itself saw (its own notices): no knowledge of the market's future
+            forecast = build_forecast(store, now) if planned_forecast else None
             if forecaster is not None:
                 forecast = replace(forecast or Forecast(), interruption=tuple(forecaster(now)))
             # A launch refused for capacity is planned again at once without that offer by the tick
