@@ -97,6 +97,11 @@ DEFAULT_HORIZONS_MINUTES = (15, 60, 360)
 QUANTILES = (0.5, 0.9)
 MAX_HORIZON_MINUTES = 24 * 60
 TUNE_FRACTION = 0.7
+# Least span of a series inside the training window for it to be trained on. The features look back
+# 24 hours and the seasonal feature needs the same time yesterday; the fitting slice is the first
+# TUNE_FRACTION of the window, so below 24 h / 0.7 (34 h) it has no origin with that feature at all,
+# which scikit-learn cannot bin when no other series has one either.
+MIN_TRAINING_SECONDS = 1.5 * DAY_SECONDS
 FEATURES = (
     "level", "change_15m", "change_1h", "change_3h", "change_6h", "mean_1h", "mean_6h",
     "max_24h", "min_24h", "std_24h", "hours_since_change", "seasonal_level", "seasonal_change",
@@ -220,6 +225,25 @@ def _key(horizon_minutes: int, q: float) -> str:
     return f"{horizon_minutes}m_q{round(q * 100)}"
 
 
+def _long_enough(series: Sequence[DemandSeries], since_s: float | None,
+                 until_s: float | None) -> tuple[list[DemandSeries], list[dict[str, Any]]]:
+    """The series with at least ``MIN_TRAINING_SECONDS`` inside ``[since, until]``,
+    and a record of each one left out (its name, hours and why)."""
+    kept, skipped = [], []
+    for s in series:
+        lo = float(s.times_s[0]) if since_s is None else max(float(s.times_s[0]), since_s)
+        hi = float(s.times_s[-1]) if until_s is None else min(float(s.times_s[-1]), until_s)
+        span = max(hi - lo, 0.0)
+        if span >= MIN_TRAINING_SECONDS:
+            kept.append(s)
+            continue
+        where = "inside the training window" if since_s is not None or until_s is not None else "in all"
+        skipped.append({"series": s.name, "hours": round(span / 3600, 2),
+                        "reason": f"{s.name} has {span / 3600:.1f} hours of data {where}, fewer than the "
+                                  f"{MIN_TRAINING_SECONDS / 3600:.0f} hours training needs"})
+    return kept, skipped
+
+
 def series_digest(series: DemandSeries) -> str:
     """SHA-256 of a series' GPU model, times and values (to recognise a training series)."""
     digest = hashlib.sha256(series.gpu_model.encode())
@@ -253,7 +277,9 @@ class DemandModel:
               progress: Callable[[str], None] | None = None) -> "DemandModel":
         """Fit on the origins of every series whose target falls in
         ``[since, until]`` (all of each series by default); see the module docstring.
-        ``candidates``: the hyperparameters to choose from (tests pass one, to be fast)."""
+        A series with less than ``MIN_TRAINING_SECONDS`` (36 hours) inside the window
+        is left out and recorded in ``metadata["skipped_series"]``; ValueError when
+        none is left. ``candidates``: the hyperparameters to choose from (tests pass one, to be fast)."""
         from sklearn.ensemble import HistGradientBoostingRegressor
         from threadpoolctl import threadpool_limits
 
@@ -265,6 +291,10 @@ class DemandModel:
                              f"(got {list(horizons_minutes)})")
         since_s = since_utc.timestamp() if since_utc is not None else None
         until_s = until_utc.timestamp() if until_utc is not None else None
+        series, skipped = _long_enough(series, since_s, until_s)
+        if not series:
+            raise ValueError(f"no series has the {MIN_TRAINING_SECONDS / 3600:.0f} hours of data inside the "
+                             "training window that training needs (the features look back 24 hours): " + "; ".join(s["reason"] for s in skipped))
         estimators: dict[str, Any] = {}
         adjust: dict[str, float] = {}
         hyper: dict[str, Any] = {}
@@ -388,6 +418,7 @@ class DemandModel:
             "training_series": [{"source": s.source, "gpu_model": s.gpu_model, "rows": int(len(s.times_s)),
                                  "start_utc": _utc(float(s.times_s[0])), "end_utc": _utc(float(s.times_s[-1])),
                                  "sha256": series_digest(s)} for s in series],
+            "skipped_series": skipped,
             "samples": samples_per_horizon,
             "training_metrics": metrics,
             "baseline_residual_q90": baseline_q90,

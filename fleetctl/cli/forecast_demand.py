@@ -74,7 +74,9 @@ def train_demand(
     Samples every series every 5 minutes; features are scale-free and use only
     the past 24 hours; the target is the change from the last value. --until
     is the time split: nothing after it is trained on. Hyperparameters are
-    chosen on the last 30% of the training window. Exit code 2 for bad input."""
+    chosen on the last 30% of the training window. A series with less than 36
+    hours inside the training window is left out (and said so); exit code 2 for
+    bad input or when no series is left."""
     from forecasting.demand import DemandModel
 
     try:
@@ -103,7 +105,10 @@ def train_demand(
     path, replaced = save_model_or_exit(model, output)
     m = model.metadata
     first, last = m["training_window_utc"]
-    console.print(f"{'replaced the model in' if replaced else 'saved'} {path}: {len(data)} series, training window {first} .. {last}", markup=False)
+    for left_out in m["skipped_series"]:
+        console.print(f"left out {left_out['reason']}", markup=False)
+    console.print(f"{'replaced the model in' if replaced else 'saved'} {path}: {len(m['training_series'])} series, "
+                  f"training window {first} .. {last}", markup=False)
     for h in model.horizons_minutes:
         t = m["training_metrics"][str(h)]
         console.print(f"  +{h} min: {m['samples'][str(h)]} samples, training MAE {t['mae']:.3f} GPUs, pinball p90 "

@@ -331,3 +331,19 @@ def test_cli_bad_input_names_the_path(tmp_path):
     result = runner.invoke(app, ["forecast", "evaluate", "demand", "--model", str(tmp_path / "none"), "--series",
                                  str(EXAMPLES / "helios-earth-vcMod.csv")])
     assert result.exit_code == 2 and "none: no such model directory" in result.output
+
+
+def test_a_series_too_short_to_train_on_is_left_out_and_named():
+    # A few hours of a new cluster beside days of an old one: the short series has no origin with a day of
+    # history (its seasonal feature is all missing), which scikit-learn cannot bin. It is left out, said so.
+    long = synthetic(days=3, seed=1)
+    short = DemandSeries("new-cluster", "V100-32GB", long.times_s[:200], long.gpus[:200])
+    trained = DemandModel.train([long, short], horizons_minutes=(60,), candidates=FAST)
+    assert [s["source"] for s in trained.metadata["training_series"]] == ["synthetic"]
+    (left_out,) = trained.metadata["skipped_series"]
+    assert left_out["series"] == "new-cluster[V100-32GB]" and left_out["hours"] == pytest.approx(199 * 120 / 3600, abs=0.01)
+    with pytest.raises(ValueError, match=r"new-cluster\[V100-32GB\] has 6.6 hours of data in all"):
+        DemandModel.train([short], horizons_minutes=(60,), candidates=FAST)
+    # Measured inside the training window: three days, but only one before --until.
+    with pytest.raises(ValueError, match="inside the training window"):
+        DemandModel.train([long], horizons_minutes=(60,), until_utc=T0 + timedelta(days=1), candidates=FAST)
