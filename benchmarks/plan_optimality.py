@@ -20,16 +20,45 @@ Both plans must satisfy the same rules (checked by :func:`evaluate`, which is
 also run on the MILP's own solution): every job placed, all workers of a gang
 in one placement domain; per node, GPUs/vCPUs/memory within the instance type;
 the job's GPU models; no spot for jobs that may not use it; and on the spot
-capacity bought: per instance type ``<= share * spot GPUs + one node of it``,
-per zone ``<= share * spot GPUs + the largest spot node offered there``, at
-least ``min_distinct_offers`` distinct spot offers once it has that many spot nodes, spot GPUs
-``<= max_spot_share`` of all, on-demand GPUs ``>= min(on_demand_base_gpus,
-all)``.
+capacity bought: per instance type ``<= share * spot GPUs + one unit of it``,
+per zone ``<= share * spot GPUs + one unit there``, at least
+``min_distinct_offers`` distinct spot offers once it has that many spot units
+(capped, as the planner's ``_min_distinct``, at the distinct spot offers on
+sale), spot GPUs ``<= max_spot_share`` of all, on-demand GPUs
+``>= min(on_demand_base_gpus, all)``.
+
+**A gang is one unit** for the three spread rules (the planner's rule, see
+docs/planner.md: a gang's nodes fail together). A gang is a job with
+``workers > 1`` placed on more than one node (read off the placements:
+:func:`gang_nodes`). The "one unit" allowance of a type is the larger of its
+largest spot node bought and, over the gangs, a gang's spot GPUs of that type;
+of a zone, the larger of the largest spot node offered there and a gang's spot
+GPUs in it. The units counted for ``min_distinct_offers`` are the spot nodes,
+those linked by a gang counting once (connected components of spot nodes that
+share a gang: :func:`spot_units`). The planner files each node under one gang
+(the one it bought it for); a plan does not say which, so a node holding
+workers of several gangs counts for each of them here. That is at least as
+permissive as the planner's own accounting (a flag is a real break of its
+rule), at the price that the MILP may merge two gangs' allowances or units by
+sharing a node where the planner would count them apart (which can only lower
+the optimum). Before the gang rule the checker and the MILP applied the caps
+node by node and flagged 17 of the 50 default instances (all with 3+ gangs),
+with the planner "below the optimum" in 14.
 
 The MILP bounds the nodes of each offer by ``max(1, sum over the jobs that fit
 it of ceil(workers / workers per node))`` (enough to run every job that fits on
 that offer alone). Every generated job also has an on-demand offer it fits, so
-an all-on-demand plan always exists and the MILP is never infeasible.
+an all-on-demand plan always exists and the MILP is never infeasible. It
+encodes the gang rule exactly: binaries ``u[g, node] <= workers of g there``
+(the checker credits every node with a worker of g, the MILP may credit
+fewer, so it never claims more than the checker allows); per type and zone a
+binary picks the gang that gives the allowance (big-M, at most one), and "fewer
+than ``min_distinct_offers`` units" is certified by a flow from at most
+``min_distinct_offers - 1`` root nodes to every spot node bought along
+node-gang-node arcs open where ``u = 1``. When HiGHS proves optimality the
+objective is the optimum under the checker's rules (``milp_exact`` in the
+JSON); instances it does not prove within ``--time-limit`` are listed in
+``optimum_not_proved`` and their ratio is against the best plan found.
 
 Writes ``benchmarks/results/plan_optimality.json`` and prints a summary.
 
@@ -77,6 +106,13 @@ MAX_JOBS: Final[int] = 30
 MAX_OFFERS: Final[int] = 20
 
 PlanFn = Callable[..., Plan]
+
+GANG_RULE: Final[str] = (
+    "a gang (a job with workers > 1 on more than one node) is one unit for the spot spread rules: the "
+    "per-type / per-zone allowance is max(one node, max over gangs of the gang's spot GPUs of that type / in "
+    "that zone); min_distinct_offers applies once the spot units (spot nodes linked by a shared gang count "
+    "once: connected components) reach it, capped at the distinct spot offers on sale; a node holding "
+    "workers of several gangs counts for each (at least as permissive as the planner's one-gang-per-node)")
 
 
 # =========================================================================== instances
@@ -376,14 +412,90 @@ def evaluate(instance: Instance, solution: Solution) -> Evaluation:
     return Evaluation(node_usd, risk_usd, tuple(unplaced), tuple(violations), empty)
 
 
+def gang_nodes(instance: Instance, solution: Solution) -> dict[str, tuple[str, ...]]:
+    """The gangs of ``solution``: job id -> the distinct bought nodes it has a
+    worker on, for every job with ``workers > 1`` placed on more than one node.
+
+    Read off the placements alone (the planner's own record of which gang a node
+    was bought for is not in a Plan). A node may hold workers of several gangs;
+    see :func:`_market_and_diversification` for how that is counted."""
+    out: dict[str, tuple[str, ...]] = {}
+    for job in instance.jobs:
+        names = solution.placements.get(job.job_id)
+        if job.workers <= 1 or names is None:
+            continue
+        nodes = tuple(sorted({n for n in names if n in solution.nodes}))
+        if len(nodes) > 1:
+            out[job.job_id] = nodes
+    return out
+
+
+def spot_units(solution: Solution, gangs: dict[str, tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The spot nodes grouped into units: two spot nodes are one unit when one
+    gang has workers on both (the connected components of that relation); a
+    spot node no gang spans with another spot node is a unit alone."""
+    spot = sorted(n for n, o in solution.nodes.items() if o.market is Market.SPOT)
+    parent = {n: n for n in spot}
+
+    def root(n: str) -> str:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for nodes in gangs.values():
+        on_spot = [n for n in nodes if n in parent]
+        for n in on_spot[1:]:
+            a, b = root(on_spot[0]), root(n)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    units: dict[str, list[str]] = collections.defaultdict(list)
+    for n in spot:
+        units[root(n)].append(n)
+    return sorted(tuple(u) for u in units.values())
+
+
+def min_distinct_offers(instance: Instance, bought_spot_keys: Sequence[str] = ()) -> int:
+    """The planner's ``_min_distinct``: ``min_distinct_offers``, but never more
+    than the distinct spot offers on sale (the instance's spot offers with a
+    price) or in use: the rule spreads spot over what exists."""
+    want = instance.policy.min_distinct_offers
+    on_sale = {o.key for o in instance.offers if o.market is Market.SPOT and o.usd_per_hour > 0}
+    if want <= 1 or len(on_sale) >= want:
+        return want
+    return max(1, min(want, len(on_sale | set(bought_spot_keys))))
+
+
 def _market_and_diversification(instance: Instance, solution: Solution) -> list[Violation]:
-    """The spot-capacity rules on the nodes bought (the fleet is empty)."""
+    """The spot-capacity rules on the nodes bought (the fleet is empty).
+
+    **A gang is one unit** (the planner's rule since it counts a gang's spot
+    nodes once): the allowance of "one node" in the per-type and per-zone caps
+    is the larger of the largest spot node (of the type bought / offered in the
+    zone) and, for each gang (:func:`gang_nodes`), the spot GPUs of its nodes of
+    that type / in that zone; ``min_distinct_offers`` applies once the spot
+    *units* (:func:`spot_units`) reach it.
+
+    Trade-off, for a node holding workers of several gangs (the planner records
+    one gang per node: the one it was bought for; a Plan does not say which):
+    the checker credits the node to *every* gang with a worker on it (each
+    gang's allowance counts all its nodes) and merges gangs that share a spot
+    node into one unit. That is at least as permissive as the planner's own
+    accounting (its gang's nodes all hold that gang's workers, so each planner
+    allowance is one of the checker's, and each planner unit lies inside one
+    checker unit), so a flag here is a real break of the planner's rule; the
+    price is that a plan (the MILP's, which obeys the same rule) may share a
+    node between two gangs to merge their allowances/units where the planner
+    would count them apart, which can only lower the optimum it is measured
+    against."""
     policy = instance.policy
     out: list[Violation] = []
-    spot = [o for o in solution.nodes.values() if o.market is Market.SPOT]
+    spot_names = sorted(n for n, o in solution.nodes.items() if o.market is Market.SPOT)
+    spot = [solution.nodes[n] for n in spot_names]
     spot_gpus = sum(o.instance_type.gpu_count for o in spot)
     all_gpus = sum(o.instance_type.gpu_count for o in solution.nodes.values())
     on_demand_gpus = all_gpus - spot_gpus
+    gangs = gang_nodes(instance, solution)
 
     type_gpus: dict[str, int] = collections.Counter()
     type_node: dict[str, int] = {}
@@ -392,21 +504,47 @@ def _market_and_diversification(instance: Instance, solution: Solution) -> list[
         type_gpus[o.instance_type.name] += o.instance_type.gpu_count
         type_node[o.instance_type.name] = max(type_node.get(o.instance_type.name, 0), o.instance_type.gpu_count)
         zone_gpus[o.placement_domain] += o.instance_type.gpu_count
+    # the allowance a gang gives: its spot GPUs per type and per zone
+    type_gang: dict[str, tuple[int, str]] = {}
+    zone_gang: dict[tuple[str, str, str], tuple[int, str]] = {}
+    for job_id, nodes in sorted(gangs.items()):
+        by_type: dict[str, int] = collections.Counter()
+        by_zone: dict[tuple[str, str, str], int] = collections.Counter()
+        for n in nodes:
+            o = solution.nodes[n]
+            if o.market is Market.SPOT:
+                by_type[o.instance_type.name] += o.instance_type.gpu_count
+                by_zone[o.placement_domain] += o.instance_type.gpu_count
+        for name, g in by_type.items():
+            if g > type_gang.get(name, (0, ""))[0]:
+                type_gang[name] = (g, job_id)
+        for zone, g in by_zone.items():
+            if g > zone_gang.get(zone, (0, ""))[0]:
+                zone_gang[zone] = (g, job_id)
+
+    def allowance(node: int, gang: tuple[int, str] | None) -> tuple[int, str]:
+        if gang is not None and gang[0] > node:
+            return gang[0], f"gang {gang[1]}"
+        return node, "one node"
+
     for name, gpus in sorted(type_gpus.items()):
-        limit = policy.max_share_per_instance_type * spot_gpus + type_node[name]
+        unit, what = allowance(type_node[name], type_gang.get(name))
+        limit = policy.max_share_per_instance_type * spot_gpus + unit
         if gpus > limit + EPS:
             out.append(Violation("type_share", f"{gpus} spot GPUs of {name} > {policy.max_share_per_instance_type:g} x "
-                                               f"{spot_gpus} + {type_node[name]} = {limit:g}"))
+                                               f"{spot_gpus} + {unit} ({what}) = {limit:g}"))
     for zone, gpus in sorted(zone_gpus.items()):
-        largest = zone_largest_spot_node(instance, zone, spot)
-        limit = policy.max_share_per_zone * spot_gpus + largest
+        unit, what = allowance(zone_largest_spot_node(instance, zone, spot), zone_gang.get(zone))
+        limit = policy.max_share_per_zone * spot_gpus + unit
         if gpus > limit + EPS:
             out.append(Violation("zone_share", f"{gpus} spot GPUs in {'/'.join(z or '*' for z in zone)} > "
-                                               f"{policy.max_share_per_zone:g} x {spot_gpus} + {largest} = {limit:g}"))
+                                               f"{policy.max_share_per_zone:g} x {spot_gpus} + {unit} ({what}) = {limit:g}"))
     distinct = len({o.key for o in spot})
-    need = policy.min_distinct_offers
-    if len(spot) >= need and distinct < need:  # the policy: "once it has that many spot nodes"
-        out.append(Violation("distinct_offers", f"{len(spot)} spot nodes on {distinct} distinct offers < {need}"))
+    units = len(spot_units(solution, gangs))
+    need = min_distinct_offers(instance, [o.key for o in spot])
+    if units >= need and distinct < need:  # the policy: "once it has that many spot nodes", a gang's counting once
+        out.append(Violation("distinct_offers", f"{len(spot)} spot nodes ({units} units, a gang's counting once) on "
+                                                f"{distinct} distinct offers < {need}"))
     if spot_gpus > policy.max_spot_share * all_gpus + EPS:
         out.append(Violation("max_spot_share", f"{spot_gpus} spot GPUs > {policy.max_spot_share:g} x {all_gpus}"))
     base = min(policy.on_demand_base_gpus, all_gpus)
@@ -544,23 +682,87 @@ def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -
         return total
 
     if spot:
+        # Gangs are one unit (see _market_and_diversification). u[(g, n)] = 1 only if gang g has a
+        # worker on spot node n (u <= x); the MILP sets it where that helps, the checker credits
+        # every such node, so the two agree. Only jobs with workers > 1 that fit >= 2 spot nodes.
+        spot_nodes = [(oi, k) for oi in spot for k in range(len(y[oi]))]
+        u: dict[tuple[int, tuple[int, int]], int] = {}
+        for ji, job in enumerate(jobs):
+            if job.workers > 1:
+                keys = [(oi, k) for (oi, k) in spot_nodes if (ji, oi, k) in x]
+                if len(keys) > 1:
+                    for n_ in keys:
+                        u[(ji, n_)] = lp.var(1)
+                        lp.row({u[(ji, n_)]: 1.0, x[(ji, *n_)]: -1.0}, upper=0)
+        gangs = sorted({g for g, _ in u})
+
+        def gang_allowance(nodes: Sequence[tuple[int, int]], one_node: int) -> dict[int, float]:
+            """-w_g terms for a cap whose allowance is max(one_node, max over gangs g of the GPUs
+            of g's nodes among ``nodes``): pick z_g (at most one gang); w_g <= M z_g and
+            w_g <= sum gpus * u[g, n] - one_node * z_g, so the cap's right side gains
+            max(0, that gang's GPUs - one_node). Exact (the z_g are binary)."""
+            ws: dict[int, float] = {}
+            zs: dict[int, float] = {}
+            for g in gangs:
+                mine = sorted((offers[oi].instance_type.gpu_count, (oi, k)) for (oi, k) in nodes if (g, (oi, k)) in u)
+                most = sum(c for c, _ in mine[-jobs[g].workers:])  # a gang has at most `workers` nodes
+                if most <= one_node:
+                    continue  # this gang can never give more than one node
+                z, w = lp.var(1), lp.var(most - one_node)
+                lp.row({w: 1.0, z: -float(most - one_node)}, upper=0)
+                lp.row({w: 1.0, z: float(one_node), **{u[(g, n_)]: -float(c) for c, n_ in mine}}, upper=0)
+                ws[w] = -1.0
+                zs[z] = 1.0
+            if len(zs) > 1:
+                lp.row(zs, upper=1)
+            return ws
+
         for name in sorted({offers[oi].instance_type.name for oi in spot}):
             of_type = [oi for oi in spot if offers[oi].instance_type.name == name]
             one_node = max(offers[oi].instance_type.gpu_count for oi in of_type)
-            lp.row(add(gpus_of(of_type), gpus_of(spot, -policy.max_share_per_instance_type)), upper=one_node)
+            extra = gang_allowance([(oi, k) for (oi, k) in spot_nodes if oi in of_type], one_node)
+            lp.row(add(gpus_of(of_type), gpus_of(spot, -policy.max_share_per_instance_type), extra), upper=one_node)
         for zone in sorted({offers[oi].placement_domain for oi in spot}):
             in_zone = [oi for oi in spot if offers[oi].placement_domain == zone]
-            lp.row(add(gpus_of(in_zone), gpus_of(spot, -policy.max_share_per_zone)),
-                   upper=zone_largest_spot_node(instance, zone))
-        if policy.min_distinct_offers > 1:
-            # once there are m spot nodes, at least m distinct spot offers:
-            # b = 1 -> distinct >= m; b = 0 -> fewer than m spot nodes
-            m = float(policy.min_distinct_offers)
+            largest = zone_largest_spot_node(instance, zone)
+            extra = gang_allowance([(oi, k) for (oi, k) in spot_nodes if oi in in_zone], largest)
+            lp.row(add(gpus_of(in_zone), gpus_of(spot, -policy.max_share_per_zone), extra), upper=largest)
+        m = min_distinct_offers(instance)
+        if m > 1:
+            # once there are m spot units, at least m distinct spot offers:
+            # b = 1 -> distinct >= m; b = 0 -> fewer than m units
             b = lp.var(1)
             distinct = {y[oi][0]: 1.0 for oi in spot}
-            big = float(sum(len(y[oi]) for oi in spot))
-            lp.row({**distinct, b: -m}, lower=0)
-            lp.row(add({v: 1.0 for oi in spot for v in y[oi]}, {b: -big}), upper=m - 1)
+            big = float(len(spot_nodes))
+            lp.row({**distinct, b: -float(m)}, lower=0)
+            if not gangs:  # every spot node is a unit
+                lp.row(add({v: 1.0 for oi in spot for v in y[oi]}, {b: -big}), upper=m - 1)
+            else:
+                # fewer than m units (connected components of spot nodes linked by gangs), certified by
+                # a flow: at most m - 1 roots (unless b = 1) send one unit of flow to every spot node
+                # bought, along node -> gang -> node arcs open only where the gang has a worker (u).
+                # Every node reached lies in a root's unit, so units <= roots; conversely one root per
+                # unit and a spanning tree of each unit route the flow. Exact.
+                roots: dict[int, float] = {}
+                into_gang: dict[int, dict[int, float]] = {g: {} for g in gangs}
+                for n_ in spot_nodes:
+                    oi, k = n_
+                    r, src = lp.var(1), lp.var(big)
+                    lp.row({r: 1.0, y[oi][k]: -1.0}, upper=0)
+                    lp.row({src: 1.0, r: -big}, upper=0)
+                    roots[r] = 1.0
+                    balance = {src: 1.0, y[oi][k]: -1.0}
+                    for g in gangs:
+                        if (g, n_) in u:
+                            f_in, f_out = lp.var(big), lp.var(big)  # node -> gang, gang -> node
+                            lp.row({f_in: 1.0, u[(g, n_)]: -big}, upper=0)
+                            lp.row({f_out: 1.0, u[(g, n_)]: -big}, upper=0)
+                            balance[f_in], balance[f_out] = -1.0, 1.0
+                            into_gang[g][f_in], into_gang[g][f_out] = 1.0, -1.0
+                    lp.row(balance, 0, 0)
+                for g in gangs:
+                    lp.row(into_gang[g], 0, 0)
+                lp.row({**roots, b: -big}, upper=m - 1)
         if policy.max_spot_share < 1:
             lp.row(add(gpus_of(spot, 1 - policy.max_spot_share), gpus_of(on_demand, -policy.max_spot_share)), upper=0)
         if policy.on_demand_base_gpus > 0:
@@ -677,6 +879,17 @@ def run_instance(instance: Instance, planner: PlanFn, time_limit: float) -> dict
     }
 
 
+def _distribution(values: Sequence[float]) -> dict[str, float | int | None]:
+    """Count, median, 90th percentile (nearest rank) and max."""
+    xs = sorted(values)
+    if not xs:
+        return {"count": 0, "median": None, "p90": None, "max": None}
+    mid = len(xs) // 2
+    median = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+    return {"count": len(xs), "median": round(median, 6), "p90": round(xs[math.ceil(0.9 * len(xs)) - 1], 6),
+            "max": round(xs[-1], 6)}
+
+
 def summarise(rows: list[dict[str, object]]) -> dict[str, object]:
     """Counts and ratios over all instances."""
     def p(row: dict, side: str) -> dict:  # noqa: ANN001 - JSON rows
@@ -710,6 +923,13 @@ def summarise(rows: list[dict[str, object]]) -> dict[str, object]:
         "mean_ratio_planner_feasible": round(sum(feasible_ratios) / len(feasible_ratios), 6) if feasible_ratios else None,
         "max_ratio_planner_feasible": round(max(feasible_ratios), 6) if feasible_ratios else None,
         "below_optimum": sum(1 for x in ratios if x < 1 - 1e-6),
+        "below_optimum_instances": [p(r, "instance")["index"] for r in rows
+                                    if r["ratio"] is not None and r["ratio"] < 1 - 1e-6],
+        # the planner's excess over the optimum, ratio - 1 (nearest-rank percentiles)
+        "gap": _distribution([x - 1 for x in ratios]),
+        "gap_planner_feasible": _distribution([x - 1 for x in feasible_ratios]),
+        "optimum_mip_gap_max": max((p(r, "optimum")["gap"] or 0.0 for r in rows if p(r, "optimum")["gap"] is not None),
+                                   default=None),
         "optimum_buys_empty_nodes": [p(r, "instance")["index"] for r in rows if p(r, "optimum").get("empty_nodes")],
         "planner_buys_empty_nodes": [p(r, "instance")["index"] for r in rows if p(r, "planner").get("empty_nodes")],
         "violations_by_rule": dict(sorted(codes.items())),
@@ -729,6 +949,11 @@ def print_summary(doc: dict[str, object], rows: list[dict[str, object]]) -> None
         print(f"cost ratio planner / optimum (risk-adjusted USD/h, {s['ratios_counted']} instances where the planner "
               f"placed every job): mean {s['mean_ratio']:.4f}, max {s['max_ratio']:.4f}, min {s['min_ratio']:.4f}; "
               f"{s['below_optimum']} below 1 (only possible by breaking a rule)")
+    if s["gap"]["count"]:
+        g = s["gap"]
+        print(f"planner excess over the optimum (ratio - 1): median {g['median']:.4f}, p90 {g['p90']:.4f}, "
+              f"max {g['max']:.4f}" + (f"; below the optimum in {s['below_optimum_instances']}"
+                                       if s["below_optimum_instances"] else ""))
     if s["mean_ratio_planner_feasible"] is not None:
         print(f"  over the {s['planner_feasible']} rule-abiding plans: mean {s['mean_ratio_planner_feasible']:.4f}, "
               f"max {s['max_ratio_planner_feasible']:.4f}")
@@ -779,6 +1004,9 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "description": "planner vs exact MILP (HiGHS) on risk-adjusted USD/hour; see benchmarks/plan_optimality.py",
         "command": shlex.join(["python", "benchmarks/plan_optimality.py", *(argv if argv is not None else sys.argv[1:])]),
+        "gang_rule": GANG_RULE,
+        "milp_exact": True,  # the MILP encodes the checker's rules exactly (no relaxation): when proved
+        # optimal its objective is the optimum, not merely a lower bound
         "seed": args.seed,
         "time_limit_seconds": args.time_limit,
         "planner": args.planner,

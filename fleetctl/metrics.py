@@ -46,12 +46,12 @@ class FleetMetrics:
         self.tick_seconds = Histogram("fleetctl_tick_duration_seconds", "Duration of one reconcile tick.",
                                       buckets=TICK_BUCKETS_SECONDS, registry=r)
         self.retrains = Counter("fleetctl_forecast_retrains",
-                                "Scheduled refits of the interruption model by outcome: adopted (it replaced the "
-                                "model), kept (too little history, or it did not score better), failed (an error).",
-                                ["outcome"], registry=r)
+                                "Scheduled refits of each forecasting model (interruption, demand) by outcome: "
+                                "adopted (it replaced the model), kept (too little history, or it did not score "
+                                "better), failed (an error).", ["model", "outcome"], registry=r)
         self.last_retrain = Gauge("fleetctl_forecast_last_retrain_timestamp_seconds",
-                                  "Unix time of the last refit that replaced the interruption model (0: none yet).",
-                                  registry=r)
+                                  "Unix time of the last refit that replaced the model (absent until one does).",
+                                  ["model"], registry=r)
         self.tick_errors = Counter("fleetctl_tick_errors", "Ticks that failed (the daemon goes on).", registry=r)
         self.lease_held = Gauge("fleetctl_controller_lease_held",
                                 "1 if this daemon's last pass held the controller lease and acted, 0 if it was skipped "

@@ -13,10 +13,11 @@ directory (``DIR/interruption``: ``fleetctl forecast train interruption``;
 * **demand**: the GPUs demanded per model that each tick records (audit
   events of kind ``demand``) as a series for the demand model, once at least
   ``MIN_DEMAND_HISTORY`` is recorded (a model missing from a row had 0);
-* **retrain**: refit the interruption model on the last ``RETRAIN_WINDOW``
-  recorded (the same time split as ``fleetctl forecast train``), adopt it only
-  if it beats the current model on the stretch it did not see, and replace the
-  saved model atomically; the daemon schedules it (``--retrain-hours``).
+* **retrain**: refit each model on the last ``RETRAIN_WINDOW`` recorded (the
+  market, or the demand series; a time split as in ``fleetctl forecast
+  train``), adopt it only if it scores at least as well as the current model
+  on the stretch it did not see, and replace the saved model atomically; the
+  daemon schedules it (``--retrain-hours``), each model on its own.
 
 A model that cannot be used (missing, another scikit-learn version) is
 reported once at start-up (``ModelError``); a pass with too little history
@@ -26,7 +27,7 @@ forecasts nothing for that part (the planner then uses the policy's default).
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from fleetctl.controller.forecast import recent_reclaims
@@ -94,27 +95,88 @@ class ModelForecaster:
     def demand(self, store: Store, now: datetime) -> tuple[DemandForecast, ...]:
         if self.demand_model is None:
             return ()
-        import pandas as pd
-
-        events = store.events("demand", since=now - HISTORY)
         first = store.first_event_at("demand")
         if first is None or now - first < MIN_DEMAND_HISTORY:
             return ()  # too little recorded yet: no demand forecast (no headroom)
-        # Each pass records every model with active jobs: a model missing from a row had none then (0 GPUs),
-        # not an unknown value, so a model whose jobs all finished falls to 0 instead of keeping its last level.
-        models = sorted({m for e in events for m in (e["payload"].get("gpus") or {}) if m != "any"})
-        rows = [(e["at_utc"], model, (e["payload"].get("gpus") or {}).get(model, 0)) for e in events
-                for model in models]
-        if not rows:
+        series = _recorded_demand(store, now - HISTORY, now)
+        if series is None:
             return ()
-        series = pd.DataFrame(rows, columns=["time_utc", "gpu_model", "gpus"])
-        series["time_utc"] = pd.to_datetime(series["time_utc"], utc=True)
-        series = series[series["time_utc"] <= pd.Timestamp(now)]
         return tuple(self.demand_model.predict(series, now))
 
     # ------------------------------------------------------------------ retraining
 
-    def retrain(self, store: Store, now: datetime, *, train_fraction: float = 0.7) -> bool:
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models this directory holds, which ``retrain`` can refit."""
+        return tuple(name for name, m in (("interruption", self.interruption_model), ("demand", self.demand_model))
+                     if m is not None)
+
+    def retrain(self, store: Store, now: datetime, model: str = "interruption", *,
+                train_fraction: float = 0.7) -> bool:
+        """Refit ``model`` (``interruption`` or ``demand``) on what the store
+        recorded; True if the refit replaced it (see the two methods)."""
+        if model == "demand":
+            return self.retrain_demand(store, now, train_fraction=train_fraction)
+        if model != "interruption":
+            raise ValueError(f"no model {model!r} to retrain (interruption or demand)")
+        return self.retrain_interruption(store, now, train_fraction=train_fraction)
+
+    def retrain_demand(self, store: Store, now: datetime, *, train_fraction: float = 0.7) -> bool:
+        """Refit the demand model on the demand the controller recorded (its last
+        ``RETRAIN_WINDOW``; one series per GPU model), with the current model's
+        horizons and seed, up to the time split at ``train_fraction`` of the
+        recorded stretch; adopt it only if on the rest (which it did not see) its
+        MAE plus 90th-percentile pinball loss, summed over the horizons, is no
+        worse than the current model's on the same origins; then fit it again on
+        the whole window and replace the saved model atomically. False (the
+        current model kept) when there is no demand model, the history is too
+        short to train or to score (about 2.2 days: 36 hours to train on, and a
+        day of history before each scored origin), or the refit scores worse."""
+        import pandas as pd
+
+        from forecasting.demand import DemandModel
+        from forecasting.series import DemandSeries
+
+        current = self.demand_model
+        if current is None:
+            log.info("retrain: %s has no demand model to refit", self.directory)
+            return False
+        frame = _recorded_demand(store, now - RETRAIN_WINDOW, now)
+        if frame is None:
+            log.info("retrain: no recorded demand yet")
+            return False
+        frame["s"] = (frame["time_utc"] - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+        series = []
+        for gpu_model, rows in frame.groupby("gpu_model", sort=True):
+            rows = rows.sort_values("s", kind="stable").drop_duplicates("s", keep="last")
+            series.append(DemandSeries("recorded", str(gpu_model), rows["s"].to_numpy(),
+                                       rows["gpus"].to_numpy(dtype=float)))
+        start = min(float(s.times_s[0]) for s in series)
+        split = datetime.fromtimestamp(start + train_fraction * (now.timestamp() - start), tz=timezone.utc)
+        horizons, seed = current.horizons_minutes, int(current.metadata.get("seed", 0))
+        try:
+            candidate = DemandModel.train(series, horizons_minutes=horizons, until_utc=split, seed=seed)
+            new, old = (_demand_loss(m, series, split) for m in (candidate, current))
+        except ValueError as exc:
+            log.info("retrain: kept the current demand model (%s)", exc)
+            return False
+        if new > old:
+            log.info("retrain: kept the current demand model: on the last %.0f%% of the recorded demand the refit "
+                     "scores %.4f (MAE + pinball p90, summed over horizons), the current model %.4f",
+                     100 * (1 - train_fraction), new, old)
+            return False
+        model = candidate
+        try:
+            model = DemandModel.train(series, horizons_minutes=horizons, seed=seed)
+        except ValueError as exc:  # cannot happen when the split could be trained on; keep the checked refit
+            log.info("retrain: demand refit on the first %.0f%% only (%s)", 100 * train_fraction, exc)
+        model.save(self.directory / "demand")  # all at once: a failed save keeps the old model
+        self.demand_model = model
+        log.info("retrain: demand model refitted on %d recorded series (unseen stretch: %.4f, current model %.4f)",
+                 len(series), new, old)
+        return True
+
+    def retrain_interruption(self, store: Store, now: datetime, *, train_fraction: float = 0.7) -> bool:
         """Refit the interruption model on the recorded market (its last
         ``RETRAIN_WINDOW``) and adopt the refit only if it scores at least as
         well as the current model, by Brier score, on the recorded stretch the
@@ -157,6 +219,36 @@ class ModelForecaster:
         log.info("retrain: interruption model refitted on %d samples (unseen stretch: Brier %.4f, current model "
                  "%.4f)", model.metadata["samples"], new, old)
         return True
+
+
+def _recorded_demand(store: Store, since: datetime, now: datetime):  # noqa: ANN202 - a DataFrame or None
+    """The GPUs demanded per model that the passes recorded from ``since`` to
+    ``now``: ``time_utc`` (UTC), ``gpu_model``, ``gpus`` rows (None: none)."""
+    import pandas as pd
+
+    events = store.events("demand", since=since)
+    # Each pass records every model with active jobs: a model missing from a row had none then (0 GPUs),
+    # not an unknown value, so a model whose jobs all finished falls to 0 instead of keeping its last level.
+    models = sorted({m for e in events for m in (e["payload"].get("gpus") or {}) if m != "any"})
+    rows = [(e["at_utc"], model, (e["payload"].get("gpus") or {}).get(model, 0)) for e in events
+            for model in models]
+    if not rows:
+        return None
+    series = pd.DataFrame(rows, columns=["time_utc", "gpu_model", "gpus"])
+    series["time_utc"] = pd.to_datetime(series["time_utc"], utc=True)
+    series = series[series["time_utc"] <= pd.Timestamp(now)]
+    return series if len(series) else None
+
+
+def _demand_loss(model, series, split: datetime) -> float:  # noqa: ANN001
+    """MAE + pinball p90 of ``model`` on the origins after ``split``, summed over its horizons."""
+    from forecasting.demand import evaluate
+
+    total = 0.0
+    for h in model.horizons_minutes:
+        scores = evaluate(model, series, h, since_utc=split)
+        total += scores["mae"] + scores["pinball_p90"]
+    return total
 
 
 def _held_out(market, horizon: timedelta, train_fraction: float):  # noqa: ANN001, ANN202

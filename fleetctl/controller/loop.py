@@ -82,6 +82,8 @@ class Daemon:
         if retrain_seconds > 0 and hasattr(ctx.forecaster, "retrain"):
             self.scheduler.add_job(self.retrain, "interval", seconds=retrain_seconds, id="retrain",
                                    max_instances=1, coalesce=True)
+            for model in ctx.forecaster.models:  # type: ignore[union-attr]
+                ctx.metrics.last_retrain.labels(model).set(0)  # 0 until a refit replaces it (alert on the age)
 
     @contextmanager
     def _leased(self) -> Iterator[bool]:
@@ -204,17 +206,21 @@ class Daemon:
             store.close()
 
     def _retrain_with(self, store: Store) -> None:
-        now = self.clock()
-        try:
-            adopted = self.ctx.forecaster.retrain(store, now)  # type: ignore[union-attr]
-        except Exception:  # the tick boundary, as above
-            self.ctx.metrics.tick_errors.inc()
-            self.ctx.metrics.retrains.labels("failed").inc()
-            log.exception("forecaster retraining failed")
-            return
-        self.ctx.metrics.retrains.labels("adopted" if adopted else "kept").inc()
-        if adopted:
-            self.ctx.metrics.last_retrain.set(now.timestamp())
+        forecaster = self.ctx.forecaster
+        for model in forecaster.models:  # type: ignore[union-attr]
+            if self.stopped.is_set():
+                return
+            now = self.clock()
+            try:
+                adopted = forecaster.retrain(store, now, model)  # type: ignore[union-attr]
+            except Exception:  # the tick boundary, as above; the other model is still refitted
+                self.ctx.metrics.tick_errors.inc()
+                self.ctx.metrics.retrains.labels(model, "failed").inc()
+                log.exception("forecaster retraining failed (%s model)", model)
+                continue
+            self.ctx.metrics.retrains.labels(model, "adopted" if adopted else "kept").inc()
+            if adopted:
+                self.ctx.metrics.last_retrain.labels(model).set(now.timestamp())
 
     def start(self) -> None:
         self.scheduler.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -151,8 +152,12 @@ def test_the_daemon_retrains_without_holding_up_reclaim_handling(tmp_path):
         def demand(self, store, now):  # noqa: ANN001, ANN201
             return ()
 
-        def retrain(self, store, now):  # noqa: ANN001, ANN201
-            seen.append(store)
+        models = ("interruption", "demand")
+
+        def retrain(self, store, now, model):  # noqa: ANN001, ANN201
+            seen.append((store, model))
+            if model == "demand":
+                raise RuntimeError("a failed demand refit")  # counted; the other model is refitted still
             started.set()
             assert release.wait(10)
             return True
@@ -169,11 +174,14 @@ def test_the_daemon_retrains_without_holding_up_reclaim_handling(tmp_path):
         daemon.interruptions()  # a notice pass runs meanwhile
         release.set()
         worker.join(10)
-        assert seen and seen[0] is not store  # its own connection to the same store
-        assert ctx.metrics.tick_errors._value.get() == 0
-        retrains = {smp.labels["outcome"]: smp.value for m in ctx.metrics.retrains.collect() for smp in m.samples
-                    if smp.name.endswith("_total")}
-        assert retrains == {"adopted": 1.0} and ctx.metrics.last_retrain._value.get() > 0  # operators can alert on it
+        assert [m for _, m in seen] == ["interruption", "demand"]
+        assert seen[0][0] is not store  # its own connection to the same store
+        assert ctx.metrics.tick_errors._value.get() == 1  # the failed demand refit
+        retrains = {(smp.labels["model"], smp.labels["outcome"]): smp.value for m in ctx.metrics.retrains.collect()
+                    for smp in m.samples if smp.name.endswith("_total")}
+        assert retrains == {("interruption", "adopted"): 1.0, ("demand", "failed"): 1.0}
+        last = {smp.labels["model"]: smp.value for m in ctx.metrics.last_retrain.collect() for smp in m.samples}
+        assert last["interruption"] > 0 and last["demand"] == 0  # set at start: operators can alert on the age
     finally:
         release.set()
         store.close()
@@ -228,5 +236,53 @@ def test_a_retrain_keeps_the_current_model_unless_the_refit_scores_better_on_wha
         demand_only = object.__new__(ModelForecaster)
         demand_only.directory, demand_only.interruption_model = tmp_path / "demand-only", None
         assert demand_only.retrain(store, now) is False and not (tmp_path / "demand-only").exists()
+    finally:
+        store.close()
+
+
+def _record_demand(store: Store, series, until) -> None:
+    """What the passes record: the GPUs demanded per model, here every 5 minutes."""
+    import numpy as np
+
+    from tests.forecasting.test_demand import T0 as D0
+
+    t = D0
+    while t < until:
+        i = int(np.searchsorted(series.times_s, t.timestamp(), side="right")) - 1
+        store.record("demand", t, "", gpus={series.gpu_model: int(series.gpus[i])})
+        t += timedelta(minutes=5)
+
+
+def test_the_demand_model_is_refitted_on_recorded_demand_and_adopted_only_if_it_scores_better(tmp_path):
+    from forecasting.demand import DemandModel
+    from tests.forecasting.test_demand import FAST, T0 as D0, synthetic
+
+    # The model in use was fitted on another cluster (16 GPUs, other noise); this one (64 GPUs) recorded 3 days.
+    DemandModel.train([synthetic(days=3, seed=2, size=16)], horizons_minutes=(60,), candidates=FAST) \
+        .save(tmp_path / "models" / "demand")
+    here = synthetic(days=3, seed=5)
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        forecaster = ModelForecaster(tmp_path / "models")
+        assert forecaster.models == ("demand",)
+        assert forecaster.retrain(store, D0, "demand") is False  # nothing recorded yet
+        _record_demand(store, here, D0 + timedelta(days=1))
+        assert forecaster.retrain(store, D0 + timedelta(days=1), "demand") is False  # a day: too short
+        now = D0 + timedelta(days=3)
+        _record_demand(store, here, now)
+        before = (tmp_path / "models" / "demand" / "model.json").read_text()
+        assert forecaster.retrain(store, now, "demand") is True
+        meta = json.loads((tmp_path / "models" / "demand" / "model.json").read_text())
+        assert meta != json.loads(before) and meta["horizons_minutes"] == [60]
+        assert [(s["source"], s["gpu_model"]) for s in meta["training_series"]] == [("recorded", "V100-32GB")]
+        assert meta["training_until_utc"] is None  # adopted, then fitted on the whole window
+        reloaded = ModelForecaster(tmp_path / "models").demand_model.metadata
+        assert {k: v for k, v in reloaded.items() if k != "digest"} == forecaster.demand_model.metadata
+        # Now the model in use has seen all of it: a refit that did not see the last 30% scores worse there.
+        after = (tmp_path / "models" / "demand" / "model.json").read_text()
+        assert forecaster.retrain(store, now, "demand") is False
+        assert (tmp_path / "models" / "demand" / "model.json").read_text() == after
+        with pytest.raises(ValueError, match="no model 'price'"):
+            forecaster.retrain(store, now, "price")
     finally:
         store.close()
