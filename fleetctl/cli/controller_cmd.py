@@ -126,7 +126,8 @@ def daemon(
         "node-facing address with a token). Off unless set.")] = None,
     notice_token_file: Annotated[Optional[Path], typer.Option(
         "--notice-token-file", show_default=False,
-        help="File holding the bearer token node-watch must send. Default: $FLEETCTL_NOTICE_TOKEN. "
+        help="File holding the bearer token node-watch must send. Default: the token itself from "
+        "$FLEETCTL_NOTICE_TOKEN (the variable holds the token, not a path). "
         "Required unless --notice-addr is a loopback address.")] = None,
     forecast_dir: ForecastDirOption = None,
     allow_version_mismatch: AllowMismatchOption = False,
@@ -216,6 +217,10 @@ def _check_notice_options(addr: str, path: Path | None) -> str | None:
         fail(str(exc), 2)
     if path is None:
         token = os.environ.get("FLEETCTL_NOTICE_TOKEN", "").strip() or None
+        if token is not None and os.sep in token and Path(token).is_file():
+            # Every notice would be refused as "wrong bearer token" while node-watch sends the file's content.
+            fail(f"FLEETCTL_NOTICE_TOKEN holds the token itself, not a file, but it names the file {token}: pass "
+                 f"--notice-token-file {token} instead (or put the token in the variable)", 2)
     else:
         try:
             token = path.read_text().strip()

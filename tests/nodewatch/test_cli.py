@@ -125,6 +125,17 @@ def test_daemon_refuses_a_node_facing_endpoint_without_a_token(tmp_path, monkeyp
     assert not (tmp_path / ".fleetctl").exists()  # refused before anything was opened
 
 
+def test_daemon_refuses_a_token_variable_that_names_a_file(tmp_path, monkeypatch, token_file):
+    # The variable holds the token itself; a path there would be sent as the token and every notice refused.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLEETCTL_NOTICE_TOKEN", str(token_file))
+    result = runner.invoke(app, ["daemon", "--notice-addr", "127.0.0.1:9109"])
+    assert result.exit_code == 2
+    assert "FLEETCTL_NOTICE_TOKEN holds the token itself, not a file" in result.output
+    assert f"--notice-token-file {token_file}" in result.output
+    assert not (tmp_path / ".fleetctl").exists()  # refused before anything was opened
+
+
 @pytest.mark.parametrize("args, words", [
     (["daemon", "--metrics-addr", "127.0.0.1:99999"], "--metrics-addr '127.0.0.1:99999': expected HOST:PORT"),
     (["daemon", "--metrics-addr", "127.0.0.1:-1"], "--metrics-addr '127.0.0.1:-1': expected HOST:PORT"),
