@@ -29,7 +29,10 @@ Errors are translated to the typed errors of ``providers.base``:
 ``QuotaExceeded`` and ``OperationNotAllowed`` about quota -> ``QuotaExceeded``;
 HTTP 429 -> ``Throttled``; an unknown size -> ``UnknownInstanceType``. The
 adapter never retries (the SDK's retry policy is off);
-:class:`providers.retry.ThrottleRetry` does.
+:class:`providers.retry.ThrottleRetry` does. Missing or refused credentials
+stay azure-core's ``ClientAuthenticationError`` (as boto3's and google-auth's
+credential errors do in their adapters), re-raised with one line that says
+where fleetctl looks for credentials (``CREDENTIALS_HINT``).
 
 azure-mgmt-compute is imported only here, lazily (``pip install 'fleetctl[azure]'``).
 """
@@ -79,6 +82,17 @@ _CAPACITY_CODES: Final[frozenset[str]] = frozenset({
 _QUOTA_CODES: Final[frozenset[str]] = frozenset({"QuotaExceeded", "OperationNotAllowed"})
 _THROTTLE_CODES: Final[frozenset[str]] = frozenset({"TooManyRequests", "RetryableError"})
 _NAME_INVALID = re.compile(r"[^a-z0-9-]")
+
+#: Where ``credential_for`` finds credentials (its token, then DefaultAzureCredential's
+#: chain), for the one-line error when none gives a token.
+CREDENTIALS_HINT: Final[str] = (
+    "set FLEETCTL_AZURE_ACCESS_TOKEN (a bearer token), or AZURE_TENANT_ID, AZURE_CLIENT_ID and "
+    "AZURE_CLIENT_SECRET (a service principal) or AZURE_FEDERATED_TOKEN_FILE (workload identity), "
+    "or run `az login`, or run on a VM with a managed identity"
+)
+#: azure-identity's loggers: DefaultAzureCredential logs a WARNING of a dozen lines that
+#: repeats the error it then raises, which fleetctl reports in one line.
+_SDK_CREDENTIAL_LOGGERS: Final[tuple[str, ...]] = ("azure.identity",)
 
 T = TypeVar("T")
 
@@ -135,7 +149,28 @@ def credential_for(token: str | None) -> Any:
         from azure.identity import DefaultAzureCredential
     except ImportError as exc:
         raise ImportError("Azure credentials need azure-identity: pip install 'fleetctl[azure]'") from exc
+    for name in _SDK_CREDENTIAL_LOGGERS:
+        sdk_log = logging.getLogger(name)
+        if sdk_log.level == logging.NOTSET:  # a level someone set on purpose (to debug a login) is kept
+            sdk_log.setLevel(logging.ERROR)
     return DefaultAzureCredential()
+
+
+def credentials_error(exc: Any) -> Any:
+    """A ``ClientAuthenticationError`` of one line for ``exc`` (one too): no
+    credential could make a token (raised locally, no response), or Resource
+    Manager refused the token it was given (HTTP 401). Both say where fleetctl
+    looks for credentials; ``exc`` stays the cause, with azure-identity's list
+    of what each credential tried."""
+    from azure.core.exceptions import ClientAuthenticationError
+
+    if getattr(exc, "response", None) is None:
+        return ClientAuthenticationError(message=f"no credential gave a token: {CREDENTIALS_HINT}")
+    code = getattr(getattr(exc, "error", None), "code", None) or exc.status_code
+    message = getattr(getattr(exc, "error", None), "message", None) or exc.message or ""
+    first = str(message).strip().splitlines()[0] if str(message).strip() else ""
+    return ClientAuthenticationError(message=f"Resource Manager refused the token ({code}: {first}); "
+                                             f"{CREDENTIALS_HINT}")
 
 
 def node_watch_custom_data(controller_url: str, token_file: str = "/etc/fleetctl/notice-token") -> str:
@@ -294,10 +329,12 @@ class AzureProvider:
     # ------------------------------------------------------------------ helpers
 
     def _call(self, fn: Callable[[], T]) -> T:
-        from azure.core.exceptions import HttpResponseError
+        from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 
         try:
             return fn()
+        except ClientAuthenticationError as exc:  # an HttpResponseError too: caught first, not a refused call
+            raise credentials_error(exc) from exc
         except HttpResponseError as exc:
             code = getattr(getattr(exc, "error", None), "code", None) or ""
             message = getattr(getattr(exc, "error", None), "message", None) or exc.message or str(exc)

@@ -91,8 +91,9 @@ def known_error(exc: BaseException) -> str | None:
         ("azure.identity", ("CredentialUnavailableError",), "Azure"),
     ):
         if _is(exc, module, names):
-            return (f"{cloud} credentials or configuration: {_first_line(exc)} (see `fleetctl reconcile --help`, "
-                    "--cloud, for where fleetctl looks for them)")
+            # every command that reaches a cloud takes the same --cloud option, whose help lists the credentials
+            return (f"{cloud} credentials or configuration: {_first_line(exc)} (--cloud in this command's --help "
+                    "says where fleetctl looks for them)")
     from providers.base import ProviderError
 
     if isinstance(exc, ProviderError):
