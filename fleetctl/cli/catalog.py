@@ -13,6 +13,8 @@ from fleetctl.cli.common import console, fail
 from fleetctl.codec import offer_to_dict
 from fleetctl.model import Market, Offer
 
+PROVIDERS = ("aws", "gcp", "azure")
+
 
 class OutputFormat(str, enum.Enum):
     table = "table"
@@ -46,21 +48,28 @@ def filter_offers(
 
 
 def catalog(
-    gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="GPU model, e.g. A100-80GB (repeatable).")] = None,
+    gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="GPU model, e.g. A100-80GB, any case (repeatable).")] = None,
     provider: Annotated[Optional[list[str]], typer.Option("--provider", help="aws, gcp or azure (repeatable).")] = None,
     market: Annotated[Optional[list[str]], typer.Option("--market", help="spot or on_demand (repeatable).")] = None,
     region: Annotated[Optional[list[str]], typer.Option("--region", help="Region, e.g. us-east-1 (repeatable).")] = None,
-    limit: Annotated[int, typer.Option("--limit", help="Show at most this many rows in the table (0: all).")] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="Show at most this many rows in the table (0: all).")] = 50,
     output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
 ) -> None:
     """List offers (instance type x region x zone x market, with USD/hour) from the
     shipped catalog snapshots of AWS, GCP and Azure, cheapest per GPU-hour first."""
     from providers.catalog import GPU_MODELS, load_catalog
 
-    for g in gpu or []:
+    by_lower = {m.lower(): m for m in GPU_MODELS}
+    gpu = [by_lower.get(g.lower(), g) for g in gpu or []]  # a100-80gb is A100-80GB
+    for g in gpu:
         if g not in GPU_MODELS:
             fail(f"--gpu {g!r} is not a known GPU model; known: {', '.join(sorted(GPU_MODELS))}", 2)
-    for m in market or []:
+    provider = [p.lower() for p in provider or []]
+    for p in provider:
+        if p not in PROVIDERS:
+            fail(f"--provider {p!r} is not a provider in the catalog; use one of: {', '.join(PROVIDERS)}", 2)
+    market = [m.lower().replace("-", "_") for m in market or []]  # on-demand is on_demand
+    for m in market:
         if m not in {x.value for x in Market}:
             fail(f"--market {m!r}: use spot or on_demand", 2)
     offers = filter_offers(load_catalog(), gpu=gpu, provider=provider, market=market, region=region)

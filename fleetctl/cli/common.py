@@ -7,6 +7,7 @@ below it gets ``now`` and values passed in.
 from __future__ import annotations
 
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
@@ -18,9 +19,21 @@ from rich.markup import escape
 from fleetctl.model import Policy
 from fleetctl.store import Store, StoreError, default_url
 
+
+def _piped_width(stream: object) -> int | None:
+    """Output that is not a terminal (a file, a pipe to less or grep, a CI log)
+    gets up to 400 columns, so a table keeps every cell whole instead of rich's
+    80 columns that cut "provider" to "prov…"; a table takes only the width it
+    needs. A terminal keeps its own width, and $COLUMNS wins over both."""
+    isatty = getattr(stream, "isatty", None)
+    if os.environ.get("COLUMNS") or (isatty is not None and isatty()):
+        return None
+    return 400
+
+
 # emoji=False: user input such as "127.0.0.1:-1" must print as typed, not as ":-1:" -> an emoji.
-console = Console(highlight=False, soft_wrap=True, emoji=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+console = Console(highlight=False, soft_wrap=True, emoji=False, width=_piped_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, width=_piped_width(sys.stderr))
 
 DEFAULT_POLICY = Path("policies/example.yaml")
 
@@ -129,8 +142,20 @@ def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Pat
         fail(f"{path}: {len(exc.issues)} policy error(s)", code)
 
 
-def open_store(option: str | None) -> Store:
+def open_store(option: str | None, *, must_exist: bool = False) -> Store:
+    """The state store (``--state``, else ``$FLEETCTL_STATE``, else ``.fleetctl/state.db``
+    here). ``must_exist``: a command that only reads or changes what is stored
+    (``status``, ``jobs list``, ``explain``, ...) refuses a SQLite store that does
+    not exist yet instead of creating an empty one (run from another directory,
+    it would report an empty fleet)."""
     url = option or default_url()
+    if "://" not in url and not url.startswith("sqlite:"):
+        from fleetctl.model import JobState
+
+        hint = (f"; to list the jobs in state {url}, use `fleetctl jobs list --only {url}`"
+                if url in {s.value for s in JobState} else "")
+        fail(f"--state {url!r} is not a state store URL (sqlite:///path/state.db, or "
+             f"postgresql+psycopg://user@host/db): --state names where fleetctl keeps its state{hint}", 2)
     is_sqlite, database = _sqlite_database(url)
     if is_sqlite and database in (None, "", ":memory:"):
         fail(f"--state {url!r} is an in-memory SQLite database: nothing would be kept after this command; give a "
@@ -139,6 +164,11 @@ def open_store(option: str | None) -> Store:
     if is_sqlite and explicit and not Path(database).parent.is_dir():  # type: ignore[arg-type]
         fail(f"--state {url!r}: the directory {Path(database).parent} does not exist (a typo?); nothing was "  # type: ignore[arg-type]
              "created. Create it first to start a new store there", 2)
+    if must_exist and is_sqlite and not Path(database).exists():  # type: ignore[arg-type]
+        where = ("--state" if option is not None else "FLEETCTL_STATE" if os.environ.get("FLEETCTL_STATE")
+                 else "the default under the working directory")
+        fail(f"no state store at {database} ({where}): nothing has been planned or submitted with it. Run fleetctl "
+             "from the directory you use it in, or pass --state / set FLEETCTL_STATE", 1)
     try:
         return Store(url)
     except StoreError as exc:

@@ -25,7 +25,8 @@ def explain(
     alternatives it considered (offers with their risk-adjusted cost, rules that
     ruled some out). Changes nothing."""
     _pol, _path, store, _provider, _now, obs, result = _compute(policy, state, seed, cloud, forecast_dir=forecast_dir,
-                                                                allow_version_mismatch=allow_version_mismatch)
+                                                                allow_version_mismatch=allow_version_mismatch,
+                                                                must_exist=True)
     try:
         known = {j.job_id: j for j in store.jobs()}
     finally:

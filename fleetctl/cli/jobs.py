@@ -5,13 +5,14 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, open_store, utcnow
 from fleetctl.codec import job_to_dict
+from fleetctl.model import JobState
 
 app = typer.Typer(help="Submit jobs to the queue, list them, cancel them.", no_args_is_help=True)
 
@@ -31,7 +32,9 @@ def submit(
 
     All files are checked first; if any has an error, every error is printed as
     FILE:LINE:COLUMN: field.path: message, nothing is stored, and the exit code is 2.
-    Re-submitting an identical job is a no-op; a different job under an existing id is refused."""
+    Re-submitting an identical job is a no-op (one that finished or was cancelled is
+    not run again, and the output says so); a different job under an existing id is
+    refused: ids are never reused."""
     from fleetctl.jobspec import load_jobs
     from fleetctl.store import DuplicateJob
     from fleetctl.yamlerrors import SpecError
@@ -55,12 +58,24 @@ def submit(
         fail(f"job ids appear in more than one file: {', '.join(dupes)}; no job was submitted", 2)
     store = open_store(state)
     try:
-        added, unchanged = store.add_jobs(jobs, now)
-    except DuplicateJob as exc:
-        fail(f"{exc}; no job was submitted (pick a new id or cancel the old job)", 2)
+        try:
+            added, unchanged = store.add_jobs(jobs, now)
+        except DuplicateJob as exc:
+            fail(f"{exc}; no job was submitted (a job id is never reused, even after the job finished or was "
+                 "cancelled: give the changed job a new id)", 2)
+        states = store.job_states(ids) if unchanged else {}
     finally:
         store.close()
     console.print(f"{added} job(s) submitted, {unchanged} already in the store unchanged", markup=False)
+    finished: dict[str, list[str]] = {}
+    for job_id in ids:
+        if job_id in states and not states[job_id].active:
+            finished.setdefault(states[job_id].value, []).append(job_id)
+    if finished:  # re-submitting a cancelled job does not run it again: say so rather than look like success
+        parts = [f"{name}: {', '.join(sorted(found)[:5])}{f' and {len(found) - 5} more' if len(found) > 5 else ''}"
+                 for name, found in sorted(finished.items())]
+        console.print(f"{sum(map(len, finished.values()))} of them finished and will not run again "
+                      f"({'; '.join(parts)}); to run a job again, give it a new id", markup=False)
 
 
 @app.command()
@@ -75,7 +90,7 @@ def cancel(
     are. An unknown id is an error (exit code 2) and nothing is cancelled."""
     from fleetctl.store import StoreError
 
-    store = open_store(state)
+    store = open_store(state, must_exist=True)
     try:
         outcome = store.request_cancel(job_ids, utcnow(), reason)
     except StoreError as exc:
@@ -91,16 +106,26 @@ def cancel(
 def list_jobs(
     state: StateOption = None,
     all_: Annotated[bool, typer.Option("--all", help="Include finished jobs.")] = False,
+    only: Annotated[Optional[list[JobState]], typer.Option(
+        "--only", help="Only jobs in this state (repeatable); finished states imply --all.",
+        case_sensitive=False, show_default=False, metavar="STATE")] = None,
     output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
 ) -> None:
-    """Show the jobs in the store with their state and nodes."""
-    store = open_store(state)
+    """Show the jobs in the store with their state and nodes. A bound or running
+    job whose cancel is requested shows as `running, cancel requested` (or `bound, ...`) (JSON:
+    "cancel_requested": true) until the next reconcile tick stops it."""
+    wanted = set(only or ())
+    store = open_store(state, must_exist=True)
     try:
-        jobs = store.jobs(active_only=not all_)
+        jobs = store.jobs(active_only=not all_ and all(s.active for s in wanted))
+        cancelling = set(store.pending_cancellations())
     finally:
         store.close()
+    if wanted:
+        jobs = tuple(j for j in jobs if j.state in wanted)
     if output is OutputFormat.json:
-        print(json.dumps([job_to_dict(j) for j in jobs], indent=2))
+        print(json.dumps([{**job_to_dict(j), "cancel_requested": j.job_id in cancelling and j.state.active}
+                          for j in jobs], indent=2))
         return
     table = Table(title=f"{len(jobs)} jobs")
     for col in ("id", "state", "team", "priority", "workers x GPUs", "GPU models", "spot", "nodes"):
@@ -108,7 +133,7 @@ def list_jobs(
     for j in jobs:
         table.add_row(
             j.job_id,
-            j.state.value,
+            f"{j.state.value}, cancel requested" if j.job_id in cancelling and j.state.active else j.state.value,
             j.team,
             j.priority,
             f"{j.workers} x {j.gpus_per_worker}",

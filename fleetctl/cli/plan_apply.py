@@ -113,7 +113,7 @@ def _terraform_doc(tf_plan, document: dict) -> dict:  # noqa: ANN001
 
 def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "sim",  # noqa: ANN202
              plan_at: datetime | None = None, forecast_dir: Path | None = None,
-             allow_version_mismatch: bool = False):
+             allow_version_mismatch: bool = False, must_exist: bool = False):
     """Observe now and plan; at ``plan_at`` instead of now when given (a saved
     plan's own time: the pure planner then gives that plan's actions again).
     With ``forecast_dir``, the models' forecast from what the store recorded,
@@ -122,7 +122,7 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
 
     pol, pol_path = load_policy_or_exit(policy)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
-    store = open_store(state)
+    store = open_store(state, must_exist=must_exist)
     provider = make_provider(store, seed, cloud, pol)
     now = utcnow()
     obs = observe(store, provider, now)

@@ -34,7 +34,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
     """Show nodes (with the jobs on them), job counts by state, and current USD/hour.
     With --cloud aws, the nodes come from EC2 (the policy names the cluster)."""
     pol = load_policy_or_exit(policy)[0] if cloud != "sim" else None
-    store = open_store(state)
+    store = open_store(state, must_exist=cloud == "sim")  # the sandbox's nodes live in the store
     try:
         provider = make_provider(store, seed, cloud, pol)
         now = utcnow()

@@ -57,9 +57,10 @@ class LeaseHeld(StoreError):
 
 
 class DuplicateJob(StoreError):
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"job {job_id!r} already exists with a different spec")
+    def __init__(self, job_id: str, state: str = "") -> None:
+        super().__init__(f"job {job_id!r} already exists with a different spec" + (f" ({state})" if state else ""))
         self.job_id = job_id
+        self.state = state
 
 
 def default_url(cwd: Path | None = None) -> str:
@@ -212,14 +213,14 @@ class Store:
         with self.transaction(), self._tx() as conn:
             for job in jobs:
                 row = conn.execute(
-                    sa.select(tables.jobs.c.spec).where(tables.jobs.c.job_id == job.job_id)
+                    sa.select(tables.jobs.c.spec, tables.jobs.c.state).where(tables.jobs.c.job_id == job.job_id)
                 ).first()
                 if row is not None:
                     old = _row(job_from_dict, row.spec, f"job {job.job_id!r}")
                     if _same_spec(old, job):
                         unchanged += 1
                         continue
-                    raise DuplicateJob(job.job_id)
+                    raise DuplicateJob(job.job_id, row.state)
                 conn.execute(
                     tables.jobs.insert().values(
                         job_id=job.job_id,
@@ -231,6 +232,17 @@ class Store:
                 )
                 added += 1
         return added, unchanged
+
+    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
+        """The stored state of each of ``job_ids`` that is in the store."""
+        wanted = sorted(set(job_ids))
+        out: dict[str, JobState] = {}
+        with self._tx() as conn:
+            for i in range(0, len(wanted), 500):  # stay under the database's bound-parameter limit
+                rows = conn.execute(sa.select(tables.jobs.c.job_id, tables.jobs.c.state)
+                                    .where(tables.jobs.c.job_id.in_(wanted[i:i + 500]))).all()
+                out.update((r.job_id, JobState(r.state)) for r in rows)
+        return out
 
     def jobs(self, *, active_only: bool = False) -> tuple[Job, ...]:
         """Every job, ordered by submission time then id."""

@@ -205,7 +205,10 @@ def test_bad_job_file_stores_nothing(workdir):
     result = fleetctl(workdir, "jobs", "submit", "bad.yaml")
     assert result.returncode == 2
     assert "bad.yaml:10:" in result.stderr and "workers" in result.stderr
-    assert json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout) == []
+    assert not (workdir / ".fleetctl").exists()  # refused before the store was opened
+    listed = fleetctl(workdir, "jobs", "list", "--format", "json")  # and a read does not create an empty one
+    assert listed.returncode == 1 and "no state store at" in listed.stderr
+    assert not (workdir / ".fleetctl").exists()
 
 
 def test_catalog_a100_80gb_all_providers_both_markets(workdir):
@@ -315,7 +318,8 @@ def test_missing_cloud_credentials_and_an_unusable_state_path_are_one_line_error
     elsewhere = workdir / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / ".fleetctl").write_text("a file where the state directory should be")
-    blocked = fleetctl(elsewhere, "jobs", "list")
+    blocked = fleetctl(elsewhere, "jobs", "submit", str(workdir / "examples" / "jobs.yaml"),
+                       "--policy", str(workdir / "policies" / "example.yaml"))
     assert blocked.returncode == 1 and "cannot open state store" in blocked.stderr, blocked.stderr
     assert "Traceback" not in blocked.stderr
 
@@ -330,13 +334,31 @@ def test_jobs_cancel(workdir):
     assert fleetctl(workdir, "reconcile", "--once").returncode == 0  # places the others
     running = fleetctl(workdir, "jobs", "cancel", ids[1])
     assert running.returncode == 0 and f"{ids[1]}: cancel requested" in running.stdout
+    listed = {j["id"]: j for j in json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout)}
+    assert listed[ids[1]]["state"] in ("bound", "running") and listed[ids[1]]["cancel_requested"] is True  # until the tick
+    assert not any(j["cancel_requested"] for i, j in listed.items() if i != ids[1])
+    assert f"{listed[ids[1]]['state']}, cancel requested" in fleetctl(workdir, "jobs", "list").stdout
+    only_cancelled = fleetctl(workdir, "jobs", "list", "--only", "cancelled", "--format", "json")  # implies --all
+    assert only_cancelled.returncode == 0
+    assert [j["id"] for j in json.loads(only_cancelled.stdout)] == [ids[0]]
+    misread = fleetctl(workdir, "jobs", "list", "--state", "cancelled")  # --state is the store, not a job state
+    assert misread.returncode == 2 and "is not a state store URL" in misread.stderr
+    assert "fleetctl jobs list --only cancelled" in misread.stderr
     tick = fleetctl(workdir, "reconcile", "--once")
     assert tick.returncode == 0 and "1 cancelled" in tick.stdout, tick.stdout
     states = {j["id"]: j["state"] for j in json.loads(fleetctl(workdir, "jobs", "list", "--all", "--format",
                                                                "json").stdout)}
     assert states[ids[0]] == states[ids[1]] == "cancelled"
     assert all(s == "running" for i, s in states.items() if i not in ids[:2])
-    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0  # still a no-op
+    again = fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")  # still a no-op, and it says what is not run
+    assert again.returncode == 0
+    assert f"2 of them finished and will not run again (cancelled: {ids[0]}, {ids[1]}); to run a job again, give " \
+           "it a new id" in again.stdout, again.stdout
+    changed = workdir / "changed.yaml"
+    changed.write_text((workdir / "examples" / "jobs.yaml").read_text().replace("duration_hours:", "duration_hours: 9 #", 1))
+    refused = fleetctl(workdir, "jobs", "submit", str(changed))
+    assert refused.returncode == 2 and "already exists with a different spec (running)" in refused.stderr
+    assert "a job id is never reused, even after the job finished or was cancelled" in refused.stderr
     explained = fleetctl(workdir, "explain", ids[1])
     assert explained.returncode == 0 and "nothing to plan: the job is cancelled" in explained.stdout
 
@@ -482,3 +504,23 @@ def test_plan_avoids_an_offer_the_store_saw_reclaimed_as_reconcile_does(workdir)
         store.close()
     after = spot_launches()
     assert reclaimed.key not in after and after, (reclaimed.key, sorted(after))
+
+
+def test_catalog_filters_are_checked_and_take_any_case(workdir):
+    wrong_provider = fleetctl(workdir, "catalog", "--provider", "aws2")  # was an empty table and exit 0
+    assert wrong_provider.returncode == 2 and "--provider 'aws2' is not a provider" in wrong_provider.stderr
+    assert fleetctl(workdir, "catalog", "--limit", "-1").returncode == 2
+    lower = json.loads(fleetctl(workdir, "catalog", "--gpu", "a100-80gb", "--provider", "AWS", "--market", "on-demand",
+                                "--format", "json").stdout)
+    exact = json.loads(fleetctl(workdir, "catalog", "--gpu", "A100-80GB", "--provider", "aws", "--market", "on_demand",
+                                "--format", "json").stdout)
+    assert lower == exact and len(exact) > 0
+
+
+def test_tables_are_not_cut_to_80_columns_when_piped(workdir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_") and k not in ("COLUMNS", "LINES")}
+    piped = subprocess.run([*FLEETCTL, "catalog", "--gpu", "A100-80GB", "--limit", "3"], cwd=workdir, env=env,
+                           capture_output=True, text=True, timeout=120)  # stdout is a pipe, as in `| less` or CI
+    assert piped.returncode == 0, piped.stderr
+    header = next(line for line in piped.stdout.splitlines() if "provider" in line)
+    assert "instance type" in header and "$/GPU-h" in header and "…" not in piped.stdout, piped.stdout
