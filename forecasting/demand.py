@@ -597,6 +597,7 @@ def forecast_plot(curves: list[tuple], horizon_minutes: int, path: str | Path) -
     fig.autofmt_xdate()
     fig.tight_layout()
     out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
     plt.close(fig)
     return out

@@ -515,6 +515,7 @@ def reliability_plot(y: np.ndarray, p: np.ndarray, path: str | Path) -> Path:
     ax.set_ylabel("observed frequency")
     ax.legend()
     out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

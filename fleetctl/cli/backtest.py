@@ -32,16 +32,16 @@ def backtest(
              "sees, at each moment, the model's reclaim probability per offer computed from the market up to "
              "that moment (never later); without it, the policy's default risk.", show_default=False)] = None,
     allow_version_mismatch: AllowMismatchOption = False,
-    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    output_format: Annotated[str, typer.Option("--format", help="table or json.", metavar="[table|json]")] = "table",
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="Directory to write backtest.png into (cumulative cost and running GPUs over time; "
                          "needs matplotlib).", show_default=False)] = None,
     tick_seconds: Annotated[float, typer.Option("--tick-seconds", help="Simulated seconds between reconcile "
-                                                                       "ticks.")] = 300.0,
+                                                                       "ticks (above 0, at most 86400).")] = 300.0,
     launch_delay_seconds: Annotated[float, typer.Option(
-        "--launch-delay-seconds", help="Mean simulated launch-to-ready time of a node.")] = 60.0,
+        "--launch-delay-seconds", help="Mean simulated launch-to-ready time of a node (0 to 86400).")] = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated provider (node ids, launch "
-                                                     "delays).")] = 0,
+                                                     "delays).", envvar="FLEETCTL_SEED")] = 0,
 ) -> None:
     """Simulate fleetctl and baselines on a job trace and a spot market (docs/backtest.md).
 

@@ -82,13 +82,19 @@ SeedOption = Annotated[
 
 
 def report_dir_or_exit(report: Path | None) -> None:
-    """Make the --report directory before the work (a bad path exits 2 at once, not after minutes)."""
+    """Check the --report directory before the work (a bad path exits 2 at once,
+    not after minutes) without creating it: the report's writer does, once
+    there is something to write (a failed or interrupted run left an empty
+    directory behind)."""
     if report is None:
         return
-    try:
-        report.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        fail(f"--report {report}: cannot write there: {exc.strerror or exc}", 2)
+    existing = report
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        fail(f"--report {report}: cannot write there: {existing} is not a directory", 2)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        fail(f"--report {report}: cannot write there: {existing} is not writable", 2)
 
 
 def stop_cleanly_on_sigterm() -> None:

@@ -155,6 +155,9 @@ def daemon(
     from fleetctl.metrics import FleetMetrics, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # apscheduler logs "Running job ..." and "... executed successfully" at INFO for every run: two lines per
+    # interruption pass, every few seconds. Its warnings (a run skipped, missed or still running) stay.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     from fleetctl.controller.notices import split_addr
 
     try:
@@ -197,7 +200,7 @@ def daemon(
             notices.shutdown()
             notices.store.close()
         store.close()
-    console.print(f"stopped after {loop.ticks} ticks", markup=False)
+    console.print(f"stopped after {loop.ticks} tick{'' if loop.ticks == 1 else 's'}", markup=False)
 
 
 def _zero_or_at_least_one_day(days: float) -> float:

@@ -25,6 +25,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",  # docstrings reflow as paragraphs in --help
+    context_settings={"help_option_names": ["-h", "--help"]},  # every subcommand inherits -h
 )
 
 
@@ -119,10 +120,37 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _plan_usage_errors_exit_1(args: list[str]) -> None:
+    """`fleetctl plan` with an option the parser rejects (a typo, a bad value)
+    exits 1, as Terraform's does: click's usual 2 means "changes" under
+    `plan -detailed-exitcode`, so a CI job would read a typo as a drift to
+    apply. Every other command keeps click's 2 for a usage error."""
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command == "plan":
+        try:
+            from typer import _click as parser  # typer >= 0.16 vendors click: its copy raises the errors
+        except ImportError:
+            import click as parser
+        parser.exceptions.UsageError.exit_code = 1  # this process runs one command; BadParameter inherits it
+
+
+def _help_width_when_piped() -> None:
+    """--help written to a pipe or file gets 100 columns instead of rich's 80,
+    which cut long words (paths, variable names) of the option table to "…".
+    A terminal keeps its width; $COLUMNS and typer's $TERMINAL_WIDTH win."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
+        return
+    from typer import rich_utils
+
+    rich_utils.MAX_WIDTH = 100
+
+
 def main() -> None:
     """The console script: ``app`` with the environment's errors (see
     ``known_error``) reported in one line and exit code 1 instead of a
     traceback (``FLEETCTL_DEBUG=1`` shows it)."""
+    _plan_usage_errors_exit_1(sys.argv[1:])
+    _help_width_when_piped()
     try:
         app(prog_name="fleetctl")
     except Exception as exc:  # the CLI boundary: known errors become one line, the rest propagate

@@ -524,3 +524,20 @@ def test_tables_are_not_cut_to_80_columns_when_piped(workdir):
     assert piped.returncode == 0, piped.stderr
     header = next(line for line in piped.stdout.splitlines() if "provider" in line)
     assert "instance type" in header and "$/GPU-h" in header and "…" not in piped.stdout, piped.stdout
+
+
+def test_plan_usage_errors_do_not_read_as_changes(workdir):
+    # under -detailed-exitcode 2 means "changes": a typo must not look like a drift to apply (Terraform exits 1 too)
+    typo = fleetctl(workdir, "plan", "-detailed-exitcode", "--polcy", "policies/example.yaml")
+    assert typo.returncode == 1 and "No such option: --polcy" in typo.stderr, typo.stderr
+    assert fleetctl(workdir, "plan", "--seed", "abc").returncode == 1
+    assert fleetctl(workdir, "catalog", "--limit", "x").returncode == 2  # other commands keep click's 2
+
+
+def test_help_takes_h_and_keeps_whole_words_when_piped(workdir):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FLEETCTL_") and k not in ("COLUMNS", "LINES", "TERMINAL_WIDTH")}
+    for args in (("plan", "-h"), ("jobs", "list", "-h"), ("daemon", "--help")):
+        shown = subprocess.run([*FLEETCTL, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0 and "Usage: fleetctl" in shown.stdout, shown.stderr
+        assert "…" not in shown.stdout, shown.stdout  # 80 columns cut paths and variable names in the option table

@@ -135,6 +135,7 @@ def test_cli_daemon_stops_cleanly_on_sigterm(tmp_path):
             proc.kill()
     assert proc.returncode == 0, err
     assert "stopped after" in out
+    assert "executed successfully" not in err and "Running job" not in err  # apscheduler's INFO line per run
     listed = subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "list", "--format", "json"], cwd=tmp_path,
                             env=env, capture_output=True, text=True, check=True)
     assert '"running"' in listed.stdout or '"bound"' in listed.stdout

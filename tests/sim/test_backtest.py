@@ -119,8 +119,9 @@ def test_cli_checks_the_report_path_before_running_and_stops_when_nothing_can_ru
     no_v100 = tmp_path / "no-v100.yaml"  # the market sells only V100s
     no_v100.write_text(example.replace("  - T4\n  - V100-16GB\n", "  - T4\n", 1))
     assert no_v100.read_text() != example
-    out = _backtest(tmp_path, jobs_csv, manifest, policy=no_v100)
+    out = _backtest(tmp_path, jobs_csv, manifest, "--report", str(tmp_path / "new" / "report"), policy=no_v100)
     assert out.returncode == 2 and "excludes every offer" in out.stderr and "nothing was simulated" in out.stderr
+    assert not (tmp_path / "new").exists()  # checked, not created: a run that stops leaves no empty directory
     broke = tmp_path / "broke.yaml"
     broke.write_text(example.replace("max_usd_per_hour: 400", "max_usd_per_hour: 0.5", 1))
     assert broke.read_text() != example
