@@ -596,6 +596,8 @@ class MilpResult:
     seconds: float
     variables: int
     constraints: int
+    bound: float | None = None  # the solver's lower bound on the optimum
+    start: str = "none"  # the MIP start: none, accepted, rejected, not mapped
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -603,6 +605,8 @@ class MilpResult:
             "objective": None if self.objective is None else round(self.objective, 6),
             "proved_optimal": self.proved_optimal,
             "gap": None if self.gap is None else round(self.gap, 6),
+            "bound": None if self.bound is None else round(self.bound, 6),
+            "start": self.start,
             "seconds": round(self.seconds, 3),
             "variables": self.variables,
             "constraints": self.constraints,
@@ -615,8 +619,17 @@ def node_bound(instance: Instance, offer: Offer) -> int:
                       for j in instance.jobs if compatible(j, offer, instance.policy)))
 
 
-def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -> MilpResult:
-    """The cheapest risk-adjusted plan that keeps every rule, by HiGHS."""
+def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1,
+               start: Solution | None = None) -> MilpResult:
+    """The cheapest risk-adjusted plan that keeps every rule, by HiGHS.
+
+    ``start``: a plan that keeps every rule (the planner's, when :func:`evaluate`
+    finds it feasible) handed to HiGHS as a partial MIP start (nodes bought,
+    workers, gang credits; HiGHS completes the rest). It only seeds the
+    incumbent: the optimum and the proof do not depend on it, but an instance
+    not proved within the time limit then reports a plan at least as cheap as
+    ``start`` (and ``bound``, the solver's lower bound, says how far off it
+    may be)."""
     import highspy  # bench-only dependency: imported here so the checker works without it
     import numpy as np
 
@@ -681,12 +694,12 @@ def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -
                 total[k] += v
         return total
 
+    u: dict[tuple[int, tuple[int, int]], int] = {}  # u[(gang, spot node)], see below
     if spot:
         # Gangs are one unit (see _market_and_diversification). u[(g, n)] = 1 only if gang g has a
         # worker on spot node n (u <= x); the MILP sets it where that helps, the checker credits
         # every such node, so the two agree. Only jobs with workers > 1 that fit >= 2 spot nodes.
         spot_nodes = [(oi, k) for oi in spot for k in range(len(y[oi]))]
-        u: dict[tuple[int, tuple[int, int]], int] = {}
         for ji, job in enumerate(jobs):
             if job.workers > 1:
                 keys = [(oi, k) for (oi, k) in spot_nodes if (ji, oi, k) in x]
@@ -791,13 +804,23 @@ def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -
     h.addRows(len(lp.rows), np.array([r[0] for r in lp.rows]), np.array([r[1] for r in lp.rows]), len(indices),
               np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32), np.array(values))
     started = time.perf_counter()
+    start_accepted = None
+    if start is not None:
+        known = _start_values(instance, start, y, x, u)
+        if known is not None:
+            cols = np.array(sorted(known), dtype=np.int32)
+            status_ = h.setSolution(len(cols), cols, np.array([known[c] for c in cols.tolist()]))
+            start_accepted = status_ == highspy.HighsStatus.kOk
     h.run()
     seconds = time.perf_counter() - started
     status = h.getModelStatus()
     info = h.getInfo()
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
+    start_text = "none" if start is None else {None: "not mapped", True: "accepted", False: "rejected"}[start_accepted]
     if not has_solution:
-        return MilpResult(h.modelStatusToString(status), None, False, None, None, seconds, n, len(lp.rows))
+        return MilpResult(h.modelStatusToString(status), None, False, None, None, seconds, n, len(lp.rows), bound,
+                          start_text)
     values_ = list(h.getSolution().col_value)
     nodes: dict[str, Offer] = {}
     placements: dict[str, list[str]] = collections.defaultdict(list)
@@ -811,7 +834,41 @@ def solve_milp(instance: Instance, time_limit: float = 20.0, threads: int = 1) -
     solution = Solution(nodes, {j: tuple(n_) for j, n_ in placements.items()})
     proved = status == highspy.HighsModelStatus.kOptimal
     return MilpResult(h.modelStatusToString(status), info.objective_function_value, proved, solution,
-                      info.mip_gap, seconds, n, len(lp.rows))
+                      info.mip_gap, seconds, n, len(lp.rows), bound, start_text)
+
+
+def _start_values(instance: Instance, start: Solution, y: list[list[int]], x: dict[tuple[int, int, int], int],
+                  u: dict[tuple[int, tuple[int, int]], int]) -> dict[int, float] | None:
+    """Column values of ``start`` for a MIP start: every y, x and u (the rest is
+    left to HiGHS); None if it does not map (an unknown offer or job, more nodes
+    of an offer than the MILP allows, a worker where the MILP has no column)."""
+    index = {o.key: oi for oi, o in enumerate(instance.offers)}
+    job_index = {j.job_id: ji for ji, j in enumerate(instance.jobs)}
+    slot: dict[str, tuple[int, int]] = {}
+    for name in sorted(start.nodes):
+        oi = index.get(start.nodes[name].key)
+        if oi is None:
+            return None
+        k = sum(1 for s in slot.values() if s[0] == oi)
+        if k >= len(y[oi]):
+            return None
+        slot[name] = (oi, k)
+    values = {v: 0.0 for row in y for v in row}
+    values.update({v: 1.0 for oi, k in slot.values() for v in (y[oi][k],)})
+    count: dict[tuple[int, int, int], int] = collections.Counter()
+    for job_id, names in start.placements.items():
+        ji = job_index.get(job_id)
+        if ji is None:
+            return None
+        for name in names:
+            if name not in slot:
+                return None
+            count[(ji, *slot[name])] += 1
+    if any(key not in x for key in count):
+        return None
+    values.update({v: float(count.get(key, 0)) for key, v in x.items()})
+    values.update({v: float(count.get((g, *n_), 0) > 0) for (g, n_), v in u.items()})
+    return values
 
 
 # =========================================================================== the benchmark
@@ -865,17 +922,24 @@ def run_instance(instance: Instance, planner: PlanFn, time_limit: float) -> dict
     started = time.perf_counter()
     result = run_planner(instance, planner)
     planner_seconds = time.perf_counter() - started
-    ours = evaluate(instance, solution_of_plan(result))
-    milp = solve_milp(instance, time_limit)
+    ours_solution = solution_of_plan(result)
+    ours = evaluate(instance, ours_solution)
+    # The planner's plan, when it keeps every rule, is HiGHS's MIP start: a proved optimum does not depend on
+    # it, and an instance not proved within the time limit is then compared with a plan at least as cheap as
+    # the planner's (before, HiGHS's own incumbent could be dearer and the planner showed "below the optimum").
+    milp = solve_milp(instance, time_limit, start=ours_solution if ours.feasible else None)
     best = evaluate(instance, milp.solution) if milp.solution is not None else None
-    ratio = None
+    ratio = ratio_to_bound = None
     if best is not None and best.feasible and ours.complete and best.cost > 0:
         ratio = ours.cost / best.cost
+    if ours.complete and milp.bound is not None and milp.bound > 0:
+        ratio_to_bound = ours.cost / milp.bound  # the most the planner can be above the (unknown) optimum
     return {
         "instance": describe_instance(instance),
         "planner": {**ours.as_json(), "seconds": round(planner_seconds, 4)},
         "optimum": {**milp.as_json(), **(best.as_json() if best is not None else {"feasible": False})},
         "ratio": None if ratio is None else round(ratio, 6),
+        "ratio_to_bound": None if ratio_to_bound is None else round(ratio_to_bound, 6),
     }
 
 
@@ -911,6 +975,11 @@ def summarise(rows: list[dict[str, object]]) -> dict[str, object]:
         "optimum_feasible": len(optimum_feasible),
         "optimum_proved": sum(bool(p(r, "optimum")["proved_optimal"]) for r in rows),
         "optimum_not_proved": [p(r, "instance")["index"] for r in rows if not p(r, "optimum")["proved_optimal"]],
+        # over the instances not proved optimal: planner / HiGHS's lower bound, the most the planner can be above
+        # the optimum there
+        "max_ratio_to_bound_not_proved": max((r["ratio_to_bound"] for r in rows if r.get("ratio_to_bound") is not None
+                                              and not p(r, "optimum")["proved_optimal"]), default=None),
+        "mip_start": dict(collections.Counter(str(p(r, "optimum").get("start")) for r in rows)),
         "optimum_check_failed": [p(r, "instance")["index"] for r in rows
                                  if p(r, "optimum").get("objective") is not None and not p(r, "optimum").get("feasible")],
         "planner_complete": sum(bool(p(r, "planner")["complete"]) for r in rows),
@@ -942,13 +1011,18 @@ def print_summary(doc: dict[str, object], rows: list[dict[str, object]]) -> None
     assert isinstance(s, dict)
     print(f"planner {doc['planner']} at {doc['planner_version']}; MILP time limit {doc['time_limit_seconds']:g} s")
     print(f"instances: {s['instances']}  MILP: {s['optimum_feasible']} solved, {s['optimum_proved']} proved optimal"
-          + (f" (not proved: {s['optimum_not_proved']})" if s["optimum_not_proved"] else ""))
+          + (f" (not proved: {s['optimum_not_proved']}; there the planner is at most "
+             f"{s['max_ratio_to_bound_not_proved']:.4f} x HiGHS's lower bound)"
+             if s["optimum_not_proved"] and s["max_ratio_to_bound_not_proved"] is not None
+             else f" (not proved: {s['optimum_not_proved']})" if s["optimum_not_proved"] else "")
+          + f"; MIP start (the planner's plan): {s['mip_start']}")
     print(f"planner: {s['planner_complete']} placed every job, {s['planner_feasible']} also broke no rule; "
           f"{s['unplaced_while_optimum_feasible']} left a job unplaced although a feasible plan exists")
     if s["mean_ratio"] is not None:
         print(f"cost ratio planner / optimum (risk-adjusted USD/h, {s['ratios_counted']} instances where the planner "
               f"placed every job): mean {s['mean_ratio']:.4f}, max {s['max_ratio']:.4f}, min {s['min_ratio']:.4f}; "
-              f"{s['below_optimum']} below 1 (only possible by breaking a rule)")
+              f"{s['below_optimum']} below 1 (only possible by breaking a rule, or below a plan not proved optimal "
+              "when the planner's plan was not a MIP start)")
     if s["gap"]["count"]:
         g = s["gap"]
         print(f"planner excess over the optimum (ratio - 1): median {g['median']:.4f}, p90 {g['p90']:.4f}, "
