@@ -170,6 +170,9 @@ class _Pass:
         # (existing nodes and nodes bought in this step), and spot nodes per gang.
         self.slot_gang: dict[str, str] = {}
         self.gang_spot_nodes: dict[str, int] = {}
+        # sum(spot_nodes_by_offer) - sum(n - 1 over gang_spot_nodes), kept by _charge_offer: summing both per
+        # purchase cost a quarter of a 100,000-job pass (thousands of gangs)
+        self.spot_units = 0
         self.max_gpus_in_zone: dict[tuple, int] = {}
         for o in self.offers:
             if o.market is Market.SPOT:
@@ -346,11 +349,13 @@ class _Pass:
         ``gang``: the multi-node job they serve, whose spot nodes count as one unit."""
         it = offer.instance_type
         if gang is not None and offer.market is Market.SPOT:
-            left = self.gang_spot_nodes.get(gang, 0) + count
+            before = self.gang_spot_nodes.get(gang, 0)
+            left = before + count
             if left > 0:
                 self.gang_spot_nodes[gang] = left
             else:
                 self.gang_spot_nodes.pop(gang, None)
+            self.spot_units -= max(left - 1, 0) - max(before - 1, 0)
         self.usd += offer.usd_per_hour * count
         self.gpus += it.gpu_count * count
         if offer.market is Market.SPOT:
@@ -358,7 +363,9 @@ class _Pass:
             self.spot_by_type[it.name] = self.spot_by_type.get(it.name, 0) + it.gpu_count * count
             z = offer.placement_domain
             self.spot_by_zone[z] = self.spot_by_zone.get(z, 0) + it.gpu_count * count
-            self.spot_nodes_by_offer[offer.key] = self.spot_nodes_by_offer.get(offer.key, 0) + count
+            before = self.spot_nodes_by_offer.get(offer.key, 0)
+            self.spot_nodes_by_offer[offer.key] = before + count
+            self.spot_units += max(before + count, 0) - before
             if self.spot_nodes_by_offer[offer.key] <= 0:
                 del self.spot_nodes_by_offer[offer.key]
             if self.spot_by_type[it.name] <= 0:
@@ -370,7 +377,7 @@ class _Pass:
 
     def _spot_units(self) -> int:
         """Spot nodes, a gang's counting once (see ``slot_gang``)."""
-        return sum(self.spot_nodes_by_offer.values()) - sum(n - 1 for n in self.gang_spot_nodes.values())
+        return self.spot_units
 
     def _note(self, job: Job, line: str) -> None:
         self.explain.setdefault(job.job_id, []).append(line)
@@ -1235,7 +1242,7 @@ class _Pass:
             "usage": {t: (u.gpus, u.vcpus, u.memory_gib) for t, u in self.usage.items()},
             "totals": (self.usd, self.gpus, self.spot_gpus, self.on_demand_gpus, self.step_risk),
             "spot": (dict(self.spot_by_type), dict(self.spot_by_zone), dict(self.spot_nodes_by_offer)),
-            "gangs": (dict(self.slot_gang), dict(self.gang_spot_nodes)),
+            "gangs": (dict(self.slot_gang), dict(self.gang_spot_nodes), self.spot_units),
         }
 
     def _restore(self, snap: dict) -> None:
@@ -1253,7 +1260,8 @@ class _Pass:
             self.usage[t] = TeamUsage(g, v, m)
         self.usd, self.gpus, self.spot_gpus, self.on_demand_gpus, self.step_risk = snap["totals"]
         self.spot_by_type, self.spot_by_zone, self.spot_nodes_by_offer = (dict(d) for d in snap["spot"])
-        self.slot_gang, self.gang_spot_nodes = (dict(d) for d in snap["gangs"])
+        slot_gang, gang_spot_nodes, self.spot_units = snap["gangs"]
+        self.slot_gang, self.gang_spot_nodes = dict(slot_gang), dict(gang_spot_nodes)
         self.new_index = CapacityIndex()
         self.new_count = 0
         self.launch_names.clear()
