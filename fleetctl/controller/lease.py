@@ -14,7 +14,8 @@ with SIGKILL holds it only until it expires: 2 minutes, as a heartbeat thread
 renews it every 30 s while a pass runs (at once, on the same host: a holder
 whose process is gone is taken over). ``reconcile --once`` and
 ``apply`` release it on SIGTERM (a cron deadline, ``timeout``,
-``systemctl stop``).
+``systemctl stop``), also when the signal lands while the lease is being
+taken (``_signals_deferred``).
 """
 
 from __future__ import annotations
@@ -119,9 +120,32 @@ class Held:
         self._store, self._holder, self._heartbeat = store, holder, heartbeat
 
     def release(self) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
-        self._store.release_lease(NAME, self._holder)
+        with _signals_deferred():  # a second Ctrl-C or SIGTERM must not cut the release short
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
+            self._store.release_lease(NAME, self._holder)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGTERM and SIGINT held back for the block and delivered at its end.
+
+    The lease is a row in the store: between the commit that takes it and the
+    ``finally`` that releases it, a signal turned into SystemExit or
+    KeyboardInterrupt (``stop_cleanly_on_sigterm``) would leave it held for
+    its TTL (a cron deadline landing there made the next run wait). Python
+    runs signal handlers in the main thread only, so other threads (the
+    daemon's passes) need nothing."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _in_memory(url: str) -> bool:
@@ -136,7 +160,12 @@ def hold(store: Store, holder: str) -> Held | tuple[str, float]:
     held = take(store, holder, ttl)
     if held is not None:
         return held
-    return Held(store, holder, _Heartbeat(store.url, holder, ttl) if beating else None)
+    try:
+        heartbeat = _Heartbeat(store.url, holder, ttl) if beating else None
+    except BaseException:  # no thread (or interrupted): nobody would renew or release it
+        store.release_lease(NAME, holder)
+        raise
+    return Held(store, holder, heartbeat)
 
 
 @contextmanager
@@ -145,15 +174,20 @@ def controller_lease(store: Store, holder: str, *, wait_seconds: float = 0.0,
     """Hold the controller lease for the block; wait up to ``wait_seconds``
     for another holder to finish, then raise ``LeaseHeld``."""
     deadline = time.monotonic() + wait_seconds
-    while True:
-        got = hold(store, holder)
-        if isinstance(got, Held):
-            break
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise LeaseHeld(NAME, *got)
-        time.sleep(min(poll_seconds, left))
+    held: Held | None = None
     try:
+        while True:
+            with _signals_deferred():  # taken and recorded in `held` before a signal can stop this
+                got = hold(store, holder)
+                if isinstance(got, Held):
+                    held = got
+            if held is not None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LeaseHeld(NAME, *got)
+            time.sleep(min(poll_seconds, left))
         yield
     finally:
-        got.release()
+        if held is not None:
+            held.release()

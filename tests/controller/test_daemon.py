@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetctl.controller.loop import Daemon, LoopContext
@@ -364,3 +365,38 @@ def test_a_long_pass_keeps_its_lease_by_heartbeat(tmp_path, monkeypatch):
     finally:
         store.close()
         other.close()
+
+
+def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monkeypatch):
+    """SIGTERM landing between the commit that takes the lease and the block
+    that releases it (the lease held, not yet recorded as held) used to leave it
+    held for its TTL. Here the signal is sent from inside the take itself."""
+    import os
+
+    from fleetctl.cli.common import stop_cleanly_on_sigterm
+    from fleetctl.controller import lease
+    from fleetctl.store import Store
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    real_take = lease.take
+
+    def take_then_signal(*args, **kwargs):  # noqa: ANN002, ANN003
+        got = real_take(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # as a cron deadline would, at the worst moment
+        return got
+
+    monkeypatch.setattr(lease, "take", take_then_signal)
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_cleanly_on_sigterm()
+    entered = False
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            with lease.controller_lease(store, "cron-run"):
+                entered = True
+        assert stopped.value.code == 128 + signal.SIGTERM
+        assert not entered  # the pass itself never ran
+        assert store.acquire_lease(lease.NAME, "next-run", 60.0) is None  # free at once, not after 2 minutes
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        store.close()
