@@ -39,6 +39,9 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
         out = out.resolve()
     if out.exists() and not out.is_file():
         raise OSError(errno.EEXIST, "exists and is not a regular file", str(out))
+    blocking = next((p for p in reversed(out.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:  # mkdir's own error would say only "File exists"
+        raise OSError(errno.ENOTDIR, f"{blocking} is a file, not a directory", str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     # The mode of the file it replaces, else what the umask gives a new file (mkstemp's 0600 made
     # traces and plans unreadable to the daemon's or CI's user, and tightened replaced files).

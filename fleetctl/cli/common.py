@@ -6,11 +6,13 @@ below it gets ``now`` and values passed in.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Any, Callable, NoReturn, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -54,10 +56,30 @@ StateOption = Annotated[
         show_default=False,
     ),
 ]
+CLOUDS = ("aws", "gcp", "azure")
+
+
+def cloud_names(cloud: str) -> list[str]:
+    """The clouds of a --cloud value (``sim`` alone, or aws/gcp/azure separated by commas); exits 2 otherwise."""
+    if cloud == "sim":
+        return ["sim"]
+    names = [c.strip() for c in cloud.split(",") if c.strip()]
+    unknown = [c for c in names if c not in CLOUDS]
+    if not names or unknown or len(set(names)) != len(names):
+        raise typer.BadParameter(f"{cloud!r}: choose sim, or one or more of {', '.join(CLOUDS)} separated by "
+                                 "commas", param_hint="--cloud")
+    return names
+
+
+def _check_cloud(value: str) -> str:
+    cloud_names(value)  # before any store is opened or created
+    return value
+
+
 CloudOption = Annotated[
     str,
     typer.Option(
-        "--cloud",
+        "--cloud", callback=_check_cloud,
         help="Where nodes are bought: sim (the sandbox, no account needed), or one or more of aws, gcp, azure "
         "separated by commas (e.g. aws,gcp,azure: one market across the clouds). The policy's infrastructure "
         "section names cluster, regions and networks. Credentials: boto3's usual chain; Google application "
@@ -115,10 +137,29 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Set while `plan` runs: every error exits 1 there, since 2 means "changes" under -detailed-exitcode
+# (Terraform does the same); other commands exit 2 for an unusable command-line value or input file.
+_ERROR_EXIT: ContextVar[int | None] = ContextVar("fleetctl_error_exit", default=None)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def errors_exit_1(command: F) -> F:
+    """Make every ``fail`` inside ``command`` exit 1 (see ``_ERROR_EXIT``)."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = _ERROR_EXIT.set(1)
+        try:
+            return command(*args, **kwargs)
+        finally:
+            _ERROR_EXIT.reset(token)
+    return wrapper  # type: ignore[return-value]
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``Error: message`` (taken literally: file names and addresses may hold "[...]") and exit."""
     err_console.print(f"[bold red]Error:[/] {escape(message)}")
-    raise typer.Exit(code)
+    raise typer.Exit(_ERROR_EXIT.get() or code)
 
 
 def policy_path(option: Path | None) -> Path:
@@ -210,9 +251,6 @@ def sim_launch_delay_seconds() -> float:
     return value
 
 
-CLOUDS = ("aws", "gcp", "azure")
-
-
 def make_provider(store: Store, seed: int, cloud: str = "sim", policy: Policy | None = None):  # noqa: ANN201
     """The sandbox is the embedded default; ``--cloud aws,gcp,azure`` are the
     real adapters, each with throttled calls retried, several of them behind
@@ -221,10 +259,10 @@ def make_provider(store: Store, seed: int, cloud: str = "sim", policy: Policy | 
         from providers.sim import SimProvider
 
         return SimProvider(store, seed=seed, launch_delay_seconds=sim_launch_delay_seconds())
-    names = [c.strip() for c in cloud.split(",") if c.strip()]
-    unknown = [c for c in names if c not in CLOUDS]
-    if not names or unknown or len(set(names)) != len(names):
-        fail(f"--cloud {cloud!r}: choose sim, or one or more of {', '.join(CLOUDS)} separated by commas")
+    try:
+        names = cloud_names(cloud)
+    except typer.BadParameter as exc:
+        fail(f"--cloud {exc.message}", 2)
     infra = policy.infrastructure if policy is not None else None
     if infra is None:
         fail(f"--cloud {cloud} needs the policy's infrastructure section (cluster, controller_url and the "

@@ -134,8 +134,8 @@ def daemon(
     retrain_hours: Annotated[float, typer.Option(
         "--retrain-hours", min=0.0, max=8760.0,
         help="Hours between refits of the forecast models (interruption on the recorded market, demand on the "
-        "recorded demand), each adopted only if it scores better on what it did not see (0 = never; needs "
-        "--forecast-dir).")] = 24.0,
+        "recorded demand), each adopted unless it scores worse than the current model on what it did not "
+        "see (0 = never; needs --forecast-dir).")] = 24.0,
     retain_days: Annotated[float, typer.Option(
         "--retain-days", min=0.0, max=36500.0, callback=lambda v: _zero_or_at_least_one_day(v),
         help="Each day, delete what every pass writes (demand and market history, pass markers, handled "

@@ -33,7 +33,7 @@ def explain(
         store.close()
     job = known.get(job_id)
     if job is None:
-        fail(f"no job {job_id!r} in the store; `fleetctl jobs list --all` shows the jobs")
+        fail(f"no job {job_id!r} in the store; `fleetctl jobs list --all` shows the jobs", 2)
     print(f"job {job.job_id}: {job.state.value}, team {job.team}, priority {job.priority}, "
           f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
     if job.node_ids:

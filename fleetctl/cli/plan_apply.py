@@ -20,6 +20,7 @@ from fleetctl.cli.common import (
     SeedOption,
     StateOption,
     console,
+    errors_exit_1,
     fail,
     load_policy_or_exit,
     make_provider,
@@ -134,6 +135,7 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
     return pol, pol_path, store, provider, now, obs, result
 
 
+@errors_exit_1  # 2 means "changes" under -detailed-exitcode: every error of plan exits 1, as in Terraform
 def plan(
     policy: PolicyOption = None,
     state: StateOption = None,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fleetctl.cli.common import console, err_console
+from fleetctl.cli.common import console, err_console, fail
 
 app = typer.Typer(help="Validate policy files and write their JSON Schema for editors.", no_args_is_help=True)
 
@@ -49,6 +49,10 @@ def schema(
     if str(output) == "-":
         print(text, end="")
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    from fleetctl.files import write_text_atomic
+
+    try:
+        write_text_atomic(output, text)  # creates missing parent directories
+    except OSError as exc:
+        fail(f"-o {output}: cannot write the schema: {exc.strerror or exc}", 2)
     console.print(f"wrote {output}", markup=False)

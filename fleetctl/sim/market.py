@@ -387,7 +387,17 @@ def market_from_document(doc: Document) -> Market:
     spec, errors = doc.validate(MarketManifestSpec, doc.data)
     issues.extend(errors)
     if spec is None:
-        raise SpecError(issues or [doc.issue((), "invalid market manifest")])
+        # The trace files too, so one run names every problem (not the schema's, then the files' next time).
+        raw = doc.data.get("traces")
+        for i, t in enumerate(raw if isinstance(raw, list) else ()):
+            file = t.get("file") if isinstance(t, dict) else None
+            if isinstance(file, str) and file:
+                try:
+                    _read_trace_file(Path(os.path.dirname(os.path.abspath(doc.file))) / file)
+                except ValueError as exc:
+                    issues.append(doc.issue(("traces", i, "file"), f"trace file {file!r} {exc}"))
+        raise SpecError(sorted(issues, key=lambda x: (x.line, x.column))
+                        or [doc.issue((), "invalid market manifest")])
     if not spec.traces:
         issues.append(doc.issue(("traces",), "the list of traces is empty; add at least one trace"))
         raise SpecError(issues)

@@ -168,7 +168,7 @@ def test_an_edited_plan_is_refused_and_nothing_changes(workdir):
     assert state_snapshot(workdir) == before
     (workdir / "adir").mkdir()
     to_dir = fleetctl(workdir, "plan", "-out", "adir")
-    assert to_dir.returncode == 2 and "exists and is not a regular file" in to_dir.stderr, to_dir.stderr
+    assert to_dir.returncode == 1 and "exists and is not a regular file" in to_dir.stderr, to_dir.stderr
     assert list((workdir / "adir").iterdir()) == [] and not list(workdir.glob(".adir*"))
     applied = fleetctl(workdir, "apply", "p.json")  # the untouched plan still applies
     assert applied.returncode == 0, applied.stderr
@@ -260,7 +260,7 @@ def test_the_same_queue_file_can_be_resubmitted_once_its_jobs_run(workdir):
     assert doc["jobs"] == {"running": len(running)} and doc["usd_per_hour"] > 0
     assert {j for n in doc["nodes"] for j in n["jobs"]} == {j["id"] for j in running}  # gangs span nodes
     typo = fleetctl(workdir, "plan", "--state", f"sqlite:///{workdir}/no-such-dir/state.db")
-    assert typo.returncode == 2 and "no-such-dir does not exist" in typo.stderr, typo.stderr
+    assert typo.returncode == 1 and "no-such-dir does not exist" in typo.stderr, typo.stderr  # plan: 1
     assert not (workdir / "no-such-dir").exists()
     memory = fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml", "--state", "sqlite:///")
     assert memory.returncode == 2 and "in-memory SQLite database: nothing would be kept" in memory.stderr
@@ -531,6 +531,13 @@ def test_plan_usage_errors_do_not_read_as_changes(workdir):
     typo = fleetctl(workdir, "plan", "-detailed-exitcode", "--polcy", "policies/example.yaml")
     assert typo.returncode == 1 and "No such option: --polcy" in typo.stderr, typo.stderr
     assert fleetctl(workdir, "plan", "--seed", "abc").returncode == 1
+    for args in (("--cloud", "awz"), ("--state", "queued"), ("--forecast-dir", "nope"), ("--terraform-dir",
+                                                                                         "policies/example.yaml")):
+        wrong = fleetctl(workdir, "plan", "-detailed-exitcode", *args)  # fleetctl's own checks too
+        assert wrong.returncode == 1 and "Error" in wrong.stderr, (args, wrong.returncode, wrong.stderr)
+    for command in (("status",), ("reconcile", "--once"), ("explain", "any-job")):
+        wrong_cloud = fleetctl(workdir, *command, "--cloud", "awz")  # a command-line value: 2 elsewhere
+        assert wrong_cloud.returncode == 2 and "choose sim, or one or more of aws" in wrong_cloud.stderr
     assert fleetctl(workdir, "catalog", "--limit", "x").returncode == 2  # other commands keep click's 2
 
 
@@ -541,3 +548,18 @@ def test_help_takes_h_and_keeps_whole_words_when_piped(workdir):
         shown = subprocess.run([*FLEETCTL, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
         assert shown.returncode == 0 and "Usage: fleetctl" in shown.stdout, shown.stderr
         assert "…" not in shown.stdout, shown.stdout  # 80 columns cut paths and variable names in the option table
+
+
+def test_status_checks_a_named_policy_and_command_line_values_exit_2(workdir):
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    bad = workdir / "bad.yaml"
+    bad.write_text((workdir / "policies" / "example.yaml").read_text().replace("max_spot_share:",
+                                                                                "max_spot_share: 1.8 #", 1))
+    checked = fleetctl(workdir, "status", "--policy", str(bad))  # the sandbox does not need it, but it was named
+    assert checked.returncode == 1 and "max_spot_share" in checked.stderr, checked.stderr
+    assert fleetctl(workdir, "status").returncode == 0  # none named: none read
+    unknown = fleetctl(workdir, "explain", "no-such-job")
+    assert unknown.returncode == 2 and "no job 'no-such-job' in the store" in unknown.stderr
+    (workdir / "afile").write_text("x")
+    schema = fleetctl(workdir, "policy", "schema", "-o", "afile/schema.json")
+    assert schema.returncode == 2 and "afile is a file, not a directory" in schema.stderr, schema.stderr

@@ -343,6 +343,18 @@ def test_every_problem_of_a_manifest_is_reported(tmp_path: Path) -> None:
     ]
 
 
+def test_a_schema_error_does_not_hide_an_unreadable_trace_file(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, """
+        start_utc: "2023-02-15T00:00:00Z"
+        traces:
+          - {provider: aws, instance_type: p3.2xlarge, region: us-east-1, zone: us-east-1a, file: nope.json,
+             capacity_per_unit: 0}
+        """, None)
+    found = issues(path)
+    assert any("traces[0].capacity_per_unit: must be greater than or equal to 1" in line for line in found), found
+    assert any("traces[0].file: trace file 'nope.json' cannot be read" in line for line in found), found
+
+
 def test_parse_trace_json_accepts_the_skypilot_shapes() -> None:
     assert parse_trace_json(b'{"metadata": {"gap_seconds": 195}, "data": [0, 1, 1]}') == (195, (0, 1, 1), None)
     assert parse_trace_json(b'\xef\xbb\xbf{"metadata": {"gap_seconds": 34, "extra": 1}, "data": [1], '

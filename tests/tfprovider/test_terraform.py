@@ -310,8 +310,10 @@ def test_missing_infrastructure_is_a_clear_error_and_nothing_is_written(tmp_path
     assert aws.exit_code == 1 and "--cloud aws needs the policy's infrastructure section" in aws.output, aws.output
     explained = runner.invoke(app, ["explain", "any-job", "--policy", str(policy), "--cloud", "aws"], env=env)
     assert explained.exit_code == 1 and "--cloud aws needs the policy's infrastructure section" in explained.output
-    unknown = runner.invoke(app, ["plan", "--policy", str(policy), "--cloud", "aws,oracle"], env=env)
-    assert unknown.exit_code == 1 and "choose sim, or one or more of aws, gcp, azure" in unknown.output
+    unknown = runner.invoke(app, ["status", "--policy", str(policy), "--cloud", "aws,oracle"], env=env)
+    assert unknown.exit_code == 2
+    assert "choose sim, or one or more of aws, gcp, azure" in " ".join(unknown.output.replace("│", " ").split())
+    assert not (tmp_path / ".fleetctl").exists()  # refused before a store was opened
 
 
 def test_a_missing_terraform_binary_is_named(tmp_path: Path) -> None:
