@@ -133,19 +133,33 @@ def _signals_deferred() -> Iterator[None]:
     The lease is a row in the store: between the commit that takes it and the
     ``finally`` that releases it, a signal turned into SystemExit or
     KeyboardInterrupt (``stop_cleanly_on_sigterm``) would leave it held for
-    its TTL (a cron deadline landing there made the next run wait). Python
-    runs signal handlers in the main thread only, so other threads (the
-    daemon's passes) need nothing."""
+    its TTL (a cron deadline landing there made the next run wait).
+
+    Done with Python-level handlers that only note the signal, not by masking
+    it: ``pthread_sigmask`` masks the calling thread only, and the kernel hands
+    a process-directed signal to any thread that has not masked it (a cloud
+    SDK's pool, a logging thread), after which Python still runs the handler
+    in the main thread. Python runs handlers in the main thread only, so other
+    threads (the daemon's passes) need nothing."""
     import signal
 
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    caught: list[int] = []
+    signums = (signal.SIGTERM, signal.SIGINT)
+    before = {signum: signal.getsignal(signum) for signum in signums}
+    for signum in signums:
+        if before[signum] not in (signal.SIG_IGN, None):  # None: set outside Python; left as it is
+            signal.signal(signum, lambda got, _frame: caught.append(got))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for signum, handler in before.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)  # now, to the handler the process had before
 
 
 def _in_memory(url: str) -> bool:

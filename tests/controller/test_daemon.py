@@ -367,11 +367,21 @@ def test_a_long_pass_keeps_its_lease_by_heartbeat(tmp_path, monkeypatch):
         other.close()
 
 
-def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("to", ["process", "another-thread"])
+def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monkeypatch, to):
     """SIGTERM landing between the commit that takes the lease and the block
     that releases it (the lease held, not yet recorded as held) used to leave it
-    held for its TTL. Here the signal is sent from inside the take itself."""
+    held for its TTL. Here the signal is sent from inside the take itself.
+
+    The kernel hands a process-directed signal to any thread that has not
+    masked it (CI's test worker had such a thread, and the lease was left held
+    there), and Python then runs the handler in the main thread: masking the
+    signal in the main thread did not defer it. "another-thread" sends it to
+    such a thread directly, and waits until its C handler has run (the wakeup
+    fd), so the test does not depend on which thread the kernel picks."""
     import os
+    import socket
+    import threading
 
     from fleetctl.cli.common import stop_cleanly_on_sigterm
     from fleetctl.controller import lease
@@ -380,15 +390,25 @@ def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monk
     url = f"sqlite:///{tmp_path / 'state.db'}"
     store = Store(url)
     real_take = lease.take
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, daemon=True)
+    woken, wakeup = socket.socketpair()
+    wakeup.setblocking(False)
 
     def take_then_signal(*args, **kwargs):  # noqa: ANN002, ANN003
         got = real_take(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)  # as a cron deadline would, at the worst moment
+        if to == "process":
+            os.kill(os.getpid(), signal.SIGTERM)  # as a cron deadline would, at the worst moment
+        else:
+            signal.pthread_kill(other.ident, signal.SIGTERM)
+            assert woken.recv(1) == bytes([signal.SIGTERM])  # its C handler ran, in the other thread
         return got
 
     monkeypatch.setattr(lease, "take", take_then_signal)
     previous = signal.getsignal(signal.SIGTERM)
+    previous_wakeup = signal.set_wakeup_fd(wakeup.fileno(), warn_on_full_buffer=False)
     stop_cleanly_on_sigterm()
+    other.start()
     entered = False
     try:
         with pytest.raises(SystemExit) as stopped:
@@ -398,5 +418,9 @@ def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monk
         assert not entered  # the pass itself never ran
         assert store.acquire_lease(lease.NAME, "next-run", 60.0) is None  # free at once, not after 2 minutes
     finally:
+        done.set()
+        signal.set_wakeup_fd(previous_wakeup)
         signal.signal(signal.SIGTERM, previous)
+        woken.close()
+        wakeup.close()
         store.close()
