@@ -47,8 +47,8 @@ class FleetMetrics:
                                       buckets=TICK_BUCKETS_SECONDS, registry=r)
         self.retrains = Counter("fleetctl_forecast_retrains",
                                 "Scheduled refits of each forecasting model (interruption, demand) by outcome: "
-                                "adopted (it replaced the model), kept (too little history, or it did not score "
-                                "better), failed (an error).", ["model", "outcome"], registry=r)
+                                "adopted (it replaced the model), kept (too little history, or it scored worse "
+                                "than the current model), failed (an error).", ["model", "outcome"], registry=r)
         self.last_retrain = Gauge("fleetctl_forecast_last_retrain_timestamp_seconds",
                                   "Unix time of the last refit that replaced the model (absent until one does).",
                                   ["model"], registry=r)

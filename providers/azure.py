@@ -90,9 +90,9 @@ CREDENTIALS_HINT: Final[str] = (
     "AZURE_CLIENT_SECRET (a service principal) or AZURE_FEDERATED_TOKEN_FILE (workload identity), "
     "or run `az login`, or run on a VM with a managed identity"
 )
-#: azure-identity's loggers: DefaultAzureCredential logs a WARNING of a dozen lines that
+#: azure-identity's logger: DefaultAzureCredential logs a WARNING of a dozen lines that
 #: repeats the error it then raises, which fleetctl reports in one line.
-_SDK_CREDENTIAL_LOGGERS: Final[tuple[str, ...]] = ("azure.identity",)
+_SDK_CREDENTIAL_LOGGER: Final[str] = "azure.identity"
 
 T = TypeVar("T")
 
@@ -149,10 +149,9 @@ def credential_for(token: str | None) -> Any:
         from azure.identity import DefaultAzureCredential
     except ImportError as exc:
         raise ImportError("Azure credentials need azure-identity: pip install 'fleetctl[azure]'") from exc
-    for name in _SDK_CREDENTIAL_LOGGERS:
-        sdk_log = logging.getLogger(name)
-        if sdk_log.level == logging.NOTSET:  # a level someone set on purpose (to debug a login) is kept
-            sdk_log.setLevel(logging.ERROR)
+    sdk_log = logging.getLogger(_SDK_CREDENTIAL_LOGGER)
+    if sdk_log.level == logging.NOTSET:  # a level someone set on purpose (to debug a login) is kept
+        sdk_log.setLevel(logging.ERROR)
     return DefaultAzureCredential()
 
 

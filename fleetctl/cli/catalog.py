@@ -9,11 +9,9 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, fail
+from fleetctl.cli.common import CLOUDS, console, fail
 from fleetctl.codec import offer_to_dict
 from fleetctl.model import Market, Offer
-
-PROVIDERS = ("aws", "gcp", "azure")
 
 
 class OutputFormat(str, enum.Enum):
@@ -66,8 +64,8 @@ def catalog(
             fail(f"--gpu {g!r} is not a known GPU model; known: {', '.join(sorted(GPU_MODELS))}", 2)
     provider = [p.lower() for p in provider or []]
     for p in provider:
-        if p not in PROVIDERS:
-            fail(f"--provider {p!r} is not a provider in the catalog; use one of: {', '.join(PROVIDERS)}", 2)
+        if p not in CLOUDS:
+            fail(f"--provider {p!r} is not a provider in the catalog; use one of: {', '.join(CLOUDS)}", 2)
     market = [m.lower().replace("-", "_") for m in market or []]  # on-demand is on_demand
     for m in market:
         if m not in {x.value for x in Market}:

@@ -22,20 +22,21 @@ from fleetctl.model import Policy
 from fleetctl.store import Store, StoreError, default_url
 
 
-def _piped_width(stream: object) -> int | None:
+def piped_width(stream: object, columns: int = 400) -> int | None:
     """Output that is not a terminal (a file, a pipe to less or grep, a CI log)
-    gets up to 400 columns, so a table keeps every cell whole instead of rich's
+    gets up to ``columns``, so a table keeps every cell whole instead of rich's
     80 columns that cut "provider" to "prov…"; a table takes only the width it
-    needs. A terminal keeps its own width, and $COLUMNS wins over both."""
+    needs. None (rich's own choice) for a terminal, which keeps its width, and
+    when $COLUMNS is set, which wins over both."""
     isatty = getattr(stream, "isatty", None)
     if os.environ.get("COLUMNS") or (isatty is not None and isatty()):
         return None
-    return 400
+    return columns
 
 
 # emoji=False: user input such as "127.0.0.1:-1" must print as typed, not as ":-1:" -> an emoji.
-console = Console(highlight=False, soft_wrap=True, emoji=False, width=_piped_width(sys.stdout))
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, width=_piped_width(sys.stderr))
+console = Console(highlight=False, soft_wrap=True, emoji=False, width=piped_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, width=piped_width(sys.stderr))
 
 DEFAULT_POLICY = Path("policies/example.yaml")
 
@@ -60,7 +61,8 @@ CLOUDS = ("aws", "gcp", "azure")
 
 
 def cloud_names(cloud: str) -> list[str]:
-    """The clouds of a --cloud value (``sim`` alone, or aws/gcp/azure separated by commas); exits 2 otherwise."""
+    """The clouds of a --cloud value (``sim`` alone, or aws/gcp/azure separated by commas); raises
+    ``typer.BadParameter`` otherwise (a usage error: exit 2, 1 under `plan`)."""
     if cloud == "sim":
         return ["sim"]
     names = [c.strip() for c in cloud.split(",") if c.strip()]

@@ -138,11 +138,13 @@ def _help_width_when_piped() -> None:
     """--help written to a pipe or file gets 100 columns instead of rich's 80,
     which cut long words (paths, variable names) of the option table to "…".
     A terminal keeps its width; $COLUMNS and typer's $TERMINAL_WIDTH win."""
-    if sys.stdout.isatty() or os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
-        return
-    from typer import rich_utils
+    from fleetctl.cli.common import piped_width
 
-    rich_utils.MAX_WIDTH = 100
+    width = piped_width(sys.stdout, 100)
+    if width is not None and not os.environ.get("TERMINAL_WIDTH"):
+        from typer import rich_utils
+
+        rich_utils.MAX_WIDTH = width
 
 
 def main() -> None:

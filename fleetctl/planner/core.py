@@ -375,10 +375,6 @@ class _Pass:
         else:
             self.on_demand_gpus += it.gpu_count * count
 
-    def _spot_units(self) -> int:
-        """Spot nodes, a gang's counting once (see ``slot_gang``)."""
-        return self.spot_units
-
     def _note(self, job: Job, line: str) -> None:
         self.explain.setdefault(job.job_id, []).append(line)
 
@@ -1233,7 +1229,7 @@ class _Pass:
         if self.spot_gpus > p.max_spot_share * self.gpus + 1e-9:
             return True
         want = self._min_distinct()
-        return self._spot_units() >= want and len(self.spot_nodes_by_offer) < want
+        return self.spot_units >= want and len(self.spot_nodes_by_offer) < want
 
     def _snapshot(self) -> dict:
         return {
@@ -1375,7 +1371,7 @@ class _Pass:
             self._unadmit(job, reason, detail)
             return False
         distinct = len(self.spot_nodes_by_offer)
-        spot_units = self._spot_units()
+        spot_units = self.spot_units
         min_distinct = self._min_distinct()
         want_new = distinct < min_distinct
         # While fewer than min_distinct_offers spot offers are in use, prefer a

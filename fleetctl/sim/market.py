@@ -384,6 +384,7 @@ def market_from_document(doc: Document) -> Market:
         issues.append(doc.issue((), f"a market manifest must be a mapping with start_utc and traces (got "
                                     f"{describe_value(doc.data)})"))
         raise SpecError(issues)
+    base = Path(os.path.dirname(os.path.abspath(doc.file)))  # trace files are relative to the manifest
     spec, errors = doc.validate(MarketManifestSpec, doc.data)
     issues.extend(errors)
     if spec is None:
@@ -393,7 +394,7 @@ def market_from_document(doc: Document) -> Market:
             file = t.get("file") if isinstance(t, dict) else None
             if isinstance(file, str) and file:
                 try:
-                    _read_trace_file(Path(os.path.dirname(os.path.abspath(doc.file))) / file)
+                    _read_trace_file(base / file)
                 except ValueError as exc:
                     issues.append(doc.issue(("traces", i, "file"), f"trace file {file!r} {exc}"))
         raise SpecError(sorted(issues, key=lambda x: (x.line, x.column))
@@ -406,7 +407,6 @@ def market_from_document(doc: Document) -> Market:
 
     types = instance_types()
     offers = load_catalog()
-    base = Path(os.path.dirname(os.path.abspath(doc.file)))
     start = spec.start_utc.astimezone(timezone.utc)
     traces: list[MarketTrace] = []
     first_index: dict[str, int] = {}
