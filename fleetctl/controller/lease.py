@@ -15,7 +15,7 @@ renews it every 30 s while a pass runs (at once, on the same host: a holder
 whose process is gone is taken over). ``reconcile --once`` and
 ``apply`` release it on SIGTERM (a cron deadline, ``timeout``,
 ``systemctl stop``), also when the signal lands while the lease is being
-taken (``_signals_deferred``).
+taken (``fleetctl.signals``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from fleetctl import signals
 from fleetctl.store import LeaseHeld, Store, StoreError
 
 log = logging.getLogger("fleetctl.lease")
@@ -120,46 +121,10 @@ class Held:
         self._store, self._holder, self._heartbeat = store, holder, heartbeat
 
     def release(self) -> None:
-        with _signals_deferred():  # a second Ctrl-C or SIGTERM must not cut the release short
+        with signals.deferred():  # a second Ctrl-C or SIGTERM must not cut the release short
             if self._heartbeat is not None:
                 self._heartbeat.stop()
             self._store.release_lease(NAME, self._holder)
-
-
-@contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """SIGTERM and SIGINT held back for the block and delivered at its end.
-
-    The lease is a row in the store: between the commit that takes it and the
-    ``finally`` that releases it, a signal turned into SystemExit or
-    KeyboardInterrupt (``stop_cleanly_on_sigterm``) would leave it held for
-    its TTL (a cron deadline landing there made the next run wait).
-
-    Done with Python-level handlers that only note the signal, not by masking
-    it: ``pthread_sigmask`` masks the calling thread only, and the kernel hands
-    a process-directed signal to any thread that has not masked it (a cloud
-    SDK's pool, a logging thread), after which Python still runs the handler
-    in the main thread. Python runs handlers in the main thread only, so other
-    threads (the daemon's passes) need nothing."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    signums = (signal.SIGTERM, signal.SIGINT)
-    before = {signum: signal.getsignal(signum) for signum in signums}
-    for signum in signums:
-        if before[signum] not in (signal.SIG_IGN, None):  # None: set outside Python; left as it is
-            signal.signal(signum, lambda got, _frame: caught.append(got))
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            if handler is not None:
-                signal.signal(signum, handler)
-        for signum in dict.fromkeys(caught):
-            signal.raise_signal(signum)  # now, to the handler the process had before
 
 
 def _in_memory(url: str) -> bool:
@@ -191,7 +156,7 @@ def controller_lease(store: Store, holder: str, *, wait_seconds: float = 0.0,
     held: Held | None = None
     try:
         while True:
-            with _signals_deferred():  # taken and recorded in `held` before a signal can stop this
+            with signals.deferred():  # taken and recorded in `held` before a signal can stop this
                 got = hold(store, holder)
                 if isinstance(got, Held):
                     held = got

@@ -27,6 +27,7 @@ from alembic import util as alembic_util
 from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
+from fleetctl import signals
 from fleetctl.codec import dt_to_str, job_from_dict, job_to_dict, node_from_dict, node_to_dict, str_to_dt
 from fleetctl.model import JOB_RUNTIME_FIELDS, InterruptionEvent, InterruptionKind, Job, JobState, Market, Node, NodeState, Offer
 from fleetctl.store import tables
@@ -149,7 +150,7 @@ class Store:
     def _migrate(self) -> None:
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
-        with self._migration_lock(), self._engine.begin() as conn:
+        with self._migration_lock(), signals.deferred(), self._engine.begin() as conn:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
@@ -184,11 +185,12 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group calls into one unit: all of them land, or none."""
+        """Group calls into one unit: all of them land, or none. SIGTERM and
+        Ctrl-C wait for its end (``fleetctl.signals``)."""
         if self._conn is not None:
             yield
             return
-        with self._engine.begin() as conn:
+        with signals.deferred(), self._engine.begin() as conn:
             self._conn = conn
             try:
                 yield
@@ -200,7 +202,7 @@ class Store:
         if self._conn is not None:
             yield self._conn
         else:
-            with self._engine.begin() as conn:
+            with signals.deferred(), self._engine.begin() as conn:
                 yield conn
 
     # ------------------------------------------------------------------ jobs

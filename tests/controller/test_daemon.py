@@ -338,8 +338,8 @@ def test_reconcile_releases_the_lease_on_sigterm(tmp_path):
 
     assert wait_for(holding, timeout=60)
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
     assert not holding()
     again = subprocess.run([sys.executable, "-m", "fleetctl", "reconcile", "--once", "--lock-timeout", "0"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

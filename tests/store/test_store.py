@@ -257,3 +257,67 @@ def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path
     outs = [p.communicate(timeout=120) for p in runs]
     assert [p.returncode for p in runs] == [0] * 6, [err for _, err in outs]
     assert {out.strip() for out, _ in outs} == {"0006"}
+
+
+def test_sigterm_during_a_store_write_lets_the_write_finish_then_stops(store):
+    """SIGTERM raised as SystemExit inside the database driver (seen mid
+    ``executemany`` on SQLite under load) left the SQLite connection holding its
+    write lock while the command unwound, so releasing the controller lease
+    failed with "database is locked" (exit 1, lease held for its TTL). A store
+    write now finishes, and the signal stops the command right after it."""
+    import os
+    import signal
+
+    from fleetctl.cli.common import stop_cleanly_on_sigterm
+    from fleetctl.controller import lease
+    from tests.builders import offer
+
+    sent = []
+
+    def signal_mid_write(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001, ARG001
+        if executemany and not sent:
+            sent.append(statement)
+            os.kill(os.getpid(), signal.SIGTERM)  # a cron deadline, inside the statement's execution
+
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_cleanly_on_sigterm()
+    sa.event.listen(store._engine, "before_cursor_execute", signal_mid_write)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            store.record_offers([offer("g1", gpus=1, price=1.0, zone=f"z{i}") for i in range(3)], T0)
+        assert stopped.value.code == 128 + signal.SIGTERM
+        assert sent  # the signal did land inside the write
+    finally:
+        sa.event.remove(store._engine, "before_cursor_execute", signal_mid_write)
+        signal.signal(signal.SIGTERM, previous)
+    assert len(store.offer_observations()) == 3  # the write finished: all of it, not part
+    other = Store(store.url)
+    try:  # and nothing holds the database: another process takes and gives back the lease at once
+        assert other.acquire_lease(lease.NAME, "next-run", 60.0) is None
+        other.release_lease(lease.NAME, "next-run")
+    finally:
+        other.close()
+
+
+def test_a_signal_inside_a_transaction_waits_for_its_end(store):
+    """Calls grouped by ``transaction()`` land together: a signal between
+    them is delivered after the commit, not in the middle."""
+    import os
+    import signal
+
+    from fleetctl.cli.common import stop_cleanly_on_sigterm
+
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_cleanly_on_sigterm()
+    reached = False
+    try:
+        with pytest.raises(SystemExit):
+            with store.transaction():
+                store.add_jobs([job("a")], T0)
+                os.kill(os.getpid(), signal.SIGTERM)
+                store.add_jobs([job("b")], T0)
+                reached = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert reached
+    assert sorted(j.job_id for j in store.jobs()) == ["a", "b"]
