@@ -127,14 +127,10 @@ class Held:
             self._store.release_lease(NAME, self._holder)
 
 
-def _in_memory(url: str) -> bool:
-    return ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite:/")
-
-
 def hold(store: Store, holder: str) -> Held | tuple[str, float]:
     """Take the lease for a pass (renewed from a heartbeat thread where the
     store can be opened twice): a ``Held``, else (holder, seconds left)."""
-    beating = not _in_memory(store.url)
+    beating = not store.in_memory
     ttl = HEARTBEAT_TTL_SECONDS if beating else TTL_SECONDS
     held = take(store, holder, ttl)
     if held is not None:

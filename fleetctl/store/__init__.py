@@ -16,7 +16,7 @@ import dataclasses
 import json
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -146,6 +146,10 @@ class Store:
                 "probably written by a newer fleetctl (upgrade fleetctl, or point --state at another store)"
             ) from exc
         self._conn: Connection | None = None
+        #: SQLite in memory: this process's alone (the simulator's), so no other process can be locked out of it
+        self.in_memory = ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite:/")
+        # SIGTERM and Ctrl-C wait for a transaction's end (fleetctl.signals) where another process shares the store
+        self._deferred = nullcontext if self.in_memory else signals.deferred
 
     def _migrate(self) -> None:
         cfg = Config()
@@ -186,11 +190,11 @@ class Store:
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """Group calls into one unit: all of them land, or none. SIGTERM and
-        Ctrl-C wait for its end (``fleetctl.signals``)."""
+        Ctrl-C wait for its end (``fleetctl.signals``; not in memory)."""
         if self._conn is not None:
             yield
             return
-        with signals.deferred(), self._engine.begin() as conn:
+        with self._deferred(), self._engine.begin() as conn:
             self._conn = conn
             try:
                 yield
@@ -202,7 +206,7 @@ class Store:
         if self._conn is not None:
             yield self._conn
         else:
-            with signals.deferred(), self._engine.begin() as conn:
+            with self._deferred(), self._engine.begin() as conn:
                 yield conn
 
     # ------------------------------------------------------------------ jobs
