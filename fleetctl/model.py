@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Union
 
+CLOUDS: tuple[str, ...] = ("aws", "gcp", "azure")
+"""The clouds fleetctl has adapters for, by the name policies, offers and the CLI use."""
+
 # --------------------------------------------------------------------------- enums
 
 

@@ -54,13 +54,12 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Callable, Protocol
 
-from fleetctl.model import InterruptionKind
+from fleetctl.model import CLOUDS, InterruptionKind
 
 log = logging.getLogger("fleetctl.nodewatch")
 
 DEFAULT_METADATA_URL = "http://169.254.169.254"
 NOTICES_PATH = "/v1/notices"
-CLOUDS = ("aws", "gcp", "azure")
 # GCE gives 30 s between the preemption notice and the stop:
 # https://cloud.google.com/compute/docs/instances/preemptible#preemption-process
 GCE_NOTICE_SECONDS = 30

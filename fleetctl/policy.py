@@ -73,7 +73,7 @@ GPU_MODELS: tuple[str, ...] = (
 )
 
 #: Cloud providers fleetctl can buy from.
-PROVIDERS: tuple[str, ...] = ("aws", "gcp", "azure")
+PROVIDERS: tuple[str, ...] = model.CLOUDS
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})$")
 _REGION_RE = re.compile(r"^[a-z][a-z0-9-]{1,39}$")

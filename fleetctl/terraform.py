@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from fleetctl.model import Infrastructure, Offer, Policy
+from fleetctl.model import CLOUDS, Infrastructure, Offer, Policy
 from fleetctl.naming import pool_name
 
 ROOT_FILE: Final[str] = "main.tf.json"
@@ -104,7 +104,7 @@ def render(policy: Policy, catalog: Iterable[Offer]) -> dict[str, Any]:
     if infra is None:
         raise TerraformError("the policy has no infrastructure section: add one (cluster, controller_url, and "
                              "aws, gcp and/or azure settings) to render Terraform")
-    allowed = set(policy.providers) or {"aws", "gcp", "azure"}
+    allowed = set(policy.providers) or set(CLOUDS)
     clouds = {"aws": bool(infra.aws), "gcp": infra.gcp is not None, "azure": infra.azure is not None}
     declared = [c for c, present in clouds.items() if present]
     if not declared:

@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import CLOUDS, console, fail
+from fleetctl.cli.common import console, fail
 from fleetctl.codec import offer_to_dict
-from fleetctl.model import Market, Offer
+from fleetctl.model import CLOUDS, Market, Offer
 
 
 class OutputFormat(str, enum.Enum):

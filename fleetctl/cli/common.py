@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from fleetctl.model import Policy
+from fleetctl.model import CLOUDS, Policy
 from fleetctl.store import Store, StoreError, default_url
 
 
@@ -57,7 +57,6 @@ StateOption = Annotated[
         show_default=False,
     ),
 ]
-CLOUDS = ("aws", "gcp", "azure")
 
 
 def cloud_names(cloud: str) -> list[str]:

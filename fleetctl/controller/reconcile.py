@@ -34,7 +34,6 @@ from fleetctl.model import (
     Job,
     JobState,
     Market,
-    Node,
     NodeState,
     Plan,
     Policy,
