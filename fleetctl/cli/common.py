@@ -22,16 +22,16 @@ from fleetctl.model import CLOUDS, Policy
 from fleetctl.store import Store, StoreError, default_url
 
 
-def piped_width(stream: object, columns: int = 400) -> int | None:
+def piped_width(stream: object) -> int | None:
     """Output that is not a terminal (a file, a pipe to less or grep, a CI log)
-    gets up to ``columns``, so a table keeps every cell whole instead of rich's
+    gets up to 400 columns, so a table keeps every cell whole instead of rich's
     80 columns that cut "provider" to "prov…"; a table takes only the width it
     needs. None (rich's own choice) for a terminal, which keeps its width, and
     when $COLUMNS is set, which wins over both."""
     isatty = getattr(stream, "isatty", None)
     if os.environ.get("COLUMNS") or (isatty is not None and isatty()):
         return None
-    return columns
+    return 400
 
 
 # emoji=False: user input such as "127.0.0.1:-1" must print as typed, not as ":-1:" -> an emoji.

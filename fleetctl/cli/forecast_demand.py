@@ -57,7 +57,7 @@ def _series(paths: list[Path]):  # noqa: ANN202 - list of DemandSeries
     return out
 
 
-@train_app.command("demand")
+@train_app.command("demand", short_help="Train the demand model on demand series.")
 def train_demand(
     series: SeriesOption = [],  # noqa: B006 - typer needs a list default
     output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into (a model "
@@ -115,7 +115,7 @@ def train_demand(
                       f"{t['pinball_p90']:.3f}, p90 coverage {t['p90_coverage']:.1%}", markup=False)
 
 
-@evaluate_app.command("demand")
+@evaluate_app.command("demand", short_help="Score the demand model beside two baselines.")
 def evaluate_demand(
     model_dir: Annotated[Path, typer.Option("--model", help="Model directory (from `forecast train demand`).",
                                             show_default=False)],

@@ -57,7 +57,7 @@ def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
     return out
 
 
-@train_app.command("interruption")
+@train_app.command("interruption", short_help="Train the interruption-risk model on market traces.")
 def train_interruption(
     market: MarketsOption = [],  # noqa: B006 - typer needs a list default
     output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into (a model "
@@ -101,7 +101,7 @@ def train_interruption(
                   f"{m['training_metrics']['auc']:.3f}, Brier {m['training_metrics']['brier']:.4f}", markup=False)
 
 
-@evaluate_app.command("interruption")
+@evaluate_app.command("interruption", short_help="Score the interruption model beside two baselines.")
 def evaluate_interruption(
     model_dir: Annotated[Path, typer.Option("--model", help="Model directory (from `forecast train "
                                                             "interruption`).", show_default=False)],

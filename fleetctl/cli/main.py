@@ -24,8 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",  # docstrings reflow as paragraphs in --help
-    context_settings={"help_option_names": ["-h", "--help"]},  # every subcommand inherits -h
+    rich_markup_mode=None,  # click's plain help: rich's option table cut env var names and paths to "…"
+    # every subcommand inherits these: -h, and help up to 100 columns on a wide terminal (80 when piped)
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
 
@@ -49,20 +50,21 @@ def _root(
     return None
 
 
-app.command()(catalog)
-app.command()(plan)
-app.command()(apply)
-app.command()(status)
-app.command()(explain)
-app.command()(reconcile)
-app.command()(daemon)
-app.command()(prune)
-app.command()(backtest)
-app.command("node-watch")(node_watch)
+# short_help: the one line `fleetctl --help` lists (click would cut the first sentence to fit)
+app.command(short_help="List catalog offers, cheapest per GPU-hour first.")(catalog)
+app.command(short_help="Show what fleetctl would launch, terminate and bind.")(plan)
+app.command(short_help="Carry out a plan: one saved with plan -out, or one made now.")(apply)
+app.command(short_help="Show nodes with their jobs, job counts and current USD/hour.")(status)
+app.command(short_help="Explain the planner's decision for one job.")(explain)
+app.command(short_help="Run one reconcile tick (for cron).")(reconcile)
+app.command(short_help="Run the controller loop and serve /metrics.")(daemon)
+app.command(short_help="Delete recorded history older than a number of days.")(prune)
+app.command(short_help="Simulate fleetctl and baselines on job and market traces.")(backtest)
+app.command("node-watch", short_help="Forward this node's reclaim notices to the daemon.")(node_watch)
 app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(trace.app, name="trace")
-app.add_typer(forecast.app, name="forecast")
+app.add_typer(forecast.app, name="forecast", short_help="Train and evaluate the forecasting models.")
 
 
 #: Set to 1 to see the traceback of the errors ``main`` reports in one line.
@@ -134,25 +136,11 @@ def _plan_usage_errors_exit_1(args: list[str]) -> None:
         parser.exceptions.UsageError.exit_code = 1  # this process runs one command; BadParameter inherits it
 
 
-def _help_width_when_piped() -> None:
-    """--help written to a pipe or file gets 100 columns instead of rich's 80,
-    which cut long words (paths, variable names) of the option table to "…".
-    A terminal keeps its width; $COLUMNS and typer's $TERMINAL_WIDTH win."""
-    from fleetctl.cli.common import piped_width
-
-    width = piped_width(sys.stdout, 100)
-    if width is not None and not os.environ.get("TERMINAL_WIDTH"):
-        from typer import rich_utils
-
-        rich_utils.MAX_WIDTH = width
-
-
 def main() -> None:
     """The console script: ``app`` with the environment's errors (see
     ``known_error``) reported in one line and exit code 1 instead of a
     traceback (``FLEETCTL_DEBUG=1`` shows it)."""
     _plan_usage_errors_exit_1(sys.argv[1:])
-    _help_width_when_piped()
     try:
         app(prog_name="fleetctl")
     except Exception as exc:  # the CLI boundary: known errors become one line, the rest propagate

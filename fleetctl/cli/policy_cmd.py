@@ -36,7 +36,7 @@ def validate(
         raise typer.Exit(2)
 
 
-@app.command()
+@app.command(short_help="Write the policy's JSON Schema for editors.")
 def schema(
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Where to write the schema ('-' for stdout).")

@@ -10,13 +10,15 @@ from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail
 
-app = typer.Typer(help="Job traces for the simulator: import public cluster traces.", no_args_is_help=True)
-import_app = typer.Typer(help="Convert a public cluster trace into a job-trace CSV (docs/traces.md).",
+app = typer.Typer(help="Import public cluster traces: job traces for the simulator, demand series for the "
+                  "forecaster.", short_help="Import public cluster traces.", no_args_is_help=True)
+import_app = typer.Typer(help="Convert a public cluster trace into a job trace (docs/traces.md) or a demand series "
+                         "(docs/forecasting.md).", short_help="Convert a public cluster trace into a CSV.",
                          no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
 
-@import_app.command("alibaba-2023")
+@import_app.command("alibaba-2023", short_help="Alibaba GPU trace v2023 pod list -> job trace.")
 def alibaba_2023(
     pod_csv: Annotated[Path, typer.Argument(help="Pod list of the Alibaba GPU trace v2023, e.g. "
                                                  "openb_pod_list_gpuspec33.csv.", show_default=False)],
@@ -143,7 +145,7 @@ def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an 
     console.print(f"wrote {s.kept} jobs to {output}", markup=False)
 
 
-@import_app.command("helios-sequence")
+@import_app.command("helios-sequence", short_help="Helios virtual-cluster sequence -> demand series.")
 def helios_sequence(
     sequence_csv: Annotated[Path, typer.Argument(help="Per-minute virtual-cluster sequence of the Helios trace, "
                                                       "e.g. cluster_sequence_vc.csv.", show_default=False)],

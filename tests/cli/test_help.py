@@ -1,0 +1,44 @@
+"""Every command's --help reads whole in an 80-column terminal: no cut words,
+no line past the edge, and a whole one-line summary per subcommand."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+
+
+def command_paths() -> list[tuple[str, ...]]:
+    paths: list[tuple[str, ...]] = []
+
+    def walk(command, path: tuple[str, ...]) -> None:  # noqa: ANN001 - typer's (vendored) click command
+        paths.append(path)
+        for name, sub in getattr(command, "commands", {}).items():  # a group's subcommands
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return paths
+
+
+PATHS = command_paths()
+
+
+def test_the_walk_finds_every_command():
+    assert ("apply",) in PATHS and ("forecast", "evaluate", "demand") in PATHS and len(PATHS) >= 29
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "fleetctl")
+def test_help_fits_the_terminal_and_cuts_nothing(path, columns):
+    shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(columns), "TERMINAL_WIDTH": None},
+                               prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert "Usage: fleetctl" in shown.output, shown.output
+    assert "…" not in shown.output, shown.output  # rich's option table cut env var names and paths to "…"
+    assert max(len(line) for line in lines) <= columns, shown.output
+    if "Commands:" in lines:  # each subcommand's summary is whole, not a first sentence cut to "..."
+        listed = lines[lines.index("Commands:") + 1:]
+        assert listed and not any(line.rstrip().endswith("...") for line in listed), shown.output
