@@ -32,7 +32,7 @@ def backtest(
              "sees, at each moment, the model's reclaim probability per offer computed from the market up to "
              "that moment (never later); without it, the policy's default risk.", show_default=False)] = None,
     allow_version_mismatch: AllowMismatchOption = False,
-    output_format: Annotated[str, typer.Option("--format", help="table or json.", metavar="[table|json]")] = "table",
+    output_format: Annotated[str, typer.Option("--format", help="table or json.", metavar="<table|json>")] = "table",
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="Directory to write backtest.png into (cumulative cost and running GPUs over time; "
                          "needs matplotlib).", show_default=False)] = None,

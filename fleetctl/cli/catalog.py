@@ -46,10 +46,14 @@ def filter_offers(
 
 
 def catalog(
-    gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="GPU model, e.g. A100-80GB, any case (repeatable).")] = None,
-    provider: Annotated[Optional[list[str]], typer.Option("--provider", help="aws, gcp or azure (repeatable).")] = None,
-    market: Annotated[Optional[list[str]], typer.Option("--market", help="spot or on_demand (repeatable).")] = None,
-    region: Annotated[Optional[list[str]], typer.Option("--region", help="Region, e.g. us-east-1 (repeatable).")] = None,
+    gpu: Annotated[Optional[list[str]], typer.Option(
+        "--gpu", help="GPU model, e.g. A100-80GB, any case (repeatable).", metavar="<str>")] = None,
+    provider: Annotated[Optional[list[str]], typer.Option(
+        "--provider", help="aws, gcp or azure (repeatable).", metavar="<str>")] = None,
+    market: Annotated[Optional[list[str]], typer.Option(
+        "--market", help="spot or on_demand (repeatable).", metavar="<str>")] = None,
+    region: Annotated[Optional[list[str]], typer.Option(
+        "--region", help="Region, e.g. us-east-1 (repeatable).", metavar="<str>")] = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="Show at most this many rows in the table (0: all).")] = 50,
     output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
 ) -> None:

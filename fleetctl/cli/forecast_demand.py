@@ -16,7 +16,7 @@ from fleetctl.cli.forecast_interruption import whole_minutes
 
 SeriesOption = Annotated[list[Path], typer.Option(
     "--series", help="Demand-series CSV (time_utc,gpu_model,gpus; docs/forecasting.md); repeat for several.",
-    show_default=False)]
+    show_default=False, metavar="<path>")]
 SinceOption = Annotated[Optional[str], typer.Option(
     "--since", help="Only origins at or after this time (ISO-8601 with a zone).", show_default=False)]
 UntilOption = Annotated[Optional[str], typer.Option(
@@ -126,7 +126,7 @@ def evaluate_demand(
                         "model's training window (--until of `train`), else every origin.",
         show_default=False)] = None,
     until: UntilOption = None,
-    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    output_format: Annotated[str, typer.Option("--format", help="table or json.", metavar="<table|json>")] = "table",
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="Directory to write demand_forecast_MINUTESm.png into (e.g. demand_forecast_60m.png).", show_default=False)] = None,
     allow_version_mismatch: Annotated[bool, typer.Option(

@@ -15,7 +15,8 @@ from fleetctl.cli.common import console, err_console, fail, report_dir_or_exit
 from fleetctl.cli.forecast import evaluate_app, finite_or_null, load_model_or_exit, save_model_or_exit, train_app
 
 MarketsOption = Annotated[list[Path], typer.Option(
-    "--market", help="Market manifest YAML (docs/traces.md); repeat for several.", show_default=False)]
+    "--market", help="Market manifest YAML (docs/traces.md); repeat for several.", show_default=False,
+    metavar="<path>")]
 
 
 def parse_duration(text: str) -> timedelta:
@@ -106,7 +107,7 @@ def evaluate_interruption(
     model_dir: Annotated[Path, typer.Option("--model", help="Model directory (from `forecast train "
                                                             "interruption`).", show_default=False)],
     market: MarketsOption = [],  # noqa: B006
-    output_format: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    output_format: Annotated[str, typer.Option("--format", help="table or json.", metavar="<table|json>")] = "table",
     report: Annotated[Optional[Path], typer.Option(
         "--report", help="Directory to write reliability.png into.", show_default=False)] = None,
     allow_version_mismatch: Annotated[bool, typer.Option(
