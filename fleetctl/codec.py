@@ -34,6 +34,24 @@ class DecodeError(ValueError):
     """A stored or saved document does not have the expected shape."""
 
 
+_REQUIRED: Any = object()
+
+
+def _text(d: dict[str, Any], key: str, default: Any = _REQUIRED) -> Any:
+    """``d[key]`` (or ``default`` when absent), which must be a string (a saved plan is edited by hand)."""
+    value = d[key] if default is _REQUIRED else d.get(key, default)
+    if not isinstance(value, str) and value is not default:
+        raise DecodeError(f"{key} must be a string, found {type(value).__name__}")
+    return value
+
+
+def _texts(d: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = d[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DecodeError(f"{key} must be a list of strings")
+    return tuple(value)
+
+
 def dt_to_str(value: datetime | None) -> str | None:
     if value is None:
         return None
@@ -45,6 +63,8 @@ def dt_to_str(value: datetime | None) -> str | None:
 def str_to_dt(value: str | None) -> datetime | None:
     if value is None:
         return None
+    if not isinstance(value, str):
+        raise DecodeError(f"timestamp must be a string, found {type(value).__name__}")
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     if parsed.tzinfo is None:
         raise DecodeError(f"timestamp {value!r} has no time zone")
@@ -67,15 +87,15 @@ def instance_type_to_dict(it: InstanceType) -> dict[str, Any]:
 
 def instance_type_from_dict(d: dict[str, Any]) -> InstanceType:
     return InstanceType(
-        provider=d["provider"],
-        name=d["name"],
+        provider=_text(d, "provider"),
+        name=_text(d, "name"),
         vcpus=int(d["vcpus"]),
         memory_gib=float(d["memory_gib"]),
-        gpu_model=d.get("gpu_model"),
+        gpu_model=_text(d, "gpu_model", None),
         gpu_count=int(d.get("gpu_count", 0)),
         gpu_memory_gib=float(d.get("gpu_memory_gib", 0.0)),
         interconnect=Interconnect(d.get("interconnect", "none")),
-        architecture=d.get("architecture", "x86_64"),
+        architecture=_text(d, "architecture", "x86_64"),
     )
 
 
@@ -93,8 +113,8 @@ def offer_to_dict(offer: Offer) -> dict[str, Any]:
 def offer_from_dict(d: dict[str, Any]) -> Offer:
     return Offer(
         instance_type=instance_type_from_dict(d["instance_type"]),
-        region=d["region"],
-        zone=d.get("zone", ""),
+        region=_text(d, "region"),
+        zone=_text(d, "zone", ""),
         market=Market(d["market"]),
         usd_per_hour=float(d["usd_per_hour"]),
     )
@@ -210,17 +230,17 @@ def action_from_dict(d: dict[str, Any]) -> Action:
     reason = Reason(d["reason"])
     detail = str(d.get("detail", ""))
     if kind == "launch":
-        return Launch(offer_from_dict(d["offer"]), tuple(d["node_names"]), reason, detail)
+        return Launch(offer_from_dict(d["offer"]), _texts(d, "node_names"), reason, detail)
     if kind == "terminate":
-        return Terminate(d["node_id"], reason, detail)
+        return Terminate(_text(d, "node_id"), reason, detail)
     if kind == "drain":
-        return Drain(d["node_id"], reason, detail)
+        return Drain(_text(d, "node_id"), reason, detail)
     if kind == "bind":
-        return Bind(d["job_id"], tuple(d["node_ids"]), reason, detail)
+        return Bind(_text(d, "job_id"), _texts(d, "node_ids"), reason, detail)
     if kind == "migrate":
-        return Migrate(d["job_id"], tuple(d["from_node_ids"]), tuple(d["to_node_ids"]), reason, detail)
+        return Migrate(_text(d, "job_id"), _texts(d, "from_node_ids"), _texts(d, "to_node_ids"), reason, detail)
     if kind == "preempt":
-        return Preempt(d["job_id"], d["by_job_id"], reason, detail)
+        return Preempt(_text(d, "job_id"), _text(d, "by_job_id"), reason, detail)
     raise DecodeError(f"unknown action kind {kind!r}")
 
 
@@ -229,4 +249,4 @@ def unplaced_to_dict(u: Unplaced) -> dict[str, Any]:
 
 
 def unplaced_from_dict(d: dict[str, Any]) -> Unplaced:
-    return Unplaced(d["job_id"], Reason(d["reason"]), str(d.get("detail", "")))
+    return Unplaced(_text(d, "job_id"), Reason(d["reason"]), str(d.get("detail", "")))

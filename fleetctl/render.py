@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from fleetctl.codec import (
     DecodeError,
@@ -14,6 +14,8 @@ from fleetctl.codec import (
     unplaced_to_dict,
 )
 from fleetctl.model import Bind, Drain, Launch, Migrate, Plan, Preempt, Terminate
+
+T = TypeVar("T")
 
 FORMAT_VERSION = 1
 
@@ -123,6 +125,28 @@ class PlanFileError(ValueError):
     """A saved plan file cannot be read."""
 
 
+def _problem(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}"
+    return str(exc) or type(exc).__name__
+
+
+def _entries(doc: dict[str, Any], key: str, decode: Callable[[dict[str, Any]], T], source: str) -> tuple[T, ...]:
+    """``doc[key]``, a list of objects, decoded one by one; a bad one is named by its index."""
+    items = doc[key]
+    if not isinstance(items, list):
+        raise PlanFileError(f"{source}: {key} must be a list, found {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise PlanFileError(f"{source}: {key}[{i}] must be an object, found {type(item).__name__}")
+        try:
+            out.append(decode(item))
+        except (KeyError, TypeError, ValueError, OverflowError, DecodeError) as exc:
+            raise PlanFileError(f"{source}: {key}[{i}]: {_problem(exc)}") from exc
+    return tuple(out)
+
+
 def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
     """Read a saved plan back; returns (plan, fingerprint). Raises PlanFileError
     naming what is wrong."""
@@ -137,9 +161,9 @@ def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
     for key in ("fingerprint", "actions", "unplaced", "usd_per_hour_before", "usd_per_hour_after"):
         if key not in doc:
             raise PlanFileError(f"{source}: missing field {key!r}")
+    actions = _entries(doc, "actions", action_from_dict, source)
+    unplaced = _entries(doc, "unplaced", unplaced_from_dict, source)
     try:
-        actions = tuple(action_from_dict(a) for a in doc["actions"])
-        unplaced = tuple(unplaced_from_dict(u) for u in doc["unplaced"])
         plan = Plan(
             actions=actions,
             unplaced=unplaced,
@@ -148,6 +172,6 @@ def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
             risk_before=float(doc.get("risk_before", 0.0)),
             risk_after=float(doc.get("risk_after", 0.0)),
         )
-    except (KeyError, TypeError, ValueError, DecodeError) as exc:
-        raise PlanFileError(f"{source}: malformed action or field: {exc!r}") from exc
+    except (TypeError, ValueError) as exc:
+        raise PlanFileError(f"{source}: malformed field: {_problem(exc)}") from exc
     return plan, str(doc["fingerprint"])

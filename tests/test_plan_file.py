@@ -1,0 +1,109 @@
+"""Reading a saved plan (`fleetctl plan -out`) back: a file edited by hand, in
+any way, gives the plan or a PlanFileError naming what is wrong, never another
+exception (which `fleetctl apply` would show as a traceback)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fleetctl.model import Bind, Drain, Launch, Market, Migrate, Plan, Preempt, Reason, Terminate, Unplaced
+from fleetctl.render import PlanFileError, plan_from_document, plan_to_document
+from tests.builders import offer
+
+PLAN = Plan(
+    actions=(
+        Launch(offer(), ("new-1", "new-2"), Reason.FITS_NEW_CAPACITY, "2 x g8"),
+        Launch(offer(name="g1", gpus=1, price=1.0, market=Market.ON_DEMAND, zone=""), ("new-3",),
+               Reason.ON_DEMAND_BASE, "base"),
+        Bind("j1", ("new-1", "new-2"), Reason.FITS_NEW_CAPACITY, "gang"),
+        Terminate("n9", Reason.IDLE, "idle 10 min"),
+        Drain("n8", Reason.IDLE, "draining"),
+        Migrate("j2", ("n8",), ("new-3",), Reason.INTERRUPTION, "move"),
+        Preempt("j3", "j1", Reason.PREEMPTED_BY_HIGHER_PRIORITY, "priority"),
+    ),
+    unplaced=(Unplaced("j4", Reason.NO_ALLOWED_OFFER, "no offer"),),
+    usd_per_hour_before=1.0,
+    usd_per_hour_after=21.0,
+    risk_before=0.0,
+    risk_after=0.5,
+)
+DOC = plan_to_document(PLAN, fingerprint="f" * 64, created_at_utc=datetime(2026, 11, 24, tzinfo=timezone.utc),
+                       policy_path="policies/example.yaml")
+
+
+def leaf_paths(doc, prefix=()):  # noqa: ANN001 - any JSON value
+    yield prefix
+    children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in children:
+        yield from leaf_paths(value, (*prefix, key))
+
+
+PATHS = [p for p in leaf_paths(DOC) if p]
+VALUES = st.sampled_from([None, 0, -1, 1.5, float("nan"), float("inf"), 10**30, "", "x", "spot", "launch",
+                          "2026-02-30T00:00:00Z", [], [1], {}, {"a": 1}, True])
+
+
+@st.composite
+def edited(draw: st.DrawFn) -> dict:
+    """The document with one to four fields replaced, removed or added."""
+    doc = copy.deepcopy(DOC)
+    for _ in range(draw(st.integers(1, 4))):
+        path = draw(st.sampled_from(PATHS))
+        parent = doc
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            how = draw(st.sampled_from(["replace", "remove", "add"]))
+            if how == "replace":
+                parent[path[-1]] = draw(VALUES)
+            elif isinstance(parent, dict):
+                if how == "remove":
+                    del parent[path[-1]]
+                else:
+                    parent[draw(st.text(max_size=5))] = draw(VALUES)
+        except (KeyError, IndexError, TypeError):  # an earlier edit replaced a parent of this path
+            continue
+    return doc
+
+
+def test_a_plan_round_trips():
+    plan, fingerprint = plan_from_document(json.loads(json.dumps(DOC)))
+    assert plan == PLAN and fingerprint == "f" * 64
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=edited())
+def test_an_edited_plan_file_gives_a_plan_or_a_plan_file_error(doc):
+    try:
+        plan_from_document(doc, "p.json")
+    except PlanFileError as exc:
+        assert str(exc).startswith("p.json: ")
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("actions", 2), None, "p.json: actions[2] must be an object, found NoneType"),
+    (("actions",), {}, "p.json: actions must be a list, found dict"),
+    (("actions", 2, "job_id"), 7, "p.json: actions[2]: job_id must be a string, found int"),
+    (("actions", 0, "offer", "instance_type", "provider"), 0, "actions[0]: provider must be a string, found int"),
+    (("actions", 0, "offer", "region"), ["us"], "actions[0]: region must be a string, found list"),
+    (("actions", 0, "node_names"), ["new-1", 2], "actions[0]: node_names must be a list of strings"),
+    (("actions", 0, "offer", "instance_type", "vcpus"), float("inf"), "actions[0]: cannot convert float infinity"),
+    (("actions", 3, "node_id"), None, "actions[3]: node_id must be a string, found NoneType"),
+    (("unplaced", 0, "job_id"), 4, "unplaced[0]: job_id must be a string, found int"),
+    (("unplaced", 0, "reason"), "bored", "unplaced[0]: 'bored' is not a valid Reason"),
+])
+def test_what_is_wrong_is_named_with_its_place(path, value, message):
+    doc = copy.deepcopy(DOC)
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    with pytest.raises(PlanFileError) as raised:
+        plan_from_document(doc, "p.json")
+    assert message in str(raised.value)
