@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -392,6 +392,10 @@ def apply(
     )
 
 
+#: How far ahead of this machine's clock a saved plan's time may be (made on another machine).
+CLOCK_SKEW = timedelta(minutes=5)
+
+
 def _made_at(doc: dict, plan_file: Path) -> datetime:
     """When a saved plan was made (its ``created_at_utc``)."""
     from fleetctl.codec import str_to_dt
@@ -402,6 +406,8 @@ def _made_at(doc: dict, plan_file: Path) -> datetime:
         made_at = None
     if made_at is None:
         fail(f"{plan_file}: created_at_utc is missing or not a timestamp; nothing was changed")
+    if made_at > utcnow() + CLOCK_SKEW:  # apply plans again at this time: a plan cannot come from the future
+        fail(f"{plan_file}: created_at_utc {doc['created_at_utc']} is in the future; nothing was changed")
     return made_at
 
 

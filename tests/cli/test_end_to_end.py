@@ -136,8 +136,10 @@ def test_apply_waits_for_the_daemon_and_gives_up_having_changed_nothing(workdir)
         ('{"format_version": 1, "fingerprint": "x", "actions": [{"kind": "bind", "reason": "idle", "job_id": 7, '
          '"node_ids": []}], "unplaced": [], "usd_per_hour_before": 0, "usd_per_hour_after": 0}',
          "actions[0]: job_id must be a string, found int"),
+        ('{"format_version": 1, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
+         '"usd_per_hour_after": 0, "created_at_utc": "9999-12-31T23:59:59Z"}', "is in the future"),
     ],
-    ids=["syntax", "version", "action-kind", "not-object", "time-not-text", "id-not-text"],
+    ids=["syntax", "version", "action-kind", "not-object", "time-not-text", "id-not-text", "future"],
 )
 def test_bad_plan_file_is_refused(workdir, content, message):
     fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
