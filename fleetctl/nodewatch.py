@@ -63,6 +63,9 @@ NOTICES_PATH = "/v1/notices"
 # GCE gives 30 s between the preemption notice and the stop:
 # https://cloud.google.com/compute/docs/instances/preemptible#preemption-process
 GCE_NOTICE_SECONDS = 30
+# EC2 gives two minutes between the spot interruption notice and the stop:
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html
+AWS_NOTICE_SECONDS = 120
 AWS_TOKEN_TTL_SECONDS = 21600  # the IMDSv2 maximum
 AZURE_API_VERSION = "2020-07-01"
 AZURE_COMPUTE_API_VERSION = "2021-02-01"
@@ -226,8 +229,12 @@ class AwsImds:
             action, when = doc.get("action"), doc.get("time")
             if not isinstance(action, str) or not isinstance(when, str):
                 raise MetadataError(f"spot/instance-action: expected action and time, got {doc}")
-            notices.append(Notice("aws", node_id, InterruptionKind.RECLAIM_WARNING, f"{action}@{when}",
-                                  _parse_iso(when, "spot/instance-action time"),
+            try:
+                deadline = _parse_iso(when, "spot/instance-action time")
+            except MetadataError as exc:  # the notice still stands: deliver it with the notice AWS documents
+                log.warning("%s; taken as %d s from now", exc, AWS_NOTICE_SECONDS)
+                deadline = now + timedelta(seconds=AWS_NOTICE_SECONDS)
+            notices.append(Notice("aws", node_id, InterruptionKind.RECLAIM_WARNING, f"{action}@{when}", deadline,
                                   f"IMDS spot/instance-action {action} at {when}"))
         elif r.status != 404:
             raise MetadataError(f"spot/instance-action: HTTP {r.status} {r.text()[:200]}")
@@ -350,25 +357,40 @@ class AzureScheduledEvents:
             raise MetadataError(f"scheduledevents: Events is not a list: {events!r}")
         notices = []
         for ev in events:
-            if not isinstance(ev, dict) or me not in (ev.get("Resources") or ()):
+            if not isinstance(ev, dict):
+                continue
+            resources = ev.get("Resources") or []
+            if not isinstance(resources, list):  # not a list of VM names: whose it is cannot be told
+                self._note_once(f"resources:{ev.get('EventId')}", "scheduledevents: event %s has Resources %r, "
+                                "not a list of VM names: ignored", ev.get("EventId"), resources)
+                continue
+            if me not in resources:
                 continue
             if ev.get("EventType") != "Preempt":
-                key = str(ev.get("EventId"))
-                if key not in self._ignored:
-                    self._ignored.add(key)
-                    log.info("scheduledevents: %s event %s for this VM is not a reclaim: ignored (NotBefore %s)",
-                             ev.get("EventType"), key, ev.get("NotBefore") or "now")
+                self._note_once(str(ev.get("EventId")), "scheduledevents: %s event %s for this VM is not a "
+                                "reclaim: ignored (NotBefore %s)", ev.get("EventType"), ev.get("EventId"),
+                                ev.get("NotBefore") or "now", level=logging.INFO)
                 continue
             event_id = ev.get("EventId")
             if not isinstance(event_id, str) or not event_id:
                 raise MetadataError(f"scheduledevents: a Preempt event without EventId: {ev}")
             not_before = ev.get("NotBefore") or ""
             # An event already Started has an empty NotBefore: the VM goes now.
-            deadline = _parse_http_date(not_before) if not_before else now
+            try:
+                deadline = _parse_http_date(not_before) if not_before else now
+            except MetadataError as exc:  # the eviction still stands: deliver it, due now
+                self._note_once(f"notbefore:{event_id}", "%s; Preempt %s taken as due now", exc, event_id)
+                deadline = now
             notices.append(Notice("azure", node_id, InterruptionKind.RECLAIM_WARNING, event_id, deadline,
                                   f"Azure Scheduled Event Preempt {event_id} ({ev.get('EventStatus')}, "
                                   f"NotBefore {not_before or 'now'})"))
         return tuple(notices)
+
+    def _note_once(self, key: str, message: str, *args: object, level: int = logging.WARNING) -> None:
+        """Log ``message`` the first time ``key`` is seen (events stand for many polls)."""
+        if key not in self._ignored:
+            self._ignored.add(key)
+            log.log(level, message, *args)
 
     def drained(self, notice: Notice) -> None:
         """Approve the Preempt event (``StartRequests``): the controller has
@@ -392,6 +414,8 @@ def _json_object(r: Response, what: str) -> dict:
 
 def _parse_http_date(value: str) -> datetime:
     """Azure's ``NotBefore`` is an HTTP date (``Mon, 19 Sep 2016 18:29:47 GMT``)."""
+    if not isinstance(value, str):
+        raise MetadataError(f"scheduledevents NotBefore: not a time: {value!r}")
     try:
         return parsedate_to_datetime(value).astimezone(timezone.utc)
     except (TypeError, ValueError):

@@ -155,6 +155,41 @@ def test_azure_started_event_has_its_deadline_now():
     assert notice.deadline_utc == T0 + timedelta(seconds=5)
 
 
+def test_a_malformed_azure_event_does_not_hide_this_vms_preempt(caplog):
+    """Events of any shape beside a real Preempt for this VM: Resources as a
+    string (a substring of it is this VM's name) or a number, an event that is
+    not an object. Before, the number raised TypeError (node-watch stopped) and
+    the string counted "vm-gpu-3" as "vm-gpu-30"'s."""
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.events += [{"EventId": "ev-str", "EventType": "Preempt", "Resources": "vm-gpu-30", "NotBefore": ""},
+                        {"EventId": "ev-int", "EventType": "Preempt", "Resources": 3, "NotBefore": ""}, [1], None]
+        fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=45))
+        az = AzureScheduledEvents(fake.url)
+        with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
+            (notice,) = az.poll("vm-gpu-3", T0)
+            assert az.poll("vm-gpu-3", T0) == (notice,)
+    assert notice.notice_id == "ev-mine"
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2 and "'vm-gpu-30', not a list of VM names" in warned[0], warned  # once per event
+
+
+@pytest.mark.parametrize("not_before", [17, "next Tuesday"])
+def test_an_azure_preempt_with_an_unreadable_not_before_is_delivered_due_now(not_before, caplog):
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=45))
+        fake.events[0]["NotBefore"] = not_before
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0)
+    assert (notice.notice_id, notice.deadline_utc) == ("ev-mine", T0)
+    assert "Preempt ev-mine taken as due now" in caplog.text
+
+
+def test_an_aws_notice_with_an_unreadable_time_is_delivered_with_two_minutes():
+    with FakeImds("i-0abc") as fake:
+        fake.instance_action = {"action": "terminate", "time": "soon"}
+        (notice,) = AwsImds(fake.url).poll("i-0abc", T0)
+    assert (notice.kind, notice.deadline_utc) == (InterruptionKind.RECLAIM_WARNING, T0 + timedelta(minutes=2))
+
+
 def test_garbled_metadata_is_a_clear_error():
     with FakeImds("i-0abc") as fake:
         fake.instance_action = {"action": "terminate"}  # no time
