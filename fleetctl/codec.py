@@ -38,7 +38,9 @@ _REQUIRED: Any = object()
 
 
 def _text(d: dict[str, Any], key: str, default: Any = _REQUIRED) -> Any:
-    """``d[key]`` (or ``default`` when absent), which must be a string (a saved plan is edited by hand)."""
+    """``d[key]``, which must be a string (a saved plan is edited by hand). With a
+    ``default``: that when absent, and that value itself is accepted too (a
+    stored ``"gpu_model": null``)."""
     value = d[key] if default is _REQUIRED else d.get(key, default)
     if not isinstance(value, str) and value is not default:
         raise DecodeError(f"{key} must be a string, found {type(value).__name__}")

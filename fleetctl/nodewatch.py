@@ -331,7 +331,7 @@ class AzureScheduledEvents:
         self.timeout = timeout
         self.events_url = f"{self.base}/metadata/scheduledevents?api-version={AZURE_API_VERSION}"
         self._resource_name: str | None = None
-        self._ignored: set[str] = set()  # other events for this VM, logged once each
+        self._noted: set[str] = set()  # events already logged (each stands for many polls)
 
     def resource_name(self) -> str:
         """This VM's name as Scheduled Events lists it in ``Resources``."""
@@ -388,8 +388,8 @@ class AzureScheduledEvents:
 
     def _note_once(self, key: str, message: str, *args: object, level: int = logging.WARNING) -> None:
         """Log ``message`` the first time ``key`` is seen (events stand for many polls)."""
-        if key not in self._ignored:
-            self._ignored.add(key)
+        if key not in self._noted:
+            self._noted.add(key)
             log.log(level, message, *args)
 
     def drained(self, notice: Notice) -> None:

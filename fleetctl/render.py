@@ -172,6 +172,6 @@ def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
             risk_before=float(doc.get("risk_before", 0.0)),
             risk_after=float(doc.get("risk_after", 0.0)),
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an integer too large for a float
         raise PlanFileError(f"{source}: malformed field: {_problem(exc)}") from exc
     return plan, str(doc["fingerprint"])

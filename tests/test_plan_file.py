@@ -107,3 +107,10 @@ def test_what_is_wrong_is_named_with_its_place(path, value, message):
     with pytest.raises(PlanFileError) as raised:
         plan_from_document(doc, "p.json")
     assert message in str(raised.value)
+
+
+def test_a_number_too_large_for_a_float_is_named():
+    doc = copy.deepcopy(DOC)
+    doc["usd_per_hour_before"] = json.loads("1" + "0" * 400)  # JSON allows it; float() raises OverflowError
+    with pytest.raises(PlanFileError, match="p.json: malformed field: int too large"):
+        plan_from_document(doc, "p.json")
