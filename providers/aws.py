@@ -296,6 +296,9 @@ def parse_event(body: str) -> dict[str, Any]:
             raise ValueError(f"no {key!r} field: not an EventBridge event")
     if not isinstance(event["detail"], dict) or not event["detail"].get("instance-id"):
         raise ValueError("detail.instance-id missing")
+    instance_id = event["detail"]["instance-id"]
+    if not isinstance(instance_id, str) or not _INSTANCE_ID.match(instance_id):
+        raise ValueError(f"detail.instance-id {instance_id!r} is not an EC2 instance id")
     return event
 
 
@@ -304,13 +307,16 @@ def event_to_interruption(event: Mapping[str, Any]) -> InterruptionEvent | None:
     need no action (a state change to ``pending``/``running``)."""
     kind_name = event["detail-type"]
     detail = event["detail"]
-    at = datetime.fromisoformat(str(event["time"]).replace("Z", "+00:00"))
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)
+    try:
+        at = datetime.fromisoformat(str(event["time"]).replace("Z", "+00:00"))
+        at = at.astimezone(timezone.utc) if at.tzinfo else at.replace(tzinfo=timezone.utc)
+        notice_end = at + timedelta(seconds=INTERRUPTION_NOTICE_SECONDS)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"time {event['time']!r} is not an ISO 8601 time EC2 could have sent ({exc})") from exc
     deadline = None
     if kind_name == EVENT_SPOT_WARNING:
         kind = InterruptionKind.RECLAIM_WARNING
-        deadline = at + timedelta(seconds=INTERRUPTION_NOTICE_SECONDS)
+        deadline = notice_end
     elif kind_name == EVENT_REBALANCE:
         kind = InterruptionKind.REBALANCE
     elif kind_name == EVENT_STATE_CHANGE:

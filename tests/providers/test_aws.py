@@ -337,6 +337,33 @@ def test_other_instances_events_and_garbage_are_dropped(provider: AwsProvider, w
     assert "not JSON" in caplog.text and "{not json" in caplog.text and "not an EventBridge event" in caplog.text
 
 
+@pytest.mark.parametrize("detail, time, logged", [
+    # a list: TypeError (unhashable) in the old parser
+    ({"instance-id": ["i-0123456789abcdef0"]}, None, "detail.instance-id ['i-0123456789abcdef0'] is not an EC2"),
+    # a number beside the real string id: TypeError in sorted()
+    ({"instance-id": 123456789}, None, "detail.instance-id 123456789 is not an EC2 instance id"),
+    # OverflowError adding the 2-minute notice
+    ({"instance-id": "i-0123456789abcdef0"}, "9999-12-31T23:59:59Z", "time '9999-12-31T23:59:59Z' is not an ISO"),
+    ({"instance-id": "not-an-instance"}, None, "detail.instance-id 'not-an-instance' is not an EC2 instance id"),
+], ids=["id-list", "id-number", "time-overflow", "id-malformed"])
+def test_a_malformed_event_is_dropped_and_does_not_hide_a_real_reclaim(
+        provider: AwsProvider, world: MotoWorld, caplog: pytest.LogCaptureFixture,
+        detail: dict[str, Any], time: str | None, logged: str) -> None:
+    """The queue accepts any message its policy lets in; one malformed event
+    must not stop every poll (and so every reclaim) until it expires."""
+    [node] = provider.launch(LaunchRequest(spot(provider), 1, "poison"), NOW).nodes
+    poison = {"version": "0", "id": "poison-1", "detail-type": "EC2 Spot Instance Interruption Warning",
+              "source": "aws.ec2", "time": time or "2025-01-06T12:00:00Z", "detail": detail}
+    world.client("sqs").send_message(QueueUrl=world.queue_url, MessageBody=json.dumps(poison))
+    world.reclaim(node.node_id)
+    with caplog.at_level(logging.ERROR, logger="providers.aws"):
+        events = provider.interruption_events(NOW)
+    assert [(e.node_id, e.kind) for e in events] == [(node.node_id, InterruptionKind.RECLAIM_WARNING)]
+    assert logged in caplog.text
+    provider.acknowledge(events[0].event_id)
+    assert queue_depth(world) == 0  # the malformed message was deleted, not left to come back
+
+
 def test_a_missing_queue_says_to_apply_the_controller_module(moto_server: Any) -> None:
     with moto_world(moto_server) as world:
         world.client("sqs").delete_queue(QueueUrl=world.queue_url)
