@@ -144,7 +144,10 @@ def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEve
     except ValidationError as exc:
         issues = [(".".join(str(p) for p in err["loc"]) or "body", err["msg"]) for err in exc.errors()]
         raise InvalidNotice(issues) from exc
-    deadline = body.deadline_utc.astimezone(timezone.utc) if body.deadline_utc else None
+    try:
+        deadline = body.deadline_utc.astimezone(timezone.utc) if body.deadline_utc else None
+    except OverflowError:
+        raise InvalidNotice([("deadline_utc", f"{body.deadline_utc.isoformat()} is out of range in UTC")]) from None
     if body.provider == "gcp" and deadline is not None:
         deadline = min(deadline, received_at_utc + timedelta(seconds=GCE_PREEMPTION_NOTICE_SECONDS))
     event = InterruptionEvent(

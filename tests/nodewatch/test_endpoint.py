@@ -108,9 +108,13 @@ def test_a_non_bearer_scheme_is_refused(make_controller):
         ({**GOOD, "deadline_utc": "soon"}, "deadline_utc", "datetime"),
         ({**GOOD, "notice_id": None}, "notice_id", "string"),
         ({**GOOD, "colour": "red"}, "colour", "not permitted"),
+        # valid ISO 8601, but outside what a datetime holds once in UTC: was a 500 (OverflowError),
+        # which the watcher retries for ever
+        ({**GOOD, "deadline_utc": "9999-12-31T23:59:59-05:00"}, "deadline_utc", "out of range"),
+        ({**GOOD, "deadline_utc": "0001-01-01T00:00:00+05:00"}, "deadline_utc", "out of range"),
     ],
     ids=["not-json", "not-object", "no-node", "empty-node", "bad-kind", "bad-provider", "naive-deadline",
-         "bad-deadline", "null-notice-id", "extra-field"],
+         "bad-deadline", "null-notice-id", "extra-field", "deadline-past-9999", "deadline-before-year-1"],
 )
 def test_an_invalid_body_is_400_naming_the_field(make_controller, body, field, words):
     c = make_controller()
