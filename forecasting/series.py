@@ -117,7 +117,10 @@ def _aware_time(text: str) -> datetime:
                         f"(got {describe_value(text)})") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise CellError(f"has no time zone ({describe_value(text)}); add 'Z' or an offset like +00:00")
-    return parsed.astimezone(timezone.utc)
+    try:
+        return parsed.astimezone(timezone.utc)
+    except OverflowError:
+        raise CellError(f"is out of range once in UTC (got {describe_value(text)})") from None
 
 
 def _wall_time(zone: timezone):  # noqa: ANN202 - a cell parser
@@ -126,9 +129,13 @@ def _wall_time(zone: timezone):  # noqa: ANN202 - a cell parser
             raise CellError("required value is missing (the cell is empty)")
         if _NAIVE_TIME_RE.fullmatch(text):
             try:
-                return datetime.fromisoformat(text).replace(tzinfo=zone).astimezone(timezone.utc)
+                wall = datetime.fromisoformat(text)
             except ValueError:
                 raise CellError(f"is not a valid date and time (got {describe_value(text)})") from None
+            try:
+                return wall.replace(tzinfo=zone).astimezone(timezone.utc)
+            except OverflowError:
+                raise CellError(f"is out of range once in UTC at offset {zone} (got {describe_value(text)})") from None
         return _aware_time(text)
 
     return parse
@@ -341,7 +348,13 @@ def parse_helios_sequence(text: str, file: str = "<string>", options: HeliosOpti
         if has_time:
             t = cell_value(issues, file, cells["time"], "time", wall)
         else:
-            t = options.start_utc.astimezone(timezone.utc) + n * options.step  # type: ignore[union-attr]
+            try:
+                t = options.start_utc.astimezone(timezone.utc) + n * options.step  # type: ignore[union-attr]
+            except OverflowError:
+                issues.append(ValidationIssue(file, record.line, 1, "", f"this row's time (--start + {n} x {options.step}) "
+                                              "is past the year 9999; "
+                                              "give an earlier --start"))
+                break
         running = cell_value(issues, file, cells["running_gpu_num"], "running_gpu_num", count)
         pending = cell_value(issues, file, cells["pending_gpu_num"], "pending_gpu_num", count)
         if t is not None and has_time:

@@ -70,6 +70,9 @@ def test_helios_without_time_column_needs_start_and_counts_minutes():
         parse_helios_sequence(text, "seq.csv")
     result = parse_helios_sequence(text, "seq.csv", HeliosOptions(start_utc=T0, gpu_model="A100-80GB"))
     assert [(t, g) for t, _, g in result.rows] == [(T0, 3), (T0 + timedelta(minutes=1), 7)]
+    late = datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc)  # the second row would be in the year 10000
+    with pytest.raises(SpecError, match=r"seq.csv:3:1: .*past the year 9999; give an earlier --start"):
+        parse_helios_sequence(text, "seq.csv", HeliosOptions(start_utc=late))
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -81,7 +84,11 @@ def test_helios_without_time_column_needs_start_and_counts_minutes():
     ("time,running_gpu_num\n2020-05-01 00:00:00,1\n", "seq.csv:1:1: (root): missing column(s) pending_gpu_num"),
     (HELIOS_HEADER + "2020-05-01 00:00:00,64,1,0\n", "seq.csv:2:1: (root): the row has 4 cells"),
     ("", "seq.csv:1:1: (root): file is empty"),
-], ids=["negative", "not-a-number", "time-goes-back", "bad-time", "missing-column", "short-row", "empty"])
+    # Valid wall times that leave datetime's range at the default +08:00 (an OverflowError traceback before)
+    (HELIOS_HEADER + "0001-01-01 00:00:00,64,1,0,5\n", "seq.csv:2:1: time: is out of range once in UTC"),
+    (HELIOS_HEADER + "0001-01-01T00:00:00+05:00,64,1,0,5\n", "seq.csv:2:1: time: is out of range once in UTC"),
+], ids=["negative", "not-a-number", "time-goes-back", "bad-time", "missing-column", "short-row", "empty",
+        "wall-time-before-year-1", "aware-time-before-year-1"])
 def test_helios_bad_input_names_file_line_and_column(text, expected):
     with pytest.raises(SpecError) as info:
         parse_helios_sequence(text, "seq.csv")
