@@ -59,8 +59,8 @@ def alibaba_2023(
     the GPU constraint. Every rule is in docs/traces.md. Bad input is reported
     as FILE:LINE:COLUMN: column: message (exit code 2)."""
     from fleetctl.jobspec import parse_utc_timestamp
-    from fleetctl.sim.importers import DEFAULT_ALIBABA_PRIORITY_MAP, AlibabaOptions, import_alibaba_2023, \
-        parse_priority_map
+    from fleetctl.sim.importers import DEFAULT_ALIBABA_PRIORITY_MAP, START_YEARS, AlibabaOptions, \
+        import_alibaba_2023, parse_priority_map
     from fleetctl.sim.traces import is_valid_name, write_job_trace
     from fleetctl.yamlerrors import SpecError
 
@@ -68,6 +68,8 @@ def alibaba_2023(
         start_utc = parse_utc_timestamp(start)
     except ValueError as exc:
         fail(f"--start: {exc}", 2)
+    if not START_YEARS[0] <= start_utc.year <= START_YEARS[1]:
+        fail(f"--start must be within the years {START_YEARS[0]}..{START_YEARS[1]} (got {start})", 2)
     try:
         mapping = DEFAULT_ALIBABA_PRIORITY_MAP if priority_map is None else parse_priority_map(priority_map)
     except ValueError as exc:

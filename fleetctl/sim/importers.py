@@ -356,6 +356,10 @@ def parse_priority_map(text: str) -> dict[str, str]:
     return result
 
 
+#: Years a trace's --start may fall in: the pods' offsets (up to weeks) stay far inside datetime's range.
+START_YEARS = (1970, 9000)
+
+
 @dataclass(frozen=True, slots=True)
 class AlibabaOptions:
     """How pods become jobs. ``start_utc`` is the wall-clock time of the
@@ -377,8 +381,9 @@ class AlibabaOptions:
     def __post_init__(self) -> None:
         if self.start_utc.tzinfo is None or self.start_utc.utcoffset() is None:
             raise ValueError("start_utc must be timezone-aware")
-        if not 1970 <= self.start_utc.year <= 9000:
-            raise ValueError(f"start_utc must be within the years 1970..9000 (got {self.start_utc.year})")
+        if not START_YEARS[0] <= self.start_utc.year <= START_YEARS[1]:
+            raise ValueError(f"start_utc must be within the years {START_YEARS[0]}..{START_YEARS[1]} "
+                             f"(got {self.start_utc.year})")
         for name in ("checkpointable_fraction", "deadline_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

@@ -600,6 +600,10 @@ def test_cli_import_errors(tmp_path: Path) -> None:
                          "-o", "jobs.csv")
     assert naive.returncode == 2
     assert "--start: timestamp '2023-02-15' has no time zone" in " ".join(naive.stderr.split())
+    far = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "9999-01-01T00:00:00Z",
+                       "-o", "jobs.csv")
+    assert far.returncode == 2 and not (tmp_path / "jobs.csv").exists()
+    assert "--start must be within the years 1970..9000" in " ".join(far.stderr.split())
 
 
 @GARBAGE_SETTINGS
