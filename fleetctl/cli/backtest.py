@@ -37,7 +37,7 @@ def backtest(
         "--report", help="Directory to write backtest.png into (cumulative cost and running GPUs over time; "
                          "needs matplotlib).", show_default=False)] = None,
     tick_seconds: Annotated[float, typer.Option("--tick-seconds", help="Simulated seconds between reconcile "
-                                                                       "ticks (above 0, at most 86400).")] = 300.0,
+                                                                       "ticks (1 to 86400).")] = 300.0,
     launch_delay_seconds: Annotated[float, typer.Option(
         "--launch-delay-seconds", help="Mean simulated launch-to-ready time of a node (0 to 86400).")] = 60.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated provider (node ids, launch "

@@ -132,10 +132,10 @@ def daemon(
     forecast_dir: ForecastDirOption = None,
     allow_version_mismatch: AllowMismatchOption = False,
     retrain_hours: Annotated[float, typer.Option(
-        "--retrain-hours", min=0.0, max=8760.0,
+        "--retrain-hours", min=0.0, max=8760.0, callback=lambda v: _zero_or_at_least_one_hour(v),
         help="Hours between refits of the forecast models (interruption on the recorded market, demand on the "
         "recorded demand), each adopted unless it scores worse than the current model on what it did not "
-        "see (0 = never; needs --forecast-dir).")] = 24.0,
+        "see (0 = never, else at least 1; needs --forecast-dir).")] = 24.0,
     retain_days: Annotated[float, typer.Option(
         "--retain-days", min=0.0, max=36500.0, callback=lambda v: _zero_or_at_least_one_day(v),
         help="Each day, delete what every pass writes (demand and market history, pass markers, handled "
@@ -201,6 +201,14 @@ def daemon(
             notices.store.close()
         store.close()
     console.print(f"stopped after {loop.ticks} tick{'' if loop.ticks == 1 else 's'}", markup=False)
+
+
+def _zero_or_at_least_one_hour(hours: float) -> float:
+    # A refit reads up to 30 days of history and fits every model: below an hour it would run back to back
+    # (apscheduler turns an interval under a second into one second).
+    if 0 < hours < 1:
+        raise typer.BadParameter("0 (never) or at least 1 hour")
+    return hours
 
 
 def _zero_or_at_least_one_day(days: float) -> float:

@@ -48,7 +48,8 @@ def alibaba_2023(
                                                  show_default=False)] = None,
     window_hours: Annotated[Optional[float], typer.Option(
         "--window-hours",
-        help="Keep pods submitted within H hours after the earliest kept pod.", show_default=False)] = None,
+        help="Keep pods submitted within H hours after the earliest kept pod (at most 100000).",
+        show_default=False)] = None,
 ) -> None:
     """Convert the Alibaba GPU cluster trace v2023 pod list into a job trace.
 
@@ -79,7 +80,7 @@ def alibaba_2023(
              "or digit)", 2)
     for flag, value, high in (("--pending-duration-hours", pending_duration_hours, 100_000.0),
                               ("--checkpoint-interval-minutes", checkpoint_interval_minutes, None),
-                              ("--window-hours", window_hours, None)):
+                              ("--window-hours", window_hours, 100_000.0)):
         if value is not None and not (0 < value and (high is None or value <= high)):
             fail(f"{flag} must be above 0" + (f" and at most {high:g}" if high else "") + f" (got {value:g})", 2)
     try:

@@ -394,8 +394,8 @@ class AlibabaOptions:
             raise ValueError(f"pending_duration_hours must be above 0 (got {self.pending_duration_hours})")
         if self.limit is not None and self.limit < 0:
             raise ValueError(f"limit must be 0 or more (got {self.limit})")
-        if self.window_hours is not None and not self.window_hours > 0:
-            raise ValueError(f"window_hours must be above 0 (got {self.window_hours})")
+        if self.window_hours is not None and not 0 < self.window_hours <= 100_000:
+            raise ValueError(f"window_hours must be above 0 and at most 100000 (got {self.window_hours})")
         low, high = self.deadline_slack
         if not 1.0 < low <= high:
             raise ValueError(f"deadline_slack must be (low, high) with 1 < low <= high (got {self.deadline_slack})")

@@ -90,8 +90,10 @@ class SimConfig:
     reclaim_forecast: bool = True  # pass the store's own recent reclaims to the planner
 
     def __post_init__(self) -> None:
-        if not 0 < self.tick_seconds <= 86400:
-            raise ValueError(f"tick_seconds must be above 0 and at most a day, 86400 (got {self.tick_seconds})")
+        # At least a second: completions are stepped to whole seconds, and a sub-microsecond tick was a
+        # ZeroDivisionError (timedelta rounds it to 0).
+        if not 1 <= self.tick_seconds <= 86400:
+            raise ValueError(f"tick_seconds must be from 1 to a day, 86400 (got {self.tick_seconds})")
         for name, most in (("launch_delay_seconds", 86400.0), ("checkpoint_seconds", 86400.0),
                            ("ice_ttl_seconds", 86400.0), ("overrun_hours", 24.0 * 366)):
             value = getattr(self, name)

@@ -424,3 +424,17 @@ def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monk
         woken.close()
         wakeup.close()
         store.close()
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--retrain-hours", "0.001", "0 (never) or at least 1 hour"),  # was accepted: a refit every second
+    ("--retain-days", "0.5", "0 (keep everything) or at least 1 day"),
+])
+def test_daemon_refuses_intervals_it_would_run_back_to_back(tmp_path, option, value, words):
+    # A subprocess with a timeout: a daemon that accepted the value would run until killed.
+    shown = subprocess.run([sys.executable, "-m", "fleetctl", "daemon", option, value, "--metrics-addr", "127.0.0.1:0",
+                            "--policy", str(Path(__file__).parents[2] / "policies" / "example.yaml"),
+                            "--state", f"sqlite:///{tmp_path / 's.db'}"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert shown.returncode == 2 and words in " ".join(shown.stderr.split()), shown.stderr
+    assert not (tmp_path / "s.db").exists()  # refused before the store is opened

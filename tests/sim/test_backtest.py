@@ -98,7 +98,8 @@ def _backtest(tmp: Path, jobs_csv: Path, manifest: Path, *args: str, policy: Pat
 
 
 @pytest.mark.parametrize("args, words", [
-    (("--tick-seconds", "inf"), "--tick-seconds must be above 0 and at most a day"),
+    (("--tick-seconds", "inf"), "--tick-seconds must be from 1 to a day"),
+    (("--tick-seconds", "1e-300"), "--tick-seconds must be from 1 to a day"),  # was a ZeroDivisionError
     (("--launch-delay-seconds", "nan"), "--launch-delay-seconds must be from 0 to 86400"),
     (("--launch-delay-seconds", "1e12"), "--launch-delay-seconds must be from 0 to 86400"),
 ])

@@ -122,3 +122,5 @@ def test_bad_input_is_refused():
         simulate([js[0], js[0]], market(), sim_policy())
     with pytest.raises(ValueError, match="tick_seconds"):
         SimConfig(tick_seconds=0)
+    with pytest.raises(ValueError, match="tick_seconds"):
+        SimConfig(tick_seconds=0.5)

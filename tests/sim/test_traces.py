@@ -604,6 +604,10 @@ def test_cli_import_errors(tmp_path: Path) -> None:
                        "-o", "jobs.csv")
     assert far.returncode == 2 and not (tmp_path / "jobs.csv").exists()
     assert "--start must be within the years 1970..9000" in " ".join(far.stderr.split())
+    endless = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
+                           "--window-hours", "inf", "-o", "jobs.csv")  # was an OverflowError traceback
+    assert endless.returncode == 2 and not (tmp_path / "jobs.csv").exists()
+    assert "--window-hours must be above 0 and at most 100000 (got inf)" in " ".join(endless.stderr.split())
 
 
 @GARBAGE_SETTINGS
