@@ -447,7 +447,8 @@ class Backoff:
     max_attempts: int = 10
 
     def delay(self, failed_attempts: int, rng: random.Random) -> float:
-        cap = min(self.max_seconds, self.initial_seconds * 2 ** (failed_attempts - 1))
+        # The exponent is capped: 0.5 x 2**1100 is an OverflowError, not a long wait.
+        cap = min(self.max_seconds, self.initial_seconds * 2 ** min(failed_attempts - 1, 64))
         return rng.uniform(cap / 2, cap)
 
 

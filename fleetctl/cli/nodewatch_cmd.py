@@ -36,7 +36,8 @@ def node_watch(
         "--node-id", help="This node's id in fleetctl. Default: from metadata (AWS instance-id, GCP "
         "ZONE/NAME, Azure VM name).", show_default=False)] = None,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between metadata polls (AWS recommends "
-                                            "5).", min=0.1)] = 5.0,
+                                            "5; at most 30: GCP and Azure give 30 seconds of notice).",
+                                            min=0.1, max=30.0)] = 5.0,
     metadata_url: Annotated[str, typer.Option("--metadata-url", envvar="FLEETCTL_METADATA_URL",
                                               help="Base URL of the metadata service (tests point it at a "
                                               "local fake).")] = "http://169.254.169.254",
@@ -44,9 +45,10 @@ def node_watch(
         "--gce-wait-for-change", help="GCP: block on instance/preempted?wait_for_change=true instead of polling "
         "every --interval.")] = False,
     max_attempts: Annotated[int, typer.Option("--max-attempts", help="Posts of one notice before giving up "
-                                              "(exponential backoff between them).", min=1)] = 10,
-    max_backoff: Annotated[float, typer.Option("--max-backoff", help="Longest wait between two posts, seconds.",
-                                               min=0.0)] = 8.0,
+                                              "(exponential backoff between them).", min=1, max=10_000)] = 10,
+    max_backoff: Annotated[float, typer.Option("--max-backoff", help="Longest wait between two posts, seconds "
+                                               "(at most 60: a notice gives 2 minutes at most).",
+                                               min=0.0, max=60.0)] = 8.0,
     once: Annotated[bool, typer.Option("--once", help="Poll once, deliver what is announced, exit.")] = False,
 ) -> None:
     """Watch this node's instance metadata for reclaim notices and post each one once to the

@@ -355,6 +355,7 @@ def test_backoff_bounds():
     for failed, cap in enumerate(caps, start=1):
         for _ in range(20):
             assert cap / 2 <= b.delay(failed, rng) <= cap
+    assert 2.0 <= b.delay(5000, rng) <= 4.0  # a long run of failures stays capped (was an OverflowError)
 
 
 def test_metadata_source_names_the_clouds():
