@@ -232,7 +232,7 @@ def _sqlite_database(url: str) -> tuple[bool, str | None]:
 
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number (http://[::1)
         return False, None
     return parsed.get_backend_name() == "sqlite", parsed.database
 

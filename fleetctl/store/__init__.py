@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from contextlib import contextmanager, nullcontext
 from datetime import datetime
@@ -77,8 +78,8 @@ def safe_url(url: str) -> str:
     """``url`` with its password masked, for messages and logs."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)  # user:password@ still masked
 
 
 def _sa_text(exc: Exception) -> str:
@@ -130,8 +131,10 @@ class Store:
             self._engine = _make_engine(url)
         except ImportError as exc:
             raise StoreError(f"cannot open state store {shown}: its database driver is not installed ({exc})") from exc
-        except (sa.exc.SQLAlchemyError, ValueError) as exc:
+        except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"cannot open state store {shown}: {_sa_text(exc)}") from exc
+        except ValueError as exc:  # make_url's int(port): "http://[::1", "host:abc"
+            raise StoreError(f"cannot open state store {shown}: not a valid database URL ({exc})") from exc
         except OSError as exc:
             raise StoreError(f"cannot open state store {shown}: {exc.strerror or exc}: {exc.filename}") from exc
         try:

@@ -321,3 +321,18 @@ def test_a_signal_inside_a_transaction_waits_for_its_end(store):
         signal.signal(signal.SIGTERM, previous)
     assert reached
     assert sorted(j.job_id for j in store.jobs()) == ["a", "b"]
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://[::1", "http://[::1"),
+    ("postgresql+psycopg://fleet:s3cret@db:abc/fleet", "postgresql+psycopg://fleet:***@db:abc/fleet"),
+])
+def test_an_unparseable_url_is_a_store_error_that_hides_the_password(url, shown):
+    # SQLAlchemy's URL parser raises ValueError for a port that is not a number: it was a traceback
+    # (from safe_url, before Store could report it), and the password would have been printed.
+    from fleetctl.store import StoreError, safe_url
+
+    assert safe_url(url) == shown
+    with pytest.raises(StoreError, match="not a valid database URL") as info:
+        Store(url)
+    assert shown in str(info.value) and "s3cret" not in str(info.value)
