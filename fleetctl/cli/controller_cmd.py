@@ -164,6 +164,9 @@ def daemon(
         split_addr(metrics_addr, "--metrics-addr")
     except ValueError as exc:
         fail(str(exc), 2)
+    if notice_token_file is not None and not notice_addr:  # was ignored: node-watch then met a closed port
+        fail(f"--notice-token-file {notice_token_file} is for the notice endpoint, which is off without "
+             "--notice-addr (or FLEETCTL_NOTICE_ADDR): give that too", 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, _ = load_policy_or_exit(policy)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)

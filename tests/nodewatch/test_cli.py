@@ -143,6 +143,7 @@ def test_daemon_refuses_a_token_variable_that_names_a_file(tmp_path, monkeypatch
     (["daemon", "--interval", "inf"], "--interval"),
     (["daemon", "--interruption-interval", "1e308"], "--interruption-interval"),
     (["daemon", "--price-interval", "inf"], "--price-interval"),
+    (["daemon", "--notice-token-file", "token"], "--notice-token-file token is for the notice endpoint"),
     # node-watch slept for --interval: inf or 1e308 was an OverflowError traceback on the first poll
     (["node-watch", "--controller", "http://127.0.0.1:9", "--cloud", "aws", "--interval", "inf"], "--interval"),
     (["node-watch", "--controller", "http://127.0.0.1:9", "--cloud", "gcp", "--interval", "60"], "--interval"),
