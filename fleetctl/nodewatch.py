@@ -60,6 +60,8 @@ log = logging.getLogger("fleetctl.nodewatch")
 
 DEFAULT_METADATA_URL = "http://169.254.169.254"
 NOTICES_PATH = "/v1/notices"
+#: The longest node id the daemon's notice endpoint accepts (its NoticeBody uses this limit).
+MAX_NODE_ID = 255
 # GCE gives 30 s between the preemption notice and the stop:
 # https://cloud.google.com/compute/docs/instances/preemptible#preemption-process
 GCE_NOTICE_SECONDS = 30

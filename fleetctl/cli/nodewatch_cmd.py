@@ -60,6 +60,7 @@ def node_watch(
     a checkpoint short (Azure evicts at NotBefore without it).
     Exits 1 with the reason when a notice cannot be delivered within --max-attempts."""
     from fleetctl.nodewatch import (
+        MAX_NODE_ID,
         Backoff,
         DeliveryFailed,
         MetadataError,
@@ -69,9 +70,17 @@ def node_watch(
     )
 
     for option, url in (("--controller", controller), ("--metadata-url", metadata_url)):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+        except ValueError:  # also an unclosed IPv6 bracket (http://[::1)
+            usable = False
+        if not usable:
             fail(f"{option} {url!r}: expected an http:// or https:// URL with a host", 2)
+    if node_id is not None and not 0 < len(node_id.strip()) <= MAX_NODE_ID:
+        fail(f"--node-id must be 1 to {MAX_NODE_ID} characters, as the daemon's notice endpoint accepts "
+             f"(got {len(node_id.strip())})", 2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     token = _read_token(token_file)
     source = metadata_source(cloud.value, metadata_url, gce_wait_for_change=gce_wait_for_change)

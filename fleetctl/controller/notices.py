@@ -57,6 +57,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from fleetctl.codec import dt_to_str
 from fleetctl.model import InterruptionEvent, InterruptionKind
+from fleetctl.nodewatch import MAX_NODE_ID
 from fleetctl.store import Store
 
 log = logging.getLogger("fleetctl.notices")
@@ -72,7 +73,7 @@ class NoticeBody(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
     provider: Literal["aws", "gcp", "azure"]
-    node_id: str = Field(min_length=1, max_length=255)
+    node_id: str = Field(min_length=1, max_length=MAX_NODE_ID)
     kind: InterruptionKind
     notice_id: str = Field(min_length=1, max_length=255)
     deadline_utc: AwareDatetime | None = None

@@ -153,6 +153,15 @@ def test_daemon_refuses_a_token_variable_that_names_a_file(tmp_path, monkeypatch
      "--metadata-url 'garbage': expected an http:// or https:// URL"),
     (["node-watch", "--controller", "127.0.0.1:9109", "--cloud", "gcp", "--once"],
      "--controller '127.0.0.1:9109': expected an http:// or https:// URL"),
+    # urlsplit raises ValueError for an unclosed IPv6 bracket: it was a traceback
+    (["node-watch", "--controller", "http://[::1", "--cloud", "gcp", "--once"],
+     "--controller 'http://[::1': expected an http:// or https:// URL"),
+    (["node-watch", "--controller", "http://127.0.0.1:9", "--metadata-url", "http://h:99999", "--cloud", "gcp"],
+     "--metadata-url 'http://h:99999': expected an http:// or https:// URL"),
+    # the endpoint refuses a node id over 255 characters with a 400, which node-watch does not retry
+    (["node-watch", "--controller", "http://127.0.0.1:9", "--cloud", "aws", "--node-id", "x" * 256, "--once",
+      "--metadata-url", "http://127.0.0.1:9"],
+     "--node-id must be 1 to 255 characters"),
 ])
 def test_bad_addresses_and_intervals_are_usage_errors_before_anything_starts(args, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
