@@ -59,7 +59,7 @@ from fleetctl.model import CLOUDS, InterruptionKind
 log = logging.getLogger("fleetctl.nodewatch")
 
 DEFAULT_METADATA_URL = "http://169.254.169.254"
-NOTICES_PATH = "/v1/notices"
+NOTICES_PATH = "/v1/notices"  # served by fleetctl.controller.notices, which imports it from here
 #: The longest node id the daemon's notice endpoint accepts (its NoticeBody uses this limit).
 MAX_NODE_ID = 255
 # GCE gives 30 s between the preemption notice and the stop:

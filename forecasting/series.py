@@ -336,6 +336,7 @@ def parse_helios_sequence(text: str, file: str = "<string>", options: HeliosOpti
         raise SpecError(issues + header_issues)
     width = len(records[0].cells)
     wall = _wall_time(options.utc_offset)
+    start = options.start_utc.astimezone(timezone.utc) if options.start_utc is not None else None
     count = lambda s: parse_int(s, low=0, high=MAX_GPUS)  # noqa: E731
     rows: list[tuple[datetime, str, int]] = []
     previous: tuple[datetime, int] | None = None
@@ -349,11 +350,10 @@ def parse_helios_sequence(text: str, file: str = "<string>", options: HeliosOpti
             t = cell_value(issues, file, cells["time"], "time", wall)
         else:
             try:
-                t = options.start_utc.astimezone(timezone.utc) + n * options.step  # type: ignore[union-attr]
+                t = start + n * options.step  # type: ignore[operator]
             except OverflowError:
-                issues.append(ValidationIssue(file, record.line, 1, "", f"this row's time (--start + {n} x {options.step}) "
-                                              "is past the year 9999; "
-                                              "give an earlier --start"))
+                issues.append(ValidationIssue(file, record.line, 1, "", f"this row's time (--start + {n} x "
+                                              f"{options.step}) is past the year 9999; give an earlier --start"))
                 break
         running = cell_value(issues, file, cells["running_gpu_num"], "running_gpu_num", count)
         pending = cell_value(issues, file, cells["pending_gpu_num"], "pending_gpu_num", count)

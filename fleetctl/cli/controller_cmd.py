@@ -6,7 +6,7 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -132,12 +132,12 @@ def daemon(
     forecast_dir: ForecastDirOption = None,
     allow_version_mismatch: AllowMismatchOption = False,
     retrain_hours: Annotated[float, typer.Option(
-        "--retrain-hours", min=0.0, max=8760.0, callback=lambda v: _zero_or_at_least_one_hour(v),
+        "--retrain-hours", min=0.0, max=8760.0, callback=_zero_or_at_least_one("hour", "never"),
         help="Hours between refits of the forecast models (interruption on the recorded market, demand on the "
         "recorded demand), each adopted unless it scores worse than the current model on what it did not "
         "see (0 = never, else at least 1; needs --forecast-dir).")] = 24.0,
     retain_days: Annotated[float, typer.Option(
-        "--retain-days", min=0.0, max=36500.0, callback=lambda v: _zero_or_at_least_one_day(v),
+        "--retain-days", min=0.0, max=36500.0, callback=_zero_or_at_least_one("day", "keep everything"),
         help="Each day, delete what every pass writes (demand and market history, pass markers, handled "
         "notices) older than this many days, as `fleetctl prune` does (0 = keep everything; the forecasters "
         "retrain on the last 30 days).")] = 90.0,
@@ -206,18 +206,15 @@ def daemon(
     console.print(f"stopped after {loop.ticks} tick{'' if loop.ticks == 1 else 's'}", markup=False)
 
 
-def _zero_or_at_least_one_hour(hours: float) -> float:
-    # A refit reads up to 30 days of history and fits every model: below an hour it would run back to back
-    # (apscheduler turns an interval under a second into one second).
-    if 0 < hours < 1:
-        raise typer.BadParameter("0 (never) or at least 1 hour")
-    return hours
+def _zero_or_at_least_one(unit: str, zero_means: str) -> Callable[[float], float]:
+    """An option callback: 0 (``zero_means``) or at least one ``unit``; a shorter period would have the daemon
+    refit or prune back to back (apscheduler turns an interval under a second into one second)."""
+    def check(value: float) -> float:
+        if 0 < value < 1:
+            raise typer.BadParameter(f"0 ({zero_means}) or at least 1 {unit}")
+        return value
 
-
-def _zero_or_at_least_one_day(days: float) -> float:
-    if 0 < days < 1:
-        raise typer.BadParameter("0 (keep everything) or at least 1 day")
-    return days
+    return check
 
 
 def _check_notice_options(addr: str, path: Path | None) -> str | None:

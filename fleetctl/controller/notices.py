@@ -57,12 +57,11 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from fleetctl.codec import dt_to_str
 from fleetctl.model import InterruptionEvent, InterruptionKind
-from fleetctl.nodewatch import MAX_NODE_ID
+from fleetctl.nodewatch import GCE_NOTICE_SECONDS, MAX_NODE_ID, NOTICES_PATH
 from fleetctl.store import Store
 
 log = logging.getLogger("fleetctl.notices")
 
-NOTICES_PATH = "/v1/notices"
 MAX_BODY_BYTES = 64 * 1024
 
 
@@ -98,7 +97,7 @@ def event_id_for(provider: str, node_id: str, kind: InterruptionKind, notice_id:
 #: GCE stops a preempted VM 30 s after the notice; the watcher's deadline for it is computed from the
 #: node's own clock, so the controller caps it at 30 s after it received the notice (a node clock
 #: running ahead would otherwise promise a checkpoint time the VM does not have).
-GCE_PREEMPTION_NOTICE_SECONDS = 30
+GCE_PREEMPTION_NOTICE_SECONDS = GCE_NOTICE_SECONDS
 
 #: Seconds a client may take to send its request before the endpoint drops the connection.
 REQUEST_TIMEOUT_SECONDS = 10
