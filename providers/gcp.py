@@ -440,11 +440,14 @@ def _node_state(status: str) -> NodeState:
 
 
 def _timestamp(raw: str) -> datetime | None:
+    """An RFC 3339 time of the Compute API, in UTC (one without an offset is
+    taken as UTC, as the AWS and Azure adapters do); None when empty."""
     if not raw:
         return None
     try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
+        at = datetime.fromisoformat(raw)
+        return at.astimezone(timezone.utc) if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError):  # OverflowError: a valid time that leaves datetime's range in UTC
         raise ProviderError(f"gcp: the Compute API answered a time this fleetctl cannot read: {raw!r}") from None
 
 
@@ -733,16 +736,40 @@ class GcpProvider:
         if not name.startswith(self._name_prefix):
             return None  # another cluster's (or nobody's) instance
         zone = short_name(op.zone) if op.zone else op.target_link.split("/zones/", 1)[-1].split("/", 1)[0]
-        started = _timestamp(op.start_time) or _timestamp(op.insert_time) or now
+        event_id = f"gcp-preempted-{op.id or op.name}"
+        started = self._preemption_start(op, event_id, now)
         done = _is_done(op)
         return InterruptionEvent(
-            event_id=f"gcp-preempted-{op.id or op.name}",
+            event_id=event_id,
             provider=PROVIDER,
             node_id=f"{zone}/{name}",
             kind=InterruptionKind.TERMINATED if done else InterruptionKind.RECLAIM_WARNING,
             received_at_utc=started,
             deadline_utc=None if done else started + timedelta(seconds=PREEMPTION_NOTICE_SECONDS),
         )
+
+    def _preemption_start(self, op: Any, event_id: str, now: datetime) -> datetime:
+        """When a preemption began: its start time, else its insert time, else
+        ``now``, and never later than ``now``.
+
+        Design choice: a preemption of our instance is real even when its times
+        cannot be read, so it is delivered as if seen now, with a warning the
+        first time; raising instead failed the whole listing on every poll and
+        held back every other preemption until the operation left the lookback.
+        A start in the future (clock skew) is taken as now: the deadline comes
+        no later than the 30 s GCE gives from now.
+        """
+        for raw in (op.start_time, op.insert_time):
+            try:
+                started = _timestamp(raw)
+            except ProviderError as exc:
+                if event_id not in self._preemptions:
+                    log.warning("%s (preemption of %s); taken as now if no other time is readable",
+                                exc, short_name(op.target_link))
+                continue
+            if started is not None:
+                return min(started, now)
+        return now
 
 
 def _is_done(operation: Any) -> bool:

@@ -487,6 +487,37 @@ def test_a_running_preemption_is_a_warning_with_the_30s_deadline(fake: FakeGce, 
     assert [n.state for n in p.nodes(NOW)] == [NodeState.GONE]
 
 
+@pytest.mark.parametrize("start_time, insert_time, started", [
+    ("yesterday", "", NOW + timedelta(seconds=5)),  # unreadable: as if seen now
+    ("yesterday", "2025-01-06T11:59:50-08:00", NOW + timedelta(seconds=5)),  # insert time in the future: now
+    ("yesterday", "2025-01-06T03:59:50-08:00", NOW - timedelta(seconds=10)),  # the insert time, in UTC
+    ("2025-01-06T11:59:58", "", NOW - timedelta(seconds=2)),  # no offset: UTC, as AWS and Azure take it
+    ("9999-12-31T23:59:59-05:00", "", NOW + timedelta(seconds=5)),  # past year 9999 in UTC: unreadable
+])
+def test_a_preemption_with_unreadable_times_is_delivered_and_holds_back_no_other(
+        fake: FakeGce, provider: GcpProvider, caplog: pytest.LogCaptureFixture,
+        start_time: str, insert_time: str, started: datetime) -> None:
+    """A preemption operation of ours whose times cannot be read is still a
+    preemption; it raised on every poll, so no preemption of the cluster was
+    delivered until it left the lookback."""
+    nodes = provider.launch(LaunchRequest(offer(provider, "g2-standard-4"), 2, "k"), NOW).nodes
+    odd = fake.preempt(*nodes[0].node_id.split("/"), done=False)
+    odd.start_time, odd.insert_time = start_time, insert_time
+    fake.preempt(*nodes[1].node_id.split("/"))
+    now = NOW + timedelta(seconds=5)
+    with caplog.at_level("WARNING", logger="providers.gcp"):
+        events = provider.interruption_events(now)
+        assert provider.interruption_events(now + timedelta(seconds=5)) == events  # same times on the next poll
+    by_node = {e.node_id: e for e in events}
+    assert sorted(by_node) == sorted(n.node_id for n in nodes)
+    warning = by_node[nodes[0].node_id]
+    assert warning.kind is InterruptionKind.RECLAIM_WARNING
+    assert warning.received_at_utc == started and warning.received_at_utc.tzinfo is not None
+    assert warning.deadline_utc == started + timedelta(seconds=30)
+    unreadable = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert len(unreadable) == (start_time != "2025-01-06T11:59:58")  # once, not on every poll
+
+
 def test_old_preemptions_are_outside_the_lookback(fake: FakeGce, provider: GcpProvider) -> None:
     [node] = provider.launch(LaunchRequest(offer(provider, "g2-standard-4"), 1, "k"), NOW).nodes
     fake.preempt(*node.node_id.split("/"))
