@@ -65,6 +65,8 @@ MAX_NODE_ID = 255
 # GCE gives 30 s between the preemption notice and the stop:
 # https://cloud.google.com/compute/docs/instances/preemptible#preemption-process
 GCE_NOTICE_SECONDS = 30
+# The notice id of an Azure Preempt event that came without an EventId (not a GUID, so never a real one).
+UNNAMED_PREEMPT = "preempt-without-event-id"
 # EC2 gives two minutes between the spot interruption notice and the stop:
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html
 AWS_NOTICE_SECONDS = 120
@@ -375,7 +377,11 @@ class AzureScheduledEvents:
                 continue
             event_id = ev.get("EventId")
             if not isinstance(event_id, str) or not event_id:
-                raise MetadataError(f"scheduledevents: a Preempt event without EventId: {ev}")
+                # Design choice: the eviction still stands, so it is delivered (raising failed every poll and
+                # the node was never drained); it cannot be approved, as StartRequests names the EventId.
+                self._note_once(f"unnamed:{ev.get('NotBefore')}", "scheduledevents: a Preempt event for this VM "
+                                "has no EventId (%r): delivered as %s, not approved at Azure", ev, UNNAMED_PREEMPT)
+                event_id = UNNAMED_PREEMPT
             not_before = ev.get("NotBefore") or ""
             # An event already Started has an empty NotBefore: the VM goes now.
             try:
@@ -396,7 +402,10 @@ class AzureScheduledEvents:
 
     def drained(self, notice: Notice) -> None:
         """Approve the Preempt event (``StartRequests``): the controller has
-        drained this node, so Azure need not hold the VM until ``NotBefore``."""
+        drained this node, so Azure need not hold the VM until ``NotBefore``.
+        A Preempt without an EventId cannot be named, so is not approved."""
+        if notice.notice_id == UNNAMED_PREEMPT:
+            return
         body = json.dumps({"StartRequests": [{"EventId": notice.notice_id}]}).encode()
         r = _request("POST", self.events_url, data=body, timeout=self.timeout,
                      headers={"Metadata": "true", "Content-Type": "application/json"})

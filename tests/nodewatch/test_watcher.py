@@ -18,6 +18,7 @@ import pytest
 from fleetctl.controller.notices import NoticeServer
 from fleetctl.model import InterruptionKind
 from fleetctl.nodewatch import (
+    UNNAMED_PREEMPT,
     AwsImds,
     AzureScheduledEvents,
     Backoff,
@@ -171,6 +172,26 @@ def test_a_malformed_azure_event_does_not_hide_this_vms_preempt(caplog):
     assert notice.notice_id == "ev-mine"
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 2 and "'vm-gpu-30', not a list of VM names" in warned[0], warned  # once per event
+
+
+@pytest.mark.parametrize("event_id", [None, "", 7])
+def test_an_azure_preempt_without_an_event_id_is_delivered_and_not_approved(event_id, caplog):
+    """It raised MetadataError on every poll, so the node was never drained
+    and a well-formed Preempt beside it was held back too."""
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("unnamed", T0 + timedelta(seconds=30))
+        fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=45))
+        fake.events[0]["EventId"] = event_id
+        az = AzureScheduledEvents(fake.url)
+        with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
+            unnamed, mine = az.poll("vm-gpu-3", T0)
+            assert az.poll("vm-gpu-3", T0) == (unnamed, mine)
+        az.drained(unnamed)
+        az.drained(mine)
+        assert fake.acks == ["ev-mine"]  # StartRequests cannot name the unnamed one
+    assert (unnamed.notice_id, unnamed.deadline_utc) == (UNNAMED_PREEMPT, T0 + timedelta(seconds=30))
+    assert (mine.notice_id, mine.deadline_utc) == ("ev-mine", T0 + timedelta(seconds=45))
+    assert [r.getMessage().count("has no EventId") for r in caplog.records] == [1]  # once, not every poll
 
 
 @pytest.mark.parametrize("not_before", [17, "next Tuesday"])
