@@ -111,7 +111,15 @@ def prune(
     console.print("deleted " + ", ".join(f"{n} {table} rows" for table, n in deleted.items()), markup=False)
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line or by its environment variable (compared by
+    name: typer's ParameterSource is not click's enum)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
 def daemon(
+    ctx: typer.Context,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between reconcile ticks (at most a day).", min=0.1, max=86400)] = 30.0,
     interruption_interval: Annotated[
         float, typer.Option("--interruption-interval", help="Seconds between checks for reclaim notices (at most 120: AWS gives 2 minutes of notice).", min=0.1, max=120)
@@ -167,6 +175,9 @@ def daemon(
     if notice_token_file is not None and not notice_addr:  # was ignored: node-watch then met a closed port
         fail(f"--notice-token-file {notice_token_file} is for the notice endpoint, which is off without "
              "--notice-addr (or FLEETCTL_NOTICE_ADDR): give that too", 2)
+    if forecast_dir is None and retrain_hours and _given(ctx, "retrain_hours"):  # was ignored: nothing to refit
+        fail(f"--retrain-hours {retrain_hours:g} refits the models of --forecast-dir, which is not given: give it "
+             "too (without it the planner uses the policy's default risk and nothing is retrained)", 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, _ = load_policy_or_exit(policy)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)

@@ -429,6 +429,8 @@ def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monk
 @pytest.mark.parametrize("option, value, words", [
     ("--retrain-hours", "0.001", "0 (never) or at least 1 hour"),  # was accepted: a refit every second
     ("--retain-days", "0.5", "0 (keep everything) or at least 1 day"),
+    # was accepted and ignored: with no --forecast-dir there is nothing to refit
+    ("--retrain-hours", "6", "--retrain-hours 6 refits the models of --forecast-dir, which is not given"),
 ])
 def test_daemon_refuses_intervals_it_would_run_back_to_back(tmp_path, option, value, words):
     # A subprocess with a timeout: a daemon that accepted the value would run until killed.
