@@ -267,15 +267,19 @@ def series_frame(series: Iterable[DemandSeries]):  # noqa: ANN201 - a pandas Dat
     return pd.concat(parts, ignore_index=True)
 
 
-def write_demand_series(rows: Iterable[tuple[datetime, str, float]], path: str | os.PathLike[str]) -> Path:
-    """Write ``(time, gpu_model, gpus)`` rows as a demand-series CSV, all at
-    once (``fleetctl.files.write_text_atomic``)."""
-    out = Path(path)
+def format_demand_series(rows: Iterable[tuple[datetime, str, float]]) -> str:
+    """``(time, gpu_model, gpus)`` rows as the text of a demand-series CSV."""
     lines = [",".join(DEMAND_COLUMNS)]
     for t, m, g in rows:
         gs = str(int(g)) if float(g).is_integer() else repr(float(g))
         lines.append(f"{format_utc(t)},{m},{gs}")
-    return write_text_atomic(out, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_demand_series(rows: Iterable[tuple[datetime, str, float]], path: str | os.PathLike[str]) -> Path:
+    """Write ``(time, gpu_model, gpus)`` rows as a demand-series CSV, all at
+    once (``fleetctl.files.write_text_atomic``)."""
+    return write_text_atomic(Path(path), format_demand_series(rows))
 
 
 # =========================================================================== Helios Earth sequences

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -24,7 +26,8 @@ def alibaba_2023(
                                                  "openb_pod_list_gpuspec33.csv.", show_default=False)],
     start: Annotated[str, typer.Option("--start", help="Wall-clock time of the trace's second 0, ISO-8601 with a "
                                                        "time zone, e.g. 2023-02-15T00:00:00Z.", show_default=False)],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Job-trace CSV to write.", show_default=False)],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Job-trace CSV to write ('-' for stdout; the "
+                                                                "summary then goes to stderr).", show_default=False)],
     include_cpu: Annotated[bool, typer.Option("--include-cpu", help="Keep CPU-only pods too.")] = False,
     pending_duration_hours: Annotated[Optional[float], typer.Option(
         "--pending-duration-hours",
@@ -62,7 +65,7 @@ def alibaba_2023(
     from fleetctl.jobspec import parse_utc_timestamp
     from fleetctl.sim.importers import DEFAULT_ALIBABA_PRIORITY_MAP, START_YEARS, AlibabaOptions, \
         import_alibaba_2023, parse_priority_map
-    from fleetctl.sim.traces import is_valid_name, write_job_trace
+    from fleetctl.sim.traces import format_job_trace, is_valid_name, write_job_trace
     from fleetctl.yamlerrors import SpecError
 
     try:
@@ -108,11 +111,25 @@ def alibaba_2023(
     if not result.jobs:
         fail(f"{pod_csv}: no job is left to write (every pod was filtered out or --limit is 0); nothing was written",
              2)
+    _write_output(output, lambda: format_job_trace(result.jobs), lambda: write_job_trace(result.jobs, output))
+    _print_summary(pod_csv, output, result.summary)
+
+
+def _write_output(output: Path, text: Callable[[], str], write: Callable[[], object]) -> None:
+    """``-o -``: the text on stdout (a file named '-' was written before); else ``write()``, all or nothing."""
+    if str(output) == "-":
+        sys.stdout.write(text())
+        sys.stdout.flush()
+        return
     try:
-        write_job_trace(result.jobs, output)
+        write()
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}; nothing was written", 2)
-    _print_summary(pod_csv, output, result.summary)
+
+
+def _out_console(output: Path):  # noqa: ANN202 - a rich Console
+    """Where the summary goes: stderr when the CSV itself went to stdout."""
+    return err_console if str(output) == "-" else console
 
 
 def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an ImportSummary
@@ -141,11 +158,11 @@ def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an 
     for label, count, note in notes:
         if count:
             table.add_row(label, str(count), note)
-    console.print(table)
+    out = _out_console(output)
+    out.print(table)
     if s.first_submit_utc is not None and s.last_submit_utc is not None:
-        console.print(f"submits from {format_utc(s.first_submit_utc)} to {format_utc(s.last_submit_utc)}",
-                      markup=False)
-    console.print(f"wrote {s.kept} jobs to {output}", markup=False)
+        out.print(f"submits from {format_utc(s.first_submit_utc)} to {format_utc(s.last_submit_utc)}", markup=False)
+    out.print(f"wrote {s.kept} jobs to {'stdout' if str(output) == '-' else output}", markup=False)
 
 
 @import_app.command("helios-sequence", short_help="Helios virtual-cluster sequence -> demand series.")
@@ -153,7 +170,8 @@ def helios_sequence(
     sequence_csv: Annotated[Path, typer.Argument(help="Per-minute virtual-cluster sequence of the Helios trace, "
                                                       "e.g. cluster_sequence_vc.csv.", show_default=False)],
     output: Annotated[Path, typer.Option("-o", "--output", help="Demand-series CSV to write (time_utc,gpu_model,"
-                                                                "gpus).", show_default=False)],
+                                                                "gpus; '-' for stdout, the summary then goes to "
+                                                                "stderr).", show_default=False)],
     gpu_model: Annotated[str, typer.Option(
         "--gpu-model", help="GPU model of the cluster's GPUs. Default: V100-32GB (Helios Earth is a Volta "
                             "cluster of V100-SXM2 32 GB; docs/forecasting.md).")] = "V100-32GB",
@@ -176,7 +194,8 @@ def helios_sequence(
     from fleetctl.jobspec import parse_utc_timestamp
     from fleetctl.sim.traces import format_utc
     from fleetctl.yamlerrors import SpecError
-    from forecasting.series import HeliosOptions, import_helios_sequence, parse_offset, write_demand_series
+    from forecasting.series import HeliosOptions, format_demand_series, import_helios_sequence, parse_offset, \
+        write_demand_series
 
     times = {}
     for flag, value in (("--start", start), ("--since", since), ("--until", until)):
@@ -195,12 +214,10 @@ def helios_sequence(
         for issue in exc.issues:
             err_console.print(str(issue), markup=False)
         fail(f"{sequence_csv}: {len(exc.issues)} error(s); nothing was written", 2)
-    try:
-        write_demand_series(result.rows, output)
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}; nothing was written", 2)
+    _write_output(output, lambda: format_demand_series(result.rows), lambda: write_demand_series(result.rows, output))
     gpus = [g for _, _, g in result.rows]
-    console.print(f"{sequence_csv.name}: {result.rows_read} rows -> {result.kept} demand rows of {gpu_model}, "
-                  f"{format_utc(result.rows[0][0])} .. {format_utc(result.rows[-1][0])}; GPUs demanded: mean "
-                  f"{sum(gpus) / len(gpus):.1f}, max {max(gpus)}", markup=False)
-    console.print(f"wrote {output}", markup=False)
+    out = _out_console(output)
+    out.print(f"{sequence_csv.name}: {result.rows_read} rows -> {result.kept} demand rows of {gpu_model}, "
+              f"{format_utc(result.rows[0][0])} .. {format_utc(result.rows[-1][0])}; GPUs demanded: mean "
+              f"{sum(gpus) / len(gpus):.1f}, max {max(gpus)}", markup=False)
+    out.print(f"wrote {'stdout' if str(output) == '-' else output}", markup=False)

@@ -4,6 +4,9 @@ the time split, save/load, the runtime API and the CLI."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -111,6 +114,17 @@ def test_helios_cli_writes_the_demand_csv_and_nothing_on_error(tmp_path):
     result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out2),
                                  "--gpu-model", "V100"])
     assert result.exit_code == 2 and "unknown GPU model" in result.output and not out2.exists()
+
+
+def test_helios_cli_writes_to_stdout(tmp_path):
+    """``-o -`` wrote a file named '-'; now the CSV is stdout, the summary stderr."""
+    (tmp_path / "good.csv").write_text(HELIOS_HEADER + "2020-05-01 08:00:00,64,5,3,0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    done = subprocess.run([sys.executable, "-m", "fleetctl", "trace", "import", "helios-sequence", "good.csv",
+                           "-o", "-"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "time_utc,gpu_model,gpus\n2020-05-01T00:00:00Z,V100-32GB,8\n"
+    assert "wrote stdout" in done.stderr and not (tmp_path / "-").exists()
 
 
 # --------------------------------------------------------------------------- demand-series CSV

@@ -588,6 +588,16 @@ def test_cli_import_alibaba_2023(tmp_path: Path) -> None:
     assert read_job_trace(tmp_path / "seeded.csv") == expected and len(expected) == 5
 
 
+def test_cli_import_to_stdout(tmp_path: Path) -> None:
+    """``-o -`` wrote a file named '-'; now the CSV is stdout, the summary stderr."""
+    (tmp_path / "pods.csv").write_text(PODS)
+    done = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
+                        "-o", "-")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == EXPECTED_JOBS_CSV and not (tmp_path / "-").exists()
+    assert "wrote 4 jobs to stdout" in done.stderr and "pods.csv: 8 pods -> 4 jobs" in done.stderr
+
+
 def test_cli_import_errors(tmp_path: Path) -> None:
     (tmp_path / "pods.csv").write_text(PODS.replace("p-run,4000", "p-run,4k"))
     bad = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
