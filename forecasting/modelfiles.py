@@ -48,13 +48,12 @@ def _digest(estimator_bytes: bytes, metadata: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Path:
-    """Save into ``directory`` all at once: the files are written to a staging
-    directory beside it and swapped in by renames, so a failed save (a full
-    disk, Ctrl-C) leaves the previous model as it was. An existing model is
-    replaced; a directory holding other files is refused (``ModelError``)."""
-    import joblib
-
+def check_target(directory: str | Path) -> Path:
+    """``directory`` as a Path if a model can be saved there (``ModelError``
+    naming why not otherwise): checked by ``save`` and, so that a bad ``-o``
+    fails at once rather than after training, by the CLI before it trains."""
+    if str(directory) == "-":
+        raise ModelError("-: a model is a directory of files; it cannot be written to stdout")
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise ModelError(f"{path}: exists and is not a directory")
@@ -63,6 +62,24 @@ def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Pat
         if others:
             raise ModelError(f"{path}: holds other files than a model ({', '.join(others[:3])}"
                              f"{', ...' if len(others) > 3 else ''}); save into a new or empty directory")
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ModelError(f"{path}: cannot save there: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ModelError(f"{path}: cannot save there: {existing} is not writable")
+    return path
+
+
+def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Path:
+    """Save into ``directory`` all at once: the files are written to a staging
+    directory beside it and swapped in by renames, so a failed save (a full
+    disk, Ctrl-C) leaves the previous model as it was. An existing model is
+    replaced; a directory holding other files is refused (``ModelError``)."""
+    import joblib
+
+    path = check_target(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-new-", dir=path.parent))
     os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 hid models from the daemon's or CI's user

@@ -111,6 +111,8 @@ def report_dir_or_exit(report: Path | None) -> None:
     directory behind)."""
     if report is None:
         return
+    if str(report) == "-":  # made a directory named '-'
+        fail("--report -: the report is a directory of PNG files; it cannot be written to stdout", 2)
     existing = report
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -70,6 +70,17 @@ def finite_or_null(value):  # noqa: ANN001, ANN201 - JSON-like
     return value
 
 
+def check_output_or_exit(output: Path) -> None:
+    """Refuse a -o the model could not be saved into before training, not after."""
+    from fleetctl.cli.common import fail
+    from forecasting.modelfiles import ModelError, check_target
+
+    try:
+        check_target(output)
+    except ModelError as exc:
+        fail(f"-o {exc}", 2)
+
+
 def save_model_or_exit(model, output: Path) -> tuple[Path, bool]:  # noqa: ANN001 - a model with .save
     """Save (all at once; see forecasting.modelfiles.save); (path, whether a model was replaced)."""
     from fleetctl.cli.common import fail

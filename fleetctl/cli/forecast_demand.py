@@ -11,7 +11,8 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail, report_dir_or_exit
-from fleetctl.cli.forecast import evaluate_app, finite_or_null, load_model_or_exit, save_model_or_exit, train_app
+from fleetctl.cli.forecast import check_output_or_exit, evaluate_app, finite_or_null, load_model_or_exit, \
+    save_model_or_exit, train_app
 from fleetctl.cli.forecast_interruption import whole_minutes
 
 SeriesOption = Annotated[list[Path], typer.Option(
@@ -86,6 +87,7 @@ def train_demand(
     since_utc, until_utc = _time("--since", since), _time("--until", until)
     if since_utc is not None and until_utc is not None and until_utc <= since_utc:
         fail("--until must be after --since", 2)
+    check_output_or_exit(output)  # before training, not after
     data = _series(series)
     from forecasting.demand import series_digest
 

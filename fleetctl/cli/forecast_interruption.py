@@ -12,7 +12,8 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail, report_dir_or_exit
-from fleetctl.cli.forecast import evaluate_app, finite_or_null, load_model_or_exit, save_model_or_exit, train_app
+from fleetctl.cli.forecast import check_output_or_exit, evaluate_app, finite_or_null, load_model_or_exit, \
+    save_model_or_exit, train_app
 
 MarketsOption = Annotated[list[Path], typer.Option(
     "--market", help="Market manifest YAML (docs/traces.md); repeat for several.", show_default=False,
@@ -89,6 +90,7 @@ def train_interruption(
             raise ValueError(f"--train-fraction must be between 0 and 1 (got {train_fraction})")
     except ValueError as exc:
         fail(str(exc), 2)
+    check_output_or_exit(output)  # before training, not after
     markets = _markets(market)
     with console.status("training") as status:
         try:

@@ -160,6 +160,9 @@ def plan(
     """Show what fleetctl would do: launches, terminations and job bindings, each with
     its reason, then the cost in $/h before -> after. With --terraform-dir, also the
     Terraform changes the policy's infrastructure asks for. Changes no fleet and no cloud."""
+    if out is not None and str(out) == "-":  # saved a file named '-', which `apply -` then read
+        fail("-out -: the saved plan is a file for `fleetctl apply` (and a Terraform plan beside it); for the "
+             "plan document on stdout use --format json", 2)
     pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed, cloud,
                                                                  forecast_dir=forecast_dir,
                                                                  allow_version_mismatch=allow_version_mismatch)

@@ -177,6 +177,10 @@ def test_an_edited_plan_is_refused_and_nothing_changes(workdir):
     to_dir = fleetctl(workdir, "plan", "-out", "adir")
     assert to_dir.returncode == 1 and "exists and is not a regular file" in to_dir.stderr, to_dir.stderr
     assert list((workdir / "adir").iterdir()) == [] and not list(workdir.glob(".adir*"))
+    to_stdout = fleetctl(workdir, "plan", "-out", "-")  # saved a file named '-'
+    assert to_stdout.returncode == 1 and "for the plan document on stdout use --format json" in " ".join(
+        to_stdout.stderr.split()), to_stdout.stderr
+    assert not (workdir / "-").exists()
     applied = fleetctl(workdir, "apply", "p.json")  # the untouched plan still applies
     assert applied.returncode == 0, applied.stderr
     usd = json.loads(fleetctl(workdir, "status", "--format", "json").stdout)["usd_per_hour"]

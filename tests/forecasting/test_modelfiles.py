@@ -48,6 +48,25 @@ def test_a_directory_with_other_files_is_refused(tmp_path):
     assert [p.name for p in (tmp_path / "results").iterdir()] == ["notes.txt"]
 
 
+def test_train_refuses_an_output_it_cannot_save_into_before_training(tmp_path, monkeypatch):
+    """``-o -`` saved the model into a directory named '-', and an -o under a
+    file failed only once training was done; both are refused first now."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    missing = str(tmp_path / "missing.yaml")  # read after -o is checked, so -o's error is the one shown
+    for args, words in ((("interruption", "--market", missing, "-o", "-"), "-o -: a model is a directory of files"),
+                        (("demand", "--series", missing, "-o", "-"), "-o -: a model is a directory of files"),
+                        (("interruption", "--market", missing, "-o", "afile/m"),
+                         "-o afile/m: cannot save there: afile is not a directory")):
+        refused = _invoke("train", *args)
+        assert refused.exit_code == 2 and words in " ".join(refused.output.split()), refused.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    with pytest.raises(ModelError, match="cannot be written to stdout"):
+        modelfiles.save("-", {"w": 1}, META)
+    report = runner.invoke(app, ["backtest", "--jobs", missing, "--market", missing, "--report", "-"])
+    assert report.exit_code == 2 and "--report -: the report is a directory" in report.output, report.output
+
+
 def test_the_digest_binds_the_metadata_to_the_estimator(tmp_path):
     modelfiles.save(tmp_path / "a", {"w": 1}, META)
     modelfiles.save(tmp_path / "b", {"w": 2}, {**META, "horizon_minutes": 7})
