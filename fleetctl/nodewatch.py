@@ -41,6 +41,7 @@ node and should not widen what a node image needs.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import logging
@@ -60,8 +61,10 @@ log = logging.getLogger("fleetctl.nodewatch")
 
 DEFAULT_METADATA_URL = "http://169.254.169.254"
 NOTICES_PATH = "/v1/notices"  # served by fleetctl.controller.notices, which imports it from here
-#: The longest node id the daemon's notice endpoint accepts (its NoticeBody uses this limit).
+#: The longest node id, notice id and detail the daemon's notice endpoint accepts (its NoticeBody's limits).
 MAX_NODE_ID = 255
+MAX_NOTICE_ID = 255
+MAX_DETAIL = 1000
 # GCE gives 30 s between the preemption notice and the stop:
 # https://cloud.google.com/compute/docs/instances/preemptible#preemption-process
 GCE_NOTICE_SECONDS = 30
@@ -103,13 +106,20 @@ class Notice:
         return (self.provider, self.node_id, self.kind.value, self.notice_id)
 
     def to_json(self) -> dict[str, object]:
+        """The body to post, always one the endpoint accepts: a notice id
+        that is blank or over its 255 characters (the metadata service's own
+        text) is sent as its digest, and the detail is cut to 1000 characters;
+        the endpoint answered them with a 400, which is not retried."""
+        notice_id = self.notice_id.strip()
+        if not 0 < len(notice_id) <= MAX_NOTICE_ID:
+            notice_id = "sha256:" + hashlib.sha256(self.notice_id.encode("utf-8", "replace")).hexdigest()
         return {
             "provider": self.provider,
             "node_id": self.node_id,
             "kind": self.kind.value,
-            "notice_id": self.notice_id,
+            "notice_id": notice_id,
             "deadline_utc": _iso(self.deadline_utc),
-            "detail": self.detail,
+            "detail": self.detail[:MAX_DETAIL],
         }
 
 
@@ -118,11 +128,12 @@ def _iso(dt: datetime | None) -> str | None:
 
 
 def _parse_iso(value: str, what: str) -> datetime:
+    """An ISO-8601 time in UTC (one without an offset is taken as UTC)."""
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
+        return dt.astimezone(timezone.utc) if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError) as exc:  # OverflowError: valid, but past year 9999 (or before 1) in UTC
         raise MetadataError(f"{what}: not an ISO-8601 time: {value!r}") from exc
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -229,25 +240,36 @@ class AwsImds:
         notices = []
         r = self._get("/latest/meta-data/spot/instance-action")
         if r.status == 200:
-            doc = _json_object(r, "spot/instance-action")
-            action, when = doc.get("action"), doc.get("time")
-            if not isinstance(action, str) or not isinstance(when, str):
-                raise MetadataError(f"spot/instance-action: expected action and time, got {doc}")
+            # Design choice: IMDS answers 200 here only once the instance is marked for stop or terminate, so
+            # the notice stands even when the document cannot be read: it is delivered with the two minutes
+            # AWS documents (raising failed every poll and the node was never drained).
+            action: object = None
+            when: object = None
             try:
+                doc = _json_object(r, "spot/instance-action")
+                action, when = doc.get("action"), doc.get("time")
+                if not isinstance(action, str) or not isinstance(when, str):
+                    raise MetadataError(f"spot/instance-action: expected action and time, got {str(doc)[:200]}")
                 deadline = _parse_iso(when, "spot/instance-action time")
-            except MetadataError as exc:  # the notice still stands: deliver it with the notice AWS documents
+            except MetadataError as exc:
                 log.warning("%s; taken as %d s from now", exc, AWS_NOTICE_SECONDS)
                 deadline = now + timedelta(seconds=AWS_NOTICE_SECONDS)
+            action = action if isinstance(action, str) else "unreadable"
+            when = when if isinstance(when, str) else r.text().strip()  # the document itself names the notice
             notices.append(Notice("aws", node_id, InterruptionKind.RECLAIM_WARNING, f"{action}@{when}", deadline,
                                   f"IMDS spot/instance-action {action} at {when}"))
         elif r.status != 404:
             raise MetadataError(f"spot/instance-action: HTTP {r.status} {r.text()[:200]}")
         r = self._get("/latest/meta-data/events/recommendations/rebalance")
-        if r.status == 200:
-            doc = _json_object(r, "events/recommendations/rebalance")
-            when = doc.get("noticeTime")
-            if not isinstance(when, str):
-                raise MetadataError(f"events/recommendations/rebalance: expected noticeTime, got {doc}")
+        if r.status == 200:  # a recommendation stands (as above); raising here also held back a reclaim notice
+            try:
+                when = _json_object(r, "events/recommendations/rebalance").get("noticeTime")
+                if not isinstance(when, str):
+                    raise MetadataError(f"events/recommendations/rebalance: expected noticeTime, got "
+                                        f"{r.text()[:200]!r}")
+            except MetadataError as exc:
+                log.warning("%s; delivered as a rebalance recommendation all the same", exc)
+                when = r.text().strip()
             notices.append(Notice("aws", node_id, InterruptionKind.REBALANCE, f"rebalance@{when}", None,
                                   f"IMDS rebalance recommendation at {when}"))
         elif r.status != 404:
@@ -429,7 +451,7 @@ def _parse_http_date(value: str) -> datetime:
         raise MetadataError(f"scheduledevents NotBefore: not a time: {value!r}")
     try:
         return parsedate_to_datetime(value).astimezone(timezone.utc)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return _parse_iso(value, "scheduledevents NotBefore")
 
 

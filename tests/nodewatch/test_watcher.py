@@ -5,17 +5,19 @@ here waits on the wall clock."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 import socket
 import threading
 import urllib.error
 import urllib.request
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.controller.notices import NoticeServer
+from fleetctl.controller.notices import NoticeServer, parse_notice
 from fleetctl.model import InterruptionKind
 from fleetctl.nodewatch import (
     UNNAMED_PREEMPT,
@@ -211,11 +213,57 @@ def test_an_aws_notice_with_an_unreadable_time_is_delivered_with_two_minutes():
     assert (notice.kind, notice.deadline_utc) == (InterruptionKind.RECLAIM_WARNING, T0 + timedelta(minutes=2))
 
 
-def test_garbled_metadata_is_a_clear_error():
+def _accepted_by_the_endpoint(notice: Notice) -> None:
+    """The body node-watch posts passes the endpoint's own validation (a 400 is not retried)."""
+    event, body = parse_notice(json.dumps(notice.to_json()).encode(), T0)
+    assert (event.node_id, event.kind, event.deadline_utc) == (notice.node_id, notice.kind, notice.deadline_utc)
+
+
+@pytest.mark.parametrize("instance_action, rebalance", [
+    ({"action": "terminate"}, None),  # no time: was MetadataError on every poll, never delivered
+    ("terminate", None),  # not an object
+    ({"action": "stop", "time": "9999-12-31T23:59:59-05:00"}, None),  # past year 9999 in UTC: OverflowError
+    ({"action": "terminate", "time": "2026-11-02T09:02:00Z"}, {"noticeTime": 7}),  # held back by the rebalance
+    ({"action": "terminate", "time": "x" * 400}, None),  # a notice id over the endpoint's 255 characters
+])
+def test_an_aws_notice_whose_document_cannot_be_read_is_delivered_with_two_minutes(instance_action, rebalance,
+                                                                                   caplog):
+    """IMDS answers 200 on spot/instance-action only once the instance is
+    marked, so the notice stands whatever its document says."""
     with FakeImds("i-0abc") as fake:
-        fake.instance_action = {"action": "terminate"}  # no time
-        with pytest.raises(MetadataError, match="expected action and time"):
-            AwsImds(fake.url).poll("i-0abc", T0)
+        fake.instance_action, fake.rebalance = instance_action, rebalance
+        imds = AwsImds(fake.url)
+        notices = imds.poll("i-0abc", T0)
+        assert imds.poll("i-0abc", T0) == notices  # the same notice on every poll: delivered once
+    reclaim = notices[0]
+    assert reclaim.kind is InterruptionKind.RECLAIM_WARNING
+    readable = isinstance(instance_action, dict) and instance_action.get("time") == "2026-11-02T09:02:00Z"
+    assert reclaim.deadline_utc == (datetime(2026, 11, 2, 9, 2, tzinfo=timezone.utc) if readable
+                                    else T0 + timedelta(minutes=2))
+    assert [n.kind for n in notices[1:]] == ([InterruptionKind.REBALANCE] if rebalance else [])
+    for notice in notices:
+        _accepted_by_the_endpoint(notice)
+    assert "expected" in caplog.text or "not an ISO-8601 time" in caplog.text
+
+
+@pytest.mark.parametrize("event_id", ["e" * 300, "   "])
+def test_an_azure_event_id_the_endpoint_would_refuse_is_posted_as_its_digest(event_id):
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt(event_id, T0 + timedelta(seconds=30))
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0)
+    assert notice.notice_id == event_id  # kept for the approval, which must name it
+    posted = notice.to_json()["notice_id"]
+    assert posted == "sha256:" + hashlib.sha256(event_id.encode()).hexdigest()
+    _accepted_by_the_endpoint(notice)
+
+
+def test_an_azure_not_before_past_year_9999_is_due_now():
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=30))
+        fake.events[0]["NotBefore"] = "Fri, 31 Dec 9999 23:59:59 -0500"  # was an OverflowError: node-watch died
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0)
+    assert notice.deadline_utc == T0
+    _accepted_by_the_endpoint(notice)
 
 
 # --------------------------------------------------------------------------- delivery and retries
