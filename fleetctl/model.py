@@ -11,12 +11,21 @@ memory is GiB, collections are tuples.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Union
 
 CLOUDS: tuple[str, ...] = ("aws", "gcp", "azure")
 """The clouds fleetctl has adapters for, by the name policies, offers and the CLI use."""
+
+#: Lead time of a spot reclaim notice per cloud, in seconds, the one place it is written: EC2's two-minute
+#: interruption notice (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html),
+#: GCE's 30 s preemption notice (cloud.google.com/compute/docs/instances/spot#preemption-process) and
+#: Azure Scheduled Events' Preempt, at least 30 s ahead
+#: (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events).
+RECLAIM_NOTICE_SECONDS: Mapping[str, int] = MappingProxyType({"aws": 120, "gcp": 30, "azure": 30})
 
 # --------------------------------------------------------------------------- enums
 

@@ -55,7 +55,7 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Callable, Protocol
 
-from fleetctl.model import CLOUDS, InterruptionKind
+from fleetctl.model import CLOUDS, RECLAIM_NOTICE_SECONDS, InterruptionKind
 
 log = logging.getLogger("fleetctl.nodewatch")
 
@@ -65,14 +65,12 @@ NOTICES_PATH = "/v1/notices"  # served by fleetctl.controller.notices, which imp
 MAX_NODE_ID = 255
 MAX_NOTICE_ID = 255
 MAX_DETAIL = 1000
-# GCE gives 30 s between the preemption notice and the stop:
-# https://cloud.google.com/compute/docs/instances/preemptible#preemption-process
-GCE_NOTICE_SECONDS = 30
+# GCE gives 30 s between the preemption notice and the stop (fleetctl.model has the sources).
+GCE_NOTICE_SECONDS = RECLAIM_NOTICE_SECONDS["gcp"]
 # The notice id of an Azure Preempt event that came without an EventId (not a GUID, so never a real one).
 UNNAMED_PREEMPT = "preempt-without-event-id"
-# EC2 gives two minutes between the spot interruption notice and the stop:
-# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html
-AWS_NOTICE_SECONDS = 120
+# EC2 gives two minutes between the spot interruption notice and the stop.
+AWS_NOTICE_SECONDS = RECLAIM_NOTICE_SECONDS["aws"]
 AWS_TOKEN_TTL_SECONDS = 21600  # the IMDSv2 maximum
 AZURE_API_VERSION = "2020-07-01"
 AZURE_COMPUTE_API_VERSION = "2021-02-01"

@@ -59,7 +59,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final
 
-from fleetctl.model import InstanceType, Interconnect, InterruptionEvent, InterruptionKind, Market, Node, NodeState, Offer
+from fleetctl.model import (
+    RECLAIM_NOTICE_SECONDS,
+    InstanceType,
+    Interconnect,
+    InterruptionEvent,
+    InterruptionKind,
+    Market,
+    Node,
+    NodeState,
+    Offer,
+)
 from fleetctl.naming import interruption_queue_name, launch_template_name, placement_group_name, pool_name
 from providers.base import (
     Capabilities,
@@ -85,7 +95,7 @@ TAG_OFFER: Final[str] = "fleetctl:offer"
 TAG_LAUNCH: Final[str] = "fleetctl:launch"
 
 #: AWS's spot interruption notice: two minutes before the instance is taken.
-INTERRUPTION_NOTICE_SECONDS: Final[int] = 120
+INTERRUPTION_NOTICE_SECONDS: Final[int] = RECLAIM_NOTICE_SECONDS["aws"]
 
 #: Every AWS API call the adapter makes, as IAM actions. The controller
 #: module's IAM policy is rendered from this list (``fleetctl.terraform``), so

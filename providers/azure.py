@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Final, TypeVar
 
-from fleetctl.model import InstanceType, InterruptionEvent, Market, Node, NodeState, Offer
+from fleetctl.model import RECLAIM_NOTICE_SECONDS, InstanceType, InterruptionEvent, Market, Node, NodeState, Offer
 from fleetctl.naming import pool_name
 from providers.base import (
     Capabilities,
@@ -73,7 +73,7 @@ TAG_OFFER: Final[str] = "fleetctl-offer"
 TAG_LAUNCH: Final[str] = "fleetctl-launch"
 
 #: Scheduled Events gives a Spot VM at least 30 s between Preempt and eviction.
-PREEMPT_NOTICE_SECONDS: Final[int] = 30
+PREEMPT_NOTICE_SECONDS: Final[int] = RECLAIM_NOTICE_SECONDS["azure"]
 
 _CAPACITY_CODES: Final[frozenset[str]] = frozenset({
     "SkuNotAvailable", "AllocationFailed", "ZonalAllocationFailed", "OverconstrainedAllocationRequest",

@@ -48,7 +48,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Protocol, TypeVar
 
-from fleetctl.model import InstanceType, InterruptionEvent, InterruptionKind, Market, Node, NodeState, Offer
+from fleetctl.model import (
+    RECLAIM_NOTICE_SECONDS,
+    InstanceType,
+    InterruptionEvent,
+    InterruptionKind,
+    Market,
+    Node,
+    NodeState,
+    Offer,
+)
 from providers.base import (
     Capabilities,
     InsufficientCapacity,
@@ -79,7 +88,7 @@ LABEL_LAUNCH: Final[str] = "fleetctl-launch"
 
 #: GCE's preemption notice: a Spot VM gets 30 s between the ACPI shutdown signal
 #: and being stopped or deleted (cloud.google.com/compute/docs/instances/spot#preemption-process).
-PREEMPTION_NOTICE_SECONDS: Final[int] = 30
+PREEMPTION_NOTICE_SECONDS: Final[int] = RECLAIM_NOTICE_SECONDS["gcp"]
 PREEMPTED_OPERATION_TYPE: Final[str] = "compute.instances.preempted"
 
 #: Namespace of the requestIds derived from idempotency keys (uuid5). Any fixed

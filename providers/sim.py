@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from fleetctl.model import InterruptionEvent, InterruptionKind, Node, NodeState, Offer
+from fleetctl.model import RECLAIM_NOTICE_SECONDS, InterruptionEvent, InterruptionKind, Node, NodeState, Offer
 from fleetctl.store import Store
 from providers.base import (
     Capabilities,
@@ -34,7 +34,7 @@ from providers.catalog import load_catalog
 DEFAULT_LAUNCH_DELAY_SECONDS = 30.0
 # Lead time of a reclaim notice per cloud: AWS's two-minute warning, GCP's
 # 30 s preemption notice, Azure's Scheduled Events Preempt (at least 30 s).
-NOTICE_SECONDS = {"aws": 120, "gcp": 30, "azure": 30}
+NOTICE_SECONDS = RECLAIM_NOTICE_SECONDS
 
 
 class SimProvider:
@@ -48,7 +48,8 @@ class SimProvider:
     """
 
     name = "sim"
-    capabilities = Capabilities(interruption_notice_seconds=120, rebalance_recommendations=True)
+    capabilities = Capabilities(interruption_notice_seconds=RECLAIM_NOTICE_SECONDS["aws"],
+                                rebalance_recommendations=True)
 
     def __init__(
         self,
