@@ -260,6 +260,8 @@ def test_a_listing_gce_did_not_fill_in_is_read_safely_or_refused(fake: FakeGce, 
     assert provider.nodes(NOW)[0].state is NodeState.LAUNCHING
     instance.status = "TERMINATED"
     assert provider.nodes(NOW)[0].state is NodeState.GONE
+    instance.creation_timestamp = "2025-01-06T11:00:00"  # no offset: UTC (a naive time was a TypeError later)
+    assert provider.nodes(NOW)[0].launched_at_utc == NOW - timedelta(hours=1)
     instance.creation_timestamp = "yesterday"
     with pytest.raises(ProviderError, match="cannot read: 'yesterday'"):
         provider.nodes(NOW)
