@@ -30,6 +30,20 @@ def umask() -> int:
     return current
 
 
+def cannot_create_reason(path: Path) -> str | None:
+    """Why nothing can be created at ``path`` (its nearest existing ancestor
+    is not a directory, or is not writable), or None: checked before long
+    work, so a bad output path fails at once rather than after it."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8, line endings as given) to ``path`` all at once;
     returns the path written (a symlink's target). Creates missing parent

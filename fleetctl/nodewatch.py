@@ -65,12 +65,8 @@ NOTICES_PATH = "/v1/notices"  # served by fleetctl.controller.notices, which imp
 MAX_NODE_ID = 255
 MAX_NOTICE_ID = 255
 MAX_DETAIL = 1000
-# GCE gives 30 s between the preemption notice and the stop (fleetctl.model has the sources).
-GCE_NOTICE_SECONDS = RECLAIM_NOTICE_SECONDS["gcp"]
 # The notice id of an Azure Preempt event that came without an EventId (not a GUID, so never a real one).
 UNNAMED_PREEMPT = "preempt-without-event-id"
-# EC2 gives two minutes between the spot interruption notice and the stop.
-AWS_NOTICE_SECONDS = RECLAIM_NOTICE_SECONDS["aws"]
 AWS_TOKEN_TTL_SECONDS = 21600  # the IMDSv2 maximum
 AZURE_API_VERSION = "2020-07-01"
 AZURE_COMPUTE_API_VERSION = "2021-02-01"
@@ -250,8 +246,8 @@ class AwsImds:
                     raise MetadataError(f"spot/instance-action: expected action and time, got {str(doc)[:200]}")
                 deadline = _parse_iso(when, "spot/instance-action time")
             except MetadataError as exc:
-                log.warning("%s; taken as %d s from now", exc, AWS_NOTICE_SECONDS)
-                deadline = now + timedelta(seconds=AWS_NOTICE_SECONDS)
+                log.warning("%s; taken as %d s from now", exc, RECLAIM_NOTICE_SECONDS["aws"])
+                deadline = now + timedelta(seconds=RECLAIM_NOTICE_SECONDS["aws"])
             action = action if isinstance(action, str) else "unreadable"
             when = when if isinstance(when, str) else r.text().strip()  # the document itself names the notice
             notices.append(Notice("aws", node_id, InterruptionKind.RECLAIM_WARNING, f"{action}@{when}", deadline,
@@ -338,7 +334,7 @@ class GceMetadata:
         if value != "TRUE":
             raise MetadataError(f"computeMetadata instance/preempted: expected TRUE or FALSE, got {r.text()[:50]!r}")
         return (Notice("gcp", node_id, InterruptionKind.RECLAIM_WARNING, f"preempted@{self._instance_id}",
-                       now + timedelta(seconds=GCE_NOTICE_SECONDS), "GCE instance/preempted=TRUE"),)
+                       now + timedelta(seconds=RECLAIM_NOTICE_SECONDS["gcp"]), "GCE instance/preempted=TRUE"),)
 
     def drained(self, notice: Notice) -> None:
         """Nothing to approve: GCE stops the VM 30 s after the notice."""

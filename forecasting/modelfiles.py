@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from fleetctl.files import umask
+from fleetctl.files import cannot_create_reason, umask
 
 
 class ModelError(ValueError):
@@ -62,13 +62,9 @@ def check_target(directory: str | Path) -> Path:
         if others:
             raise ModelError(f"{path}: holds other files than a model ({', '.join(others[:3])}"
                              f"{', ...' if len(others) > 3 else ''}); save into a new or empty directory")
-    existing = path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ModelError(f"{path}: cannot save there: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ModelError(f"{path}: cannot save there: {existing} is not writable")
+    reason = cannot_create_reason(path.parent)
+    if reason is not None:
+        raise ModelError(f"{path}: cannot save there: {reason}")
     return path
 
 

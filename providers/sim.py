@@ -32,9 +32,6 @@ from providers.base import (
 from providers.catalog import load_catalog
 
 DEFAULT_LAUNCH_DELAY_SECONDS = 30.0
-# Lead time of a reclaim notice per cloud: AWS's two-minute warning, GCP's
-# 30 s preemption notice, Azure's Scheduled Events Preempt (at least 30 s).
-NOTICE_SECONDS = RECLAIM_NOTICE_SECONDS
 
 
 class SimProvider:
@@ -147,7 +144,7 @@ class SimProvider:
         node = next((n for n in self._store.nodes(include_gone=True) if n.node_id == node_id), None)
         if node is None:
             raise NodeNotFound(node_id)
-        lead = NOTICE_SECONDS.get(node.offer.provider, 30) if lead_seconds is None else lead_seconds
+        lead = RECLAIM_NOTICE_SECONDS.get(node.offer.provider, 30) if lead_seconds is None else lead_seconds
         event = InterruptionEvent(
             event_id=f"sim-{kind.value}-{node_id}-{now.isoformat()}",
             provider=node.offer.provider,

@@ -113,13 +113,11 @@ def report_dir_or_exit(report: Path | None) -> None:
         return
     if str(report) == "-":  # made a directory named '-'
         fail("--report -: the report is a directory of PNG files; it cannot be written to stdout", 2)
-    existing = report
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        fail(f"--report {report}: cannot write there: {existing} is not a directory", 2)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        fail(f"--report {report}: cannot write there: {existing} is not writable", 2)
+    from fleetctl.files import cannot_create_reason
+
+    reason = cannot_create_reason(report)
+    if reason is not None:
+        fail(f"--report {report}: cannot write there: {reason}", 2)
 
 
 def stop_cleanly_on_sigterm() -> None:

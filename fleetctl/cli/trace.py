@@ -127,9 +127,10 @@ def _write_output(output: Path, text: Callable[[], str], write: Callable[[], obj
         fail(f"cannot write {output}: {exc.strerror or exc}; nothing was written", 2)
 
 
-def _out_console(output: Path):  # noqa: ANN202 - a rich Console
-    """Where the summary goes: stderr when the CSV itself went to stdout."""
-    return err_console if str(output) == "-" else console
+def _summary_target(output: Path):  # noqa: ANN202 - (a rich Console, str)
+    """Where the summary goes and how it names the output: stderr and
+    "stdout" when the CSV itself went to stdout."""
+    return (err_console, "stdout") if str(output) == "-" else (console, str(output))
 
 
 def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an ImportSummary
@@ -158,11 +159,11 @@ def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an 
     for label, count, note in notes:
         if count:
             table.add_row(label, str(count), note)
-    out = _out_console(output)
+    out, written = _summary_target(output)
     out.print(table)
     if s.first_submit_utc is not None and s.last_submit_utc is not None:
         out.print(f"submits from {format_utc(s.first_submit_utc)} to {format_utc(s.last_submit_utc)}", markup=False)
-    out.print(f"wrote {s.kept} jobs to {'stdout' if str(output) == '-' else output}", markup=False)
+    out.print(f"wrote {s.kept} jobs to {written}", markup=False)
 
 
 @import_app.command("helios-sequence", short_help="Helios virtual-cluster sequence -> demand series.")
@@ -216,8 +217,8 @@ def helios_sequence(
         fail(f"{sequence_csv}: {len(exc.issues)} error(s); nothing was written", 2)
     _write_output(output, lambda: format_demand_series(result.rows), lambda: write_demand_series(result.rows, output))
     gpus = [g for _, _, g in result.rows]
-    out = _out_console(output)
+    out, written = _summary_target(output)
     out.print(f"{sequence_csv.name}: {result.rows_read} rows -> {result.kept} demand rows of {gpu_model}, "
               f"{format_utc(result.rows[0][0])} .. {format_utc(result.rows[-1][0])}; GPUs demanded: mean "
               f"{sum(gpus) / len(gpus):.1f}, max {max(gpus)}", markup=False)
-    out.print(f"wrote {'stdout' if str(output) == '-' else output}", markup=False)
+    out.print(f"wrote {written}", markup=False)

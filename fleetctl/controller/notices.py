@@ -56,8 +56,8 @@ from typing import Any, Callable, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from fleetctl.codec import dt_to_str
-from fleetctl.model import InterruptionEvent, InterruptionKind
-from fleetctl.nodewatch import GCE_NOTICE_SECONDS, MAX_NODE_ID, NOTICES_PATH
+from fleetctl.model import RECLAIM_NOTICE_SECONDS, InterruptionEvent, InterruptionKind
+from fleetctl.nodewatch import MAX_DETAIL, MAX_NODE_ID, MAX_NOTICE_ID, NOTICES_PATH
 from fleetctl.store import Store
 
 log = logging.getLogger("fleetctl.notices")
@@ -74,9 +74,9 @@ class NoticeBody(BaseModel):
     provider: Literal["aws", "gcp", "azure"]
     node_id: str = Field(min_length=1, max_length=MAX_NODE_ID)
     kind: InterruptionKind
-    notice_id: str = Field(min_length=1, max_length=255)
+    notice_id: str = Field(min_length=1, max_length=MAX_NOTICE_ID)
     deadline_utc: AwareDatetime | None = None
-    detail: str = Field(default="", max_length=1000)
+    detail: str = Field(default="", max_length=MAX_DETAIL)
 
 
 class InvalidNotice(ValueError):
@@ -93,11 +93,6 @@ def event_id_for(provider: str, node_id: str, kind: InterruptionKind, notice_id:
     digest = hashlib.sha256("\0".join((provider, node_id, kind.value, notice_id)).encode()).hexdigest()
     return f"node-{provider}-{digest[:24]}"
 
-
-#: GCE stops a preempted VM 30 s after the notice; the watcher's deadline for it is computed from the
-#: node's own clock, so the controller caps it at 30 s after it received the notice (a node clock
-#: running ahead would otherwise promise a checkpoint time the VM does not have).
-GCE_PREEMPTION_NOTICE_SECONDS = GCE_NOTICE_SECONDS
 
 #: Seconds a client may take to send its request before the endpoint drops the connection.
 REQUEST_TIMEOUT_SECONDS = 10
@@ -149,7 +144,10 @@ def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEve
     except OverflowError:
         raise InvalidNotice([("deadline_utc", f"{body.deadline_utc.isoformat()} is out of range in UTC")]) from None
     if body.provider == "gcp" and deadline is not None:
-        deadline = min(deadline, received_at_utc + timedelta(seconds=GCE_PREEMPTION_NOTICE_SECONDS))
+        # GCE stops a preempted VM 30 s after the notice; the watcher's deadline for it is computed from the
+        # node's own clock, so it is capped at 30 s after the notice arrived here (a node clock running ahead
+        # would otherwise promise a checkpoint time the VM does not have).
+        deadline = min(deadline, received_at_utc + timedelta(seconds=RECLAIM_NOTICE_SECONDS["gcp"]))
     event = InterruptionEvent(
         event_id=event_id_for(body.provider, body.node_id, body.kind, body.notice_id),
         provider=body.provider,
