@@ -105,7 +105,7 @@ class SimProvider:
         nodes = []
         for index in range(request.count):
             digest = self._digest(request.idempotency_key, index)
-            delay = self._delay * (0.5 + int(digest[10:14], 16) / 0xFFFF)
+            delay = self._delay * self._launch_delay_factor(digest, now)
             node = Node(
                 node_id=f"sim-{offer.provider}-{digest[:10]}",
                 offer=offer,
@@ -160,3 +160,15 @@ class SimProvider:
 
     def _digest(self, key: str, index: int) -> str:
         return hashlib.sha256(f"{self._seed}:{key}:{index}".encode()).hexdigest()
+
+    def _launch_delay_factor(self, node_digest: str, now: datetime) -> float:
+        """A new node's launch delay over the mean, 0.5 to 1.5: drawn from the
+        node's own digest (its launch request and place in it), so a retried
+        request gets the same delay. The simulator's provider draws it another
+        way (``fleetctl.sim.provider.MarketProvider``)."""
+        return delay_spread(node_digest)
+
+
+def delay_spread(digest: str) -> float:
+    """0.5 to 1.5, from four hex digits of ``digest``."""
+    return 0.5 + int(digest[10:14], 16) / 0xFFFF

@@ -28,19 +28,32 @@ offer whose launch failed is left out of ``offers`` for ``ice_ttl_seconds``
 simulator relies on the controller's own memory of refused offers instead
 (``fleetctl.controller.observe``), as a real cloud's controller must.
 
+**Launch delays: common random numbers.** A node's launch-to-ready delay
+(0.5x to 1.5x of the mean, uniform) is drawn from the seed, the instant of the
+launch and the node's place among the nodes launched at that instant, not from
+the launch request: the first node any policy launches at 23:31:39 waits as
+long as the first node another policy launches then, whatever it buys. So a
+backtest compares policies on the same draws, and a difference between them
+(a deadline missed by a one-minute job with under a minute of slack) comes
+from the policies, not from each drawing its own luck; before 2026-11-25 the
+delay came from the request's idempotency key, which differs between
+policies, and one-job differences in deadline misses were a coin toss.
+Node ids still come from the request.
+
 Contract: time is passed in; the same seed, market and calls give the same
 nodes, notices and errors.
 """
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 
 from fleetctl.model import InterruptionEvent, InterruptionKind, Market as OfferMarket, Node, NodeState, Offer
 from fleetctl.sim.market import Market
 from fleetctl.store import Store
 from providers.base import InsufficientCapacity, LaunchRequest, LaunchResult
-from providers.sim import DEFAULT_LAUNCH_DELAY_SECONDS, SimProvider
+from providers.sim import DEFAULT_LAUNCH_DELAY_SECONDS, SimProvider, delay_spread
 
 
 class MarketProvider(SimProvider):
@@ -55,6 +68,8 @@ class MarketProvider(SimProvider):
         self.market = market
         self._ice_ttl = timedelta(seconds=ice_ttl_seconds)
         self._ice: dict[str, datetime] = {}  # offer key -> until when it is left out
+        self._launch_instant: datetime | None = None  # the instant of the latest new node
+        self._launched_at_instant = 0  # new nodes launched at that instant so far
 
     # ------------------------------------------------------------------ contract
 
@@ -73,6 +88,15 @@ class MarketProvider(SimProvider):
                     f"no spot capacity for {request.count} more x {request.offer.key} at {now.isoformat()}: "
                     f"{running} running, capacity {capacity}")
         return super().launch(request, now)
+
+    def _launch_delay_factor(self, node_digest: str, now: datetime) -> float:
+        """Common random numbers (module docstring): the k-th new node of the
+        instant ``now`` gets the same draw in every run with this seed."""
+        if now != self._launch_instant:
+            self._launch_instant, self._launched_at_instant = now, 0
+        k = self._launched_at_instant
+        self._launched_at_instant += 1
+        return delay_spread(hashlib.sha256(f"{self._seed}:launch-delay:{now.isoformat()}:{k}".encode()).hexdigest())
 
     # ------------------------------------------------------------------ the market's side
 

@@ -116,6 +116,53 @@ def test_provider_refuses_spot_beyond_capacity_and_reclaims_newest_first():
         store.close()
 
 
+def test_launch_delays_are_common_random_numbers():
+    """The k-th node launched at an instant waits as long in every run with the
+    seed, whatever was bought and under whatever request; a retried request
+    keeps its nodes."""
+    m = market()
+    spot, od = m.traces[1].offer_spot, m.traces[0].offer_on_demand
+
+    def ready_times(seed, launches):
+        store = Store("sqlite:///:memory:")
+        try:
+            p = MarketProvider(store, m, seed=seed, launch_delay_seconds=60)
+            out = [n.ready_at_utc for req, at in launches for n in p.launch(req, at).nodes]
+            first, at = launches[0]
+            retried = sorted(n.ready_at_utc for n in p.launch(first, at).nodes)
+            assert retried == sorted(out[:first.count])
+            return out
+        finally:
+            store.close()
+
+    t1 = T0 + timedelta(seconds=5)
+    a = ready_times(0, [(LaunchRequest(od, 2, "plan-a"), T0), (LaunchRequest(od, 1, "plan-a2"), t1)])
+    b = ready_times(0, [(LaunchRequest(spot, 1, "plan-b"), T0), (LaunchRequest(od, 1, "plan-b1"), T0),
+                        (LaunchRequest(spot, 1, "plan-b2"), t1)])
+    assert a == b
+    assert a[0] != a[1]  # the second node of the instant draws anew
+    assert all(timedelta(seconds=30) <= r - T0 <= timedelta(seconds=90) for r in a[:2])
+    assert ready_times(1, [(LaunchRequest(od, 2, "plan-a"), T0)]) != a[:2]
+
+
+def test_policies_meet_a_tight_deadline_on_the_same_launch_delays():
+    """A one-minute job with 50 s of slack needs a new node (30 to 90 s; the
+    first job holds the first node): whether it makes its deadline is the draw
+    of the launch delay, and every policy gets the same draw, so none misses it
+    where another does not. The policies' fleets differ (spot or on-demand,
+    other node ids), so their launch requests do too."""
+    busy = job("busy", gpus=1, duration_hours=0.5, submitted=T0, vcpus=4, memory_gib=16)
+    one = replace(job("tight", gpus=1, duration_hours=1 / 60, submitted=T0 + timedelta(minutes=3), vcpus=4,
+                      memory_gib=16), deadline_utc=T0 + timedelta(minutes=3, seconds=110))
+    pol = sim_policy(on_demand_base_gpus=0, max_spot_share=1.0)
+    for seed in range(4):
+        cfg = SimConfig(seed=seed, launch_delay_seconds=60)
+        runs = [simulate([busy, one], market(), pol, planner=PLANNERS[name], config=cfg)
+                for name in ("fleetctl", "on-demand", "spot-greedy")]
+        assert len({r.wait_hours for r in runs}) == 1, (seed, [r.wait_hours for r in runs])
+        assert len({r.deadline_misses for r in runs}) == 1
+
+
 def test_bad_input_is_refused():
     js = jobs(2)
     with pytest.raises(ValueError, match="unique"):
