@@ -10,11 +10,11 @@ names are the job-trace names::
         workers: 2                   # gang size, default 1
         gpus_per_worker: 8           # required, 0 for CPU-only work
         gpu_models: [A100-80GB, H100-80GB]   # default [] = any model
-        vcpus_per_worker: 64         # required, above 0
-        memory_gib_per_worker: 512   # required, above 0 (GiB)
+        vcpus_per_worker: 64         # required, at least 0.001 (one millicore)
+        memory_gib_per_worker: 512   # required, at least 1 MiB (GiB)
         duration_hours: 48           # required, above 0 (expected run time)
         checkpointable: true         # default false
-        checkpoint_interval_minutes: 30      # optional; only with checkpointable
+        checkpoint_interval_minutes: 30      # optional, at least 1; only with checkpointable
         deadline_utc: "2030-01-31T18:00:00Z" # optional; ISO-8601 with a zone
         spot_eligible: false         # optional; absent = the class decides
 
@@ -47,6 +47,13 @@ from fleetctl.yamlerrors import (
 __all__ = ["JobSpec", "jobs_from_document", "jobs_json_schema", "load_jobs", "parse_utc_timestamp"]
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+# Least values a job may ask for (the job-trace CSV uses the same): below
+# them a division in the planner or runtime overflows or underflows, and no
+# real job asks for less.
+MIN_VCPUS_PER_WORKER = 0.001  # one millicore, the smallest CPU request Kubernetes takes
+MIN_MEMORY_GIB_PER_WORKER = 1 / 1024  # 1 MiB
+MIN_CHECKPOINT_INTERVAL_MINUTES = 1.0
 
 
 def _check_job_id(value: str) -> str:
@@ -107,13 +114,16 @@ class JobSpec(StrictModel):
         default_factory=list,
         description="GPU models (normalised names such as A100-80GB) the job may run on; empty = any.",
     )
-    vcpus_per_worker: float = Field(gt=0, le=100_000, description="vCPUs per worker (above 0).")
-    memory_gib_per_worker: float = Field(gt=0, le=1_000_000, description="Memory per worker in GiB (above 0).")
+    vcpus_per_worker: float = Field(ge=MIN_VCPUS_PER_WORKER, le=100_000,
+                                    description="vCPUs per worker (at least 0.001, one millicore).")
+    memory_gib_per_worker: float = Field(ge=MIN_MEMORY_GIB_PER_WORKER, le=1_000_000,
+                                         description="Memory per worker in GiB (at least 1 MiB, 0.0009765625).")
     priority: Name = Field(description="Priority class name, one of the policy's priority_classes.")
     team: Name = Field(description="Team the job belongs to (its guarantee and burst limit apply).")
     checkpointable: bool = Field(False, description="Whether the job can checkpoint and resume after a reclaim.")
     checkpoint_interval_minutes: float | None = Field(
-        None, gt=0, description="Minutes between checkpoints (above 0); only for checkpointable jobs."
+        None, ge=MIN_CHECKPOINT_INTERVAL_MINUTES,
+        description="Minutes between checkpoints (at least 1); only for checkpointable jobs."
     )
     deadline_utc: UtcTimestamp | None = Field(
         None, description="When the job must be done: ISO-8601 with a time zone, e.g. 2030-01-31T18:00:00Z."

@@ -43,7 +43,7 @@ def alibaba_2023(
         "--checkpointable-fraction", min=0.0, max=1.0, help="Fraction of jobs (0..1) made checkpointable.")] = 0.0,
     checkpoint_interval_minutes: Annotated[float, typer.Option(
         "--checkpoint-interval-minutes",
-        help="Checkpoint interval of the checkpointable jobs.")] = 30.0,
+        help="Checkpoint interval of the checkpointable jobs (at least 1).")] = 30.0,
     deadline_fraction: Annotated[float, typer.Option(
         "--deadline-fraction", min=0.0, max=1.0,
         help="Fraction of jobs (0..1) given a deadline: submit + duration x a random slack in [1.5, 3].")] = 0.0,
@@ -62,7 +62,7 @@ def alibaba_2023(
     rounded up to one GPU; G2/G3 GPU codes (undisclosed models) are removed from
     the GPU constraint. Every rule is in docs/traces.md. Bad input is reported
     as FILE:LINE:COLUMN: column: message (exit code 2)."""
-    from fleetctl.jobspec import parse_utc_timestamp
+    from fleetctl.jobspec import MIN_CHECKPOINT_INTERVAL_MINUTES, parse_utc_timestamp
     from fleetctl.sim.importers import DEFAULT_ALIBABA_PRIORITY_MAP, START_YEARS, AlibabaOptions, \
         import_alibaba_2023, parse_priority_map
     from fleetctl.sim.traces import format_job_trace, is_valid_name, write_job_trace
@@ -82,10 +82,12 @@ def alibaba_2023(
         fail(f"--team: invalid name {team!r}: use letters, digits, '-' and '_' (at most 63, starting with a letter "
              "or digit)", 2)
     for flag, value, high in (("--pending-duration-hours", pending_duration_hours, 100_000.0),
-                              ("--checkpoint-interval-minutes", checkpoint_interval_minutes, None),
                               ("--window-hours", window_hours, 100_000.0)):
         if value is not None and not (0 < value and (high is None or value <= high)):
             fail(f"{flag} must be above 0" + (f" and at most {high:g}" if high else "") + f" (got {value:g})", 2)
+    if not checkpoint_interval_minutes >= MIN_CHECKPOINT_INTERVAL_MINUTES:  # also refuses NaN
+        fail(f"--checkpoint-interval-minutes must be at least {MIN_CHECKPOINT_INTERVAL_MINUTES:g} "
+             f"(got {checkpoint_interval_minutes:g})", 2)
     try:
         options = AlibabaOptions(
             start_utc=start_utc,

@@ -34,7 +34,12 @@ from typing import Callable, TypeVar
 
 from fleetctl import model
 from fleetctl.files import write_text_atomic
-from fleetctl.jobspec import parse_utc_timestamp
+from fleetctl.jobspec import (
+    MIN_CHECKPOINT_INTERVAL_MINUTES,
+    MIN_MEMORY_GIB_PER_WORKER,
+    MIN_VCPUS_PER_WORKER,
+    parse_utc_timestamp,
+)
 from fleetctl.policy import GPU_MODELS
 from fleetctl.yamlerrors import SpecError, ValidationIssue, describe_value, did_you_mean
 
@@ -489,12 +494,14 @@ def _row(record: CsvRecord, file: str, issues: list[ValidationIssue], default_pr
     workers = get("workers", lambda t: parse_int(t, low=1, high=MAX_WORKERS))
     gpus = get("gpus_per_worker", lambda t: parse_int(t, low=0, high=MAX_GPUS_PER_WORKER))
     gpu_models = get("gpu_models", _gpu_models)
-    vcpus = get("vcpus_per_worker", lambda t: parse_number(t, above=0, at_most=MAX_VCPUS_PER_WORKER))
-    memory = get("memory_gib_per_worker", lambda t: parse_number(t, above=0, at_most=MAX_MEMORY_GIB_PER_WORKER))
+    vcpus = get("vcpus_per_worker", lambda t: parse_number(t, at_least=MIN_VCPUS_PER_WORKER,
+                                                                   at_most=MAX_VCPUS_PER_WORKER))
+    memory = get("memory_gib_per_worker", lambda t: parse_number(t, at_least=MIN_MEMORY_GIB_PER_WORKER,
+                                                                         at_most=MAX_MEMORY_GIB_PER_WORKER))
     priority = get("priority", _name(default_priority))
     team = get("team", _name(DEFAULT_TEAM))
     checkpointable = get("checkpointable", parse_bool)
-    interval = get("checkpoint_interval_minutes", _optional(lambda t: parse_number(t, above=0)))
+    interval = get("checkpoint_interval_minutes", _optional(lambda t: parse_number(t, at_least=MIN_CHECKPOINT_INTERVAL_MINUTES)))
     deadline = get("deadline_utc", _optional(parse_timestamp))
     spot_eligible = get("spot_eligible", _optional(parse_bool))
 

@@ -143,8 +143,8 @@ JOB_STRATEGY = st.builds(
     job_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True),
     workers=st.integers(1, 100_000),
     gpus_per_worker=st.integers(0, 1024),
-    vcpus_per_worker=st.floats(min_value=1e-6, max_value=100_000, allow_nan=False),
-    memory_gib_per_worker=st.floats(min_value=1e-6, max_value=1_000_000, allow_nan=False),
+    vcpus_per_worker=st.floats(min_value=0.001, max_value=100_000, allow_nan=False),
+    memory_gib_per_worker=st.floats(min_value=1 / 1024, max_value=1_000_000, allow_nan=False),
     priority=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,10}", fullmatch=True),
     team=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,10}", fullmatch=True),
     duration_hours=st.floats(min_value=1e-9, max_value=100_000, allow_nan=False),
@@ -160,7 +160,7 @@ def trace_jobs(draw: st.DrawFn) -> list[model.Job]:
     jobs = []
     for index, j in enumerate(draw(st.lists(JOB_STRATEGY, max_size=5))):
         models = draw(st.lists(st.sampled_from(GPU_MODELS), unique=True, max_size=3)) if j.gpus_per_worker else []
-        interval = draw(st.none() | st.floats(min_value=1e-3, max_value=1e6)) if j.checkpointable else None
+        interval = draw(st.none() | st.floats(min_value=1.0, max_value=1e6)) if j.checkpointable else None
         deadline = draw(st.none() | st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=999)))
         jobs.append(replace(
             j, job_id=f"{j.job_id}-{index}", gpu_models=tuple(sorted(models)), checkpoint_interval_minutes=interval,
@@ -240,7 +240,8 @@ BAD_ROWS = [
      [(3, 33, "gpu_models", "gpu_models is set but gpus_per_worker is 0; a CPU-only job cannot ask for a GPU "
                             "model")]),
     (row(vcpus_per_worker=""), [(3, 36, "vcpus_per_worker", "required value is missing (the cell is empty)")]),
-    (row(memory_gib_per_worker="-16"), [(3, 38, "memory_gib_per_worker", "must be greater than 0 (got '-16')")]),
+    (row(memory_gib_per_worker="-16"), [(3, 38, "memory_gib_per_worker", "must be at least 0.0009765625 (got '-16')")]),
+    (row(vcpus_per_worker="1e-320"), [(3, 36, "vcpus_per_worker", "must be at least 0.001 (got '1e-320')")]),
     (row(priority="prod class"),
      [(3, 41, "priority", "invalid name 'prod class': use letters, digits, '-' and '_' (at most 63, starting "
                           "with a letter or digit)")]),
@@ -254,7 +255,9 @@ BAD_ROWS = [
      [(3, 56, "checkpoint_interval_minutes", "checkpoint_interval_minutes is set but checkpointable is false; "
                                              "set checkpointable to true or leave the interval empty")]),
     (row(checkpoint_interval_minutes="0"),
-     [(3, 55, "checkpoint_interval_minutes", "must be greater than 0 (got '0')")]),
+     [(3, 55, "checkpoint_interval_minutes", "must be at least 1 (got '0')")]),
+    (row(checkpoint_interval_minutes="0.5"),
+     [(3, 55, "checkpoint_interval_minutes", "must be at least 1 (got '0.5')")]),
     (row(deadline_utc="2023-02-15T01:00:00Z"),
      [(3, 58, "deadline_utc", "deadline_utc must be after submit_time_utc (2023-02-15T01:00:00Z)")]),
     (row(spot_eligible="yes"), [(3, 79, "spot_eligible", "must be true or false (got 'yes')")]),
@@ -618,6 +621,10 @@ def test_cli_import_errors(tmp_path: Path) -> None:
                            "--window-hours", "inf", "-o", "jobs.csv")  # was an OverflowError traceback
     assert endless.returncode == 2 and not (tmp_path / "jobs.csv").exists()
     assert "--window-hours must be above 0 and at most 100000 (got inf)" in " ".join(endless.stderr.split())
+    often = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
+                         "--checkpointable-fraction", "1", "--checkpoint-interval-minutes", "0.5", "-o", "jobs.csv")
+    assert often.returncode == 2 and not (tmp_path / "jobs.csv").exists()
+    assert "--checkpoint-interval-minutes must be at least 1 (got 0.5)" in " ".join(often.stderr.split())
 
 
 @GARBAGE_SETTINGS
