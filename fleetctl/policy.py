@@ -162,7 +162,8 @@ class MarketsSpec(StrictModel):
     max_wait_for_spot_minutes: float = Field(
         _D.max_wait_for_spot_minutes, ge=0, le=_YEAR_MINUTES,
         description="Minutes a spot-eligible job waits for spot capacity when none is available, before it falls "
-                    "back to on-demand (0 = fall back at once). Never longer than its deadline's slack allows.",
+                    "back to on-demand (0 = fall back at once). Never longer than its deadline's slack allows, "
+                    "and never with max_spot_share 0.",
     )
     replace_on_demand_with_spot: bool = Field(
         _D.replace_on_demand_with_spot,

@@ -583,8 +583,8 @@ class _Pass:
         is placed on spot as soon as an offer comes back, and on-demand once the
         patience is spent."""
         patience = self.policy.max_wait_for_spot_minutes / 60
-        if patience <= 0:
-            return None
+        if patience <= 0 or self.policy.max_spot_share <= 0:
+            return None  # no patience, or a fleet that may hold no spot: nothing to wait for
         if any(o.market is Market.SPOT for o in self._compatible_offers(job, True)):
             return None
         waited = (self.now - job.queued_since_utc).total_seconds() / 3600

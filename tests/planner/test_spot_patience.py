@@ -40,6 +40,15 @@ def test_waits_for_spot_within_patience_then_falls_back():
     assert p.of_kind("launch")[0].offer.market is Market.ON_DEMAND
 
 
+def test_a_policy_without_spot_never_waits_for_it():
+    """max_spot_share 0 (the backtest's on-demand baseline uses it): with no spot
+    offer on sale the job went on waiting for spot it could never buy."""
+    pol = policy(max_wait_for_spot_minutes=30, max_spot_share=0.0)
+    p = run(queue=[job("j1", duration_hours=4)], offers=[ON_DEMAND], pol=pol, now=T0 + timedelta(minutes=10))
+    (launch,) = p.of_kind("launch")
+    assert launch.offer.market is Market.ON_DEMAND and not p.unplaced
+
+
 def test_patience_counts_from_the_requeue_and_never_spends_deadline_slack():
     pol = policy(max_wait_for_spot_minutes=30)
     later = T0 + timedelta(hours=5)
