@@ -15,19 +15,27 @@ names are the job-trace names::
         duration_hours: 48           # required, above 0 (expected run time)
         checkpointable: true         # default false
         checkpoint_interval_minutes: 30      # optional, at least 1; only with checkpointable
-        deadline_utc: "2030-01-31T18:00:00Z" # optional; ISO-8601 with a zone
+        deadline_utc: "2030-01-31T18:00:00Z" # optional; ISO-8601 with a zone, after the submission
         spot_eligible: false         # optional; absent = the class decides
 
 Each job is validated on its own, so one bad job does not hide the errors of
 the next; then ids are checked for duplicates and, when a policy is given,
 priorities and GPU models against it.
+
+Deadlines are checked against the submission time (``submitted_at_utc``,
+which ``jobs submit`` sets to now; the parser never reads the clock): a
+deadline at or before it is an error, as in a job trace, since no schedule can
+meet it. A deadline after it but before ``submitted_at_utc + duration_hours``
+cannot be met either, even if the job started at once, but the duration is an
+estimate, so that is a warning (see ``warn``), and the job is accepted.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema
@@ -138,9 +146,17 @@ class JobSpec(StrictModel):
     )
 
 
-def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy | None) -> list[ValidationIssue]:
-    """Rules relating the fields of one job, and the job to the policy."""
+def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy | None,
+               submitted_at_utc: datetime) -> list[ValidationIssue]:
+    """Rules relating the fields of one job, the job to its submission time,
+    and the job to the policy."""
     issues: list[ValidationIssue] = []
+    if spec.deadline_utc is not None and spec.deadline_utc <= submitted_at_utc:
+        issues.append(doc.issue(
+            at + ("deadline_utc",),
+            f"deadline {_utc_text(spec.deadline_utc)} is not after the submission time "
+            f"({_utc_text(submitted_at_utc)}); no schedule can meet it",
+        ))
     if spec.checkpoint_interval_minutes is not None and not spec.checkpointable:
         issues.append(doc.issue(
             at + ("checkpoint_interval_minutes",),
@@ -193,6 +209,30 @@ def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy
                         f"GPU model {name!r} is not allowed by the policy (allowed: {', '.join(policy.gpu_models)})",
                     ))
     return issues
+
+
+def _utc_text(value: datetime) -> str:
+    return value.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _deadline_warning(
+    spec: JobSpec, doc: Document, at: FieldPath, submitted_at_utc: datetime
+) -> ValidationIssue | None:
+    """A deadline after the submission but too soon for the job's duration."""
+    if spec.deadline_utc is None:
+        return None
+    try:
+        earliest_end = submitted_at_utc + timedelta(hours=spec.duration_hours)
+    except OverflowError:  # runs past year 9999: no deadline is far enough
+        earliest_end = datetime.max.replace(tzinfo=timezone.utc)
+    if spec.deadline_utc >= earliest_end:
+        return None
+    return doc.issue(
+        at + ("deadline_utc",),
+        f"warning: deadline {_utc_text(spec.deadline_utc)} is before the submission time plus duration_hours "
+        f"({spec.duration_hours:g} h, {_utc_text(earliest_end)}): the job cannot finish in time even if it "
+        "starts now",
+    )
 
 
 def _to_core(spec: JobSpec, submitted_at_utc: datetime) -> model.Job:
@@ -252,10 +292,13 @@ def _job_entries(doc: Document) -> tuple[list[tuple[FieldPath, Any]], list[Valid
 
 
 def jobs_from_document(
-    doc: Document, *, submitted_at_utc: datetime, policy: model.Policy | None = None
+    doc: Document, *, submitted_at_utc: datetime, policy: model.Policy | None = None,
+    warn: Callable[[ValidationIssue], None] | None = None,
 ) -> tuple[model.Job, ...]:
     """Validate a parsed document as job specs; raise :class:`SpecError` with
-    every issue found. Jobs come back in file order."""
+    every issue found. Jobs come back in file order. ``warn`` receives the
+    warnings of valid jobs (a deadline sooner than submission plus duration),
+    once the whole document is valid."""
     if submitted_at_utc.tzinfo is None or submitted_at_utc.utcoffset() is None:
         raise ValueError("submitted_at_utc must be timezone-aware")
     submitted = submitted_at_utc.astimezone(timezone.utc)
@@ -263,6 +306,7 @@ def jobs_from_document(
     entries, issues = _job_entries(doc)
     issues = list(doc.issues) + issues
     jobs: list[model.Job] = []
+    warnings: list[ValidationIssue] = []
     first_line_of_id: dict[str, int] = {}
     for at, raw in entries:
         # Duplicate ids are checked on the raw text, so they are reported even
@@ -278,28 +322,40 @@ def jobs_from_document(
         spec, errors = doc.validate(JobSpec, raw, at)
         issues.extend(errors)
         if spec is not None:
-            rules = _job_rules(spec, doc, at, policy)
+            rules = _job_rules(spec, doc, at, policy, submitted)
             issues.extend(rules)
             if not rules:
                 jobs.append(_to_core(spec, submitted))
+                warning = _deadline_warning(spec, doc, at, submitted)
+                if warning is not None:
+                    warnings.append(warning)
     if issues:
         raise SpecError(issues)
+    if warn is not None:
+        for warning in warnings:
+            warn(warning)
     return tuple(jobs)
 
 
 def load_jobs(
-    path: str | os.PathLike[str], *, submitted_at_utc: datetime, policy: model.Policy | None = None
+    path: str | os.PathLike[str], *, submitted_at_utc: datetime, policy: model.Policy | None = None,
+    warn: Callable[[ValidationIssue], None] | None = None,
 ) -> tuple[model.Job, ...]:
     """Read and validate a job file (YAML or JSON): one job, a list, or
     ``{jobs: [...]}``.
 
-    ``submitted_at_utc`` (timezone-aware) stamps every job. With ``policy``,
+    ``submitted_at_utc`` (timezone-aware) stamps every job, and is the time
+    deadlines are checked against: a ``deadline_utc`` at or before it is an
+    error; one before it plus ``duration_hours`` (the job cannot finish in
+    time even if it starts at once) is passed to ``warn``, if given, as an
+    issue whose message starts with ``warning:``, and the job is accepted.
+    With ``policy``,
     an unknown priority class or a GPU model outside ``policy.gpu_models``
     (when that list is not empty) is an error at that job. Raises
     :class:`fleetctl.yamlerrors.SpecError` carrying every problem as
     ``FILE:LINE:COLUMN: field.path: message``.
     """
-    return jobs_from_document(read_document(path), submitted_at_utc=submitted_at_utc, policy=policy)
+    return jobs_from_document(read_document(path), submitted_at_utc=submitted_at_utc, policy=policy, warn=warn)
 
 
 def jobs_json_schema() -> dict[str, Any]:

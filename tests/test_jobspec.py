@@ -141,6 +141,46 @@ def test_single_job_file(tmp_path: Path) -> None:
     assert job.job_id == "a" and job.workers == 1
 
 
+_DEADLINE_JOB = """\
+    id: d1
+    team: ml-research
+    priority: batch
+    gpus_per_worker: 1
+    vcpus_per_worker: 4
+    memory_gib_per_worker: 14
+    duration_hours: 3
+    deadline_utc: {deadline}
+"""
+
+
+@pytest.mark.parametrize("deadline", ["0001-01-01T00:00:00Z", "2025-11-22T09:29:59Z", "2025-11-22T09:30:00Z",
+                                      "2025-11-22T11:30:00+02:00"])
+def test_a_deadline_at_or_before_the_submission_is_refused(tmp_path: Path, deadline: str) -> None:
+    """No schedule meets a deadline already past (the job-trace CSV refuses it
+    too); it must not be queued to show up as "deadline at risk"."""
+    path = write(tmp_path, _DEADLINE_JOB.format(deadline=deadline))
+    (issue,) = issues_of(path)
+    assert (issue.line, issue.column, issue.field_path) == (8, 15, "deadline_utc")
+    assert "is not after the submission time (2025-11-22T09:30:00Z)" in issue.message, issue.message
+
+
+def test_a_deadline_too_soon_for_the_duration_is_a_warning(tmp_path: Path) -> None:
+    """After the submission but before submission + duration_hours: the job
+    cannot finish in time even if it starts now; the duration is an estimate,
+    so it is accepted, with a warning at the deadline."""
+    path = write(tmp_path, _DEADLINE_JOB.format(deadline="2025-11-22T12:29:59Z"))
+    warnings: list[ValidationIssue] = []
+    (job,) = load_jobs(path, submitted_at_utc=NOW, warn=warnings.append)
+    assert job.deadline_utc == datetime(2025, 11, 22, 12, 29, 59, tzinfo=timezone.utc)
+    (warning,) = warnings
+    assert (warning.line, warning.column, warning.field_path) == (8, 15, "deadline_utc")
+    assert warning.message.startswith("warning: deadline 2025-11-22T12:29:59Z is before the submission time plus "
+                                      "duration_hours (3 h, 2025-11-22T12:30:00Z)"), warning.message
+    assert load_jobs(path, submitted_at_utc=NOW)  # without ``warn`` the job loads all the same
+    in_time = write(tmp_path, _DEADLINE_JOB.format(deadline="2025-11-22T12:30:00Z"), "in-time.yaml")
+    assert load_jobs(in_time, submitted_at_utc=NOW, warn=warnings.append) and len(warnings) == 1
+
+
 def test_naive_submission_time_is_a_programming_error(tmp_path: Path) -> None:
     path = tmp_path / "one.json"
     path.write_text(json.dumps(JOB_A))

@@ -32,6 +32,9 @@ def submit(
 
     All files are checked first; if any has an error, every error is printed as
     FILE:LINE:COLUMN: field.path: message, nothing is stored, and the exit code is 2.
+    A deadline_utc at or before now is such an error; one before now plus the job's
+    duration_hours (it cannot finish in time even if it starts at once) is printed as a
+    warning on stderr, and the job is submitted.
     Re-submitting an identical job is a no-op (one that finished or was cancelled is
     not run again, and the output says so); a different job under an existing id is
     refused: ids are never reused."""
@@ -42,10 +45,11 @@ def submit(
     pol, _ = load_policy_or_exit(policy, code=2)
     now = utcnow()
     jobs = []
+    warnings = []
     bad = False
     for path in files:
         try:
-            jobs.extend(load_jobs(path, submitted_at_utc=now, policy=pol))
+            jobs.extend(load_jobs(path, submitted_at_utc=now, policy=pol, warn=warnings.append))
         except SpecError as exc:
             bad = True
             for issue in exc.issues:
@@ -56,6 +60,8 @@ def submit(
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         fail(f"job ids appear in more than one file: {', '.join(dupes)}; no job was submitted", 2)
+    for warning in warnings:
+        err_console.print(str(warning), markup=False)
     store = open_store(state)
     try:
         try:

@@ -277,6 +277,27 @@ def test_the_same_queue_file_can_be_resubmitted_once_its_jobs_run(workdir):
     assert memory.returncode == 2 and "in-memory SQLite database: nothing would be kept" in memory.stderr
 
 
+def test_submit_refuses_a_past_deadline_and_warns_of_one_too_soon(workdir):
+    job = ("id: {id}\nteam: ml-research\npriority: batch\ngpus_per_worker: 1\nvcpus_per_worker: 4\n"
+           "memory_gib_per_worker: 14\nduration_hours: 3\ndeadline_utc: {deadline}\n")
+    (workdir / "past.yaml").write_text(job.format(id="d1", deadline="0001-01-01T00:00:00Z"))
+    (workdir / "ok.yaml").write_text(job.format(id="d2", deadline="2999-01-01T00:00:00Z"))
+    refused = fleetctl(workdir, "jobs", "submit", "ok.yaml", "past.yaml")
+    assert refused.returncode == 2, refused.stderr
+    assert "past.yaml:8:15: deadline_utc: deadline 0001-01-01T00:00:00Z is not after the submission time" \
+        in refused.stderr, refused.stderr
+    assert "no job was submitted" in refused.stderr and not (workdir / ".fleetctl").exists()
+    from datetime import datetime, timedelta, timezone
+
+    soon = (datetime.now(timezone.utc) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (workdir / "soon.yaml").write_text(job.format(id="d3", deadline=soon))
+    warned = fleetctl(workdir, "jobs", "submit", "ok.yaml", "soon.yaml")
+    assert warned.returncode == 0 and "2 job(s) submitted" in warned.stdout, warned.stderr
+    assert warned.stderr.startswith(f"soon.yaml:8:15: deadline_utc: warning: deadline {soon} is before the "
+                                    "submission time plus duration_hours (3 h, "), warned.stderr
+    assert "ok.yaml" not in warned.stderr
+
+
 def test_a_damaged_store_is_one_clear_error_not_a_traceback(workdir):
     import sqlite3
 
