@@ -18,7 +18,10 @@ The shared machinery of ``fleetctl.policy`` and ``fleetctl.jobspec``:
 
 Lines and columns are 1-based, as editors and compilers print them. Field paths
 read like ``teams.ml-research.guaranteed_gpus`` or ``jobs[2].workers``; the
-document itself is ``(root)``.
+document itself is ``(root)``. A problem in content reached through an alias
+(``*name``) is reported at the alias (at its key for ``key: *name``), where the
+path leads, and the message names the anchor (``&name``) where the content is
+written: the same text reached twice is two problems, at two places.
 """
 
 from __future__ import annotations
@@ -36,13 +39,16 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 __all__ = [
     "MAX_FILE_BYTES",
+    "Alias",
     "Document",
     "FieldPath",
     "Located",
@@ -121,12 +127,27 @@ class Position:
 
 
 @dataclass(frozen=True, slots=True)
+class Alias:
+    """An alias (``*name``) through which a value was reached: where the alias
+    is (its key for ``key: *name``), and where its anchor (``&name``) is."""
+
+    name: str
+    position: Position
+    anchor: Position
+
+    def note(self) -> str:
+        return f"(reached through the alias *{self.name}; the anchor &{self.name} is at line {self.anchor.line})"
+
+
+@dataclass(frozen=True, slots=True)
 class Located:
     """Where one value sits: its key (``None`` for sequence items and the
-    root) and the value itself."""
+    root) and the value itself; ``via`` is the alias it was reached through,
+    if any (both positions are then the alias's)."""
 
     key: Position | None
     value: Position
+    via: Alias | None = None
 
 
 # --------------------------------------------------------------------------- paths and values
@@ -238,8 +259,21 @@ class Document:
               anchor: FieldPath | None = None) -> ValidationIssue:
         """An issue about ``path``, positioned at ``anchor`` if given (for a
         field that is absent but whose problem is visible elsewhere)."""
-        pos = self.position(path if anchor is None else anchor, at=at)
+        where = path if anchor is None else anchor
+        pos = self.position(where, at=at)
+        via = self._via(where)
+        if via is not None:
+            message = f"{message} {via.note()}"
         return ValidationIssue(self.file, pos.line, pos.column, format_path(path), message)
+
+    def _via(self, path: FieldPath) -> Alias | None:
+        """The alias through which ``path`` (or, if it is absent, its nearest
+        existing parent) was reached."""
+        for cut in range(len(path), -1, -1):
+            located = self.positions.get(path[:cut])
+            if located is not None:
+                return located.via
+        return None
 
     def exists(self, path: FieldPath) -> bool:
         return path in self.positions
@@ -407,10 +441,28 @@ def _timestamp_as_text(constructor: RoundTripConstructor, node: ScalarNode) -> A
 _Constructor.add_constructor(_YAML_CORE_TAG_PREFIX + "timestamp", _timestamp_as_text)
 
 
+class _Composer(Composer):
+    """Composer that records where each alias is: ruamel returns the anchored
+    node itself for an alias, and forgets the alias's position."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: ``(id(parent node), index or id(key node))`` -> (alias name, alias mark)
+        self.alias_marks: dict[tuple[int, int], tuple[str, Any]] = {}
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if parent is not None and index is not None and self.parser.check_event(AliasEvent):
+            event = self.parser.peek_event()
+            slot = index if isinstance(index, int) else id(index)
+            self.alias_marks[(id(parent), slot)] = (str(event.anchor), event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def _yaml() -> YAML:
     # A fresh instance per document: YAML objects carry parser state.
     yaml = YAML(typ="rt", pure=True)
     yaml.Constructor = _Constructor
+    yaml.Composer = _Composer
     # Duplicates are found by our own walk (all of them, with field paths),
     # instead of ruamel stopping at the first.
     yaml.allow_duplicate_keys = True
@@ -425,7 +477,8 @@ def parse_document(text: str, file: str = "<string>") -> Document:
             # ruamel warns about re-used anchors, which YAML allows (the later
             # one wins); nothing for a person to fix, so no stderr noise.
             warnings.simplefilter("ignore")
-            node = _yaml().compose(text)
+            composing = _yaml()
+            node = composing.compose(text)
             data = _yaml().load(text)
     except MarkedYAMLError as exc:
         raise SpecError([_syntax_issue(file, exc)]) from None
@@ -456,6 +509,7 @@ def parse_document(text: str, file: str = "<string>") -> Document:
     if node is not None:
         issues.extend(_duplicate_keys(file, node))
         converter.reported.update(_duplicate_paths(node))
+        converter.aliases = _alias_sites(node, composing.composer.alias_marks)
     try:
         plain = converter.convert(data, (), _root_position(data))
     except _TooLarge as exc:
@@ -552,6 +606,37 @@ def _duplicate_paths(node: Node) -> set[FieldPath]:
     return {path for path, _, _ in _walk_mappings(node, (), set())}
 
 
+# --------------------------------------------------------------------------- aliases
+
+
+def _alias_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -> dict[FieldPath, Alias]:
+    """The path of every alias outside aliased content, with where the alias
+    and its anchor are. Aliased content is not entered (its own aliases are
+    reached through the outer one), so each node is visited once."""
+    sites: dict[FieldPath, Alias] = {}
+    stack: list[tuple[Node, FieldPath]] = [(node, ())]
+    while stack:
+        current, where = stack.pop()
+        if isinstance(current, MappingNode):
+            children = [(str(key.value), value, id(key)) for key, value in current.value
+                        if isinstance(key, ScalarNode) and str(key.tag) != _YAML_CORE_TAG_PREFIX + "merge"]
+        elif isinstance(current, SequenceNode):
+            children = [(index, item, index) for index, item in enumerate(current.value)]
+        else:
+            continue
+        for elem, child, slot in children:
+            path = where + (elem,)
+            alias = marks.get((id(current), slot))
+            if alias is None:
+                stack.append((child, path))
+                continue
+            name, mark = alias
+            anchor = child.start_mark
+            sites.setdefault(path, Alias(name, Position(mark.line + 1, mark.column + 1),
+                                         Position(anchor.line + 1, anchor.column + 1)))
+    return sites
+
+
 # --------------------------------------------------------------------------- ruamel -> plain python
 
 
@@ -593,16 +678,35 @@ class _Converter:
     reported: set[FieldPath] = field(default_factory=set)
     count: int = 0
     active: set[int] = field(default_factory=set)  # ids of collections being converted (cycle check)
+    #: The aliases outside aliased content, by path (see ``_alias_sites``).
+    aliases: dict[FieldPath, Alias] = field(default_factory=dict)
+    #: The alias through which the value being converted was reached: every
+    #: position below it is the alias's.
+    via: Alias | None = None
 
     def _issue(self, path: FieldPath, pos: Position, message: str) -> None:
+        if self.via is not None:
+            message = f"{message} {self.via.note()}"
         self.issues.append(ValidationIssue(self.file, pos.line, pos.column, format_path(path), message))
         self.reported.add(path)
 
     def convert(self, obj: Any, path: FieldPath, pos: Position, key: Position | None = None) -> Any:
+        alias = self.aliases.get(path) if self.via is None and obj is not None else None
+        if alias is None:
+            return self._convert(obj, path, pos, key)
+        # ``key: *name`` points at the key (on the alias's line), as a key's
+        # value does; a sequence item at the alias itself.
+        self.via = Alias(alias.name, key or alias.position, alias.anchor)
+        try:
+            return self._convert(obj, path, self.via.position, key)
+        finally:
+            self.via = None
+
+    def _convert(self, obj: Any, path: FieldPath, pos: Position, key: Position | None = None) -> Any:
         self.count += 1
         if self.count > MAX_VALUES:
             raise _TooLarge(f"the document expands to more than {MAX_VALUES} values (an alias loop or bomb?)")
-        self.positions.setdefault(path, Located(key=key, value=pos))
+        self.positions.setdefault(path, Located(key=key, value=pos, via=self.via))
         if len(path) > MAX_DEPTH:
             self._issue(path, pos, f"nested more than {MAX_DEPTH} levels deep")
             return None
@@ -643,7 +747,7 @@ class _Converter:
     def _mapping(self, obj: CommentedMap, path: FieldPath, pos: Position) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for k in list(obj.keys()):
-            key_pos, value_pos = self._entry(obj, k, pos)
+            key_pos, value_pos = (pos, pos) if self.via is not None else self._entry(obj, k, pos)
             if not isinstance(k, str):
                 self._issue(path + (describe_value(k),), key_pos,
                             f"mapping keys must be strings (got {describe_value(k)}); quote the key")
@@ -684,6 +788,8 @@ class _Converter:
                 item_pos = last
             if (item_pos.line, item_pos.column) < (last.line, last.column):
                 item_pos = last  # an alias: ruamel gives its anchor's position
+            if self.via is not None:
+                item_pos = pos
             out.append(self.convert(item, path + (index,), item_pos))
             last = item_pos
         return out

@@ -304,6 +304,50 @@ def test_broken_jobs_are_reported_at_the_right_place(
     assert str(issue).startswith(f"{path}:{line}:{column}: {field_path or '(root)'}: ")
 
 
+def test_errors_in_aliased_jobs_point_at_the_alias(tmp_path: Path) -> None:
+    """Content reached through an alias is reported where the alias is (the
+    path leads there), naming the anchor, not at the anchor's lines: the
+    duplicate below is the alias on line 10, not the id on line 3."""
+    path = write(tmp_path, """
+        jobs:
+          - &b
+            id: a
+            team: ml-research
+            priority: batch
+            gpus_per_worker: 1
+            vcpus_per_worker: 1
+            memory_gib_per_worker: 1
+            duration_hours: 1
+          - *b
+    """)
+    rendered = [str(i).removeprefix(f"{path}:") for i in issues_of(path)]
+    note = "(reached through the alias *b; the anchor &b is at line 2)"
+    assert f"10:5: jobs[1].id: duplicate job id 'a' (first used at line 3) {note}" in rendered, rendered
+    assert len(rendered) == 1 and not [r for r in rendered if r.startswith(("2:", "3:", "4:", "5:", "6:", "7:", "8:", "9:"))], rendered
+
+
+def test_an_error_in_anchored_content_is_reported_at_the_anchor_and_at_each_alias(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        jobs:
+          - id: a
+            team: ml-research
+            priority: batch
+            gpus_per_worker: 1
+            vcpus_per_worker: 1
+            memory_gib_per_worker: 1
+            duration_hours: &d -1
+          - {id: b, team: ml-research, priority: batch, gpus_per_worker: 1, vcpus_per_worker: 1,
+             memory_gib_per_worker: 1, duration_hours: *d}
+    """)
+    rendered = [str(i).removeprefix(f"{path}:") for i in issues_of(path)]
+    assert rendered == [
+        "8:21: jobs[0].duration_hours: must be greater than 0 (got -1)",
+        # ``key: *name`` is reported at its key, on the alias's line.
+        "10:32: jobs[1].duration_hours: must be greater than 0 (got -1) (reached through the alias *d; the anchor "
+        "&d is at line 8)",
+    ], rendered
+
+
 def test_policy_checks_apply_only_with_a_policy(tmp_path: Path) -> None:
     path = write(tmp_path, _HEAD.replace("priority: batch", "priority: urgent") + "    gpu_models: [K80]\n")
     assert load_jobs(path, submitted_at_utc=NOW)[0].priority == "urgent"

@@ -134,6 +134,20 @@ def test_anchors_and_aliases_are_allowed(tmp_path: Path) -> None:
     assert teams["c"] == model.Team("c", 8, 32, 3.0)
 
 
+def test_an_error_reached_through_an_alias_is_reported_at_the_alias(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        budget: {max_usd_per_hour: 100, max_gpus: 64}
+        teams:
+          a: &team {guaranteed_gpus: 8, burst_gpus: -1}
+          b: *team
+    """)
+    assert [str(i).removeprefix(f"{path}:") for i in issues_of(path)] == [
+        "3:45: teams.a.burst_gpus: must be greater than or equal to 0 (got -1)",
+        "4:3: teams.b.burst_gpus: must be greater than or equal to 0 (got -1) (reached through the alias *team; the "
+        "anchor &team is at line 3)",
+    ]
+
+
 # --------------------------------------------------------------------------- broken policies
 
 _OK = "budget:\n  max_usd_per_hour: 100\n"
