@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import datetime, timedelta, timezone
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema
@@ -52,7 +53,16 @@ from fleetctl.yamlerrors import (
     read_document,
 )
 
-__all__ = ["JobSpec", "jobs_from_document", "jobs_json_schema", "load_jobs", "parse_utc_timestamp"]
+__all__ = [
+    "JobSource",
+    "JobSpec",
+    "job_sources_from_document",
+    "jobs_from_document",
+    "jobs_json_schema",
+    "load_job_sources",
+    "load_jobs",
+    "parse_utc_timestamp",
+]
 
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -259,6 +269,20 @@ def _to_core(spec: JobSpec, submitted_at_utc: datetime) -> model.Job:
     )
 
 
+@dataclass(frozen=True)
+class JobSource:
+    """A valid job and where it is written: the job at ``at`` in ``doc``."""
+
+    job: model.Job
+    doc: Document
+    at: FieldPath
+
+    def issue(self, field: str, message: str) -> ValidationIssue:
+        """An issue about ``field`` of this job (at the job when the field is
+        absent from the file)."""
+        return self.doc.issue(self.at + (field,), message)
+
+
 def _job_entries(doc: Document) -> tuple[list[tuple[FieldPath, Any]], list[ValidationIssue]]:
     """Where the jobs are: ``(path, raw job)`` for each, and issues of the
     file's outer shape."""
@@ -299,13 +323,23 @@ def jobs_from_document(
     every issue found. Jobs come back in file order. ``warn`` receives the
     warnings of valid jobs (a deadline sooner than submission plus duration),
     once the whole document is valid."""
+    sources = job_sources_from_document(doc, submitted_at_utc=submitted_at_utc, policy=policy, warn=warn)
+    return tuple(source.job for source in sources)
+
+
+def job_sources_from_document(
+    doc: Document, *, submitted_at_utc: datetime, policy: model.Policy | None = None,
+    warn: Callable[[ValidationIssue], None] | None = None,
+) -> tuple[JobSource, ...]:
+    """:func:`jobs_from_document`, each job with where it is written (to
+    report a problem found later, e.g. by the store, at the job)."""
     if submitted_at_utc.tzinfo is None or submitted_at_utc.utcoffset() is None:
         raise ValueError("submitted_at_utc must be timezone-aware")
     submitted = submitted_at_utc.astimezone(timezone.utc)
 
     entries, issues = _job_entries(doc)
     issues = list(doc.issues) + issues
-    jobs: list[model.Job] = []
+    jobs: list[JobSource] = []
     warnings: list[ValidationIssue] = []
     first_line_of_id: dict[str, int] = {}
     for at, raw in entries:
@@ -325,7 +359,7 @@ def jobs_from_document(
             rules = _job_rules(spec, doc, at, policy, submitted)
             issues.extend(rules)
             if not rules:
-                jobs.append(_to_core(spec, submitted))
+                jobs.append(JobSource(_to_core(spec, submitted), doc, at))
                 warning = _deadline_warning(spec, doc, at, submitted)
                 if warning is not None:
                     warnings.append(warning)
@@ -356,6 +390,15 @@ def load_jobs(
     ``FILE:LINE:COLUMN: field.path: message``.
     """
     return jobs_from_document(read_document(path), submitted_at_utc=submitted_at_utc, policy=policy, warn=warn)
+
+
+def load_job_sources(
+    path: str | os.PathLike[str], *, submitted_at_utc: datetime, policy: model.Policy | None = None,
+    warn: Callable[[ValidationIssue], None] | None = None,
+) -> tuple[JobSource, ...]:
+    """:func:`load_jobs`, each job with where it is written."""
+    return job_sources_from_document(read_document(path), submitted_at_utc=submitted_at_utc, policy=policy,
+                                     warn=warn)
 
 
 def jobs_json_schema() -> dict[str, Any]:

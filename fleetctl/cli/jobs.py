@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 import json
+import os
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -37,36 +39,59 @@ def submit(
     warning on stderr, and the job is submitted.
     Re-submitting an identical job is a no-op (one that finished or was cancelled is
     not run again, and the output says so); a different job under an existing id is
-    refused: ids are never reused."""
-    from fleetctl.jobspec import load_jobs
+    refused, at that job, with the fields that differ: ids are never reused. An id in
+    two files is an error at the second, naming the first; a file given twice is read
+    once."""
+    from fleetctl.jobspec import JobSource, load_job_sources
     from fleetctl.store import DuplicateJob
     from fleetctl.yamlerrors import SpecError
 
     pol, _ = load_policy_or_exit(policy, code=2)
     now = utcnow()
-    jobs = []
+    sources: list[JobSource] = []
     warnings = []
     bad = False
-    for path in files:
+    for path in _distinct_files(files):
         try:
-            jobs.extend(load_jobs(path, submitted_at_utc=now, policy=pol, warn=warnings.append))
+            sources.extend(load_job_sources(path, submitted_at_utc=now, policy=pol, warn=warnings.append))
         except SpecError as exc:
             bad = True
             for issue in exc.issues:
                 err_console.print(str(issue), markup=False)
     if bad:
         fail("no job was submitted", 2)
-    ids = [j.job_id for j in jobs]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        fail(f"job ids appear in more than one file: {', '.join(dupes)}; no job was submitted", 2)
+    first: dict[str, JobSource] = {}
+    for source in sources:
+        job_id = source.job.job_id
+        if job_id in first:  # within a file the parser has refused it already
+            bad = True
+            other = first[job_id]
+            where = other.doc.position(other.at + ("id",))
+            err_console.print(str(source.issue("id", f"job id {job_id!r} is also used at {other.doc.file}:"
+                                                     f"{where.line}:{where.column}; ids are unique across the "
+                                                     "files of a submission")), markup=False)
+        first.setdefault(job_id, source)
+    if bad:
+        fail("no job was submitted", 2)
     for warning in warnings:
         err_console.print(str(warning), markup=False)
+    jobs = [source.job for source in sources]
+    ids = [j.job_id for j in jobs]
     store = open_store(state)
     try:
         try:
             added, unchanged = store.add_jobs(jobs, now)
         except DuplicateJob as exc:
+            changed = []
+            for job_id, job_state, changes in exc.conflicts:
+                source = first[job_id]
+                state_text = f" ({job_state})" if job_state else ""
+                for name, old, new in changes:
+                    changed.append(source.issue(
+                        name, f"job {job_id!r} already exists{state_text} with a different {name}: "
+                              f"{_spec_value(old)} -> {_spec_value(new)}"))
+            for issue in sorted(changed):
+                err_console.print(str(issue), markup=False)
             fail(f"{exc}; no job was submitted (a job id is never reused, even after the job finished or was "
                  "cancelled: give the changed job a new id)", 2)
         states = store.job_states(ids) if unchanged else {}
@@ -82,6 +107,38 @@ def submit(
                  for name, found in sorted(finished.items())]
         console.print(f"{sum(map(len, finished.values()))} of them finished and will not run again "
                       f"({'; '.join(parts)}); to run a job again, give it a new id", markup=False)
+
+
+def _distinct_files(files: list[Path]) -> list[Path]:
+    """``files`` without repeats: a file named twice (or by two paths) is one
+    file, not two files with the same job ids."""
+    seen: set[Any] = set()
+    out = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            ident: Any = (st.st_dev, st.st_ino)
+        except OSError:  # the reader reports it
+            ident = os.path.abspath(path)
+        if ident not in seen:
+            seen.add(ident)
+            out.append(path)
+    return out
+
+
+def _spec_value(value: Any) -> str:
+    """A job field's value as a job file writes it."""
+    if value is None:
+        return "null (absent)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(map(_spec_value, value)) + "]" if value else "[] (any)"
+    return str(value)
 
 
 @app.command()

@@ -59,10 +59,19 @@ class LeaseHeld(StoreError):
 
 
 class DuplicateJob(StoreError):
-    def __init__(self, job_id: str, state: str = "") -> None:
-        super().__init__(f"job {job_id!r} already exists with a different spec" + (f" ({state})" if state else ""))
+    """Job ids already stored with another spec. ``conflicts`` holds
+    ``(job id, stored state, changes)`` for each, ``changes`` being
+    ``(field, stored value, new value)`` for each ``Job`` field that differs;
+    ``job_id`` and ``state`` are the first's."""
+
+    def __init__(self, job_id: str, state: str = "", changes: tuple[tuple[str, Any, Any], ...] = (),
+                 more: tuple[tuple[str, str, tuple[tuple[str, Any, Any], ...]], ...] = ()) -> None:
+        others = f" (and {len(more)} more: {', '.join(repr(m[0]) for m in more)})" if more else ""
+        super().__init__(f"job {job_id!r} already exists with a different spec" + (f" ({state})" if state else "")
+                         + others)
         self.job_id = job_id
         self.state = state
+        self.conflicts = ((job_id, state, changes), *more)
 
 
 def default_url(cwd: Path | None = None) -> str:
@@ -216,9 +225,11 @@ class Store:
 
     def add_jobs(self, jobs: Iterable[Job], now: datetime) -> tuple[int, int]:
         """Store new jobs. Re-submitting an identical spec is a no-op; a
-        different spec under an existing id raises ``DuplicateJob`` and
-        nothing is stored. Returns (added, unchanged)."""
+        different spec under an existing id raises ``DuplicateJob`` (naming
+        every such job and what differs) and nothing is stored. Returns (added,
+        unchanged)."""
         added = unchanged = 0
+        conflicts: list[tuple[str, str, tuple[tuple[str, Any, Any], ...]]] = []
         with self.transaction(), self._tx() as conn:
             for job in jobs:
                 row = conn.execute(
@@ -229,7 +240,8 @@ class Store:
                     if _same_spec(old, job):
                         unchanged += 1
                         continue
-                    raise DuplicateJob(job.job_id, row.state)
+                    conflicts.append((job.job_id, row.state, _spec_changes(old, job)))
+                    continue
                 conn.execute(
                     tables.jobs.insert().values(
                         job_id=job.job_id,
@@ -240,6 +252,8 @@ class Store:
                     )
                 )
                 added += 1
+            if conflicts:  # inside the transaction: nothing of the batch lands
+                raise DuplicateJob(*conflicts[0], more=tuple(conflicts[1:]))
         return added, unchanged
 
     def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
@@ -651,5 +665,11 @@ class Store:
 def _same_spec(a: Job, b: Job) -> bool:
     """Same job spec, ignoring what the controller wrote as the job ran
     (state, bindings, progress, reclaims: ``JOB_RUNTIME_FIELDS``)."""
-    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(Job)
-               if f.name not in JOB_RUNTIME_FIELDS)
+    return not _spec_changes(a, b)
+
+
+def _spec_changes(old: Job, new: Job) -> tuple[tuple[str, Any, Any], ...]:
+    """``(field, old value, new value)`` for each spec field that differs, in
+    ``Job`` field order (runtime fields, as in ``_same_spec``, do not count)."""
+    return tuple((f.name, getattr(old, f.name), getattr(new, f.name)) for f in dataclasses.fields(Job)
+                 if f.name not in JOB_RUNTIME_FIELDS and getattr(old, f.name) != getattr(new, f.name))

@@ -298,6 +298,31 @@ def test_submit_refuses_a_past_deadline_and_warns_of_one_too_soon(workdir):
     assert "ok.yaml" not in warned.stderr
 
 
+def test_submit_names_the_file_and_line_of_a_repeated_id_and_of_a_changed_job(workdir):
+    shutil.copy(workdir / "examples" / "jobs.yaml", workdir / "a.yaml")
+    shutil.copy(workdir / "examples" / "jobs.yaml", workdir / "b.yaml")
+    both = fleetctl(workdir, "jobs", "submit", "a.yaml", "b.yaml")
+    assert both.returncode == 2 and not (workdir / ".fleetctl").exists(), both.stderr
+    assert "b.yaml:18:9: jobs[0].id: job id 'llm-pretrain-7b' is also used at a.yaml:18:9; ids are unique across " \
+        "the files of a submission" in both.stderr, both.stderr
+    assert both.stderr.count("is also used at a.yaml:") == len(example_job_ids())
+    twice = fleetctl(workdir, "jobs", "submit", "a.yaml", "./a.yaml", str(workdir / "a.yaml"))  # one file
+    assert twice.returncode == 0 and f"{len(example_job_ids())} job(s) submitted" in twice.stdout, twice.stderr
+    changed = (workdir / "a.yaml").read_text().replace("duration_hours: 48", "duration_hours: 49", 1)
+    (workdir / "a.yaml").write_text(changed.replace("gpu_models: [L4, A10G]", "gpu_models: [L4]", 1))
+    refused = fleetctl(workdir, "jobs", "submit", "a.yaml")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines()[:2] == [
+        "a.yaml:26:21: jobs[0].duration_hours: job 'llm-pretrain-7b' already exists (queued) with a different "
+        "duration_hours: 48 -> 49",
+        "a.yaml:71:17: jobs[5].gpu_models: job 'eval-benchmark-suite' already exists (queued) with a different "
+        "gpu_models: [A10G, L4] -> [L4]",
+    ], refused.stderr
+    assert "no job was submitted" in refused.stderr
+    stored = json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout)
+    assert {j["id"]: j["duration_hours"] for j in stored}["llm-pretrain-7b"] == 48
+
+
 def test_a_damaged_store_is_one_clear_error_not_a_traceback(workdir):
     import sqlite3
 

@@ -43,9 +43,15 @@ def test_jobs_round_trip_and_resubmit(store):
     assert [j.job_id for j in store.jobs()] == ["a", "b"]
     assert store.jobs()[0] == jobs[1]
     assert store.add_jobs([jobs[0]], T0) == (0, 1)  # identical: no-op
-    with pytest.raises(DuplicateJob):
-        store.add_jobs([job("c"), replace(jobs[0], gpus_per_worker=4)], T0)
+    with pytest.raises(DuplicateJob) as info:
+        store.add_jobs([job("c"), replace(jobs[0], gpus_per_worker=4),
+                        replace(jobs[1], workers=3, spot_eligible=True)], T0)
     assert [j.job_id for j in store.jobs()] == ["a", "b"]  # nothing of the failed batch landed
+    assert info.value.conflicts == (  # every changed job, with what differs (stored -> new)
+        ("b", "queued", (("gpus_per_worker", 2, 4),)),
+        ("a", "queued", (("workers", 1, 3), ("spot_eligible", None, True))),
+    )
+    assert str(info.value) == "job 'b' already exists with a different spec (queued) (and 1 more: 'a')"
     store.put_job(replace(jobs[0], state=JobState.SUCCEEDED), T0)
     assert [j.job_id for j in store.jobs(active_only=True)] == ["a"]
 
