@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -86,6 +87,48 @@ def _describe_need(job: Job) -> str:
     if job.workers > 1:
         return f"needs {job.workers} workers of {what} in one zone"
     return f"needs {what}"
+
+
+def _describe_worker(job: Job) -> str:
+    gpu_memory = (f"{job.gpu_memory_gib_per_gpu:g} GiB per GPU, "
+                  if job.gpus_per_worker and job.gpu_memory_gib_per_gpu else "")
+    return f"{gpu_memory}{job.vcpus_per_worker:g} vCPU, {job.memory_gib_per_worker:g} GiB per worker"
+
+
+def _describe_offer(offer: Offer) -> str:
+    it = offer.instance_type
+    gpus = f"{it.gpu_count} x {it.gpu_model} ({it.gpu_memory_gib:g} GiB each), " if it.gpu_count else ""
+    return f"{it.name}: {gpus}{it.vcpus} vCPU, {it.memory_gib:g} GiB"
+
+
+@dataclass(frozen=True, slots=True)
+class _Dimension:
+    """One thing a worker needs of a node, for saying which one no offer has."""
+
+    name: str
+    need: float
+    have: Callable[[Offer], float]
+    unit: str
+
+    def fits(self, offer: Offer) -> bool:
+        return self.have(offer) >= self.need
+
+    def show(self, value: float) -> str:
+        return f"{value:g}{self.unit}"
+
+
+def _worker_dimensions(job: Job) -> list[_Dimension]:
+    """What one worker needs of a node (the GPU model is checked before)."""
+    dims = []
+    if job.gpus_per_worker:
+        dims.append(_Dimension("GPUs per node", job.gpus_per_worker, lambda o: o.instance_type.gpu_count, ""))
+        if job.gpu_memory_gib_per_gpu:
+            dims.append(_Dimension("GPU memory per GPU", job.gpu_memory_gib_per_gpu,
+                                   lambda o: o.instance_type.gpu_memory_gib, " GiB"))
+    dims.append(_Dimension("vCPUs per node", job.vcpus_per_worker, lambda o: o.instance_type.vcpus, ""))
+    dims.append(_Dimension("memory per node", job.memory_gib_per_worker, lambda o: o.instance_type.memory_gib,
+                           " GiB"))
+    return dims
 
 
 @dataclass(slots=True)
@@ -702,10 +745,32 @@ class _Pass:
         usable = [o for o in models if spot_ok or o.market is Market.ON_DEMAND]
         if not usable:
             return Reason.NO_ALLOWED_OFFER, f"{_describe_need(job)}; only spot offers have it and the job may not use spot"
+        dims = _worker_dimensions(job)
+        short = [(dim, [o for o in usable if not dim.fits(o)]) for dim in dims]
+        # Dimensions no allowed offer satisfies: name each with the most any offer has.
+        blocking = [dim for dim, lacking in short if len(lacking) == len(usable)]
+        need = f"{_describe_need(job)} ({_describe_worker(job)})"
+        if blocking:
+            parts = []
+            for dim in blocking:
+                best = max(usable, key=lambda o, d=dim: (d.have(o), o.key))
+                parts.append(f"{dim.name}: needs {dim.show(dim.need)}, the most an allowed offer has is "
+                             f"{dim.show(dim.have(best))} ({_describe_offer(best)})")
+            return Reason.GANG_DOES_NOT_FIT, f"{need}; no allowed offer has enough {'; '.join(parts)}"
+        if any(lacking for _, lacking in short) and not any(all(d.fits(o) for d in dims) for o in usable):
+            # Each dimension fits some offer, none fits them all: the offer short of the fewest.
+            closest = max(usable, key=lambda o: (sum(d.fits(o) for d in dims), o.instance_type.gpu_count,
+                                                 o.instance_type.vcpus, o.instance_type.memory_gib, o.key))
+            lacks = ", ".join(f"{d.name} {d.show(d.have(closest))} of {d.show(d.need)}" for d in dims
+                              if not d.fits(closest))
+            return Reason.GANG_DOES_NOT_FIT, (
+                f"{need}; no allowed offer has all of it at once: the closest, {_describe_offer(closest)}, "
+                f"has {lacks}"
+            )
         largest = max(usable, key=lambda o: (o.instance_type.gpu_count, o.instance_type.vcpus, o.key))
         it = largest.instance_type
         return Reason.GANG_DOES_NOT_FIT, (
-            f"{_describe_need(job)} ({job.vcpus_per_worker:g} vCPU, {job.memory_gib_per_worker:g} GiB per worker); "
+            f"{need}; "
             f"the largest allowed offer has {it.gpu_count} x {it.gpu_model}, {it.vcpus} vCPU, {it.memory_gib:g} GiB ({it.name})"
         )
 

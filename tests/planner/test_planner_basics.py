@@ -65,9 +65,37 @@ def test_unplaceable_gang_says_why():
     p = run(queue=[job("huge", gpus=16)], offers=[offer(gpus=8)])
     (u,) = p.unplaced
     assert u.reason is Reason.GANG_DOES_NOT_FIT
-    assert "largest allowed offer has 8 x A100-80GB" in u.detail
+    assert "no allowed offer has enough GPUs per node: needs 16, the most an allowed offer has is 8 (g8: 8 x " \
+           "A100-80GB (80 GiB each), 96 vCPU, 1024 GiB)" in u.detail, u.detail
     p = run(queue=[job("h", gpus=1, models=("H100-80GB",))], offers=[offer(gpus=8)])
     assert p.unplaced[0].reason is Reason.NO_ALLOWED_OFFER
+
+
+def test_unplaceable_job_names_the_dimension_no_offer_has_and_the_best_there_is():
+    """The detail names what blocks (GPU memory per GPU, memory, vCPUs, GPU
+    count) with the most any allowed offer has of it, not the offer with the
+    most GPUs: the one with the most of the missing dimension."""
+    from dataclasses import replace
+
+    offers = [offer("g8", gpus=8, memory_gib=1024), offer("g1", gpus=1, vcpus=8, memory_gib=2048,
+                                                         gpu_memory_gib=94.0)]
+    p = run(queue=[replace(job("big3", gpus=1), gpu_memory_gib_per_gpu=500.0)], offers=offers)
+    (u,) = p.unplaced
+    assert u.reason is Reason.GANG_DOES_NOT_FIT
+    assert u.detail == ("needs 1 x any GPU (500 GiB per GPU, 4 vCPU, 16 GiB per worker); no allowed offer has "
+                        "enough GPU memory per GPU: needs 500 GiB, the most an allowed offer has is 94 GiB (g1: 1 x "
+                        "A100-80GB (94 GiB each), 8 vCPU, 2048 GiB)"), u.detail
+    (u,) = run(queue=[job("mem", gpus=1, memory_gib=4000, vcpus=200)], offers=offers).unplaced
+    assert u.reason is Reason.GANG_DOES_NOT_FIT
+    assert u.detail.endswith("no allowed offer has enough vCPUs per node: needs 200, the most an allowed offer has "
+                             "is 96 (g8: 8 x A100-80GB (80 GiB each), 96 vCPU, 1024 GiB); memory per node: needs 4000 "
+                             "GiB, the most an allowed offer has is 2048 GiB (g1: 1 x A100-80GB (94 GiB each), 8 vCPU, "
+                             "2048 GiB)"), u.detail
+    # Each need fits some offer, no offer fits them all: the closest offer and what it lacks.
+    (u,) = run(queue=[job("both", gpus=1, memory_gib=1500, vcpus=64)], offers=offers).unplaced
+    assert u.reason is Reason.GANG_DOES_NOT_FIT
+    assert "no allowed offer has all of it at once: the closest, g8: 8 x A100-80GB (80 GiB each), 96 vCPU, 1024 GiB, " \
+           "has memory per node 1024 GiB of 1500 GiB" in u.detail, u.detail
 
 
 def test_budget_cap_leaves_job_queued():
