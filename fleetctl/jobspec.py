@@ -157,11 +157,12 @@ class JobSpec(StrictModel):
 
 
 def _job_rules(spec: JobSpec, doc: Document, at: FieldPath, policy: model.Policy | None,
-               submitted_at_utc: datetime) -> list[ValidationIssue]:
+               submitted_at_utc: datetime, stored: Callable[[str], bool] | None = None) -> list[ValidationIssue]:
     """Rules relating the fields of one job, the job to its submission time,
     and the job to the policy."""
     issues: list[ValidationIssue] = []
-    if spec.deadline_utc is not None and spec.deadline_utc <= submitted_at_utc:
+    if spec.deadline_utc is not None and spec.deadline_utc <= submitted_at_utc \
+            and not (stored is not None and stored(spec.id)):
         issues.append(doc.issue(
             at + ("deadline_utc",),
             f"deadline {_utc_text(spec.deadline_utc)} is not after the submission time "
@@ -317,19 +318,24 @@ def _job_entries(doc: Document) -> tuple[list[tuple[FieldPath, Any]], list[Valid
 
 def jobs_from_document(
     doc: Document, *, submitted_at_utc: datetime, policy: model.Policy | None = None,
-    warn: Callable[[ValidationIssue], None] | None = None,
+    warn: Callable[[ValidationIssue], None] | None = None, stored: Callable[[str], bool] | None = None,
 ) -> tuple[model.Job, ...]:
     """Validate a parsed document as job specs; raise :class:`SpecError` with
     every issue found. Jobs come back in file order. ``warn`` receives the
     warnings of valid jobs (a deadline sooner than submission plus duration),
-    once the whole document is valid."""
-    sources = job_sources_from_document(doc, submitted_at_utc=submitted_at_utc, policy=policy, warn=warn)
+    once the whole document is valid. ``stored(job_id)`` (optional) says
+    whether a job id is already in the queue: such a job's deadline is not
+    checked against this submission's time, since it was when the job was
+    first submitted (re-submitting an identical job stays a no-op after its
+    deadline has passed, and the store refuses a changed one)."""
+    sources = job_sources_from_document(doc, submitted_at_utc=submitted_at_utc, policy=policy, warn=warn,
+                                        stored=stored)
     return tuple(source.job for source in sources)
 
 
 def job_sources_from_document(
     doc: Document, *, submitted_at_utc: datetime, policy: model.Policy | None = None,
-    warn: Callable[[ValidationIssue], None] | None = None,
+    warn: Callable[[ValidationIssue], None] | None = None, stored: Callable[[str], bool] | None = None,
 ) -> tuple[JobSource, ...]:
     """:func:`jobs_from_document`, each job with where it is written (to
     report a problem found later, e.g. by the store, at the job)."""
@@ -356,11 +362,13 @@ def job_sources_from_document(
         spec, errors = doc.validate(JobSpec, raw, at)
         issues.extend(errors)
         if spec is not None:
-            rules = _job_rules(spec, doc, at, policy, submitted)
+            rules = _job_rules(spec, doc, at, policy, submitted, stored)
             issues.extend(rules)
             if not rules:
                 jobs.append(JobSource(_to_core(spec, submitted), doc, at))
                 warning = _deadline_warning(spec, doc, at, submitted)
+                if warning is not None and stored is not None and stored(spec.id):
+                    warning = None  # warned of when it was first submitted
                 if warning is not None:
                     warnings.append(warning)
     if issues:
@@ -394,11 +402,12 @@ def load_jobs(
 
 def load_job_sources(
     path: str | os.PathLike[str], *, submitted_at_utc: datetime, policy: model.Policy | None = None,
-    warn: Callable[[ValidationIssue], None] | None = None,
+    warn: Callable[[ValidationIssue], None] | None = None, stored: Callable[[str], bool] | None = None,
 ) -> tuple[JobSource, ...]:
-    """:func:`load_jobs`, each job with where it is written."""
+    """:func:`load_jobs`, each job with where it is written; ``stored`` as in
+    :func:`jobs_from_document`."""
     return job_sources_from_document(read_document(path), submitted_at_utc=submitted_at_utc, policy=policy,
-                                     warn=warn)
+                                     warn=warn, stored=stored)
 
 
 def jobs_json_schema() -> dict[str, Any]:

@@ -225,6 +225,13 @@ def open_store(option: str | None, *, must_exist: bool = False) -> Store:
         fail(str(exc))
 
 
+def store_may_exist(option: str | None) -> bool:
+    """False only when the store (as :func:`open_store` would pick it) is a SQLite
+    file that does not exist: then nothing is stored in it yet."""
+    is_sqlite, database = _sqlite_database(option or default_url())
+    return not (is_sqlite and database not in (None, "", ":memory:") and not Path(database).exists())
+
+
 def _sqlite_database(url: str) -> tuple[bool, str | None]:
     """(is it SQLite, its database path: None, "" or ":memory:" when in memory); (False, None) for
     other databases and URLs SQLAlchemy cannot parse (Store reports those)."""

@@ -12,7 +12,8 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, open_store, utcnow
+from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, open_store, \
+    store_may_exist, utcnow
 from fleetctl.codec import job_to_dict
 from fleetctl.model import JobState
 
@@ -41,19 +42,51 @@ def submit(
     not run again, and the output says so); a different job under an existing id is
     refused, at that job, with the fields that differ: ids are never reused. An id in
     two files is an error at the second, naming the first; a file given twice is read
-    once."""
+    once. A job already in the queue is not checked against the deadline rule again:
+    re-submitting the same file stays a no-op after one of its deadlines passes."""
+    pol, _ = load_policy_or_exit(policy, code=2)
+    now = utcnow()
+    store = _OpenedOnUse(state)
+    try:
+        _submit(files, pol, now, store)
+    finally:
+        store.close()
+
+
+class _OpenedOnUse:
+    """The state store, opened when first needed: files with errors leave no store behind."""
+
+    def __init__(self, state: str | None) -> None:
+        self._state, self._store = state, None
+
+    def get(self):  # noqa: ANN201
+        if self._store is None:
+            self._store = open_store(self._state)
+        return self._store
+
+    def holds(self, job_id: str) -> bool:
+        """Whether ``job_id`` is stored; a store not created yet holds nothing (and is not created here)."""
+        if self._store is None and not store_may_exist(self._state):
+            return False
+        return bool(self.get().job_states([job_id]))
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def _submit(files: list[Path], pol, now: datetime, opened: _OpenedOnUse) -> None:  # noqa: ANN001
     from fleetctl.jobspec import JobSource, load_job_sources
     from fleetctl.store import DuplicateJob
     from fleetctl.yamlerrors import SpecError
 
-    pol, _ = load_policy_or_exit(policy, code=2)
-    now = utcnow()
     sources: list[JobSource] = []
     warnings = []
     bad = False
     for path in _distinct_files(files):
         try:
-            sources.extend(load_job_sources(path, submitted_at_utc=now, policy=pol, warn=warnings.append))
+            sources.extend(load_job_sources(path, submitted_at_utc=now, policy=pol, warn=warnings.append,
+                                            stored=opened.holds))  # asked only of deadlines past or too soon
         except SpecError as exc:
             bad = True
             for issue in exc.issues:
@@ -77,26 +110,23 @@ def submit(
         err_console.print(str(warning), markup=False)
     jobs = [source.job for source in sources]
     ids = [j.job_id for j in jobs]
-    store = open_store(state)
+    store = opened.get()
     try:
-        try:
-            added, unchanged = store.add_jobs(jobs, now)
-        except DuplicateJob as exc:
-            changed = []
-            for job_id, job_state, changes in exc.conflicts:
-                source = first[job_id]
-                state_text = f" ({job_state})" if job_state else ""
-                for name, old, new in changes:
-                    changed.append(source.issue(
-                        name, f"job {job_id!r} already exists{state_text} with a different {name}: "
-                              f"{_spec_value(old)} -> {_spec_value(new)}"))
-            for issue in sorted(changed):
-                err_console.print(str(issue), markup=False)
-            fail(f"{exc}; no job was submitted (a job id is never reused, even after the job finished or was "
-                 "cancelled: give the changed job a new id)", 2)
-        states = store.job_states(ids) if unchanged else {}
-    finally:
-        store.close()
+        added, unchanged = store.add_jobs(jobs, now)
+    except DuplicateJob as exc:
+        changed = []
+        for job_id, job_state, changes in exc.conflicts:
+            source = first[job_id]
+            state_text = f" ({job_state})" if job_state else ""
+            for name, old, new in changes:
+                changed.append(source.issue(
+                    name, f"job {job_id!r} already exists{state_text} with a different {name}: "
+                          f"{_spec_value(old)} -> {_spec_value(new)}"))
+        for issue in sorted(changed):
+            err_console.print(str(issue), markup=False)
+        fail(f"{exc}; no job was submitted (a job id is never reused, even after the job finished or was "
+             "cancelled: give the changed job a new id)", 2)
+    states = store.job_states(ids) if unchanged else {}
     console.print(f"{added} job(s) submitted, {unchanged} already in the store unchanged", markup=False)
     finished: dict[str, list[str]] = {}
     for job_id in ids:

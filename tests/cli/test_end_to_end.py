@@ -298,6 +298,35 @@ def test_submit_refuses_a_past_deadline_and_warns_of_one_too_soon(workdir):
     assert "ok.yaml" not in warned.stderr
 
 
+def test_resubmitting_a_queued_job_after_its_deadline_passed_stays_a_no_op(workdir):
+    """The deadline rule applies to a job's first submission: a cron job that re-submits
+    the same queue file must not start failing once one of its deadlines has passed."""
+    from datetime import datetime, timedelta, timezone
+
+    from fleetctl.jobspec import load_jobs
+    from fleetctl.store import Store
+
+    job = ("id: late\nteam: ml-research\npriority: batch\ngpus_per_worker: 1\nvcpus_per_worker: 4\n"
+           "memory_gib_per_worker: 14\nduration_hours: 3\ndeadline_utc: 2020-01-02T00:00:00Z\n")
+    (workdir / "late.yaml").write_text(job)
+    then = datetime(2020, 1, 1, tzinfo=timezone.utc)  # submitted a day before its deadline
+    (workdir / ".fleetctl").mkdir()
+    store = Store(f"sqlite:///{workdir / '.fleetctl' / 'state.db'}")
+    try:
+        store.add_jobs(load_jobs(workdir / "late.yaml", submitted_at_utc=then), then)
+    finally:
+        store.close()
+    again = fleetctl(workdir, "jobs", "submit", "late.yaml")
+    assert again.returncode == 0, again.stderr
+    assert "0 job(s) submitted, 1 already in the store unchanged" in again.stdout and not again.stderr
+    changed = fleetctl(workdir, "jobs", "submit", "late.yaml", "--policy", "policies/example.yaml")
+    assert changed.returncode == 0, changed.stderr
+    (workdir / "late.yaml").write_text(job.replace("duration_hours: 3", "duration_hours: 4"))
+    refused = fleetctl(workdir, "jobs", "submit", "late.yaml")  # a changed job is still refused, by the store
+    assert refused.returncode == 2 and "with a different duration_hours: 3 -> 4" in refused.stderr, refused.stderr
+    assert (datetime.now(timezone.utc) - then) > timedelta(days=1)
+
+
 def test_submit_names_the_file_and_line_of_a_repeated_id_and_of_a_changed_job(workdir):
     shutil.copy(workdir / "examples" / "jobs.yaml", workdir / "a.yaml")
     shutil.copy(workdir / "examples" / "jobs.yaml", workdir / "b.yaml")
