@@ -64,6 +64,7 @@ __all__ = [
     "parse_utc_timestamp",
 ]
 
+# Anchored for the JSON Schema; used with fullmatch (``$`` accepts a trailing newline).
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 # Least values a job may ask for (the job-trace CSV uses the same): below
@@ -75,7 +76,7 @@ MIN_CHECKPOINT_INTERVAL_MINUTES = 1.0
 
 
 def _check_job_id(value: str) -> str:
-    if _JOB_ID_RE.match(value):
+    if _JOB_ID_RE.fullmatch(value):
         return value
     raise ValueError(
         f"invalid job id {value!r}: use letters, digits, '.', '-' and '_' (at most 128, starting with a letter or "

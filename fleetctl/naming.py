@@ -15,6 +15,8 @@ import re
 from typing import Final
 
 #: Cluster names: DNS-label-like, short enough for every cloud's resource names.
+#: Check with ``fullmatch`` (``$`` also matches before a trailing newline); the
+#: ``^...$`` anchors are for the JSON Schema, whose patterns are ECMA regexes.
 CLUSTER_NAME: Final[re.Pattern[str]] = re.compile(r"^[a-z][a-z0-9-]{0,22}[a-z0-9]$")
 
 _NOT_NAME = re.compile(r"[^a-z0-9]+")

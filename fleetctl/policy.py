@@ -75,6 +75,10 @@ GPU_MODELS: tuple[str, ...] = (
 #: Cloud providers fleetctl can buy from.
 PROVIDERS: tuple[str, ...] = model.CLOUDS
 
+# The name and id patterns below are anchored ``^...$`` for the JSON Schema
+# (ECMA regexes, where ``$`` is the end of the text) and used with
+# ``fullmatch``: in Python ``$`` also matches before a final newline, so
+# ``pattern.match`` would accept "us-east-1\n".
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62})$")
 _REGION_RE = re.compile(r"^[a-z][a-z0-9-]{1,39}$")
 
@@ -92,7 +96,7 @@ def _one_of(what: str, allowed: tuple[str, ...]):  # noqa: ANN202 - returns a va
 
 def _matches(what: str, pattern: re.Pattern[str], rule: str):  # noqa: ANN202 - returns a validator
     def check(value: str) -> str:
-        if pattern.match(value):
+        if pattern.fullmatch(value):  # not match: its $ accepts a trailing newline
             return value
         raise ValueError(f"invalid {what} {value!r}: {rule}")
 

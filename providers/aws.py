@@ -307,7 +307,7 @@ def parse_event(body: str) -> dict[str, Any]:
     if not isinstance(event["detail"], dict) or not event["detail"].get("instance-id"):
         raise ValueError("detail.instance-id missing")
     instance_id = event["detail"]["instance-id"]
-    if not isinstance(instance_id, str) or not _INSTANCE_ID.match(instance_id):
+    if not isinstance(instance_id, str) or not _INSTANCE_ID.fullmatch(instance_id):
         raise ValueError(f"detail.instance-id {instance_id!r} is not an EC2 instance id")
     return event
 
@@ -513,7 +513,7 @@ class AwsProvider:
         return params
 
     def terminate(self, node_id: str, now: datetime) -> None:
-        if not _INSTANCE_ID.match(node_id):
+        if not _INSTANCE_ID.fullmatch(node_id):
             raise NodeNotFound(f"{node_id!r} is not an EC2 instance id")
         for region in self._config.regions:
             instances = self._instances(region, [], instance_ids=[node_id])

@@ -120,11 +120,11 @@ def normalise_gpu_model(raw: str, memory_gib: float | None = None) -> str | None
     chip: str | None = None
     size: int | None = None
     for token in tokens:
-        if (m := _MEMORY_TOKEN.match(token)) is not None:
+        if (m := _MEMORY_TOKEN.fullmatch(token)) is not None:
             size = int(m.group(1))
         elif token in _SINGLE_SIZE_CHIPS and chip is None:
             chip = token
-        elif (m := _MULTI_SIZE_CHIP.match(token)) is not None and chip is None:
+        elif (m := _MULTI_SIZE_CHIP.fullmatch(token)) is not None and chip is None:
             chip = m.group(1)
             if m.group(2) is not None:
                 size = int(m.group(2))
@@ -555,7 +555,7 @@ _N1_GPU_TYPE_NAME = re.compile(r"^(n1-[a-z0-9-]+)\+(\d+)x([a-z0-9-]+)$")
 def parse_gcp_n1_gpu_type_name(name: str) -> tuple[str, str, int] | None:
     """Inverse of :func:`gcp_n1_gpu_type_name`: ``(machine_type, accelerator_type,
     gpu_count)``, or ``None`` for a name that is not an N1 + GPU shape."""
-    m = _N1_GPU_TYPE_NAME.match(name)
+    m = _N1_GPU_TYPE_NAME.fullmatch(name)
     if m is None:
         return None
     return m.group(1), m.group(3), int(m.group(2))

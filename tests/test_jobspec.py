@@ -262,6 +262,13 @@ BROKEN = [
                  "must be a valid string (got 42)", id="numeric-id"),
     pytest.param(_HEAD.replace("id: a", "id: 'a b'"), None, 2, 9, "jobs[0].id",
                  "invalid job id 'a b'", id="id-with-space"),
+    # Python's $ also matches before a final newline: "a\n" was accepted (and listed as a second job "a")
+    pytest.param(_HEAD.replace("id: a", 'id: "a\\n"'), None, 2, 9, "jobs[0].id",
+                 "invalid job id 'a\\n'", id="id-with-trailing-newline"),
+    pytest.param(_HEAD.replace("team: t", 'team: "t\\n"'), None, 3, 11, "jobs[0].team",
+                 "invalid name 't\\n'", id="team-with-trailing-newline"),
+    pytest.param(_HEAD.replace("priority: batch", 'priority: "batch\\n"'), None, 4, 15, "jobs[0].priority",
+                 "invalid name 'batch\\n'", id="priority-with-trailing-newline"),
     pytest.param(_HEAD.replace("priority: batch", "priority: urgent").replace("team: t", "team: ml-research"), "policy", 4, 15, "jobs[0].priority",
                  "unknown priority class 'urgent'; the policy defines: batch, production", id="unknown-class"),
     pytest.param(_HEAD.replace("team: t", "team: ml-research") + "    gpu_models: [A100-80GB, K80]\n", "policy", 9, 29, "jobs[0].gpu_models[1]",

@@ -354,6 +354,78 @@ def test_broken_policy_is_reported_at_the_right_place(
     assert str(issue).startswith(rendered)
 
 
+# Every kind of name or id checked by a pattern, in the example policy: the
+# text to change, the name or id in it, the field path (the parent's, for a
+# mapping key) and the start of the message. Python's ``$`` also matches
+# before a final newline, so each of them accepted "NAME\\n".
+_AZURE_SUBNET = ("/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/network/providers/"
+                 "Microsoft.Network/virtualNetworks/ml/subnets/gpu")
+TRAILING_NEWLINE = [
+    pytest.param("  ml-product:", "ml-product", "teams", "invalid name", id="team"),
+    pytest.param("  production:", "production", "priority_classes", "invalid name",
+                 id="priority-class"),
+    pytest.param("default_priority_class: batch", "batch", "default_priority_class", "invalid name",
+                 id="default-priority-class"),
+    pytest.param("regions: [us-central1]", "us-central1", "infrastructure.gcp.regions[0]", "invalid region",
+                 id="region"),
+    pytest.param("    us-east-1:", "us-east-1", "infrastructure.aws", "invalid region",
+                 id="region-key"),
+    pytest.param("cluster: ml-platform", "ml-platform", "infrastructure.cluster", "invalid cluster name",
+                 id="cluster"),
+    pytest.param("controller_url: http://10.0.0.5:9109", "http://10.0.0.5:9109", "infrastructure.controller_url",
+                 "invalid controller URL", id="controller-url"),
+    pytest.param("image_id: ami-0123456789abcdef0", "ami-0123456789abcdef0", 'infrastructure.aws.us-east-1.image_id',
+                 "invalid AMI id", id="ami"),
+    pytest.param("subnet_ids: [subnet-0aaaaaaaaaaaaaaa1", "subnet-0aaaaaaaaaaaaaaa1",
+                 "infrastructure.aws.us-east-1.subnet_ids[0]", "invalid subnet id", id="subnet"),
+    pytest.param("security_group_ids: [sg-0ccccccccccccccc3]", "sg-0ccccccccccccccc3",
+                 "infrastructure.aws.us-east-1.security_group_ids[0]", "invalid security group id",
+                 id="security-group"),
+    pytest.param("project: ml-platform-prod", "ml-platform-prod", "infrastructure.gcp.project",
+                 "invalid GCP project id", id="gcp-project"),
+    pytest.param("network: global/networks/default", "global/networks/default", "infrastructure.gcp.network",
+                 "invalid GCP resource path", id="gcp-path"),
+    pytest.param("service_account_email: fleetctl-nodes@ml-platform-prod.iam.gserviceaccount.com",
+                 "fleetctl-nodes@ml-platform-prod.iam.gserviceaccount.com",
+                 "infrastructure.gcp.service_account_email", "invalid service account email", id="service-account"),
+    pytest.param("subscription_id: 00000000-0000-0000-0000-000000000000", "00000000-0000-0000-0000-000000000000",
+                 "infrastructure.azure.subscription_id", "invalid subscription id", id="azure-subscription"),
+    pytest.param("resource_group: fleetctl-ml-platform", "fleetctl-ml-platform",
+                 "infrastructure.azure.resource_group", "invalid resource group", id="azure-resource-group"),
+    pytest.param("admin_ssh_public_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyForTheExamplePolicyOnly "
+                 "fleetctl", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleKeyForTheExamplePolicyOnly fleetctl",
+                 "infrastructure.azure.admin_ssh_public_key", "invalid SSH public key", id="ssh-key"),
+    pytest.param(f"subnet_id: {_AZURE_SUBNET}", _AZURE_SUBNET, "infrastructure.azure.regions.eastus.subnet_id",
+                 "invalid Azure resource id", id="azure-resource-id"),
+]
+
+
+@pytest.mark.parametrize(("text", "value", "field_path", "message"), TRAILING_NEWLINE)
+def test_a_trailing_newline_in_a_name_or_id_is_refused(
+    tmp_path: Path, text: str, value: str, field_path: str, message: str
+) -> None:
+    original = EXAMPLE_POLICY.read_text()
+    assert original.count(text) == 1 and text.count(value) == 1, text
+    before = original[: original.index(text) + text.index(value)]
+    line = before.count("\n") + 1
+    column = len(before) - before.rfind("\n")
+    # in a double-quoted YAML scalar, \n is the newline character
+    path = tmp_path / "policy.yaml"
+    path.write_text(original.replace(text, text.replace(value, f'"{value}\\n"')), encoding="utf-8")
+    issues = issues_of(path)
+    assert len(issues) == 1, "\n".join(map(str, issues))
+    (issue,) = issues
+    assert (issue.line, issue.column) == (line, column), str(issue)
+    if text.endswith(":"):
+        # A key's issue is at the key, under its parent; how the key with its
+        # newline is shown in the path is format_path's business.
+        assert issue.field_path.startswith(field_path), str(issue)
+    else:
+        assert issue.field_path == field_path, str(issue)
+    assert issue.message.startswith(message), issue.message
+    assert str(issue).startswith(f"{path}:{line}:{column}: ")
+
+
 @pytest.mark.parametrize(
     ("raw", "line", "column", "message"),
     [

@@ -285,6 +285,8 @@ def test_nodes_are_only_this_clusters_instances(provider: AwsProvider, world: Mo
     assert [n.node_id for n in provider.nodes(NOW)] == [mine.node_id]
     with pytest.raises(NodeNotFound):  # never terminate what fleetctl did not buy
         provider.terminate(other["Instances"][0]["InstanceId"], NOW)
+    with pytest.raises(NodeNotFound, match="is not an EC2 instance id"):
+        provider.terminate(mine.node_id + "\n", NOW)
     provider.terminate(mine.node_id, NOW)
     [gone] = provider.nodes(NOW)
     assert gone.state in (NodeState.TERMINATING, NodeState.GONE)
@@ -345,7 +347,10 @@ def test_other_instances_events_and_garbage_are_dropped(provider: AwsProvider, w
     # OverflowError adding the 2-minute notice
     ({"instance-id": "i-0123456789abcdef0"}, "9999-12-31T23:59:59Z", "time '9999-12-31T23:59:59Z' is not an ISO"),
     ({"instance-id": "not-an-instance"}, None, "detail.instance-id 'not-an-instance' is not an EC2 instance id"),
-], ids=["id-list", "id-number", "time-overflow", "id-malformed"])
+    # Python's $ also matches before a final newline
+    ({"instance-id": "i-0123456789abcdef0\n"}, None,
+     "detail.instance-id 'i-0123456789abcdef0\\n' is not an EC2 instance id"),
+], ids=["id-list", "id-number", "time-overflow", "id-malformed", "id-trailing-newline"])
 def test_a_malformed_event_is_dropped_and_does_not_hide_a_real_reclaim(
         provider: AwsProvider, world: MotoWorld, caplog: pytest.LogCaptureFixture,
         detail: dict[str, Any], time: str | None, logged: str) -> None:

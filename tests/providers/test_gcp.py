@@ -170,6 +170,7 @@ def test_n1_shapes_from_sdk_types_respect_the_zone_card_limit() -> None:
     assert [t.gpu_count for t in gcp.n1_instance_types(N1_8, two_cards)] == [1, 2]
     assert gcp.n1_instance_types(N2_8, ACCELERATORS["nvidia-tesla-t4"]) == ()
     assert parse_gcp_n1_gpu_type_name("a2-highgpu-1g") is None
+    assert parse_gcp_n1_gpu_type_name("n1-standard-8+1xnvidia-tesla-v100\n") is None  # $ takes a final newline
 
 
 def test_label_values_are_valid_gcp_labels_and_stay_distinct() -> None:
