@@ -38,6 +38,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, Wi
 from fleetctl import model
 from fleetctl.naming import CLUSTER_NAME
 from fleetctl.yamlerrors import Document, SpecError, ValidationIssue, did_you_mean, read_document
+from providers import catalog
 
 __all__ = [
     "GPU_MODELS",
@@ -51,26 +52,10 @@ __all__ = [
 
 # --------------------------------------------------------------------------- vocabularies
 
-#: The normalised GPU model names used across catalogs, jobs and policies.
-GPU_MODELS: tuple[str, ...] = (
-    "A100-40GB",
-    "A100-80GB",
-    "H100-80GB",
-    "H200-141GB",
-    "B200",
-    "A10G",
-    "A10",
-    "L4",
-    "L40S",
-    "T4",
-    "T4G",
-    "V100-16GB",
-    "V100-32GB",
-    "K80",
-    "P100",
-    "P40",
-    "M60",
-)
+#: The normalised GPU model names used across catalogs, jobs and policies: the
+#: catalog's vocabulary (the keys of ``providers.catalog.GPU_MEMORY_GIB``), so
+#: every model the planner may buy can be named, allowed or left out.
+GPU_MODELS: tuple[str, ...] = catalog.GPU_MODELS
 
 #: Cloud providers fleetctl can buy from.
 PROVIDERS: tuple[str, ...] = model.CLOUDS

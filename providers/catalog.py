@@ -66,8 +66,10 @@ GPU_MEMORY_GIB: Final[Mapping[str, float]] = MappingProxyType(
     }
 )
 
-#: The normalised GPU model names.
-GPU_MODELS: Final[frozenset[str]] = frozenset(GPU_MEMORY_GIB)
+#: The normalised GPU model names, sorted: the one vocabulary of catalogs, job
+#: specs, job traces, demand series and policies (``fleetctl.policy.GPU_MODELS``
+#: is this tuple), so a policy or job can name every model the catalog sells.
+GPU_MODELS: Final[tuple[str, ...]] = tuple(sorted(GPU_MEMORY_GIB))
 
 # Chip token (lower case, as it appears in a vendor string) -> normalised name,
 # for chips that come in a single memory size.

@@ -355,6 +355,14 @@ def test_an_error_in_anchored_content_is_reported_at_the_anchor_and_at_each_alia
     ], rendered
 
 
+def test_a_job_can_ask_for_every_gpu_model_the_catalog_sells(tmp_path: Path) -> None:
+    from providers.catalog import load_catalog
+
+    sold = sorted({offer.instance_type.gpu_model for offer in load_catalog()})
+    path = write(tmp_path, _HEAD + f"    gpu_models: [{', '.join(sold)}]\n")
+    assert load_jobs(path, submitted_at_utc=NOW)[0].gpu_models == tuple(sold)  # K520 was refused
+
+
 def test_policy_checks_apply_only_with_a_policy(tmp_path: Path) -> None:
     path = write(tmp_path, _HEAD.replace("priority: batch", "priority: urgent") + "    gpu_models: [K80]\n")
     assert load_jobs(path, submitted_at_utc=NOW)[0].priority == "urgent"

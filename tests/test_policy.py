@@ -148,6 +148,20 @@ def test_an_error_reached_through_an_alias_is_reported_at_the_alias(tmp_path: Pa
     ]
 
 
+def test_a_policy_can_name_every_gpu_model_the_catalog_sells(tmp_path: Path) -> None:
+    """The planner buys from the catalog; a model it may buy that the policy
+    cannot name (K520, L40 and P4 were refused) cannot be allowed on its own."""
+    from providers.catalog import GPU_MEMORY_GIB, instance_types, load_catalog
+
+    sold = sorted({offer.instance_type.gpu_model for offer in load_catalog()})
+    assert {"K520", "M60"} <= set(sold)
+    path = write(tmp_path, _OK + f"gpu_models: [{', '.join(sold)}]\n")
+    assert load_policy(path).gpu_models == tuple(sold)
+    every = {t.gpu_model for t in instance_types().values()} | set(GPU_MEMORY_GIB)
+    assert set(GPU_MODELS) == every
+    assert set(policy_json_schema()["properties"]["gpu_models"]["items"]["enum"]) == every
+
+
 # --------------------------------------------------------------------------- broken policies
 
 _OK = "budget:\n  max_usd_per_hour: 100\n"
@@ -231,7 +245,7 @@ BROKEN = [
     ),
     pytest.param(
         _OK + "gpu_models: [A100-80GB, a100-40gb]\n",
-        3, 25, "gpu_models[1]", "unknown GPU model 'a100-40gb' (did you mean 'A100-40GB'?); allowed: A100-40GB,",
+        3, 25, "gpu_models[1]", "unknown GPU model 'a100-40gb' (did you mean 'A100-40GB'?); allowed: A10, A100-40GB,",
         id="unknown-gpu-model",
     ),
     pytest.param(
