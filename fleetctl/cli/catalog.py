@@ -53,7 +53,7 @@ def catalog(
     market: Annotated[Optional[list[str]], typer.Option(
         "--market", help="spot or on_demand (repeatable).", metavar="<str>")] = None,
     region: Annotated[Optional[list[str]], typer.Option(
-        "--region", help="Region, e.g. us-east-1 (repeatable).", metavar="<str>")] = None,
+        "--region", help="Region id, e.g. us-east-1, any case (repeatable).", metavar="<str>")] = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="Show at most this many rows in the table (0: all).")] = 50,
     output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
 ) -> None:
@@ -74,7 +74,19 @@ def catalog(
     for m in market:
         if m not in {x.value for x in Market}:
             fail(f"--market {m!r}: use spot or on_demand", 2)
-    offers = filter_offers(load_catalog(), gpu=gpu, provider=provider, market=market, region=region)
+    offers = load_catalog()
+    regions = sorted({o.region for o in offers})
+    region = [r.lower() for r in region or []]  # US-EAST-1 is us-east-1 (every cloud's ids are lower case)
+    for r in region:
+        if r not in regions:
+            from fleetctl.yamlerrors import did_you_mean
+
+            hint = did_you_mean(r, regions)
+            known = "; ".join(f"{c}: {', '.join(sorted({o.region for o in offers if o.provider == c}))}"
+                              for c in CLOUDS)
+            fail(f"--region {r!r} is not a region in the catalog" + (f" (did you mean {hint!r}?)" if hint else "")
+                 + f"; known: {known}", 2)
+    offers = filter_offers(offers, gpu=gpu, provider=provider, market=market, region=region)
     if output is OutputFormat.json:
         docs = []
         for o in offers:

@@ -603,6 +603,17 @@ def test_catalog_filters_are_checked_and_take_any_case(workdir):
     assert lower == exact and len(exact) > 0
 
 
+def test_catalog_region_is_checked_and_takes_any_case(workdir):
+    upper = json.loads(fleetctl(workdir, "catalog", "--region", "US-EAST-1", "--format", "json").stdout)  # was []
+    exact = json.loads(fleetctl(workdir, "catalog", "--region", "us-east-1", "--format", "json").stdout)
+    assert upper == exact and len(exact) > 0
+    unknown = fleetctl(workdir, "catalog", "--region", "nowhere")  # was an empty table and exit 0
+    assert unknown.returncode == 2 and "--region 'nowhere' is not a region in the catalog" in unknown.stderr
+    assert "aws: " in unknown.stderr and "us-central1" in unknown.stderr and "eastus" in unknown.stderr
+    near = fleetctl(workdir, "catalog", "--region", "us-east")
+    assert near.returncode == 2 and "(did you mean 'us-east-1'?)" in near.stderr, near.stderr
+
+
 def test_tables_are_not_cut_to_80_columns_when_piped(workdir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_") and k not in ("COLUMNS", "LINES")}
     piped = subprocess.run([*FLEETCTL, "catalog", "--gpu", "A100-80GB", "--limit", "3"], cwd=workdir, env=env,
