@@ -44,6 +44,18 @@ def cannot_create_reason(path: Path) -> str | None:
     return None
 
 
+def directory_reason(path: str) -> str | None:
+    """Why ``path``, an output file as typed, names a directory, or None: it
+    ends in a path separator, '.' or '..' (``Path`` drops a trailing separator,
+    so ``Path("out/")`` would write a file named ``out``), or it is an
+    existing directory."""
+    if os.path.basename(path) in ("", ".", ".."):
+        return "names a directory (the path ends with a separator, '.' or '..')"
+    if os.path.isdir(path):
+        return "is a directory"
+    return None
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8, line endings as given) to ``path`` all at once;
     returns the path written (a symlink's target). Creates missing parent

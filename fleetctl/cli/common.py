@@ -104,6 +104,20 @@ SeedOption = Annotated[
 ]
 
 
+def output_file_or_exit(flag: str, path: str, example_name: str) -> Path:
+    """An output file's option as typed (a str: ``Path`` would drop a trailing
+    '/') -> the Path to write; exits 2 when it names a directory. Design
+    choice: refused, not given a default file name inside, so the same option
+    writes the same file whatever exists. '-' (stdout) passes."""
+    if path != "-":
+        from fleetctl.files import directory_reason
+
+        reason = directory_reason(path)
+        if reason is not None:
+            fail(f"{flag} {path}: {reason}; give the file's path, e.g. {os.path.join(path, example_name)}", 2)
+    return Path(path)
+
+
 def report_dir_or_exit(report: Path | None) -> None:
     """Check the --report directory before the work (a bad path exits 2 at once,
     not after minutes) without creating it: the report's writer does, once

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from fleetctl.cli.common import console, err_console, fail
+from fleetctl.cli.common import console, err_console, fail, output_file_or_exit
 
 app = typer.Typer(help="Validate policy files and write their JSON Schema for editors.", no_args_is_help=True)
 
@@ -38,13 +38,16 @@ def validate(
 
 @app.command(short_help="Write the policy's JSON Schema for editors.")
 def schema(
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="Where to write the schema ('-' for stdout).")
-    ] = Path("policies/schema.json"),
+    output_text: Annotated[
+        str, typer.Option("-o", "--output", metavar="<path>",
+                          help="The file to write the schema to ('-' for stdout); a directory, or a path ending in "
+                               "'/', is refused.")
+    ] = "policies/schema.json",
 ) -> None:
     """Write the policy's JSON Schema (for editor completion and checks)."""
     from fleetctl.policy import policy_json_schema
 
+    output = output_file_or_exit("-o", output_text, "schema.json")
     text = json.dumps(policy_json_schema(), indent=2, sort_keys=True) + "\n"
     if str(output) == "-":
         print(text, end="")

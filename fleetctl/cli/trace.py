@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, err_console, fail
+from fleetctl.cli.common import console, err_console, fail, output_file_or_exit
 
 app = typer.Typer(help="Import public cluster traces: job traces for the simulator, demand series for the "
                   "forecaster.", short_help="Import public cluster traces.", no_args_is_help=True)
@@ -26,8 +26,10 @@ def alibaba_2023(
                                                  "openb_pod_list_gpuspec33.csv.", show_default=False)],
     start: Annotated[str, typer.Option("--start", help="Wall-clock time of the trace's second 0, ISO-8601 with a "
                                                        "time zone, e.g. 2023-02-15T00:00:00Z.", show_default=False)],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Job-trace CSV to write ('-' for stdout; the "
-                                                                "summary then goes to stderr).", show_default=False)],
+    output_text: Annotated[str, typer.Option("-o", "--output", help="Job-trace CSV file to write ('-' for stdout; "
+                                                                    "the summary then goes to stderr); a directory, "
+                                                                    "or a path ending in '/', is refused.",
+                                             metavar="<path>", show_default=False)],
     include_cpu: Annotated[bool, typer.Option("--include-cpu", help="Keep CPU-only pods too.")] = False,
     pending_duration_hours: Annotated[Optional[float], typer.Option(
         "--pending-duration-hours",
@@ -68,6 +70,7 @@ def alibaba_2023(
     from fleetctl.sim.traces import format_job_trace, is_valid_name, write_job_trace
     from fleetctl.yamlerrors import SpecError
 
+    output = output_file_or_exit("-o", output_text, "jobs.csv")
     try:
         start_utc = parse_utc_timestamp(start)
     except ValueError as exc:
@@ -172,9 +175,11 @@ def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an 
 def helios_sequence(
     sequence_csv: Annotated[Path, typer.Argument(help="Per-minute virtual-cluster sequence of the Helios trace, "
                                                       "e.g. cluster_sequence_vc.csv.", show_default=False)],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Demand-series CSV to write (time_utc,gpu_model,"
-                                                                "gpus; '-' for stdout, the summary then goes to "
-                                                                "stderr).", show_default=False)],
+    output_text: Annotated[str, typer.Option("-o", "--output", help="Demand-series CSV file to write (time_utc,"
+                                                                    "gpu_model,gpus; '-' for stdout, the summary "
+                                                                    "then goes to stderr); a directory, or a path "
+                                                                    "ending in '/', is refused.",
+                                             metavar="<path>", show_default=False)],
     gpu_model: Annotated[str, typer.Option(
         "--gpu-model", help="GPU model of the cluster's GPUs. Default: V100-32GB (Helios Earth is a Volta "
                             "cluster of V100-SXM2 32 GB; docs/forecasting.md).")] = "V100-32GB",
@@ -200,6 +205,7 @@ def helios_sequence(
     from forecasting.series import HeliosOptions, format_demand_series, import_helios_sequence, parse_offset, \
         write_demand_series
 
+    output = output_file_or_exit("-o", output_text, "demand.csv")
     times = {}
     for flag, value in (("--start", start), ("--since", since), ("--until", until)):
         try:

@@ -660,3 +660,17 @@ def test_status_checks_a_named_policy_and_command_line_values_exit_2(workdir):
     (workdir / "afile").write_text("x")
     schema = fleetctl(workdir, "policy", "schema", "-o", "afile/schema.json")
     assert schema.returncode == 2 and "afile is a file, not a directory" in schema.stderr, schema.stderr
+
+
+
+def test_policy_schema_output_that_names_a_directory_is_refused(workdir):
+    slash = fleetctl(workdir, "policy", "schema", "-o", "newdir/")  # wrote a regular file named newdir
+    assert slash.returncode == 2 and "-o newdir/: names a directory" in slash.stderr, slash.stderr
+    assert "e.g. newdir/schema.json" in slash.stderr and not (workdir / "newdir").exists()
+    (workdir / "adir").mkdir()
+    for output in ("adir", "adir/", "adir/."):
+        refused = fleetctl(workdir, "policy", "schema", "-o", output)
+        assert refused.returncode == 2 and f"-o {output}: " in refused.stderr, refused.stderr
+    assert list((workdir / "adir").iterdir()) == []
+    written = fleetctl(workdir, "policy", "schema", "-o", "adir/schema.json")
+    assert written.returncode == 0 and json.loads((workdir / "adir" / "schema.json").read_text())["title"]

@@ -114,6 +114,9 @@ def test_helios_cli_writes_the_demand_csv_and_nothing_on_error(tmp_path):
     result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out2),
                                  "--gpu-model", "V100"])
     assert result.exit_code == 2 and "unknown GPU model" in result.output and not out2.exists()
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", f"{tmp_path}/new/"])
+    assert result.exit_code == 2 and "names a directory" in result.output  # Path dropped the '/': a file 'new'
+    assert not (tmp_path / "new").exists()
 
 
 def test_helios_cli_writes_to_stdout(tmp_path):

@@ -650,8 +650,12 @@ def test_cli_import_writes_whole_files_through_symlinks_and_refuses_other_target
     assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_text() == EXPECTED_JOBS_CSV
     (tmp_path / "adir").mkdir()
     refused = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "-o", "adir")
-    assert refused.returncode == 2 and "exists and is not a regular file" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "-o adir: is a directory" in refused.stderr, refused.stderr
     assert list((tmp_path / "adir").iterdir()) == []
+    # Path drops a trailing '/': this wrote a file named newdir
+    slash = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "-o", "newdir/")
+    assert slash.returncode == 2 and "-o newdir/: names a directory" in slash.stderr, slash.stderr
+    assert "e.g. newdir/jobs.csv" in slash.stderr and not (tmp_path / "newdir").exists()
     nested = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "-o", "new/dir/jobs.csv")
     assert nested.returncode == 0 and (tmp_path / "new" / "dir" / "jobs.csv").read_text() == EXPECTED_JOBS_CSV
     empty = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", *start, "--limit", "0",
