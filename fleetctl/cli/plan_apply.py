@@ -271,6 +271,7 @@ def apply(
     Terraform plan changed or would destroy what the policy still asks for (nothing is
     changed then); without a file, fleetctl plans, shows the diff and asks."""
     tf = tf_plan = None
+    tf_applied = None  # what Terraform did, once it applied: an API error after it must not say "nothing changed"
     stop_cleanly_on_sigterm()
     if plan_file is not None:
         try:
@@ -365,8 +366,9 @@ def apply(
                         fail(f"{exc}\nNo API action was carried out. Terraform keeps its own state of what it did; "
                              "run `fleetctl plan --terraform-dir` again.")
                     counts = tf_plan.counts()
-                    console.print(f"Terraform: {counts['add']} added, {counts['change']} changed, "
-                                  f"{counts['destroy']} destroyed.", markup=False)
+                    tf_applied = (f"Terraform: {counts['add']} added, {counts['change']} changed, "
+                                  f"{counts['destroy']} destroyed")
+                    console.print(f"{tf_applied}.", markup=False)
                 if not to_apply.has_changes:
                     console.print("No API actions to apply.")
                     return
@@ -375,10 +377,17 @@ def apply(
             fail(f"{exc}. Nothing of the plan was carried out, Terraform included (waited {lock_timeout:g} s: "
                  "--lock-timeout).")
         except ApplyError as exc:
+            # Terraform keeps its own state of what it applied; the store records the API half.
+            terraform_done = (f"\nApplied before the API actions: {tf_applied} (Terraform keeps its own state of "
+                              "it)." if tf_applied is not None else "")
             if exc.carried_out:
-                fail(f"{exc.message}.\nCarried out before the error, and recorded: " + "; ".join(exc.carried_out)
+                fail(f"{exc.message}.{terraform_done}\nCarried out before the error, and recorded: "
+                     + "; ".join(exc.carried_out)
                      + ".\nThe rest of the plan was not carried out. Run `fleetctl plan` again: it starts from "
                      "the fleet as it is now (new nodes idle, their jobs still queued).")
+            if tf_applied is not None:
+                fail(f"{exc.message}.{terraform_done}\nNo cloud API action was carried out. Run `fleetctl plan "
+                     "--terraform-dir` again: it starts from the infrastructure and the fleet as they are now.")
             fail(f"{exc}. Nothing was changed.")
         held = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
     finally:

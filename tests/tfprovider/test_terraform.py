@@ -298,6 +298,37 @@ def test_apply_refuses_a_terraform_plan_that_changed_since_plan(moto_server: Any
         assert not (infra / "terraform.tfstate").exists()
 
 
+def test_an_api_launch_refused_after_terraform_applied_says_what_terraform_did(tf_env: dict, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Terraform applies, then the cloud refuses the first API launch: the
+    error says Terraform's half was applied and no API action ran (it said
+    "Nothing was changed.")."""
+    from providers.base import InsufficientCapacity
+    from providers.sim import SimProvider
+
+    runner = CliRunner()
+    env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
+    infra = tmp_path / "infra"
+    assert runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env).exit_code == 0
+    planned = runner.invoke(app, ["plan", "--policy", str(EXAMPLE), "--terraform-dir", str(infra),
+                                  "--terraform-init", "get", "-out", str(tmp_path / "plan.json")], env=env)
+    assert planned.exit_code == 0, planned.output
+    added = re.search(r"Terraform: (\d+) to add, 0 to change, 0 to destroy\.", planned.output)
+    assert added and "+ launch" in planned.output, planned.output
+
+    def refused(self, request, now):  # noqa: ANN001, ANN202
+        raise InsufficientCapacity(f"no capacity for {request.offer.key}")
+
+    monkeypatch.setattr(SimProvider, "launch", refused)
+    applied = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--terraform-init", "get"], env=env)
+    assert applied.exit_code == 1, applied.output
+    output = " ".join(applied.output.split())
+    assert "Nothing was changed" not in output, output
+    assert f"Applied before the API actions: Terraform: {added.group(1)} added, 0 changed, 0 destroyed" in output
+    assert "No cloud API action was carried out" in output and "no capacity for" in output
+    assert (infra / "terraform.tfstate").exists()
+
+
 def test_missing_infrastructure_is_a_clear_error_and_nothing_is_written(tmp_path: Path) -> None:
     runner = CliRunner()
     env = {"FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}"}
