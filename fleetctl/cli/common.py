@@ -177,6 +177,19 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(_ERROR_EXIT.get() or code)
 
 
+def is_bug(exc: BaseException) -> bool:
+    """An ``ApplyInterrupted`` whose cause is not the environment's error (a
+    cloud unreachable, a store it cannot write: ``fleetctl.cli.main.known_error``)
+    but a bug, whose traceback must show after the report (as with
+    ``FLEETCTL_DEBUG=1`` for any cause)."""
+    from fleetctl.cli.main import DEBUG_ENV, known_error
+    from fleetctl.controller import ApplyInterrupted
+
+    if not isinstance(exc, ApplyInterrupted):
+        return False
+    return exc.__cause__ is None or known_error(exc.__cause__) is None or bool(os.environ.get(DEBUG_ENV))
+
+
 def policy_path(option: Path | None) -> Path:
     if option is not None:
         return option

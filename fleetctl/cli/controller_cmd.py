@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
+from rich.markup import escape
 
 from fleetctl.cli.common import (
     LockTimeoutOption,
@@ -17,7 +18,9 @@ from fleetctl.cli.common import (
     SeedOption,
     StateOption,
     console,
+    err_console,
     fail,
+    is_bug,
     load_policy_or_exit,
     make_provider,
     open_store,
@@ -47,7 +50,7 @@ def reconcile(
 
     if not once:
         fail("reconcile runs one tick and needs --once (for cron); for a loop run `fleetctl daemon`", 2)
-    from fleetctl.controller import ApplyError
+    from fleetctl.controller import ApplyError, ApplyInterrupted
     from providers.base import ProviderError
 
     pol, _ = load_policy_or_exit(policy)
@@ -68,9 +71,14 @@ def reconcile(
         fail(f"{exc}. This run changed nothing (waited {lock_timeout:g} s: --lock-timeout).")
     except ApplyError as exc:
         done = (f"carried out before it, and recorded: {'; '.join(exc.carried_out)}; the rest was not"
-                if exc.carried_out else "nothing of it was changed")
-        fail(f"the tick's plan was not fully applied: {exc.message}; {done} (reclaim notices and job starts "
-             "before it are recorded); the next tick plans again from the fleet as it is")
+                if exc.carried_out else "nothing of it was recorded as carried out" if isinstance(exc, ApplyInterrupted)
+                else "nothing of it was changed")
+        message = (f"the tick's plan was not fully applied: {exc.message}; {done} (reclaim notices and job starts "
+                   "before it are recorded); the next tick plans again from the fleet as it is")
+        if is_bug(exc):  # not the environment's error: the report, then its traceback (fleetctl.cli.main)
+            err_console.print(f"[bold red]Error:[/] {escape(message)}")
+            raise
+        fail(message)
     except ProviderError as exc:
         fail(f"the cloud refused a call: {type(exc).__name__}: {exc}; nothing of the plan was applied (a transient "
              "refusal clears at a later tick; a setting such as a subnet id in the policy's infrastructure does not)")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from fleetctl.cli.common import (
     CloudOption,
@@ -20,8 +21,10 @@ from fleetctl.cli.common import (
     SeedOption,
     StateOption,
     console,
+    err_console,
     errors_exit_1,
     fail,
+    is_bug,
     load_policy_or_exit,
     make_provider,
     open_store,
@@ -29,7 +32,7 @@ from fleetctl.cli.common import (
     utcnow,
 )
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
-from fleetctl.controller import ApplyError, execute, fingerprint, observe
+from fleetctl.controller import ApplyError, ApplyInterrupted, execute, fingerprint, observe
 from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
 from fleetctl.planner.breaches import policy_breaches, policy_gaps
@@ -377,18 +380,11 @@ def apply(
             fail(f"{exc}. Nothing of the plan was carried out, Terraform included (waited {lock_timeout:g} s: "
                  "--lock-timeout).")
         except ApplyError as exc:
-            # Terraform keeps its own state of what it applied; the store records the API half.
-            terraform_done = (f"\nApplied before the API actions: {tf_applied} (Terraform keeps its own state of "
-                              "it)." if tf_applied is not None else "")
-            if exc.carried_out:
-                fail(f"{exc.message}.{terraform_done}\nCarried out before the error, and recorded: "
-                     + "; ".join(exc.carried_out)
-                     + ".\nThe rest of the plan was not carried out. Run `fleetctl plan` again: it starts from "
-                     "the fleet as it is now (new nodes idle, their jobs still queued).")
-            if tf_applied is not None:
-                fail(f"{exc.message}.{terraform_done}\nNo cloud API action was carried out. Run `fleetctl plan "
-                     "--terraform-dir` again: it starts from the infrastructure and the fleet as they are now.")
-            fail(f"{exc}. Nothing was changed.")
+            message = _apply_error_message(exc, tf_applied)
+            if is_bug(exc):  # not the environment's error: the report, then its traceback (fleetctl.cli.main)
+                err_console.print(f"[bold red]Error:[/] {escape(message)}")
+                raise
+            fail(message)
         held = [n for n in provider.nodes(now) if n.state is not NodeState.GONE]
     finally:
         store.close()
@@ -402,6 +398,28 @@ def apply(
         + f". $/h now {sum(n.offer.usd_per_hour for n in held):.2f}.",
         markup=False,
     )
+
+
+def _apply_error_message(exc: ApplyError, tf_applied: str | None) -> str:
+    """What an apply stopped part-way did: Terraform's half if it was applied (``tf_applied``), the API
+    actions carried out and recorded, and whether the cloud may have acted on the call under way."""
+    # Terraform keeps its own state of what it applied; the store records the API half.
+    terraform_done = (f"\nApplied before the API actions: {tf_applied} (Terraform keeps its own state of it)."
+                      if tf_applied is not None else "")
+    unknown = ("\nThe call under way got no answer, or fleetctl failed on it: whether the cloud acted on it is "
+               "unknown, and the next plan starts from what the cloud lists." if isinstance(exc, ApplyInterrupted)
+               else "")
+    if exc.carried_out:
+        return (f"{exc.message}.{terraform_done}\nCarried out before the error, and recorded: "
+                + "; ".join(exc.carried_out) + f".{unknown}\nThe rest of the plan was not carried out. Run "
+                "`fleetctl plan` again: it starts from the fleet as it is now (new nodes idle, their jobs still "
+                "queued).")
+    if tf_applied is not None or unknown:
+        again = ("`fleetctl plan --terraform-dir` again: it starts from the infrastructure and the fleet as they "
+                 "are now" if tf_applied is not None else "`fleetctl plan` again: it starts from the fleet as it is now")
+        return (f"{exc.message}.{terraform_done}{unknown}\nNo cloud API action "
+                f"{'is recorded as' if unknown else 'was'} carried out. Run {again}.")
+    return f"{exc}. Nothing was changed."
 
 
 #: How far ahead of this machine's clock a saved plan's time may be (made on another machine).

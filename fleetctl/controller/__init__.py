@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from fleetctl.model import (
@@ -62,6 +62,17 @@ class ApplyError(Exception):
 
 class StalePlan(ApplyError):
     """The state changed since the plan was made."""
+
+
+class ApplyInterrupted(ApplyError):
+    """Carrying a plan out stopped on an error that is not the cloud's answer:
+    none came (connection refused or lost, a timeout), a cloud SDK's own
+    error, or a bug. The original is chained (``__cause__``, its traceback
+    kept); ``carried_out`` lists what was done and recorded before it. A
+    launch under way is recorded with status ``unknown``: the cloud may have
+    bought (the next observation lists what it sold), and the next apply of
+    the same plan asks again under the same idempotency key, which the cloud
+    answers with what it bought."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,24 +254,49 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     re-checked against fresh state right before it and recorded at once. A
     launch or termination the cloud refuses stops the apply with an
     ``ApplyError`` that lists what was carried out before it: the next plan
-    starts from that fleet (its new nodes idle, its jobs still queued).
+    starts from that fleet (its new nodes idle, its jobs still queued). Any
+    other error part-way (no answer from the cloud, a bug) is an
+    ``ApplyInterrupted`` that lists the same and chains the original.
     """
     unsupported = sorted({a.kind for a in plan.actions if a.kind not in _SUPPORTED})
     if unsupported:
         raise ApplyError(f"this fleetctl cannot apply {', '.join(unsupported)} actions yet; nothing was changed")
     jobs = {j.job_id: j for j in store.jobs(active_only=True)}
     _check_job_actions(plan, jobs)
+    progress = _Progress()
+    try:
+        return _carry_out(plan, store=store, provider=provider, now=now, plan_id=plan_id, runtime=runtime,
+                          progress=progress)
+    except (ApplyError, ConcurrentApply):
+        raise
+    except Exception as exc:  # not the cloud's answer: reported with what was carried out, the original chained
+        raise ApplyInterrupted(f"{progress.step} failed: {type(exc).__name__}: {exc}",
+                               tuple(progress.carried)) from exc
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What ``_carry_out`` did so far (``carried``) and is doing (``step``), for an error part-way."""
+
+    carried: list[str] = field(default_factory=list)
+    step: str = "the plan"
+
+
+def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
+               runtime: "Runtime | None", progress: _Progress) -> ApplyResult:
+    """``execute`` once the job actions are checked."""
     launched: list[Node] = []
     checkpoints = 0
     bound: list[str] = []
     terminated: list[str] = []
     names: dict[str, str] = {}
-    carried: list[str] = []  # what was done, for an error part-way
+    carried = progress.carried  # what was done, for an error part-way
 
     def failed(message: str, refused_offer: str | None = None) -> ApplyError:
         return ApplyError(message, tuple(carried), refused_offer)
 
     for index, action, together in _launch_parts(plan):
+        progress.step = f"launch of {action.count} x {action.offer.key}"
         try:
             with store.transaction():  # the intent, committed before the cloud is asked
                 key = _launch_key(store, f"fleetctl-{plan_id[:24]}-{index}", action, now)
@@ -277,6 +313,10 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
                     store.record("launch_refused", now, action.offer.key, error=str(exc)[:500])
             raise failed(f"launch of {action.count} x {action.offer.key} failed: {exc}",
                          action.offer.key if isinstance(exc, InsufficientCapacity) else None) from exc
+        except Exception:  # no answer (connection lost, a timeout), or a bug: execute reports it (ApplyInterrupted)
+            with store.transaction():
+                store.finish_launch(key, (), "unknown")
+            raise
         got = [n.node_id for n in result.nodes]
         for name, node in zip(action.node_names, result.nodes):
             names[name] = node.node_id
@@ -293,6 +333,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     vacated: list[Job] = []  # preempted jobs, as they were: the nodes they leave are idle from now
     moves = [a for a in plan.actions if isinstance(a, (Preempt, Bind, Migrate))]
     if moves:
+        progress.step = "the job moves (preempt, bind, migrate)"
         with store.transaction():
             jobs = {j.job_id: j for j in store.jobs(active_only=True)}
             for action in moves:
@@ -356,6 +397,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     # controllers out while this one acts).
     fresh = store.jobs(active_only=True) if terminates else ()
     for action in terminates:
+        progress.step = f"terminate of {action.node_id}"
         with store.transaction():
             holders = sorted(j.job_id for j in fresh if action.node_id in j.node_ids)
             if holders:

@@ -42,7 +42,7 @@ launches = Table(
     Column("idempotency_key", String(255), primary_key=True),
     Column("offer_key", String(512), nullable=False),
     Column("count", Integer, nullable=False),
-    Column("status", String(32), nullable=False),  # pending | done | failed
+    Column("status", String(32), nullable=False),  # pending | done | partial | failed | unknown (no answer)
     Column("node_ids", Text, nullable=False, default="[]"),
     Column("created_at_utc", String(40), nullable=False),
 )

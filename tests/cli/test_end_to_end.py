@@ -476,6 +476,49 @@ def test_reconcile_reports_a_launch_the_cloud_refuses_in_one_line(workdir, monke
     assert {j["state"] for j in jobs} == {"queued"}  # nothing of the plan was applied
 
 
+@pytest.mark.parametrize("error", [ConnectionRefusedError(111, "Connection refused"), KeyError("a bug")])
+def test_apply_reports_what_it_carried_out_when_a_launch_gets_no_answer(workdir, monkeypatch, error):
+    """The second launch of an apply gets no answer (connection refused: not
+    a ProviderError) or hits a bug: the error lists the launch carried out and
+    recorded before it (it was a bare "Error: Connection refused"); a bug's
+    traceback still shows, after the report."""
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.controller import ApplyInterrupted
+    from providers.sim import SimProvider
+
+    real = SimProvider.launch
+    asked = []
+
+    def second_fails(self, request, now):  # noqa: ANN001, ANN202
+        asked.append(request.offer.key)
+        if len(asked) == 2:
+            raise error
+        return real(self, request, now)
+
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("FLEETCTL_SIM_LAUNCH_DELAY_SECONDS", "0")
+    monkeypatch.delenv("FLEETCTL_DEBUG", raising=False)
+    runner = CliRunner()
+    assert runner.invoke(app, ["jobs", "submit", "examples/jobs.yaml"]).exit_code == 0
+    monkeypatch.setattr(SimProvider, "launch", second_fails)
+    result = runner.invoke(app, ["apply", "-auto-approve"])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert f"Carried out before the error, and recorded: launched 1 x {asked[0]}" in output, output
+    assert f"launch of 1 x {asked[1]} failed: {type(error).__name__}" in output, output
+    assert "whether the cloud acted on it is unknown" in output and "Nothing was changed" not in output
+    if isinstance(error, KeyError):  # a bug: the report, then the error itself with its traceback
+        assert isinstance(result.exception, ApplyInterrupted) and result.exception.__cause__ is error
+    else:
+        assert isinstance(result.exception, SystemExit), result.exception
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    status = runner.invoke(app, ["status"], env={"FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"})
+    assert status.exit_code == 0 and status.output.count(" ready ") == 1, status.output  # the launch made
+
+
 def test_plan_warns_when_a_tightened_policy_is_already_broken(workdir):
     fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
     assert fleetctl(workdir, "apply", "-auto-approve").returncode == 0

@@ -609,6 +609,75 @@ def test_a_launch_refused_part_way_keeps_and_reports_what_the_cloud_sold(world_f
     assert {j.state for j in w.store.jobs()} == {JobState.BOUND}, r.plan
 
 
+def _launch_rows(store):  # noqa: ANN001, ANN202
+    import sqlalchemy as sa
+
+    from fleetctl.store import tables
+
+    with store._tx() as conn:
+        return {r.offer_key: r.status for r in conn.execute(sa.select(tables.launches))}
+
+
+@pytest.mark.parametrize("error", [ConnectionRefusedError(111, "Connection refused"), TimeoutError("timed out"),
+                                   KeyError("a bug in the provider")])
+def test_an_error_that_is_not_the_clouds_answer_part_way_reports_what_was_carried_out(world_factory, monkeypatch,
+                                                                                      error):
+    """The second launch gets no answer (connection refused, a timeout: an
+    SDK's errors that are not a ProviderError), or a bug stops it: the error
+    still lists the first launch (it escaped as the bare error before), chains
+    the original, and the store holds the first launch's nodes; the second
+    launch's intent is closed as 'unknown' (it stayed 'pending'), and nothing
+    after it was applied."""
+    from fleetctl.controller import ApplyError, ApplyInterrupted, execute
+    from providers.sim import SimProvider
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("a", gpus=8), job("b", gpus=8)], T0)
+    real = SimProvider.launch
+
+    def second_fails(self, request, now):  # noqa: ANN001, ANN202
+        if request.offer.key == SPOT_B.key:
+            raise error
+        return real(self, request, now)
+
+    monkeypatch.setattr(SimProvider, "launch", second_fails)
+    with pytest.raises(ApplyError) as caught:
+        execute(_two_launch_plan(), store=w.store, provider=w.provider, now=T0, plan_id="6" * 64)
+    (node,) = w.store.nodes()
+    assert isinstance(caught.value, ApplyInterrupted) and caught.value.__cause__ is error
+    assert caught.value.carried_out == (f"launched 1 x {SPOT_A.key} ({node.node_id})",)
+    assert caught.value.message.startswith(f"launch of 1 x {SPOT_B.key} failed: {type(error).__name__}")
+    assert _launch_rows(w.store) == {SPOT_A.key: "done", SPOT_B.key: "unknown"}
+    assert {j.state for j in w.store.jobs()} == {JobState.QUEUED}
+    assert [e["kind"] for e in w.store.events() if e["kind"] in ("launch", "bind")] == ["launch"]
+
+
+def test_a_terminate_without_an_answer_reports_what_was_carried_out(world_factory, monkeypatch):
+    from fleetctl.controller import ApplyInterrupted, execute
+    from fleetctl.model import Launch, Plan, Reason, Terminate
+    from providers.sim import SimProvider
+
+    w = world_factory(offers=OFFERS)
+    execute(Plan((Launch(SPOT_A, ("n-1", "n-2"), Reason.CHEAPEST_OFFER, "test"),), (), 0.0, 16.0),
+            store=w.store, provider=w.provider, now=T0, plan_id="7" * 64)
+    first, second = sorted(n.node_id for n in w.store.nodes())
+    real = SimProvider.terminate
+
+    def second_unreachable(self, node_id, now):  # noqa: ANN001, ANN202
+        if node_id == second:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return real(self, node_id, now)
+
+    monkeypatch.setattr(SimProvider, "terminate", second_unreachable)
+    plan = Plan((Terminate(first, Reason.IDLE, "test"), Terminate(second, Reason.IDLE, "test")),
+                (), 16.0, 0.0)
+    with pytest.raises(ApplyInterrupted) as caught:
+        execute(plan, store=w.store, provider=w.provider, now=T0, plan_id="8" * 64)
+    assert caught.value.carried_out == (f"terminated {first}",)
+    assert f"terminate of {second} failed: ConnectionResetError" in caught.value.message
+    assert [e["subject"] for e in w.store.events("terminate")] == [first]
+
+
 def test_a_partly_fulfilled_launch_records_the_nodes_it_got(world_factory, monkeypatch):
     from fleetctl.controller import ApplyError, execute
     from providers.base import LaunchResult
