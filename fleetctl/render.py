@@ -153,7 +153,7 @@ def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
     if not isinstance(doc, dict):
         raise PlanFileError(f"{source}: expected a JSON object, found {type(doc).__name__}")
     version = doc.get("format_version")
-    if version != FORMAT_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:  # not true, not 1.0
         raise PlanFileError(
             f"{source}: format_version {version!r} is not supported (this fleetctl reads the number "
             f"{FORMAT_VERSION!r})"

@@ -114,3 +114,10 @@ def test_a_number_too_large_for_a_float_is_named():
     doc["usd_per_hour_before"] = json.loads("1" + "0" * 400)  # JSON allows it; float() raises OverflowError
     with pytest.raises(PlanFileError, match="p.json: malformed field: int too large"):
         plan_from_document(doc, "p.json")
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1", None])
+def test_only_the_integer_1_is_format_version_1(version):
+    """``true == 1`` and ``1.0 == 1`` in Python: both were read as version 1."""
+    with pytest.raises(PlanFileError, match=f"p.json: format_version {version!r} is not supported"):
+        plan_from_document({**copy.deepcopy(DOC), "format_version": version}, "p.json")

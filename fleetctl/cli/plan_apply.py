@@ -224,6 +224,10 @@ def _saved_terraform(doc: dict, plan_file: Path, init: InitMode, binary: str, po
             fail(f"{plan_file} has no Terraform half (it was made without --terraform-dir); nothing was changed. "
                  "Run `fleetctl plan --terraform-dir` to plan both.")
         return None, None
+    if not isinstance(info, dict):
+        fail(f"{plan_file}: the terraform section is malformed (an object expected, found {type(info).__name__})")
+    for key in ("directory", "plan_file"):
+        _path_field(info, key, plan_file, f"terraform.{key}", required=True)
     try:
         directory = Path(info["directory"])
         tf_file = Path(info["plan_file"])
@@ -245,7 +249,26 @@ def _saved_terraform(doc: dict, plan_file: Path, init: InitMode, binary: str, po
         fail(f"{plan_file}: the terraform section is malformed ({exc})")
     except (TerraformError, OSError, json.JSONDecodeError) as exc:
         fail(f"{exc}. Nothing was changed.")
+    except ValueError as exc:
+        fail(f"{plan_file}: the terraform section is malformed ({exc}); nothing was changed")
     return tf, tf_plan
+
+
+def _path_field(doc: dict, key: str, plan_file: Path, name: str | None = None, required: bool = False) -> str | None:
+    """The path a saved plan names under ``key`` (None if absent and not ``required``); exits if it is not a
+    string, is empty, or holds a NUL byte (no file name has one: pathlib raises ValueError)."""
+    value = doc.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        problem = f"found {type(value).__name__}"
+    elif not value:
+        problem = "empty"
+    elif "\0" in value:
+        problem = "a NUL byte in it"
+    else:
+        return value
+    fail(f"{plan_file}: {name or key} is not a path ({problem}); nothing was changed")
 
 
 def apply(
@@ -288,6 +311,10 @@ def apply(
             doc = json.loads(raw)
         except json.JSONDecodeError as exc:
             fail(f"{plan_file}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}")
+        except RecursionError:
+            fail(f"{plan_file}: not a plan file: its JSON is nested too deeply")
+        except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+            fail(f"{plan_file}: not a plan file: {exc}")
         try:
             saved, saved_fp = plan_from_document(doc, str(plan_file))
         except PlanFileError as exc:
@@ -297,13 +324,11 @@ def apply(
         if saved_cloud != cloud:
             fail(f"{plan_file} was made with --cloud {saved_cloud}; this apply uses --cloud {cloud} (another market "
                  f"and fleet). Nothing was changed; pass --cloud {saved_cloud}.")
-        saved_policy = doc.get("policy")
+        saved_policy = _path_field(doc, "policy", plan_file)
         if policy is None and not os.environ.get("FLEETCTL_POLICY") and isinstance(saved_policy, str) \
                 and Path(saved_policy).is_file():
             policy = Path(saved_policy)  # the policy the plan was made with, unless told otherwise
-        saved_models = doc.get("forecast_dir")
-        if saved_models is not None and not isinstance(saved_models, str):
-            fail(f"{plan_file}: forecast_dir is not a path; nothing was changed")
+        saved_models = _path_field(doc, "forecast_dir", plan_file)
         if forecast_dir is not None and saved_models is not None and forecast_dir.resolve() != Path(saved_models):
             fail(f"--forecast-dir {forecast_dir} is not the model directory {plan_file} was made with "
                  f"({saved_models}); nothing was changed")
@@ -432,7 +457,7 @@ def _made_at(doc: dict, plan_file: Path) -> datetime:
 
     try:
         made_at = str_to_dt(doc.get("created_at_utc"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a valid time that leaves datetime's range in UTC
         made_at = None
     if made_at is None:
         fail(f"{plan_file}: created_at_utc is missing or not a timestamp; nothing was changed")

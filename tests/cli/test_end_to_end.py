@@ -138,8 +138,24 @@ def test_apply_waits_for_the_daemon_and_gives_up_having_changed_nothing(workdir)
          "actions[0]: job_id must be a string, found int"),
         ('{"format_version": 1, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
          '"usd_per_hour_after": 0, "created_at_utc": "9999-12-31T23:59:59Z"}', "is in the future"),
+        ("[" * 100000 + "]" * 100000, "bad.json: not a plan file: its JSON is nested too deeply"),
+        ('{"format_version": ' + "1" * 5000 + "}", "bad.json: not a plan file: Exceeds the limit (4300 digits)"),
+        ('{"format_version": true, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
+         '"usd_per_hour_after": 0}', "format_version True is not supported"),
+        ('{"format_version": 1.0, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
+         '"usd_per_hour_after": 0}', "format_version 1.0 is not supported"),
+        ('{"format_version": 1, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
+         '"usd_per_hour_after": 0, "created_at_utc": "2026-01-01T00:00:00Z", "policy": "policies/ex\\u0000.yaml"}',
+         "bad.json: policy is not a path (a NUL byte in it)"),
+        ('{"format_version": 1, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
+         '"usd_per_hour_after": 0, "created_at_utc": "2026-01-01T00:00:00Z", "forecast_dir": "m\\u0000"}',
+         "bad.json: forecast_dir is not a path (a NUL byte in it)"),
+        ('{"format_version": 1, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
+         '"usd_per_hour_after": 0, "created_at_utc": "0001-01-01T00:00:00+01:00"}',
+         "created_at_utc is missing or not a timestamp"),
     ],
-    ids=["syntax", "version", "action-kind", "not-object", "time-not-text", "id-not-text", "future"],
+    ids=["syntax", "version", "action-kind", "not-object", "time-not-text", "id-not-text", "future", "deep",
+         "digits", "version-true", "version-float", "nul-policy", "nul-models", "time-overflow"],
 )
 def test_bad_plan_file_is_refused(workdir, content, message):
     fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
@@ -147,6 +163,28 @@ def test_bad_plan_file_is_refused(workdir, content, message):
     before = state_snapshot(workdir)
     result = fleetctl(workdir, "apply", "bad.json")
     assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert state_snapshot(workdir) == before
+
+
+def test_a_nul_byte_in_the_terraform_plan_file_is_refused(workdir):
+    """The saved plan's state and policy match; its terraform.plan_file holds a
+    NUL byte (pathlib raised ValueError: a traceback)."""
+    from fleetctl.cli.plan_apply import _rendered_root, _root_sha256
+    from fleetctl.policy import load_policy
+
+    fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
+    assert fleetctl(workdir, "plan", "-out", "p.json").returncode == 0
+    doc = json.loads((workdir / "p.json").read_text())
+    root = _rendered_root(load_policy(workdir / "policies" / "example.yaml"))
+    doc["terraform"] = {"directory": str(workdir), "plan_file": str(workdir / "x\0.tfplan"), "plan_sha256": "0",
+                        "root_sha256": _root_sha256(root), "changes": []}
+    (workdir / "tf.json").write_text(json.dumps(doc))
+    before = state_snapshot(workdir)
+    result = fleetctl(workdir, "apply", "tf.json")
+    assert result.returncode == 1, result.stderr
+    assert "tf.json: terraform.plan_file is not a path (a NUL byte in it)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
     assert state_snapshot(workdir) == before
 
 
