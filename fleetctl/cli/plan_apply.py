@@ -336,9 +336,11 @@ def apply(
             fail(f"{plan_file}: the plan was made with the models in {saved_models}, which is no longer a "
                  "directory; nothing was changed. Run `fleetctl plan` again.")
         forecast_dir = Path(saved_models) if saved_models is not None else forecast_dir
+    # A saved plan was made from a store: one that does not exist is another directory's or a typo, not an
+    # empty state to create (the plan would only be refused as made "from a different state").
     pol, _pol_path, store, provider, now, obs, fresh = _compute(
         policy, state, seed, cloud, plan_at=made_at if plan_file is not None else None, forecast_dir=forecast_dir,
-        allow_version_mismatch=allow_version_mismatch)
+        allow_version_mismatch=allow_version_mismatch, must_exist=plan_file is not None)
     try:
         fp = fingerprint(obs, pol)
         if plan_file is not None:

@@ -101,6 +101,21 @@ def test_stale_plan_is_refused_and_state_unchanged(workdir):
     assert state_snapshot(workdir) == before
 
 
+def test_apply_of_a_plan_from_a_directory_without_a_store_creates_none(workdir):
+    """`fleetctl apply /other/dir/plan.json` run where no store exists: refused
+    naming the store path (it created an empty .fleetctl/state.db there and
+    reported the plan as made from a different state)."""
+    fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml")
+    assert fleetctl(workdir, "plan", "-out", "p.json").returncode == 0
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    refused = fleetctl(elsewhere, "apply", str(workdir / "p.json"))
+    assert refused.returncode == 1, refused.stderr
+    assert f"no state store at {elsewhere / '.fleetctl' / 'state.db'}" in refused.stderr, refused.stderr
+    assert "different state" not in refused.stderr
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_apply_waits_for_the_daemon_and_gives_up_having_changed_nothing(workdir):
     """Another process (the daemon, a cron reconcile) holds the store's
     controller lease: apply waits --lock-timeout, then exits 1 unchanged."""
