@@ -77,6 +77,8 @@ def render_text(plan: Plan, warnings: tuple[str, ...] = (), notes: tuple[str, ..
         out.append("")
     elif warnings:
         out.append("No changes to make, but the fleet breaks the policy (below).\n")
+    elif plan.unplaced:  # "matches the queue" would be false: some of it waits (cooldown, budget, capacity)
+        out.append(f"No changes to make now; {len(plan.unplaced)} job(s) stay queued (below).\n")
     else:
         out.append("No changes. The fleet matches the queue and the policy.\n")
     if warnings:

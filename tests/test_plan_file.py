@@ -121,3 +121,12 @@ def test_only_the_integer_1_is_format_version_1(version):
     """``true == 1`` and ``1.0 == 1`` in Python: both were read as version 1."""
     with pytest.raises(PlanFileError, match=f"p.json: format_version {version!r} is not supported"):
         plan_from_document({**copy.deepcopy(DOC), "format_version": version}, "p.json")
+
+
+def test_a_plan_without_actions_but_with_waiting_jobs_does_not_say_the_fleet_matches_the_queue():
+    from fleetctl.render import render_text
+
+    waiting = Plan((), (Unplaced("j1", Reason.WAITING_FOR_CAPACITY, "within the scale-up cooldown"),), 1.0, 1.0)
+    text = render_text(waiting)
+    assert text.startswith("No changes to make now; 1 job(s) stay queued (below).") and "matches the queue" not in text
+    assert render_text(Plan((), (), 1.0, 1.0)).startswith("No changes. The fleet matches the queue and the policy.")
