@@ -2,11 +2,14 @@
 
 From the policy's ``infrastructure`` section this module renders a root
 module as JSON (``main.tf.json``) into a working directory, next to copies of
-the modules it calls (``modules/aws-controller``, ``modules/aws-pool``), so
+the modules it calls (``modules/aws-iam``, ``modules/aws-controller``, ...), so
 the directory is self-contained and can be committed and reviewed as is:
 
+* one ``aws-iam`` module (``aws_iam``) with the controller's and the nodes'
+  IAM roles: IAM is global, so they belong to no region, and adding or
+  removing a region leaves them where they are;
 * one ``aws-controller`` module per AWS region (interruption queue and
-  EventBridge rules; the IAM roles in the first region only, IAM is global);
+  EventBridge rules);
 * one ``aws-pool`` module per GPU pool and region: every GPU model the
   policy allows (``gpu_models``, empty = any) that the catalog sells in that
   region, so allowing a new GPU model in the policy shows up as a new pool in
@@ -41,7 +44,7 @@ from fleetctl.naming import pool_name
 
 ROOT_FILE: Final[str] = "main.tf.json"
 PLAN_FILE: Final[str] = "fleetctl.tfplan"
-MODULES: Final[tuple[str, ...]] = ("aws-controller", "aws-pool", "gcp-pool", "azure-pool")
+MODULES: Final[tuple[str, ...]] = ("aws-iam", "aws-controller", "aws-pool", "gcp-pool", "azure-pool")
 #: The modules shipped with fleetctl (a source checkout: ``terraform/modules``).
 SHIPPED_MODULES: Final[Path] = Path(__file__).resolve().parent.parent / "terraform" / "modules"
 
@@ -70,12 +73,20 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
+#: The module of the cluster's IAM roles: one, whatever the regions (IAM is global).
+IAM_MODULE: Final[str] = "aws_iam"
+#: The resources of ``modules/aws-iam``; older fleetctl kept them in a controller module.
+IAM_RESOURCES: Final[tuple[str, ...]] = (
+    "aws_iam_role.controller", "aws_iam_role_policy.controller", "aws_iam_role.node", "aws_iam_instance_profile.node")
+
+
 def controller_module_name(region: str) -> str:
     return f"aws_controller_{_slug(region)}"
 
 
 def pool_module_name(region: str, pool: str) -> str:
     return f"aws_pool_{_slug(region)}_{_slug(pool)}"
+
 
 
 def pools(policy: Policy, catalog: Iterable[Offer], provider: str, region: str) -> dict[str, Offer]:
@@ -117,10 +128,11 @@ def render(policy: Policy, catalog: Iterable[Offer]) -> dict[str, Any]:
     outputs: dict[str, Any] = {}
     required: dict[str, Any] = {}
     providers: dict[str, Any] = {}
+    moved: list[dict[str, str]] = []
     if infra.aws and "aws" in allowed:
         required["aws"] = {"source": "hashicorp/aws", "version": ">= 6.0"}
         providers["aws"] = {"region": literal(infra.aws[0].region)}
-        _render_aws(policy, infra, offers, modules, outputs)
+        _render_aws(policy, infra, offers, modules, outputs, moved)
     if infra.gcp is not None and "gcp" in allowed:
         required["google"] = {"source": "hashicorp/google", "version": ">= 6.0"}
         providers["google"] = {"project": literal(infra.gcp.project), "region": literal(infra.gcp.regions[0])}
@@ -135,20 +147,52 @@ def render(policy: Policy, catalog: Iterable[Offer]) -> dict[str, Any]:
         "provider": providers,
         "module": dict(sorted(modules.items())),
         "output": dict(sorted(outputs.items())),
+        **({"moved": moved} if moved else {}),
     }
 
 
+def legacy_iam_moves(regions: Iterable[str]) -> list[dict[str, str]]:
+    """``moved`` blocks that bring the IAM resources of a state written by an
+    older fleetctl into :data:`IAM_MODULE`.
+
+    fleetctl used to create them (with ``count``) in the controller module of
+    the region that sorted first, which is the first region of some past
+    policy: which one, only the state knows. So the blocks chain every
+    controller module of ``regions`` to the next and the last to
+    :data:`IAM_MODULE` (``A -> B -> ... -> aws_iam``): Terraform follows a
+    chain from wherever the state has the resources, and a ``moved`` block
+    whose ``from`` is not in the state does nothing. A chain, because two
+    blocks may not move to the same address.
+
+    Design choice: the blocks depend on the policy only, not on the state, so
+    rendering stays pure (``fleetctl apply`` renders again and compares); they
+    stay in the document, as Terraform recommends for published modules. The
+    one case they cannot cover, IAM in a region the same edit drops, is
+    refused by :func:`check_destroys`."""
+    chain = [controller_module_name(r) for r in sorted(set(regions))]
+    moves = []
+    for resource in IAM_RESOURCES:
+        for here, there in zip(chain, [*chain[1:], None]):
+            to = f"module.{there}.{resource}[0]" if there else f"module.{IAM_MODULE}.{resource}"
+            moves.append({"from": f"module.{here}.{resource}[0]", "to": to})
+    return moves
+
+
 def _render_aws(policy: Policy, infra: Infrastructure, offers: tuple[Offer, ...], modules: dict[str, Any],
-                outputs: dict[str, Any]) -> None:
+                outputs: dict[str, Any], moved: list[dict[str, str]]) -> None:
     extra_tags = _literal_map(dict(infra.tags))
-    iam_region = infra.aws[0].region
+    modules[IAM_MODULE] = {
+        "source": "./modules/aws-iam",
+        "cluster": literal(infra.cluster),
+        "tags": extra_tags,
+    }
+    moved.extend(legacy_iam_moves(s.region for s in infra.aws))
     for settings in infra.aws:
         controller = controller_module_name(settings.region)
         modules[controller] = {
             "source": "./modules/aws-controller",
             "cluster": literal(infra.cluster),
             "region": literal(settings.region),
-            "create_iam": settings.region == iam_region,
             "tags": extra_tags,
         }
         outputs[f"{controller}_queue_url"] = {"value": f"${{module.{controller}.queue_url}}"}
@@ -160,7 +204,7 @@ def _render_aws(policy: Policy, infra: Infrastructure, offers: tuple[Offer, ...]
                 "pool": literal(pool),
                 "region": literal(settings.region),
                 "image_id": literal(settings.image_id),
-                "instance_profile_name": f"${{module.{controller_module_name(iam_region)}.node_instance_profile_name}}",
+                "instance_profile_name": f"${{module.{IAM_MODULE}.node_instance_profile_name}}",
                 "security_group_ids": [literal(s) for s in settings.security_group_ids],
                 "controller_url": literal(infra.controller_url),
                 "gang_placement_group": settings.gang_placement_groups,
@@ -277,11 +321,12 @@ class ResourceChange:
     address: str
     type: str
     actions: tuple[str, ...]  # ("create",), ("update",), ("delete", "create"), ("delete",), ...
+    previous_address: str | None = None  # a `moved` block moves it here (actions ("no-op",) when only moved)
 
     @property
     def symbol(self) -> str:
         return {("create",): "+", ("update",): "~", ("delete",): "-", ("read",): "<=",
-                ("delete", "create"): "-/+", ("create", "delete"): "+/-"}.get(self.actions, "?")
+                ("delete", "create"): "-/+", ("create", "delete"): "+/-", ("no-op",): "->"}.get(self.actions, "?")
 
     @property
     def destroys(self) -> bool:
@@ -364,10 +409,12 @@ class Terraform:
             doc = json.loads(shown.stdout)
         except json.JSONDecodeError as exc:
             raise TerraformError(f"terraform show -json {plan_file}: not JSON ({exc.msg})") from exc
+        # A move alone is a no-op with a previous address; it is kept: the state records it only on apply.
         changes = tuple(
-            ResourceChange(rc["address"], rc["type"], tuple(rc["change"]["actions"]))
+            ResourceChange(rc["address"], rc["type"], tuple(rc["change"]["actions"]), rc.get("previous_address"))
             for rc in doc.get("resource_changes", [])
-            if rc.get("mode", "managed") == "managed" and tuple(rc["change"]["actions"]) != ("no-op",)
+            if rc.get("mode", "managed") == "managed"
+            and (tuple(rc["change"]["actions"]) != ("no-op",) or rc.get("previous_address"))
         )
         return TerraformPlan(self.directory, plan_file, sha256_of(plan_file), changes)
 
@@ -397,28 +444,54 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
     """Refuse destroys the policy did not ask for: a resource may only be
     destroyed when its whole module left the rendered configuration (a GPU
     pool or region the policy no longer allows), or replaced create-first when
-    replacing is how it is updated (``REPLACED_TO_UPDATE``). Replacing or
-    deleting anything else in a module that stays (a queue, a launch
-    template, a scale set) is refused."""
+    replacing is how it is updated (``REPLACED_TO_UPDATE``). Refused:
+    replacing or deleting anything else in a module that stays (a queue, a
+    launch template, a scale set), and IAM roles an older fleetctl kept in the
+    controller module of a region the policy drops (see
+    :func:`legacy_iam_moves`)."""
     kept = set(document.get("module", {}))
-    refused = []
+    in_kept: list[ResourceChange] = []
+    legacy_iam: list[ResourceChange] = []
     for change in plan.changes:
         if not change.destroys:
             continue
         if change.type in REPLACED_TO_UPDATE and change.actions == ("create", "delete"):
             continue
-        match = re.match(r"^module\.([A-Za-z0-9_-]+)\.", change.address)
+        match = re.match(r"^module\.([A-Za-z0-9_-]+)\.(.*)$", change.address)
         if match is None or match.group(1) in kept:
-            refused.append(f"{change.symbol} {change.address}")
-    if refused:
-        raise UnexpectedDestroy(
-            "Terraform proposes to destroy or replace resources the policy still asks for:\n  "
-            + "\n  ".join(refused)
-            + "\nNothing was applied. This comes from changes made outside fleetctl or in the modules, or from a "
-            "policy edit that renames what they create (infrastructure.cluster, an Azure resource group): "
-            "such a rename would delete live capacity and is not done by fleetctl apply. Undo it, or make the "
-            "change with terraform yourself in the directory, then plan again."
-        )
+            in_kept.append(change)
+        elif IAM_MODULE in kept and re.sub(r"\[0\]$", "", match.group(2)) in IAM_RESOURCES:
+            legacy_iam.append(change)
+    if not (in_kept or legacy_iam):
+        return
+    parts = ["Terraform proposes to destroy or replace resources that fleetctl apply does not destroy. "
+             "Nothing was applied."]
+    if in_kept:
+        replaced = any("create" in c.actions for c in in_kept)
+        deleted = any(c.actions == ("delete",) for c in in_kept)
+        causes = []
+        if replaced:
+            causes.append("a replacement comes from a change Terraform cannot make in place, such as a new name "
+                          "after a policy edit that renames what the modules create (infrastructure.cluster, an "
+                          "Azure resource group)")
+        if deleted:
+            causes.append("a delete means the module no longer declares the resource (the module copies in the "
+                          "directory were edited)")
+        causes.append("or the resources were changed outside fleetctl")
+        parts.append("In modules the policy still asks for, where it would take live capacity or pending notices "
+                     "with it (" + "; ".join(causes) + "):\n" + _change_lines(in_kept))
+    if legacy_iam:
+        parts.append(f"The cluster's IAM roles, in the controller module of a region the policy drops: fleetctl "
+                     f"before module.{IAM_MODULE} kept them in the module of the region that sorted first, and "
+                     f"dropping it in the same edit would delete the roles and create them again (nodes lose their "
+                     f"instance profile meanwhile). Keep that region for one `fleetctl apply`, which moves them to "
+                     f"module.{IAM_MODULE}, then drop it:\n" + _change_lines(legacy_iam))
+    parts.append("Undo the change, or make it with terraform yourself in the directory, then plan again.")
+    raise UnexpectedDestroy("\n".join(parts))
+
+
+def _change_lines(changes: Iterable[ResourceChange]) -> str:
+    return "\n".join(f"  {c.symbol} {c.address}" for c in changes)
 
 
 def infrastructure_or_error(policy: Policy) -> Infrastructure:
@@ -434,7 +507,8 @@ def render_changes(plan: TerraformPlan) -> str:
         lines.append("  No changes. The infrastructure matches the policy.")
         return "\n".join(lines) + "\n"
     for change in plan.changes:
-        lines.append(f"  {change.symbol} {change.address}")
+        moved = f" (moved from {change.previous_address})" if change.previous_address else ""
+        lines.append(f"  {change.symbol} {change.address}{moved}")
     counts = plan.counts()
     lines.append(f"  Terraform: {counts['add']} to add, {counts['change']} to change, {counts['destroy']} to destroy.")
     return "\n".join(lines) + "\n"

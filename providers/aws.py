@@ -45,7 +45,7 @@ bounded and jittered.
 
 boto3 is imported only here, lazily (``pip install 'fleetctl[aws]'``). Every
 API call the adapter makes is listed in :data:`API_CALLS`, which the
-Terraform controller module's IAM policy grants, and nothing else.
+Terraform aws-iam module's IAM policy grants, and nothing else.
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ TAG_LAUNCH: Final[str] = "fleetctl:launch"
 #: AWS's spot interruption notice: two minutes before the instance is taken.
 INTERRUPTION_NOTICE_SECONDS: Final[int] = RECLAIM_NOTICE_SECONDS["aws"]
 
-#: Every AWS API call the adapter makes, as IAM actions. The controller
-#: module's IAM policy is rendered from this list (``fleetctl.terraform``), so
-#: the policy grants exactly what the code calls; a test checks both ways.
+#: Every AWS API call the adapter makes, as IAM actions. The controller's IAM
+#: policy (``terraform/modules/aws-iam``) grants exactly these, so exactly
+#: what the code calls; a test checks both ways.
 #: ``ec2:RunInstances``, ``ec2:CreateTags`` and ``iam:PassRole`` are what
 #: ``CreateFleet`` needs on the caller's behalf (launching from a template that
 #: names an instance profile, tagging at launch).

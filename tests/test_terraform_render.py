@@ -34,14 +34,15 @@ EXAMPLE = load_policy(ROOT / "policies" / "example.yaml")
 def test_one_pool_per_allowed_gpu_model_sold_in_the_region_and_one_controller() -> None:
     doc = render(EXAMPLE, load_catalog())
     assert sorted(m for m in doc["module"] if m.startswith("aws_")) == [
-        "aws_controller_us_east_1", "aws_pool_us_east_1_a100_40gb", "aws_pool_us_east_1_a100_80gb",
+        "aws_controller_us_east_1", "aws_iam", "aws_pool_us_east_1_a100_40gb", "aws_pool_us_east_1_a100_80gb",
         "aws_pool_us_east_1_a10g", "aws_pool_us_east_1_h100_80gb", "aws_pool_us_east_1_l4",
         "aws_pool_us_east_1_t4", "aws_pool_us_east_1_v100_16gb"]
     pool = doc["module"]["aws_pool_us_east_1_a10g"]
     assert pool["source"] == "./modules/aws-pool" and pool["pool"] == "a10g" and pool["region"] == "us-east-1"
-    assert pool["instance_profile_name"] == "${module.aws_controller_us_east_1.node_instance_profile_name}"
+    assert pool["instance_profile_name"] == "${module.aws_iam.node_instance_profile_name}"
     assert pool["gang_placement_group"] is True and pool["controller_url"] == "http://10.0.0.5:9109"
-    assert doc["module"]["aws_controller_us_east_1"]["create_iam"] is True
+    assert doc["module"]["aws_iam"] == {"source": "./modules/aws-iam", "cluster": "ml-platform",
+                                        "tags": {"cost-centre": "4711", "team": "ml-platform"}}
     assert sorted(m for m in doc["module"] if not m.startswith("aws_")) == [
         "azure_pool_eastus_a100_40gb", "azure_pool_eastus_a100_80gb", "azure_pool_eastus_t4",
         "azure_pool_eastus_v100_16gb", "gcp_pool_us_central1_a100_40gb", "gcp_pool_us_central1_a100_80gb",
@@ -66,15 +67,50 @@ def test_allowing_a_new_gpu_model_adds_a_pool() -> None:
         "aws_pool_us_east_1_l4", "gcp_pool_us_central1_l4"}
 
 
-def test_iam_goes_in_the_first_region_only() -> None:
+def _with_regions(*regions: str):  # noqa: ANN202 - the example policy with these AWS regions
     infra = EXAMPLE.infrastructure
     assert infra is not None
-    two = replace(EXAMPLE, infrastructure=replace(infra, aws=(*infra.aws, replace(infra.aws[0], region="us-west-2"))))
-    modules = render(two, load_catalog())["module"]
-    assert modules["aws_controller_us_east_1"]["create_iam"] is True
-    assert modules["aws_controller_us_west_2"]["create_iam"] is False
-    assert modules["aws_pool_us_west_2_a10g"]["instance_profile_name"] == (
-        "${module.aws_controller_us_east_1.node_instance_profile_name}")
+    return replace(EXAMPLE, infrastructure=replace(infra, aws=tuple(replace(infra.aws[0], region=r) for r in regions)))
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    (("us-east-1",), ("eu-west-1", "us-east-1")),  # a region that sorts first: IAM used to move there
+    (("eu-west-1", "us-east-1"), ("us-east-1",)),  # the first region dropped: IAM used to move away
+    (("us-east-1",), ("us-east-1", "us-west-2")),
+], ids=["add-first", "drop-first", "add-last"])
+def test_adding_or_removing_a_region_leaves_the_modules_of_the_others_alone(before: tuple[str, ...],
+                                                                            after: tuple[str, ...]) -> None:
+    """IAM is global: its roles live in one module of their own, so a region
+    added or dropped changes no module of the regions that stay."""
+    old, new = (render(_with_regions(*r), load_catalog())["module"] for r in (before, after))
+    assert old["aws_iam"] == new["aws_iam"]
+    for name in set(old) & set(new):
+        assert old[name] == new[name], name
+    for region in after:
+        pool = new[f"aws_pool_{region.replace('-', '_')}_a10g"]
+        assert pool["instance_profile_name"] == "${module.aws_iam.node_instance_profile_name}"
+
+
+def test_iam_of_an_older_state_moves_to_its_module_from_whichever_region_has_it() -> None:
+    """An older fleetctl created the roles (``count``) in the controller
+    module of the region that sorted first; the moved blocks chain every
+    region's controller module to ``aws_iam``, each address once."""
+    moved = render(_with_regions("us-west-2", "eu-west-1", "us-east-1"), load_catalog())["moved"]
+    role = [m for m in moved if m["from"].endswith(".aws_iam_role.controller[0]")]
+    assert role == [
+        {"from": "module.aws_controller_eu_west_1.aws_iam_role.controller[0]",
+         "to": "module.aws_controller_us_east_1.aws_iam_role.controller[0]"},
+        {"from": "module.aws_controller_us_east_1.aws_iam_role.controller[0]",
+         "to": "module.aws_controller_us_west_2.aws_iam_role.controller[0]"},
+        {"from": "module.aws_controller_us_west_2.aws_iam_role.controller[0]",
+         "to": "module.aws_iam.aws_iam_role.controller"}]
+    assert len(moved) == 4 * 3
+    assert len({m["from"] for m in moved}) == len({m["to"] for m in moved}) == len(moved)
+    assert {m["to"] for m in moved if m["to"].startswith("module.aws_iam.")} == {
+        "module.aws_iam.aws_iam_role.controller", "module.aws_iam.aws_iam_role_policy.controller",
+        "module.aws_iam.aws_iam_role.node", "module.aws_iam.aws_iam_instance_profile.node"}
+    no_aws = replace(EXAMPLE, providers=("gcp", "azure"))
+    assert "moved" not in render(no_aws, load_catalog())
 
 
 def test_user_strings_are_data_never_expressions() -> None:
@@ -136,6 +172,37 @@ def test_destroys_are_allowed_only_for_modules_the_policy_dropped() -> None:
         check_destroys(_plan(("aws_instance.stray", ("delete",))), doc)
 
 
+
+def test_the_refusal_names_a_rename_only_for_a_replacement() -> None:
+    doc = render(EXAMPLE, load_catalog())
+    with pytest.raises(UnexpectedDestroy) as replaced:
+        check_destroys(_plan(("module.aws_controller_us_east_1.aws_sqs_queue.interruptions", ("delete", "create"))),
+                       doc)
+    assert "infrastructure.cluster" in str(replaced.value)
+    with pytest.raises(UnexpectedDestroy) as deleted:
+        check_destroys(_plan(("module.aws_controller_us_east_1.aws_sqs_queue.interruptions", ("delete",))), doc)
+    message = str(deleted.value)
+    assert "- module.aws_controller_us_east_1.aws_sqs_queue.interruptions" in message
+    assert "no longer declares the resource" in message and "rename" not in message
+
+
+def test_iam_of_an_older_state_in_a_dropped_region_is_not_destroyed() -> None:
+    """Dropping the region whose controller module held the IAM roles (before
+    module.aws_iam) in the same edit would delete and recreate them: refused,
+    with what to do instead. The rest of the dropped region may go."""
+    doc = render(_with_regions("us-east-1"), load_catalog())
+    dropped = [("module.aws_controller_eu_west_1.aws_sqs_queue.interruptions", ("delete",)),
+               ("module.aws_pool_eu_west_1_a10g.aws_launch_template.pool", ("delete",))]
+    check_destroys(_plan(*dropped), doc)
+    with pytest.raises(UnexpectedDestroy) as refused:
+        check_destroys(_plan(*dropped, ("module.aws_controller_eu_west_1.aws_iam_role.controller[0]", ("delete",)),
+                             ("module.aws_iam.aws_iam_role.controller", ("create",))), doc)
+    message = str(refused.value)
+    assert "- module.aws_controller_eu_west_1.aws_iam_role.controller[0]" in message
+    assert "Keep that region for one `fleetctl apply`" in message
+    assert "aws_sqs_queue" not in message and "rename" not in message
+
+
 def test_an_immutable_template_may_be_replaced_create_first_only() -> None:
     doc = render(EXAMPLE, load_catalog())
     template = "module.gcp_pool_us_central1_l4.google_compute_region_instance_template.pool"
@@ -148,7 +215,7 @@ def test_an_immutable_template_may_be_replaced_create_first_only() -> None:
 
 
 def test_the_controller_iam_policy_lists_exactly_the_calls_the_provider_makes() -> None:
-    text = (ROOT / "terraform" / "modules" / "aws-controller" / "main.tf").read_text()
+    text = (ROOT / "terraform" / "modules" / "aws-iam" / "main.tf").read_text()
     lists = re.findall(r"\b(?:ec2|sqs|iam)_actions = \[(.*?)\]", text, flags=re.S)
     assert len(lists) == 3
     actions = {a for block in lists for a in re.findall(r'"([a-z0-9]+:[A-Za-z]+)"', block)}

@@ -111,7 +111,9 @@ def _terraform_doc(tf_plan, document: dict) -> dict:  # noqa: ANN001
         "plan_file": str(tf_plan.plan_file.resolve()),
         "plan_sha256": tf_plan.sha256,
         "root_sha256": _root_sha256(document),  # what the policy rendered: apply renders it again and compares
-        "changes": [{"address": c.address, "type": c.type, "actions": list(c.actions)} for c in tf_plan.changes],
+        "changes": [{"address": c.address, "type": c.type, "actions": list(c.actions),
+                     **({"previous_address": c.previous_address} if c.previous_address else {})}
+                    for c in tf_plan.changes],
     }
 
 

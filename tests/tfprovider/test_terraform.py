@@ -64,7 +64,7 @@ def test_the_schema_check_finds_each_kind_of_mistake(hcl: str, expected: str, sc
 
 
 def test_the_modules_pass_the_schema_check(schemas: dict) -> None:
-    for module in ("aws-controller", "aws-pool", "gcp-pool", "azure-pool"):
+    for module in ("aws-iam", "aws-controller", "aws-pool", "gcp-pool", "azure-pool"):
         assert check_module(MODULES / module, schemas) == [], module
 
 
@@ -74,17 +74,17 @@ def test_the_rendered_root_calls_the_modules_with_their_variables(tmp_path: Path
     broken = json.loads(json.dumps(doc))
     broken["module"]["aws_pool_us_east_1_a10g"]["imageid"] = "ami-0123456789abcdef0"
     del broken["module"]["aws_pool_us_east_1_a10g"]["cluster"]
-    broken["module"]["aws_controller_us_east_1"]["create_iam"] = "yes"
+    broken["module"]["aws_pool_us_east_1_t4"]["gang_placement_group"] = "yes"
     errors = check_root(broken, MODULES.parent)
     assert any("unknown argument 'imageid'" in e for e in errors)
     assert any("missing required argument 'cluster'" in e for e in errors)
-    assert any("create_iam: expected a bool" in e for e in errors)
+    assert any("gang_placement_group: expected a bool" in e for e in errors)
 
 
 # ---------------------------------------------------------------- the real binary
 
 
-@pytest.mark.parametrize("module", ["aws-controller", "aws-pool", "gcp-pool", "azure-pool"])
+@pytest.mark.parametrize("module", ["aws-iam", "aws-controller", "aws-pool", "gcp-pool", "azure-pool"])
 def test_each_module_validates_against_the_real_schema(module: str, tf_env: dict, tmp_path: Path) -> None:
     work = tmp_path / module
     shutil.copytree(MODULES / module, work)
@@ -164,6 +164,98 @@ def test_a_new_gcp_image_replaces_the_templates_create_first_and_a_cluster_renam
     assert "-/+ module.aws_controller_us_east_1.aws_sqs_queue.interruptions" in message
     assert "aws_launch_template.pool" in message and "infrastructure.cluster" in message
     assert "google_compute_region_instance_template" not in message
+
+
+def _add_region(region: str):  # noqa: ANN202 - an edit for _edited: one more AWS region
+    def edit(doc) -> None:  # noqa: ANN001
+        doc["infrastructure"]["aws"][region] = {"image_id": "ami-0123456789abcdef1",
+                                                "subnet_ids": ["subnet-0aaaaaaaaaaaaaaa9"],
+                                                "security_group_ids": ["sg-0ccccccccccccccc9"]}
+    return edit
+
+
+def _terraform_lines(output: str) -> list[str]:
+    """The resource lines of the Terraform section of `fleetctl plan`."""
+    section = output[output.index("\nTerraform:\n"):]
+    return [line.strip() for line in section.splitlines()[2:] if line.startswith("  ") and "Terraform:" not in line]
+
+
+def test_adding_or_dropping_a_region_plans_only_that_region(tf_env: dict, tmp_path: Path) -> None:
+    """docs/terraform.md: a new region is a normal policy change. A region
+    that sorts before the existing one used to take the IAM roles over
+    (destroy in one controller module, create in the other), which fleetctl
+    refused; now the roles have a module of their own and stay put."""
+    runner = CliRunner()
+    env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
+    infra = tmp_path / "infra"
+
+    def plan(policy: Path, out: str):  # noqa: ANN202
+        done = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
+                                   "--terraform-init", "get", "-out", str(tmp_path / out)], env=env)
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    def apply(policy: Path, out: str) -> None:
+        done = runner.invoke(app, ["apply", str(tmp_path / out), "--policy", str(policy), "--terraform-init", "get"],
+                             env=env)
+        assert done.exit_code == 0, done.output
+
+    plan(EXAMPLE, "one.json")
+    apply(EXAMPLE, "one.json")
+    two = _edited(tmp_path, _add_region("eu-west-1"))  # sorts before us-east-1
+    output = plan(two, "two.json")
+    assert "Terraform: 12 to add, 0 to change, 0 to destroy." in output, output
+    added = _terraform_lines(output)
+    assert [line for line in added if not line.startswith("+ ")] == [], added
+    assert all("eu_west_1" in line for line in added), added
+    apply(two, "two.json")
+    dropped = _terraform_lines(plan(EXAMPLE, "back.json"))  # and dropping it again destroys only its modules
+    assert dropped and all(line.startswith("- ") and "eu_west_1" in line for line in dropped), dropped
+    apply(EXAMPLE, "back.json")
+    assert "No changes. The infrastructure matches the policy." in plan(EXAMPLE, "again.json")
+
+
+#: The IAM resources fleetctl kept in a controller module (with count) before module.aws_iam.
+OLDER_IAM = ("aws_iam_role.controller", "aws_iam_role_policy.controller", "aws_iam_role.node",
+             "aws_iam_instance_profile.node")
+
+
+@pytest.mark.parametrize("home", ["eu-west-1", "us-east-1"], ids=["first-of-chain", "last-of-chain"])
+def test_iam_roles_of_an_older_state_move_to_their_module_without_a_destroy(home: str, tf_env: dict,
+                                                                            tmp_path: Path) -> None:
+    """A state written by fleetctl before module.aws_iam has the roles (with
+    ``count``) in the controller module of the region that sorted first; the
+    rendered moved blocks bring them over from any region of the policy, and
+    `fleetctl plan` shows the moves. Dropping that region in the same edit is
+    refused, since the roles would be deleted and created again."""
+    work = tmp_path / "root"
+    policy = load_policy(_edited(tmp_path, _add_region("eu-west-1")))
+    document = render(policy, load_catalog())
+    write_root(work, document)
+    tf = Terraform(work, init="get", env=tf_env)
+    tf.apply(tf.plan())
+    legacy = f"aws_controller_{home.replace('-', '_')}"
+    for resource in OLDER_IAM:  # the older layout
+        terraform(work, tf_env, "state", "mv", f"module.aws_iam.{resource}", f"module.{legacy}.{resource}[0]")
+
+    if home == "eu-west-1":
+        one = render(load_policy(EXAMPLE), load_catalog())
+        write_root(work, one)
+        with pytest.raises(UnexpectedDestroy) as refused:
+            check_destroys(tf.plan(), one)
+        message = str(refused.value)
+        assert "- module.aws_controller_eu_west_1.aws_iam_role.controller[0]" in message
+        assert "Keep that region for one `fleetctl apply`" in message and "aws_sqs_queue" not in message
+        write_root(work, document)
+
+    plan = tf.plan()
+    assert {(c.address, c.previous_address, c.actions) for c in plan.changes} == {
+        (f"module.aws_iam.{r}", f"module.{legacy}.{r}[0]", ("no-op",)) for r in OLDER_IAM}
+    check_destroys(plan, document)
+    assert (f"-> module.aws_iam.aws_iam_role.controller (moved from module.{legacy}.aws_iam_role.controller[0])"
+            in render_changes(plan))
+    tf.apply(plan)
+    assert not tf.plan().has_changes
 
 
 # ---------------------------------------------------------------- fleetctl plan/apply, both halves

@@ -8,18 +8,6 @@ variable "region" {
   type        = string
 }
 
-variable "create_iam" {
-  description = "Create the controller and node IAM roles (IAM is global: do it in one region only)."
-  type        = bool
-  default     = true
-}
-
-variable "controller_principal" {
-  description = "The AWS service that runs the controller and assumes its role (ec2.amazonaws.com, ecs-tasks.amazonaws.com, ...)."
-  type        = string
-  default     = "ec2.amazonaws.com"
-}
-
 variable "tags" {
   description = "Extra tags for every resource."
   type        = map(string)

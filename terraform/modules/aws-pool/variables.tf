@@ -19,7 +19,7 @@ variable "image_id" {
 }
 
 variable "instance_profile_name" {
-  description = "The instance profile of GPU nodes (the controller module's node_instance_profile_name)."
+  description = "The instance profile of GPU nodes (the aws-iam module's node_instance_profile_name)."
   type        = string
 }
 
