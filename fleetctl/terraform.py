@@ -88,6 +88,20 @@ def pool_module_name(region: str, pool: str) -> str:
     return f"aws_pool_{_slug(region)}_{_slug(pool)}"
 
 
+def gcp_pool_module_name(region: str, pool: str) -> str:
+    return f"gcp_pool_{_slug(region)}_{_slug(pool)}"
+
+
+def azure_pool_module_name(region: str, pool: str) -> str:
+    return f"azure_pool_{_slug(region)}_{_slug(pool)}"
+
+
+#: The names of the module calls fleetctl renders (the functions above): the
+#: only modules ``fleetctl apply`` may destroy, and only once the policy drops
+#: them. Every other module and resource in the directory is the user's.
+FLEETCTL_MODULE: Final[re.Pattern[str]] = re.compile(
+    rf"^(?:{IAM_MODULE}|aws_controller_[a-z0-9_]+|aws_pool_[a-z0-9_]+|gcp_pool_[a-z0-9_]+|azure_pool_[a-z0-9_]+)$")
+
 
 def pools(policy: Policy, catalog: Iterable[Offer], provider: str, region: str) -> dict[str, Offer]:
     """GPU pools of one provider's region: pool name -> the pool's representative
@@ -234,7 +248,7 @@ def _render_gcp(policy: Policy, infra: Infrastructure, offers: tuple[Offer, ...]
     assert gcp is not None
     for region in gcp.regions:
         for pool, offer in pools(policy, offers, "gcp", region).items():
-            name = f"gcp_pool_{_slug(region)}_{_slug(pool)}"
+            name = gcp_pool_module_name(region, pool)
             n1 = parse_gcp_n1_gpu_type_name(offer.instance_type.name)
             machine, accelerator, count = n1 if n1 else (offer.instance_type.name, "", 0)
             modules[name] = {
@@ -263,7 +277,7 @@ def _render_azure(policy: Policy, infra: Infrastructure, offers: tuple[Offer, ..
     assert azure is not None
     for settings in azure.regions:
         for pool, offer in pools(policy, offers, "azure", settings.region).items():
-            name = f"azure_pool_{_slug(settings.region)}_{_slug(pool)}"
+            name = azure_pool_module_name(settings.region, pool)
             modules[name] = {
                 "source": "./modules/azure-pool",
                 "cluster": literal(infra.cluster),
@@ -442,15 +456,17 @@ REPLACED_TO_UPDATE: frozenset[str] = frozenset({"google_compute_region_instance_
 
 def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
     """Refuse destroys the policy did not ask for: a resource may only be
-    destroyed when its whole module left the rendered configuration (a GPU
-    pool or region the policy no longer allows), or replaced create-first when
-    replacing is how it is updated (``REPLACED_TO_UPDATE``). Refused:
-    replacing or deleting anything else in a module that stays (a queue, a
-    launch template, a scale set), and IAM roles an older fleetctl kept in the
-    controller module of a region the policy drops (see
-    :func:`legacy_iam_moves`)."""
+    destroyed when its whole module is one fleetctl renders (``FLEETCTL_MODULE``)
+    and left the rendered configuration (a GPU pool or region the policy no
+    longer allows), or replaced create-first when replacing is how it is
+    updated (``REPLACED_TO_UPDATE``). Refused: replacing or deleting anything
+    else in a module that stays (a queue, a launch template, a scale set);
+    anything of the user's own in the directory (their modules and resources);
+    and IAM roles an older fleetctl kept in the controller module of a region
+    the policy drops (see :func:`legacy_iam_moves`)."""
     kept = set(document.get("module", {}))
     in_kept: list[ResourceChange] = []
+    not_ours: list[ResourceChange] = []
     legacy_iam: list[ResourceChange] = []
     for change in plan.changes:
         if not change.destroys:
@@ -458,11 +474,13 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
         if change.type in REPLACED_TO_UPDATE and change.actions == ("create", "delete"):
             continue
         match = re.match(r"^module\.([A-Za-z0-9_-]+)\.(.*)$", change.address)
-        if match is None or match.group(1) in kept:
+        if match is None or not FLEETCTL_MODULE.match(match.group(1)):
+            not_ours.append(change)
+        elif match.group(1) in kept:
             in_kept.append(change)
         elif IAM_MODULE in kept and re.sub(r"\[0\]$", "", match.group(2)) in IAM_RESOURCES:
             legacy_iam.append(change)
-    if not (in_kept or legacy_iam):
+    if not (in_kept or not_ours or legacy_iam):
         return
     parts = ["Terraform proposes to destroy or replace resources that fleetctl apply does not destroy. "
              "Nothing was applied."]
@@ -486,6 +504,10 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
                      f"dropping it in the same edit would delete the roles and create them again (nodes lose their "
                      f"instance profile meanwhile). Keep that region for one `fleetctl apply`, which moves them to "
                      f"module.{IAM_MODULE}, then drop it:\n" + _change_lines(legacy_iam))
+    if not_ours:
+        parts.append("Not fleetctl's: fleetctl renders only main.tf.json and its modules (aws_iam, "
+                     "aws_controller_*, aws_pool_*, gcp_pool_*, azure_pool_*); the rest of the directory is "
+                     "yours, and fleetctl apply never destroys or replaces it:\n" + _change_lines(not_ours))
     parts.append("Undo the change, or make it with terraform yourself in the directory, then plan again.")
     raise UnexpectedDestroy("\n".join(parts))
 

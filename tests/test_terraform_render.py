@@ -172,6 +172,24 @@ def test_destroys_are_allowed_only_for_modules_the_policy_dropped() -> None:
         check_destroys(_plan(("aws_instance.stray", ("delete",))), doc)
 
 
+@pytest.mark.parametrize("address", [
+    "module.mine.aws_sqs_queue.jobs",  # the user's own module in the directory
+    "module.mine.module.inner.aws_sqs_queue.jobs",
+    'module.queues["jobs"].aws_sqs_queue.q',
+    "module.aws_pools.aws_launch_template.pool",  # a fleetctl-like name, not fleetctl's scheme
+    "aws_sqs_queue.jobs",  # a resource of the root module
+], ids=["module", "nested", "for-each", "lookalike", "root"])
+@pytest.mark.parametrize("actions", [("delete",), ("delete", "create"), ("create", "delete")],
+                         ids=["delete", "replace", "replace-create-first"])
+def test_what_fleetctl_does_not_render_is_never_destroyed(address: str, actions: tuple[str, ...]) -> None:
+    """The directory may hold the user's own Terraform next to main.tf.json:
+    a module fleetctl does not render is not one the policy dropped."""
+    doc = render(EXAMPLE, load_catalog())
+    with pytest.raises(UnexpectedDestroy) as refused:
+        check_destroys(_plan((address, actions)), doc)
+    message = str(refused.value)
+    assert address in message and "Not fleetctl's" in message and "rename" not in message
+
 
 def test_the_refusal_names_a_rename_only_for_a_replacement() -> None:
     doc = render(EXAMPLE, load_catalog())

@@ -258,6 +258,31 @@ def test_iam_roles_of_an_older_state_move_to_their_module_without_a_destroy(home
     assert not tf.plan().has_changes
 
 
+def test_apply_never_destroys_a_module_of_the_users_own_in_the_directory(tf_env: dict, tmp_path: Path) -> None:
+    """Only the modules fleetctl renders may go when the policy drops them;
+    a module of the user's own next to main.tf.json is not fleetctl's to destroy."""
+    runner = CliRunner()
+    env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
+    infra = tmp_path / "infra"
+    (infra / "mine").mkdir(parents=True)
+    (infra / "mine.tf").write_text('module "mine" {\n  source = "./mine"\n}\n')
+    (infra / "mine" / "main.tf").write_text(
+        'terraform {\n  required_providers {\n    aws = { source = "hashicorp/aws" }\n  }\n}\n\n'
+        'resource "aws_sqs_queue" "jobs" {\n  name = "team-jobs"\n}\n')
+    common = ["--terraform-dir", str(infra), "--terraform-init", "get"]
+    planned = runner.invoke(app, ["plan", *common, "-out", str(tmp_path / "plan.json")], env=env)
+    assert planned.exit_code == 0 and "+ module.mine.aws_sqs_queue.jobs" in planned.output, planned.output
+    applied = runner.invoke(app, ["apply", str(tmp_path / "plan.json"), "--terraform-init", "get"], env=env)
+    assert applied.exit_code == 0, applied.output
+
+    (infra / "mine.tf").unlink()
+    refused = runner.invoke(app, ["plan", *common], env=env)
+    assert refused.exit_code == 1, refused.output
+    assert "Not fleetctl's" in refused.output and "- module.mine.aws_sqs_queue.jobs" in refused.output
+    assert "rename" not in refused.output
+    assert "module.mine.aws_sqs_queue.jobs" in terraform(infra, tf_env, "state", "list").stdout
+
+
 # ---------------------------------------------------------------- fleetctl plan/apply, both halves
 
 
