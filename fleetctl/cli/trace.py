@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +46,7 @@ def alibaba_2023(
         "--checkpointable-fraction", min=0.0, max=1.0, help="Fraction of jobs (0..1) made checkpointable.")] = 0.0,
     checkpoint_interval_minutes: Annotated[float, typer.Option(
         "--checkpoint-interval-minutes",
-        help="Checkpoint interval of the checkpointable jobs (at least 1).")] = 30.0,
+        help="Checkpoint interval of the checkpointable jobs (at least 1, finite).")] = 30.0,
     deadline_fraction: Annotated[float, typer.Option(
         "--deadline-fraction", min=0.0, max=1.0,
         help="Fraction of jobs (0..1) given a deadline: submit + duration x a random slack in [1.5, 3].")] = 0.0,
@@ -88,9 +89,10 @@ def alibaba_2023(
                               ("--window-hours", window_hours, 100_000.0)):
         if value is not None and not (0 < value and (high is None or value <= high)):
             fail(f"{flag} must be above 0" + (f" and at most {high:g}" if high else "") + f" (got {value:g})", 2)
-    if not checkpoint_interval_minutes >= MIN_CHECKPOINT_INTERVAL_MINUTES:  # also refuses NaN
-        fail(f"--checkpoint-interval-minutes must be at least {MIN_CHECKPOINT_INTERVAL_MINUTES:g} "
-             f"(got {checkpoint_interval_minutes:g})", 2)
+    interval = checkpoint_interval_minutes  # `>=` also refuses NaN; a job trace cannot hold inf
+    if not (interval >= MIN_CHECKPOINT_INTERVAL_MINUTES and math.isfinite(interval)):
+        fail(f"--checkpoint-interval-minutes must be a finite number of at least {MIN_CHECKPOINT_INTERVAL_MINUTES:g} "
+             f"(got {interval:g})", 2)
     try:
         options = AlibabaOptions(
             start_utc=start_utc,
@@ -121,15 +123,26 @@ def alibaba_2023(
 
 
 def _write_output(output: Path, text: Callable[[], str], write: Callable[[], object]) -> None:
-    """``-o -``: the text on stdout (a file named '-' was written before); else ``write()``, all or nothing."""
-    if str(output) == "-":
-        sys.stdout.write(text())
-        sys.stdout.flush()
-        return
+    """``-o -``: the text on stdout (a file named '-' was written before); else ``write()``, all or nothing.
+
+    Rows the output format cannot hold (``text()`` and ``write()`` raise
+    ``ValueError`` listing them, one a line) are one error line naming the
+    first and how many there are, exit 2, and nothing is written."""
+    to_stdout = str(output) == "-"
     try:
-        write()
+        if to_stdout:
+            body = text()
+        else:
+            write()
+    except ValueError as exc:
+        first, *rest = [line for line in str(exc).splitlines() if line.strip()][1:] or [str(exc)]
+        more = f" (and {len(rest)} more)" if rest else ""
+        fail(f"cannot write {'stdout' if to_stdout else output}: {first}{more}; nothing was written", 2)
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}; nothing was written", 2)
+    if to_stdout:
+        sys.stdout.write(body)
+        sys.stdout.flush()
 
 
 def _summary_target(output: Path):  # noqa: ANN202 - (a rich Console, str)

@@ -389,8 +389,10 @@ class AlibabaOptions:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be within 0..1 (got {value})")
-        if not self.checkpoint_interval_minutes >= MIN_CHECKPOINT_INTERVAL_MINUTES:
-            raise ValueError(f"checkpoint_interval_minutes must be at least {MIN_CHECKPOINT_INTERVAL_MINUTES:g} "
+        if not (self.checkpoint_interval_minutes >= MIN_CHECKPOINT_INTERVAL_MINUTES
+                and math.isfinite(self.checkpoint_interval_minutes)):
+            raise ValueError("checkpoint_interval_minutes must be finite and at least "
+                             f"{MIN_CHECKPOINT_INTERVAL_MINUTES:g} "
                              f"(got {self.checkpoint_interval_minutes})")
         if self.pending_duration_hours is not None and not 0 < self.pending_duration_hours <= 100_000:
             raise ValueError(f"pending_duration_hours must be above 0 (got {self.pending_duration_hours})")

@@ -624,7 +624,47 @@ def test_cli_import_errors(tmp_path: Path) -> None:
     often = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
                          "--checkpointable-fraction", "1", "--checkpoint-interval-minutes", "0.5", "-o", "jobs.csv")
     assert often.returncode == 2 and not (tmp_path / "jobs.csv").exists()
-    assert "--checkpoint-interval-minutes must be at least 1 (got 0.5)" in " ".join(often.stderr.split())
+    assert "--checkpoint-interval-minutes must be a finite number of at least 1 (got 0.5)" in " ".join(
+        often.stderr.split())
+
+
+@pytest.mark.parametrize("output", ["jobs.csv", "-"])
+@pytest.mark.parametrize("interval", ["inf", "1e999"])
+def test_cli_import_refuses_an_endless_checkpoint_interval(tmp_path: Path, output: str, interval: str) -> None:
+    """--checkpoint-interval-minutes inf passed the `>= 1` check, then the job
+    trace writer refused every row with a ValueError: a traceback, exit 1."""
+    (tmp_path / "pods.csv").write_text(PODS)
+    done = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start", "2023-02-15T00:00:00Z",
+                        "--checkpointable-fraction", "1", "--checkpoint-interval-minutes", interval, "-o", output)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert " ".join(done.stderr.split()) == \
+        "Error: --checkpoint-interval-minutes must be a finite number of at least 1 (got inf)"
+    assert done.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["pods.csv"]
+    with pytest.raises(ValueError, match="checkpoint_interval_minutes must be finite"):
+        options(checkpointable_fraction=1.0, checkpoint_interval_minutes=float("inf"))
+
+
+@pytest.mark.parametrize("output", ["jobs.csv", "-"])
+def test_import_output_a_writer_refuses_is_one_error_line(tmp_path: Path, output: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The writers raise ValueError for rows the format cannot hold; the
+    importers' output step caught only OSError (a traceback, exit 1)."""
+    import typer
+
+    from fleetctl.cli.trace import _write_output
+
+    def refuse() -> str:
+        raise ValueError("cannot write the job trace:\njob 'a': checkpoint_interval_minutes: bad\n"
+                         "job 'b': checkpoint_interval_minutes: bad")
+
+    with pytest.raises(typer.Exit) as exited:
+        _write_output(tmp_path / output if output != "-" else Path("-"), refuse, refuse)
+    assert exited.value.exit_code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
+    err = " ".join(captured.err.split())
+    assert err.startswith("Error: cannot write ") and err.endswith(
+        ": job 'a': checkpoint_interval_minutes: bad (and 1 more); nothing was written"), err
 
 
 @GARBAGE_SETTINGS
