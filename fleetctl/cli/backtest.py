@@ -107,10 +107,13 @@ def backtest(
 def _check_times(trace, mkt, config, jobs_path: Path, market_path: Path) -> None:  # noqa: ANN001
     """Jobs the simulation would never submit (after the market's end plus the
     overrun) are an error; jobs after the market's end get a note (no spot there)."""
-    from datetime import timedelta
+    from fleetctl.sim.simulator import simulation_end
 
     end = mkt.end_utc
-    cap = end + timedelta(hours=config.overrun_hours)
+    try:
+        cap = simulation_end(mkt, trace, config)
+    except ValueError as exc:
+        fail(f"{market_path}: {exc}", 2)
     never = [j.job_id for j in trace if j.submitted_at_utc >= cap]
     if never:
         fail(f"{jobs_path}: {len(never)} job(s) are submitted after the simulation ends ({cap.isoformat()}: the end "

@@ -149,6 +149,35 @@ class World:
 RiskForecaster = Callable[[datetime], "tuple[OfferRisk, ...]"]
 
 
+# The times a run computes past its end: a job's end (its duration after a start at the end at the
+# latest), plus policy timings (idle timeout, cooldowns, checkpoint grace, consolidation payback: a
+# year at most), plus a tick, a launch delay and a checkpoint (a day each at most).
+_TIMING_MARGIN = timedelta(days=366 + 3)
+
+
+def simulation_end(market: Market, jobs: tuple[Job, ...] | list[Job], config: SimConfig,
+                   until_utc: datetime | None = None) -> datetime:
+    """The instant a run stops at the latest: ``until_utc``, else the market's
+    end plus ``config.overrun_hours``.
+
+    Raises ``ValueError`` when the run would compute a time after the last
+    one a ``datetime`` holds (the end of year 9999): the stop plus the longest
+    job of ``jobs`` plus a year and three days of policy and run timings
+    (a market that ends in late 9998 or 9999; an OverflowError before)."""
+    longest = max((j.duration_hours for j in jobs), default=0.0)
+    try:
+        end = until_utc or market.end_utc + timedelta(hours=config.overrun_hours)
+        _ = end + timedelta(hours=longest) + _TIMING_MARGIN
+    except OverflowError:
+        stop = (f"the run would stop at {until_utc.isoformat()}: that plus" if until_utc else
+                f"the market ends at {market.end_utc.isoformat()}: that plus {config.overrun_hours:g} hours of "
+                "overrun,")
+        raise ValueError(f"{stop} the longest job ({longest:g} hours) and a year of policy timings is past the end "
+                         "of year 9999, the last time a simulation can reach; move the market and the jobs "
+                         "earlier") from None
+    return end
+
+
 def simulate(jobs: tuple[Job, ...] | list[Job], market: Market, policy: Policy, *,
              planner: Planner = fleetctl_plan, config: SimConfig = SimConfig(),
              until_utc: datetime | None = None,
@@ -173,7 +202,7 @@ def simulate(jobs: tuple[Job, ...] | list[Job], market: Market, policy: Policy, 
         if j.state is not JobState.QUEUED or j.node_ids:
             raise ValueError(f"job {j.job_id}: a trace job must be queued and unbound")
     start = min([market.start_utc, *(j.submitted_at_utc for j in jobs[:1])])
-    end_cap = until_utc or market.end_utc + timedelta(hours=config.overrun_hours)
+    end_cap = simulation_end(market, jobs, config, until_utc)
     if end_cap <= start:
         raise ValueError("until_utc must be after the start of the market and of the jobs")
 

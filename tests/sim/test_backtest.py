@@ -110,6 +110,19 @@ def test_cli_refuses_numbers_it_cannot_simulate(tmp_path, args, words):
     assert "Traceback" not in out.stderr
 
 
+def test_cli_refuses_a_market_too_close_to_year_9999(tmp_path):
+    """A market ending within the 30-day overrun of the end of year 9999 was an
+    OverflowError traceback (exit 1) when the backtest computed its end."""
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    manifest.write_text(manifest.read_text().replace("2023-02-15T", "9999-12-20T"))
+    jobs_csv.write_text(jobs_csv.read_text().replace("2023-02-15T", "9999-12-20T"))
+    out = _backtest(tmp_path, jobs_csv, manifest)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
+    assert " ".join(out.stderr.split()).startswith(
+        f"Error: {manifest}: the market ends at 9999-12-20T06:00:00+00:00: that plus 720 hours of overrun, the "
+        "longest job"), out.stderr
+
+
 def test_cli_checks_the_report_path_before_running_and_stops_when_nothing_can_run(tmp_path):
     jobs_csv, manifest = _tiny_case(tmp_path)
     (tmp_path / "afile").write_text("x")

@@ -171,3 +171,27 @@ def test_bad_input_is_refused():
         SimConfig(tick_seconds=0)
     with pytest.raises(ValueError, match="tick_seconds"):
         SimConfig(tick_seconds=0.5)
+
+
+def _moved(to):  # noqa: ANN001, ANN202 - the fixture market and jobs, moved to start at ``to``
+    m = market()
+    m = type(m)(tuple(replace(t, start_utc=to) for t in m.traces), to)
+    return m, [replace(j, submitted_at_utc=j.submitted_at_utc - T0 + to,
+                       deadline_utc=j.deadline_utc and j.deadline_utc - T0 + to) for j in jobs(3)]
+
+
+def test_a_run_past_year_9999_is_a_value_error():
+    """A market ending within the overrun (30 days) of year 9999's end was an
+    OverflowError; so was a long job started near it (the planner computes its end)."""
+    late, js = _moved(T0.replace(year=9999, month=12, day=20))
+    with pytest.raises(ValueError, match=r"the market ends at 9999-12-20T\S+: that plus 720 hours of overrun, "
+                                         r"the longest job \(2 hours\) .* past the end of year 9999"):
+        simulate(js, late, sim_policy())
+    with pytest.raises(ValueError, match="the run would stop at 9999-12-31T"):
+        simulate(js, late, sim_policy(), until_utc=T0.replace(year=9999, month=12, day=31))
+    early, js = _moved(T0.replace(year=9990, month=1, day=1))
+    longest = replace(js[0], duration_hours=100_000.0)  # 11.4 years
+    with pytest.raises(ValueError, match=r"the longest job \(100000 hours\)"):
+        simulate([longest, *js[1:]], early, sim_policy())
+    r = simulate(js, early, sim_policy())  # far, but the run and its jobs fit
+    assert r.jobs_completed == 3 and r.end_utc.year == 9990
