@@ -11,6 +11,7 @@ memory is GiB, collections are tuples.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -381,7 +382,17 @@ class Policy:
 class OfferRisk:
     offer_key: str
     horizon_minutes: int
-    interruption_probability: float
+    interruption_probability: float  # of a loss within the horizon
+
+    @property
+    def probability_per_hour(self) -> float:
+        """The probability of a loss within an hour: the probability itself for
+        a 60-minute horizon, else converted under a constant hazard,
+        ``1 - (1 - p) ** (60 / horizon_minutes)`` (1 stays 1, 0 stays 0)."""
+        p, minutes = self.interruption_probability, self.horizon_minutes
+        if minutes == 60 or not 0.0 < p < 1.0 or not minutes > 0:
+            return p
+        return -math.expm1(60.0 / minutes * math.log1p(-p))
 
 
 @dataclass(frozen=True, slots=True)

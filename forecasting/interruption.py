@@ -471,6 +471,25 @@ class InterruptionModel:
         return cls(estimator, int(meta["horizon_minutes"]), meta)
 
 
+#: The horizon of the probabilities the planner and the controller use: a probability per hour
+#: (docs/planner.md, "Risk-adjusted cost"; the policy's rebalance_drain_probability).
+PLANNING_HORIZON_MINUTES = 60
+
+
+def load_for_planning(directory: str | Path, *, allow_version_mismatch: bool = False) -> InterruptionModel:
+    """:meth:`InterruptionModel.load` for the planner (``backtest --forecast-model``,
+    ``--forecast-dir``): refuses (``ModelError``) a model whose horizon is not
+    an hour, whose probability of a loss within, say, 24 hours the planner
+    would read as a probability per hour."""
+    model = InterruptionModel.load(directory, allow_version_mismatch=allow_version_mismatch)
+    if model.horizon_minutes != PLANNING_HORIZON_MINUTES:
+        m = model.horizon_minutes
+        shown = f"{m // 60}h" if m % 60 == 0 else f"{m}m"
+        raise ModelError(f"{directory}: the model's horizon is {shown} and the planner reads a probability per hour; "
+                         "train a model for planning with --horizon 1h (the default)")
+    return model
+
+
 # =========================================================================== evaluation
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from fleetctl.controller.forecast import recent_reclaims
 from fleetctl.model import DemandForecast, OfferRisk
 from fleetctl.store import Store
-from forecasting.interruption import InterruptionModel, ModelError, market_from_observations
+from forecasting.interruption import InterruptionModel, ModelError, load_for_planning, market_from_observations
 
 log = logging.getLogger("fleetctl.forecast")
 GRID_SECONDS = 300.0
@@ -55,8 +55,8 @@ class ModelForecaster:
         self.interruption_model: InterruptionModel | None = None
         self.demand_model = None
         if (self.directory / "interruption").is_dir():
-            self.interruption_model = InterruptionModel.load(self.directory / "interruption",
-                                                             allow_version_mismatch=allow_version_mismatch)
+            self.interruption_model = load_for_planning(self.directory / "interruption",
+                                                        allow_version_mismatch=allow_version_mismatch)
         if (self.directory / "demand").is_dir():
             try:
                 from forecasting.demand import DemandModel

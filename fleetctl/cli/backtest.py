@@ -161,9 +161,9 @@ def _market_forecaster(path: Path, market, allow_version_mismatch: bool = False)
     """Load the interruption model at ``path`` (a RiskForecaster over ``market``); exit 2 with the reason
     if it cannot be used."""
     try:
-        from forecasting.interruption import InterruptionModel
+        from forecasting.interruption import load_for_planning
 
-        model = InterruptionModel.load(path, allow_version_mismatch=allow_version_mismatch)
+        model = load_for_planning(path, allow_version_mismatch=allow_version_mismatch)
     except (OSError, ValueError, RuntimeError) as exc:
         fail(f"--forecast-model {path}: {exc}", 2)
     return lambda now: model.risks(market, now)

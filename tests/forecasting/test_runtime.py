@@ -65,6 +65,17 @@ def test_unusable_model_directories_are_refused(tmp_path):
         ModelForecaster(tmp_path / "m")
 
 
+def test_a_model_of_another_horizon_than_an_hour_is_refused(tmp_path):
+    """The planner reads p per hour: a 2-hour model's probability of a loss
+    within 2 hours was used as one per hour (so was a 24-hour model's)."""
+    model = InterruptionModel.train([synthetic(days=6, seed=7)], horizon=timedelta(hours=2))
+    model.save(tmp_path / "models" / "interruption")
+    with pytest.raises(ModelError, match=r"interruption: the model's horizon is 2h and the planner reads a "
+                                         r"probability per hour; train a model for planning with --horizon 1h"):
+        ModelForecaster(tmp_path / "models")
+    assert InterruptionModel.load(tmp_path / "models" / "interruption").horizon_minutes == 120  # evaluate reads it
+
+
 def test_a_demand_model_through_the_daemons_forecast_path_buys_bounded_headroom(tmp_path):
     """Train a demand model, record demand as the controller does each pass, and
     run the pass the daemon runs (build_forecast, then tick): the planner buys

@@ -365,6 +365,27 @@ def case_checkpointing_makes_risk_cheaper():
     assert run(queue=[ckpt], offers=offers, forecast=risky).of_kind("launch")[0].offer.market is Market.SPOT
 
 
+def case_a_risk_of_another_horizon_is_read_per_hour():
+    """p is a probability per hour: a 24-hour model's 0.3 (a loss within a day)
+    was read as 0.3 per hour, which sent a job that a 1.5%/h risk leaves on spot
+    to on-demand."""
+    offers = [offer("spot", price=5.0), offer("od", price=6.5, market=Market.ON_DEMAND)]
+    long_job = job("j", gpus=8, duration_hours=8.0)
+
+    def market_of(*risks):
+        return run(queue=[long_job], offers=offers, forecast=Forecast(interruption=risks)).of_kind("launch")[0] \
+            .offer.market
+
+    assert market_of(OfferRisk(offers[0].key, 60, 0.3)) is Market.ON_DEMAND
+    assert market_of(OfferRisk(offers[0].key, 24 * 60, 0.3)) is Market.SPOT  # 1 - 0.7 ** (1/24) = 1.5% per hour
+    assert market_of(OfferRisk(offers[0].key, 24 * 60, 0.3), OfferRisk(offers[0].key, 60, 0.3)) is Market.ON_DEMAND
+    assert market_of(OfferRisk(offers[0].key, 10, 0.3)) is Market.ON_DEMAND  # 1 - 0.7 ** 6 = 88% per hour
+    hour = run(queue=[long_job], offers=offers, forecast=Forecast(interruption=(OfferRisk(offers[0].key, 60, 0.0148),)))
+    day = run(queue=[long_job], offers=offers,
+              forecast=Forecast(interruption=(OfferRisk(offers[0].key, 24 * 60, 0.3),)))
+    assert day.explanations == hour.explanations  # the same expected loss, to the rounding shown
+
+
 def case_recently_reclaimed_offer_is_avoided():
     offers = [offer("g", price=5.0), offer("g", price=15.0, market=Market.ON_DEMAND)]
     fc = Forecast(recent_reclaims=(OfferReclaim(offers[0].key, T0 - timedelta(minutes=5)),))
@@ -561,3 +582,11 @@ def test_planned_fleet_places_a_new_job_like_a_full_plan():
     step = pf.place(job("huge", gpus=16))
     assert not step.actions and step.unplaced[0].reason is Reason.GANG_DOES_NOT_FIT
 
+
+
+@pytest.mark.parametrize("minutes, p, hourly", [
+    (60, 0.3, 0.3), (24 * 60, 0.3, 1 - 0.7 ** (1 / 24)), (30, 0.5, 0.75), (24 * 60, 1.0, 1.0), (24 * 60, 0.0, 0.0),
+    (10, 1e-12, 6e-12),
+])
+def test_offer_risk_per_hour_assumes_a_constant_hazard(minutes, p, hourly):
+    assert OfferRisk("k", minutes, p).probability_per_hour == pytest.approx(hourly, rel=1e-9, abs=0)

@@ -123,6 +123,22 @@ def test_cli_refuses_a_market_too_close_to_year_9999(tmp_path):
         "longest job"), out.stderr
 
 
+def test_cli_refuses_a_forecast_model_whose_horizon_is_not_an_hour(tmp_path):
+    """A 2-hour model's probability was used as a probability per hour."""
+    from datetime import timedelta
+
+    from forecasting.interruption import InterruptionModel
+    from tests.forecasting.test_interruption import synthetic
+
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    InterruptionModel.train([synthetic(days=6, seed=7)], horizon=timedelta(hours=2)).save(tmp_path / "m2")
+    out = _backtest(tmp_path, jobs_csv, manifest, "--forecast-model", str(tmp_path / "m2"))
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
+    assert " ".join(out.stderr.split()) == (
+        f"Error: --forecast-model {tmp_path / 'm2'}: {tmp_path / 'm2'}: the model's horizon is 2h and the planner "
+        "reads a probability per hour; train a model for planning with --horizon 1h (the default)")
+
+
 def test_cli_checks_the_report_path_before_running_and_stops_when_nothing_can_run(tmp_path):
     jobs_csv, manifest = _tiny_case(tmp_path)
     (tmp_path / "afile").write_text("x")
