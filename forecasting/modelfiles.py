@@ -49,12 +49,21 @@ def _digest(estimator_bytes: bytes, metadata: dict[str, Any]) -> str:
 
 
 def check_target(directory: str | Path) -> Path:
-    """``directory`` as a Path if a model can be saved there (``ModelError``
-    naming why not otherwise): checked by ``save`` and, so that a bad ``-o``
-    fails at once rather than after training, by the CLI before it trains."""
+    """The Path a model saved at ``directory`` goes to (``ModelError`` naming
+    why it cannot otherwise): checked by ``save`` and, so that a bad ``-o``
+    fails at once rather than after training, by the CLI before it trains.
+
+    A symlink is written through, as ``fleetctl.files`` writes output files:
+    the path returned is its target, and the link is kept (the save renames
+    the target, not the link)."""
     if str(directory) == "-":
         raise ModelError("-: a model is a directory of files; it cannot be written to stdout")
     path = Path(directory)
+    if path.is_symlink():
+        try:
+            path = path.resolve()
+        except (OSError, RuntimeError) as exc:  # a loop: RuntimeError before Python 3.13
+            raise ModelError(f"{directory}: cannot follow the symlink ({exc})") from None
     if path.exists() and not path.is_dir():
         raise ModelError(f"{path}: exists and is not a directory")
     if path.is_dir():

@@ -67,6 +67,28 @@ def test_train_refuses_an_output_it_cannot_save_into_before_training(tmp_path, m
     assert report.exit_code == 2 and "--report -: the report is a directory" in report.output, report.output
 
 
+def test_a_symlink_to_a_directory_is_saved_through_and_kept(tmp_path):
+    """The save renamed the link itself away and put a real directory in its
+    place; output files are written through a symlink (fleetctl.files)."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "link").symlink_to("store")
+    assert modelfiles.save(tmp_path / "link", {"w": 1}, META) == tmp_path / "store"
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "link").readlink() == Path("store")
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["model.joblib", "model.json"]
+    modelfiles.save(tmp_path / "link", {"w": 2}, META)  # replaced through the link
+    assert (tmp_path / "link").is_symlink() and _load(tmp_path / "store") == {"w": 2}
+    (tmp_path / "new-link").symlink_to("new")  # dangling: the model is saved at its target
+    modelfiles.save(tmp_path / "new-link", {"w": 3}, META)
+    assert (tmp_path / "new-link").is_symlink() and _load(tmp_path / "new") == {"w": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "new", "new-link", "store"]
+    (tmp_path / "store" / "notes.txt").write_text("keep me")
+    with pytest.raises(ModelError, match=r"store: holds other files than a model \(notes.txt\)"):
+        modelfiles.check_target(tmp_path / "link")
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(ModelError, match="loop: cannot follow the symlink"):
+        modelfiles.check_target(tmp_path / "loop")
+
+
 def test_the_digest_binds_the_metadata_to_the_estimator(tmp_path):
     modelfiles.save(tmp_path / "a", {"w": 1}, META)
     modelfiles.save(tmp_path / "b", {"w": 2}, {**META, "horizon_minutes": 7})
