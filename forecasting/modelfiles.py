@@ -55,7 +55,10 @@ def check_target(directory: str | Path) -> Path:
 
     A symlink is written through, as ``fleetctl.files`` writes output files:
     the path returned is its target, and the link is kept (the save renames
-    the target, not the link)."""
+    the target, not the link). The current directory, a directory above it
+    and a mount point are refused: a save replaces the whole directory by
+    renames, which they cannot take (or a shell in them would be left in a
+    deleted directory)."""
     if str(directory) == "-":
         raise ModelError("-: a model is a directory of files; it cannot be written to stdout")
     path = Path(directory)
@@ -66,6 +69,16 @@ def check_target(directory: str | Path) -> Path:
             raise ModelError(f"{directory}: cannot follow the symlink ({exc})") from None
     if path.exists() and not path.is_dir():
         raise ModelError(f"{path}: exists and is not a directory")
+    try:
+        real, here = path.resolve(), Path.cwd().resolve()
+    except (OSError, RuntimeError) as exc:
+        raise ModelError(f"{path}: cannot save there: {exc}") from None
+    if real == here or real in here.parents:
+        raise ModelError(f"{path}: cannot save there: it is the current directory or one above it, and a save "
+                         "replaces the whole directory; name a new or empty subdirectory")
+    if os.path.ismount(real):
+        raise ModelError(f"{path}: cannot save there: it is a mount point, and a save replaces the whole "
+                         "directory; name a new or empty directory inside it")
     if path.is_dir():
         others = sorted(p.name for p in path.iterdir() if p.name not in MODEL_FILES)
         if others:

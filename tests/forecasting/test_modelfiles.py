@@ -4,6 +4,7 @@ forecast CLI's answers to output and input it cannot use."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -87,6 +88,28 @@ def test_a_symlink_to_a_directory_is_saved_through_and_kept(tmp_path):
     (tmp_path / "loop").symlink_to("loop")
     with pytest.raises(ModelError, match="loop: cannot follow the symlink"):
         modelfiles.check_target(tmp_path / "loop")
+
+
+def test_the_current_directory_its_ancestors_and_mount_points_are_refused_before_training(tmp_path, monkeypatch):
+    """'-o .' passed the check, trained, then failed to rename the current
+    directory ("Device or resource busy")."""
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    for target in (".", "..", str(tmp_path), "/", "../work/."):
+        with pytest.raises(ModelError, match="cannot save there: it is the current directory or one above it"):
+            modelfiles.check_target(target)
+    (tmp_path / "here").symlink_to("work")
+    with pytest.raises(ModelError, match="cannot save there: it is the current directory or one above it"):
+        modelfiles.check_target(tmp_path / "here")
+    assert modelfiles.check_target("sub") == Path("sub")  # a subdirectory is fine
+    missing = str(tmp_path / "missing.csv")  # read after -o is checked, so -o's error is the one shown
+    refused = _invoke("train", "demand", "--series", missing, "--horizons", "1h", "-o", ".")
+    assert refused.exit_code == 2, refused.output
+    assert "-o .: cannot save there: it is the current directory or one above it" in " ".join(refused.output.split())
+    assert list((tmp_path / "work").iterdir()) == []
+    if os.path.ismount("/proc") and os.path.isdir("/proc"):
+        with pytest.raises(ModelError, match="/proc: cannot save there: it is a mount point"):
+            modelfiles.check_target("/proc")
 
 
 def test_the_digest_binds_the_metadata_to_the_estimator(tmp_path):
