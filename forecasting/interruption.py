@@ -101,7 +101,28 @@ class Samples:
     end_utc: datetime
 
 
+#: The longest market the model samples: a grid point every STEP for every offer costs about a
+#: kilobyte of features and tables, so a tiny trace file with a huge tick (the market loader allows
+#: 100 years) took gigabytes before "too few losses". The real traces span 45.5 days at most
+#: (examples/markets, SkyPilot's spot-traces); the daemon's retraining reads 30 days.
+MAX_MARKET_SPAN = timedelta(days=366)
+
+
+def check_span(market: Market) -> None:
+    """``ValueError`` naming the longest trace (its offer) when ``market`` spans
+    more than ``MAX_MARKET_SPAN``: refused before any grid is built."""
+    span = market.end_utc - market.start_utc
+    if span > MAX_MARKET_SPAN:
+        longest = max(market.traces, key=lambda t: t.end_utc)
+        points = int(MAX_MARKET_SPAN / STEP)
+        raise ValueError(f"the market spans {span.total_seconds() / 86400:,.1f} days (to the end of the trace of "
+                         f"{longest.offer_spot.key}, {len(longest.capacity)} ticks of {longest.gap_seconds:g} s), "
+                         f"more than the {MAX_MARKET_SPAN.days} days ({points} samples of "
+                         f"{STEP.total_seconds() / 60:g} minutes per offer) the interruption model reads")
+
+
 def _grid(market: Market) -> np.ndarray:
+    check_span(market)
     span = (market.end_utc - market.start_utc).total_seconds()
     return np.arange(0.0, span, STEP.total_seconds())
 
@@ -288,7 +309,9 @@ class MarketIndex:
 
 def build_samples(market: Market, horizon: timedelta = timedelta(hours=1),
                   index: MarketIndex | None = None) -> Samples:
-    """Every (offer, grid time) of ``market`` with its features and label (see the module docstring)."""
+    """Every (offer, grid time) of ``market`` with its features and label (see the module docstring);
+    ``ValueError`` for a market longer than ``MAX_MARKET_SPAN`` (:func:`check_span`)."""
+    check_span(market)
     index = index or MarketIndex(market)
     grid = _grid(market)
     H = horizon.total_seconds()
@@ -622,6 +645,7 @@ def _offer_from_key(key: str, price: float) -> fm.Offer:
     return fm.Offer(it, region, zone, fm.Market.SPOT, price)
 
 
-__all__ = ["CANDIDATES", "FEATURES", "InterruptionModel", "MarketIndex", "ModelError", "STEP", "build_samples",
+__all__ = ["CANDIDATES", "FEATURES", "InterruptionModel", "MAX_MARKET_SPAN", "MarketIndex", "ModelError", "STEP",
+           "build_samples", "check_span",
            "evaluate", "evaluation_mask", "market_from_observations", "reliability_plot", "split_time",
            "training_mask"]

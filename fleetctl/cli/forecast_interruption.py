@@ -43,6 +43,7 @@ def whole_minutes(text: str) -> int:
 def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
     from fleetctl.sim.market import load_market
     from fleetctl.yamlerrors import SpecError
+    from forecasting.interruption import check_span
 
     if not paths:
         fail("give at least one --market MANIFEST", 2)
@@ -56,6 +57,10 @@ def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
             raise typer.Exit(2)
         except OSError as exc:
             fail(f"{path}: {exc.strerror or exc}", 2)
+        try:
+            check_span(out[-1])  # before the grid of samples is built, which would take gigabytes
+        except ValueError as exc:
+            fail(f"{path}: {exc}", 2)
     return out
 
 

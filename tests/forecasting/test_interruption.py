@@ -278,6 +278,42 @@ def test_cli_train_and_evaluate_json(tmp_path):
     assert bad.returncode == 2 and "model.joblib" in bad.stderr
 
 
+def test_a_market_longer_than_the_limit_is_refused_before_its_grid_is_built(tmp_path):
+    """A two-tick trace with a 1.5e9 s tick took 34 s and 2.9 GB (2.5 million
+    grid points) before "too few losses"; now it is refused up front."""
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+
+    gap = 200 * 86400.0  # two ticks: 400 days (cheap enough for the old code to get through, too)
+    (tmp_path / "t.json").write_text(json.dumps({"metadata": {"gap_seconds": gap}, "data": [1, 0]}))
+    (tmp_path / "long.yaml").write_text(
+        'start_utc: "2023-02-15T00:00:00Z"\ntraces:\n  - provider: aws\n    instance_type: p3.2xlarge\n'
+        "    region: us-east-1\n    zone: us-east-1a\n    file: t.json\n")
+    model = tmp_path / "model"
+    InterruptionModel.train([synthetic(days=6, seed=7)]).save(model)
+    runner = CliRunner()
+    for args in (("train", "interruption", "--market", str(tmp_path / "long.yaml"), "-o", str(tmp_path / "m")),
+                 ("evaluate", "interruption", "--model", str(model), "--market", str(tmp_path / "long.yaml"))):
+        r = _Run(runner.invoke(app, ["forecast", *args], catch_exceptions=False))
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert " ".join(r.stderr.split()).startswith(
+            f"Error: {tmp_path / 'long.yaml'}: the market spans 400.0 days (to the end of the trace of "
+            "aws/us-east-1/us-east-1a/p3.2xlarge/spot"), r.stderr
+    assert not (tmp_path / "m").exists()
+
+    from forecasting.interruption import MAX_MARKET_SPAN, check_span
+
+    assert MAX_MARKET_SPAN == timedelta(days=366)
+    long = Market((MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, gap, (1, 0)),), T0)
+    with pytest.raises(ValueError, match=r"the market spans 400\.0 days \(to the end of the trace of "
+                                         r"aws/us-east-1/a/p3\.2xlarge/spot, 2 ticks of 1\.728e\+07 s\), more than "
+                                         r"the 366 days \(52704 samples of 10 minutes per offer\)"):
+        build_samples(long, H)
+    fits = Market((MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, 183 * 86400.0, (1, 0)),), T0)
+    check_span(fits)  # 366 days exactly
+
+
 def test_planner_choice_changes_when_risk_changes():
     from fleetctl.model import Forecast, OfferRisk
     from fleetctl.planner import plan
