@@ -47,6 +47,10 @@ def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
 
     if not paths:
         fail("give at least one --market MANIFEST", 2)
+    # The same manifest twice counted every sample twice (as --series is refused twice for demand).
+    twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
+    if twice:
+        fail(f"--market given more than once: {', '.join(twice)}", 2)
     out = []
     for path in paths:
         try:

@@ -314,6 +314,28 @@ def test_a_market_longer_than_the_limit_is_refused_before_its_grid_is_built(tmp_
     check_span(fits)  # 366 days exactly
 
 
+def test_the_same_market_twice_is_refused(tmp_path, monkeypatch):
+    """--market M --market M counted every sample twice; --series is refused twice already."""
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+
+    manifest = REPO / "examples" / "markets" / "aws-v100-16node.yaml"
+    monkeypatch.chdir(REPO / "examples")
+    model = tmp_path / "model"
+    InterruptionModel.train([synthetic(days=6, seed=7)]).save(model)
+    runner = CliRunner()
+    for args in (("train", "interruption", "--market", str(manifest), "--market", "markets/../markets/"
+                  "aws-v100-16node.yaml", "-o", str(tmp_path / "m")),
+                 ("evaluate", "interruption", "--model", str(model), "--market", str(manifest), "--market",
+                  str(manifest))):
+        r = _Run(runner.invoke(app, ["forecast", *args], catch_exceptions=False))
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert " ".join(r.stderr.split()).startswith("Error: --market given more than once: "), r.stderr
+        assert str(manifest) in r.stderr
+    assert not (tmp_path / "m").exists()
+
+
 def test_planner_choice_changes_when_risk_changes():
     from fleetctl.model import Forecast, OfferRisk
     from fleetctl.planner import plan
