@@ -158,13 +158,12 @@ def _print(doc: dict, output_format: str, jobs: int) -> None:
 
 
 def _market_forecaster(path: Path, market, allow_version_mismatch: bool = False):  # noqa: ANN001, ANN202
-    """Load the interruption model at ``path`` (a RiskForecaster over ``market``); exit 2 with the reason
-    if it cannot be used."""
-    try:
-        from forecasting.interruption import load_for_planning
+    """Load the interruption model at ``path`` (a RiskForecaster over ``market``) as the forecast
+    commands and --forecast-dir do: exit 2 with the reason if it cannot be used, a version
+    mismatch allowed as one ``warning:`` line (it was Python's UserWarning with a source line)."""
+    from fleetctl.cli.forecast import load_model_or_exit
+    from forecasting.interruption import load_for_planning
 
-        model = load_for_planning(path, allow_version_mismatch=allow_version_mismatch)
-    except (OSError, ValueError, RuntimeError) as exc:
-        fail(f"--forecast-model {path}: {exc}", 2)
+    model = load_model_or_exit(load_for_planning, path, allow_version_mismatch, what="--forecast-model")
     return lambda now: model.risks(market, now)
 

@@ -135,8 +135,32 @@ def test_cli_refuses_a_forecast_model_whose_horizon_is_not_an_hour(tmp_path):
     out = _backtest(tmp_path, jobs_csv, manifest, "--forecast-model", str(tmp_path / "m2"))
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr, out.stderr
     assert " ".join(out.stderr.split()) == (
-        f"Error: --forecast-model {tmp_path / 'm2'}: {tmp_path / 'm2'}: the model's horizon is 2h and the planner "
-        "reads a probability per hour; train a model for planning with --horizon 1h (the default)")
+        f"Error: --forecast-model: {tmp_path / 'm2'}: the model's horizon is 2h and the planner reads a "
+        "probability per hour; train a model for planning with --horizon 1h (the default)")
+
+
+def test_cli_forecast_model_of_another_library_version_is_one_warning_line(tmp_path):
+    """--allow-version-mismatch printed Python's raw UserWarning and its source
+    line; the forecast commands print one 'warning:' line (load_model_or_exit)."""
+    from forecasting.interruption import InterruptionModel
+    from tests.forecasting.test_interruption import synthetic
+
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    model = tmp_path / "m1"
+    InterruptionModel.train([synthetic(days=6, seed=7)]).save(model)
+    meta = json.loads((model / "model.json").read_text())
+    meta["versions"]["scikit-learn"] = "0.0.1"  # not part of the digest
+    (model / "model.json").write_text(json.dumps(meta))
+    done = _backtest(tmp_path, jobs_csv, manifest, "--forecast-model", str(model), "--compare", "on-demand",
+                     "--allow-version-mismatch")
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "scikit-learn 0.0.1" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"warning: {model}: the model was saved with"), done.stderr
+    assert "UserWarning" not in done.stderr and "load_for_planning(" not in done.stderr, done.stderr
+    refused = _backtest(tmp_path, jobs_csv, manifest, "--forecast-model", str(model), "--compare", "on-demand")
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert " ".join(refused.stderr.split()).startswith(f"Error: --forecast-model: {model}: the model was saved with "
+                                                       "scikit-learn 0.0.1"), refused.stderr
 
 
 def test_cli_checks_the_report_path_before_running_and_stops_when_nothing_can_run(tmp_path):
