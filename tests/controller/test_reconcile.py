@@ -180,14 +180,15 @@ def test_avoided_offers_are_a_preference_not_a_ban(world_factory):
     assert not r.plan.unplaced and jobs(w)["j"].state is JobState.BOUND  # the only offer, failed or not
 
 
-@pytest.mark.parametrize("risk, drains", [(0.05, False), (0.5, True)], ids=["low-risk-ignored", "high-risk-drains"])
-def test_rebalance_recommendation_drains_only_when_risk_is_high(world_factory, risk, drains):
+@pytest.mark.parametrize("risk, drains, horizon", [(0.05, False, 60), (0.5, True, 60), (0.5, False, 24 * 60)],
+                         ids=["low-risk-ignored", "high-risk-drains", "a-day's-risk-is-not-an-hour's"])
+def test_rebalance_recommendation_drains_only_when_risk_is_high(world_factory, risk, drains, horizon):
     w = world_factory(offers=OFFERS)
     _running_on_spot(w, spot=True)
     node = w.store.nodes()[0]
     now = T0 + timedelta(minutes=30)
     w.provider.reclaim(node.node_id, now, kind=InterruptionKind.REBALANCE)
-    fc = Forecast(interruption=(OfferRisk(node.offer.key, 60, risk),))
+    fc = Forecast(interruption=(OfferRisk(node.offer.key, horizon, risk),))  # 0.5 a day is 0.03 an hour
     r = run_tick(w, now, pol=policy(rebalance_drain_probability=0.2), forecast=fc)
     assert (r.requeued == ["j"]) is drains
     # drained and then terminated in the same pass, or left running
