@@ -153,7 +153,7 @@ class Located:
 # --------------------------------------------------------------------------- paths and values
 
 
-_PLAIN_KEY = re.compile(r"^[^.\[\]\s\"']+$")
+_PLAIN_KEY = re.compile(r"[^.\[\]\s\"']+")  # fullmatch: "$" would let a key end in a newline
 
 
 def format_path(path: Iterable[str | int]) -> str:
@@ -166,7 +166,7 @@ def format_path(path: Iterable[str | int]) -> str:
     for elem in path:
         if isinstance(elem, int):
             out += f"[{elem}]"
-        elif _PLAIN_KEY.match(elem):
+        elif _PLAIN_KEY.fullmatch(elem):
             out += f".{elem}" if out else elem
         else:
             out += "[" + _quote(elem) + "]"
@@ -174,7 +174,10 @@ def format_path(path: Iterable[str | int]) -> str:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """``text`` double-quoted, with backslashes, quotes and line breaks escaped
+    (a message stays one line)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") + '"'
 
 
 def describe_value(value: Any, limit: int = 40) -> str:

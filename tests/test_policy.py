@@ -431,9 +431,10 @@ def test_a_trailing_newline_in_a_name_or_id_is_refused(
     (issue,) = issues
     assert (issue.line, issue.column) == (line, column), str(issue)
     if text.endswith(":"):
-        # A key's issue is at the key, under its parent; how the key with its
-        # newline is shown in the path is format_path's business.
-        assert issue.field_path.startswith(field_path), str(issue)
+        # A key's issue is at the key, under its parent, the key quoted with its
+        # newline escaped (the message stays one line; it broke in two before).
+        assert issue.field_path.startswith(field_path) and issue.field_path.endswith('\\n"]'), str(issue)
+        assert "\n" not in str(issue), str(issue)
     else:
         assert issue.field_path == field_path, str(issue)
     assert issue.message.startswith(message), issue.message
