@@ -28,6 +28,7 @@ from fleetctl.cli.common import (
     load_policy_or_exit,
     make_provider,
     open_store,
+    output_file_or_exit,
     stop_cleanly_on_sigterm,
     utcnow,
 )
@@ -97,7 +98,11 @@ def _terraform_plan(directory: Path, pol, init: InitMode, binary: str, name: str
         write_root(directory, document)
         tf = Terraform(directory, binary=binary, init=init.value)
         tf_plan = tf.plan(name)
-        check_destroys(tf_plan, document)
+        try:
+            check_destroys(tf_plan, document)
+        except TerraformError:
+            tf_plan.plan_file.unlink(missing_ok=True)  # a refused plan must not stay behind, applyable
+            raise
     except TerraformError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -149,8 +154,9 @@ def plan(
     terraform_dir: TerraformDirOption = None,
     terraform_init: TerraformInitOption = InitMode.init,
     terraform_binary: TerraformBinaryOption = "terraform",
-    out: Annotated[
-        Optional[Path], typer.Option("-out", "--out", help="Save the plan as versioned JSON for `fleetctl apply`.")
+    out_text: Annotated[
+        Optional[str], typer.Option("-out", "--out", help="Save the plan as versioned JSON for `fleetctl apply` "
+                                                          "(a file; a directory is refused).", metavar="<path>")
     ] = None,
     output: Annotated[OutputFormat, typer.Option("--format", help="text (the diff) or json.")] = OutputFormat.text,
     forecast_dir: ForecastDirOption = None,
@@ -165,9 +171,10 @@ def plan(
     """Show what fleetctl would do: launches, terminations and job bindings, each with
     its reason, then the cost in $/h before -> after. With --terraform-dir, also the
     Terraform changes the policy's infrastructure asks for. Changes no fleet and no cloud."""
-    if out is not None and str(out) == "-":  # saved a file named '-', which `apply -` then read
+    if out_text == "-":  # saved a file named '-', which `apply -` then read
         fail("-out -: the saved plan is a file for `fleetctl apply` (and a Terraform plan beside it); for the "
              "plan document on stdout use --format json", 2)
+    out = None if out_text is None else output_file_or_exit("-out", out_text, "plan.json")
     pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed, cloud,
                                                                  forecast_dir=forecast_dir,
                                                                  allow_version_mismatch=allow_version_mismatch)

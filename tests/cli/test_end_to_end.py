@@ -228,8 +228,12 @@ def test_an_edited_plan_is_refused_and_nothing_changes(workdir):
     assert state_snapshot(workdir) == before
     (workdir / "adir").mkdir()
     to_dir = fleetctl(workdir, "plan", "-out", "adir")
-    assert to_dir.returncode == 1 and "exists and is not a regular file" in to_dir.stderr, to_dir.stderr
+    assert to_dir.returncode == 1 and "-out adir: " in to_dir.stderr and "adir/plan.json" in to_dir.stderr, \
+        to_dir.stderr
     assert list((workdir / "adir").iterdir()) == [] and not list(workdir.glob(".adir*"))
+    new_dir = fleetctl(workdir, "plan", "-out", "newdir/")  # wrote a file named 'newdir'
+    assert new_dir.returncode == 1 and "newdir/plan.json" in new_dir.stderr, new_dir.stderr
+    assert not (workdir / "newdir").exists()
     to_stdout = fleetctl(workdir, "plan", "-out", "-")  # saved a file named '-'
     assert to_stdout.returncode == 1 and "for the plan document on stdout use --format json" in " ".join(
         to_stdout.stderr.split()), to_stdout.stderr

@@ -281,6 +281,11 @@ def test_apply_never_destroys_a_module_of_the_users_own_in_the_directory(tf_env:
     assert "Not fleetctl's" in refused.output and "- module.mine.aws_sqs_queue.jobs" in refused.output
     assert "rename" not in refused.output
     assert "module.mine.aws_sqs_queue.jobs" in terraform(infra, tf_env, "state", "list").stdout
+    assert not list(infra.glob("fleetctl-look-*.tfplan"))  # the refused plan is not left behind, applyable
+    before = sorted(p.name for p in infra.glob("*.tfplan"))
+    refused_out = runner.invoke(app, ["plan", *common, "-out", str(tmp_path / "again.json")], env=env)
+    assert refused_out.exit_code == 1 and not (tmp_path / "again.json").exists(), refused_out.output
+    assert sorted(p.name for p in infra.glob("*.tfplan")) == before  # nor a refused saved plan's
 
 
 # ---------------------------------------------------------------- fleetctl plan/apply, both halves
