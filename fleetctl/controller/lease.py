@@ -11,8 +11,8 @@ Design choice: a lease row with an expiry in wall-clock time rather than a
 database lock held for the pass: it works the same on SQLite and PostgreSQL,
 does not keep a transaction open across cloud calls, and a process killed
 with SIGKILL holds it only until it expires: 2 minutes, as a heartbeat thread
-renews it every 30 s while a pass runs (at once, on the same host: a holder
-whose process is gone is taken over). ``reconcile --once`` and
+renews it every 30 s while a pass runs (at once when its holder ran in this
+PID namespace of this host and its process is gone: ``_dead_here``). ``reconcile --once`` and
 ``apply`` release it on SIGTERM (a cron deadline, ``timeout``,
 ``systemctl stop``), also when the signal lands while the lease is being
 taken (``fleetctl.signals``).
@@ -40,21 +40,68 @@ TTL_SECONDS = 600.0  # without a heartbeat (an in-memory store): longer than any
 HEARTBEAT_TTL_SECONDS = 120.0  # renewed every 30 s while held: a holder that died blocks others at most 2 minutes
 
 
+_NAMESPACE = re.compile(r"pid:\[\d+\]")
+_BOOT = re.compile(r"[0-9a-f-]{1,64}")
+_HOLDER = re.compile(r"(?P<host>\S+) pid (?P<pid>\d+) in (?P<namespace>pid:\[\d+\]) start (?P<start>\d+) "
+                     r"boot (?P<boot>[0-9a-f-]+) \([0-9a-f]+\)")
+
+
+def _identity() -> tuple[str, str, int] | None:
+    """This process's PID namespace (``pid:[4026531836]``), the boot it runs in
+    (``/proc/sys/kernel/random/boot_id``) and its start time (clock ticks
+    after boot, ``/proc/self/stat``): with the PID, what names a process
+    beyond doubt on Linux. None where /proc does not show them, or shows
+    another PID namespace's processes (``unshare --pid`` without
+    ``--mount-proc``): no holder is judged dead from such a process."""
+    try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return None  # /proc is another PID namespace's: its pids are not ours
+        namespace = os.readlink("/proc/self/ns/pid")
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+    except (OSError, ValueError):
+        return None
+    start = _start_ticks(os.getpid())
+    if start is None or not _NAMESPACE.fullmatch(namespace) or not _BOOT.fullmatch(boot):
+        return None
+    return namespace, boot, start
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (field 22 of /proc/PID/stat), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+        return int(stat[stat.rindex(")") + 2:].split()[19])  # after "(comm) ": comm may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def holder_id() -> str:
     """This process, as other processes see it in an error (and as
-    ``_dead_here`` reads it)."""
-    return f"{socket.gethostname()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
-
-
-_HOLDER = re.compile(r"^(?P<host>\S+) pid (?P<pid>\d+) \(")
+    ``_dead_here`` reads it): host, PID, PID namespace, start time, boot, and a
+    random tag. Not ``HOST pid N (tag)``, the form before namespaces were
+    written, which a fleetctl of that time would judge by its own PIDs."""
+    host, tag, me = socket.gethostname(), uuid.uuid4().hex[:8], _identity()
+    if me is None:
+        return f"{host} pid {os.getpid()} in an unknown pid namespace ({tag})"
+    namespace, boot, start = me
+    return f"{host} pid {os.getpid()} in {namespace} start {start} boot {boot} ({tag})"
 
 
 def _dead_here(holder: str) -> bool:
-    """The holder ran on this host and its process is gone (killed with
-    SIGKILL, or an older fleetctl that did not release on SIGTERM): its lease
-    can be taken at once instead of after its expiry."""
-    m = _HOLDER.match(holder)
-    if m is None or m["host"] != socket.gethostname():
+    """The holder is provably gone (killed with SIGKILL, or an older fleetctl
+    that did not release on SIGTERM): it ran on this host, in this boot and in
+    this PID namespace, and its PID is free or now another process's (another
+    start time). Its lease can be taken at once instead of after its expiry.
+
+    Anything else is waited for: a holder in another PID namespace (a
+    container with host networking shares the hostname, not the PIDs: it was
+    taken over mid-pass), of another boot or host, or written in a form that
+    does not say its namespace (an older fleetctl's ``HOST pid N (tag)``)."""
+    m = _HOLDER.fullmatch(holder)
+    me = _identity()
+    if m is None or me is None or m["host"] != socket.gethostname() or (m["namespace"], m["boot"]) != me[:2]:
         return False
     pid = int(m["pid"])
     if pid == os.getpid():
@@ -64,13 +111,14 @@ def _dead_here(holder: str) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False  # alive, another user's
-    return False
+        pass  # alive, another user's: the same process only if it started when the holder did
+    started = _start_ticks(pid)
+    return started is not None and started != int(m["start"])
 
 
 def take(store: Store, holder: str, ttl_seconds: float = TTL_SECONDS) -> tuple[str, float] | None:
     """Take the controller lease once: None when taken, else (holder, seconds
-    left). A holder of this host whose process is gone is taken over; a lease
+    left). A holder provably gone (``_dead_here``) is taken over; a lease
     released between the two reads is tried again."""
     held = store.acquire_lease(NAME, holder, ttl_seconds)
     if held is not None and (not held[0] or held[1] <= 0):

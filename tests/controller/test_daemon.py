@@ -286,12 +286,21 @@ def test_cli_prune(tmp_path):
     assert "deleted 1 events rows, 0 offer_observations rows, 0 interruptions rows" in run.stdout
 
 
+def _holder_of(pid: int, *, start: int | None = None, namespace: str | None = None) -> str:
+    """A holder string as process ``pid`` of this host wrote it (``holder_id``'s form)."""
+    from fleetctl.controller import lease
+
+    me = lease._identity()
+    assert me is not None, "the lease tests need Linux's /proc"
+    return (f"{socket.gethostname()} pid {pid} in {namespace or me[0]} start {start or lease._start_ticks(pid) or 1} "
+            f"boot {me[1]} (deadbeef)")
+
+
 def test_a_lease_held_by_a_dead_process_of_this_host_is_taken_at_once(tmp_path):
     """A cron run killed with SIGKILL held the lease for its whole expiry (10
     minutes: a restarted daemon skipped its reclaim passes meanwhile). A holder
-    of this host whose process is gone is taken over; a live one is not."""
-    import socket
-
+    of this host and PID namespace whose process is gone, or whose PID is now
+    another process's, is taken over; a live one is not."""
     from fleetctl.controller.lease import take
     from fleetctl.store import Store
 
@@ -299,16 +308,84 @@ def test_a_lease_held_by_a_dead_process_of_this_host_is_taken_at_once(tmp_path):
     dead.wait()
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        host = socket.gethostname()
-        assert store.acquire_lease("controller", f"{host} pid {dead.pid} (deadbeef)", 600.0) is None
+        assert store.acquire_lease("controller", _holder_of(dead.pid, start=12345), 600.0) is None
         assert take(store, "me") is None
         store.release_lease("controller", "me")
-        live = f"{host} pid {os.getppid()} (cafe0000)"  # this test's parent process: alive
+        live = _holder_of(os.getppid())  # this test's parent process: alive
         assert store.acquire_lease("controller", live, 600.0) is None
         assert take(store, "me")[0] == live
         store.release_lease("controller", live)
-        assert store.acquire_lease("controller", f"other-host pid {dead.pid} (deadbeef)", 600.0) is None
-        assert take(store, "me")[0].startswith("other-host")  # another host's pid says nothing here
+        from fleetctl.controller.lease import _start_ticks
+        reused = _holder_of(os.getppid(), start=_start_ticks(os.getppid()) + 1)  # its PID, another process's now
+        assert store.acquire_lease("controller", reused, 600.0) is None
+        assert take(store, "me") is None
+        store.release_lease("controller", "me")
+        other_host = _holder_of(dead.pid, start=12345).replace(socket.gethostname(), "other-host", 1)
+        assert store.acquire_lease("controller", other_host, 600.0) is None
+        assert take(store, "me")[0] == other_host  # another host's pid says nothing here
+    finally:
+        store.close()
+
+
+def test_a_holder_that_does_not_say_its_pid_namespace_waits_for_its_expiry(tmp_path):
+    """A holder of this hostname whose PID is free here may be alive in another
+    PID namespace: it is not taken over unless it ran in this one. Neither in
+    the form fleetctl wrote before namespaces were written (``HOST pid N
+    (tag)``: it was taken over at once), nor from another namespace."""
+    from fleetctl.controller.lease import take
+    from fleetctl.store import Store
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        for holder in (f"{socket.gethostname()} pid {dead.pid} (deadbeef)",
+                       f"{socket.gethostname()} pid {dead.pid} in an unknown pid namespace (deadbeef)",
+                       "other namespace"):
+            if holder == "other namespace":
+                holder = _holder_of(dead.pid, start=12345, namespace="pid:[1]")
+            assert store.acquire_lease("controller", holder, 600.0) is None
+            got = take(store, "me")
+            assert got is not None and got[0] == holder and got[1] > 500
+            store.release_lease("controller", holder)
+    finally:
+        store.close()
+
+
+def _unshare_pid() -> list[str]:
+    """A command prefix running its command in a new PID namespace (with its
+    own /proc), as a container with host networking does; skips without one."""
+    if not shutil.which("unshare"):
+        pytest.skip("unshare(1) is not installed")
+    for prefix in (["unshare", "--pid", "--fork", "--mount-proc"],
+                   ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]):
+        try:
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0:
+                return prefix
+        except subprocess.TimeoutExpired:
+            continue
+    pytest.skip("no PID namespace can be made here (unshare --pid refused)")
+
+
+def test_a_live_holder_in_another_pid_namespace_of_this_host_is_not_taken_over(tmp_path):
+    """A cron pod with host networking shares the daemon's hostname, not its
+    PIDs: it saw the daemon's PID free in its own namespace and took the lease
+    over mid-pass. Now the process in the other namespace waits."""
+    from fleetctl.controller.lease import controller_lease, holder_id
+    from fleetctl.store import Store
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    me = holder_id()
+    code = ("import sys; from fleetctl.controller.lease import holder_id, take; from fleetctl.store import Store\n"
+            "s = Store(sys.argv[1]); got = take(s, holder_id()); s.close()\n"
+            "print('held by', got[0]) if got else print('taken')\n")
+    try:
+        with controller_lease(store, me):
+            run = subprocess.run([*_unshare_pid(), sys.executable, "-c", code, url], cwd=REPO,
+                                 capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stderr
+            assert run.stdout.strip() == f"held by {me}"
     finally:
         store.close()
 
