@@ -30,6 +30,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import sqlalchemy as sa
+
 from fleetctl import signals
 from fleetctl.store import LeaseHeld, Store, StoreError
 
@@ -143,16 +145,21 @@ class _Heartbeat:
         store: Store | None = None
         try:
             while not self._stop.wait(self._ttl / 4):
-                # Opened at the first renewal only: most passes end long before it, and a daemon's
-                # interruption pass runs every few seconds.
-                store = store or Store(self._url)
-                held = store.acquire_lease(NAME, self._holder, self._ttl)
+                try:
+                    # Opened at the first renewal only: most passes end long before it, and a daemon's
+                    # interruption pass runs every few seconds.
+                    store = store or Store(self._url)
+                    held = store.acquire_lease(NAME, self._holder, self._ttl)
+                except (StoreError, sa.exc.SQLAlchemyError) as exc:
+                    # A transient failure ("database is locked" past the busy timeout, a PostgreSQL
+                    # reconnect): the lease is still this process's until it expires, so try again on
+                    # the next beat rather than let it lapse for the rest of the pass.
+                    log.warning("renewing the controller lease failed (%s); trying again in %.0f s (it expires "
+                                "%.0f s after the last renewal)", exc, self._ttl / 4, self._ttl)
+                    continue
                 if held is not None:
                     log.error("the controller lease was lost to %s while this pass ran", held[0])
                     return
-        except StoreError:
-            log.exception("renewing the controller lease failed; it expires %.0f s after the last renewal",
-                          self._ttl)
         finally:
             if store is not None:
                 store.close()

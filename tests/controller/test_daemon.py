@@ -444,6 +444,90 @@ def test_a_long_pass_keeps_its_lease_by_heartbeat(tmp_path, monkeypatch):
         other.close()
 
 
+@pytest.mark.parametrize("failure", ["database is locked", "store error"])
+def test_a_failed_lease_renewal_is_logged_and_tried_again_on_the_next_beat(tmp_path, monkeypatch, caplog, failure):
+    """One transient error (SQLite "database is locked" past its busy timeout,
+    a PostgreSQL reconnect) stopped the heartbeat for the rest of the pass: the
+    raw OperationalError was not caught at all, and a StoreError ended the loop;
+    the lease then expired under a live pass. Now it is a warning, and the next
+    beat renews the lease."""
+    import sqlite3
+    import threading
+
+    import sqlalchemy as sa
+
+    from fleetctl.controller import lease
+    from fleetctl.store import Store, StoreError
+
+    renewals: list[object] = []
+    renewed = threading.Event()
+
+    class FlakyStore(Store):
+        def acquire_lease(self, name, holder, ttl_seconds):
+            if not renewals:
+                renewals.append("failed")
+                if failure == "store error":
+                    raise StoreError("the state store is damaged")
+                raise sa.exc.OperationalError("UPDATE leases", {}, sqlite3.OperationalError("database is locked"))
+            renewals.append(super().acquire_lease(name, holder, ttl_seconds))
+            renewed.set()
+            return renewals[-1]
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)  # takes the lease; the heartbeat opens its own FlakyStore
+    monkeypatch.setattr(lease, "Store", FlakyStore)
+    monkeypatch.setattr(lease, "HEARTBEAT_TTL_SECONDS", 2.0)  # a beat every 0.5 s
+    try:
+        with caplog.at_level("WARNING", logger="fleetctl.lease"):
+            with lease.controller_lease(store, "long pass"):
+                assert renewed.wait(timeout=60), "no renewal after the failed one"
+        assert renewals[:2] == ["failed", None]  # None: renewed, still this pass's
+        assert "renewing the controller lease failed" in caplog.text
+    finally:
+        store.close()
+
+
+def test_a_lease_lost_to_another_holder_is_not_renewed_again(tmp_path, monkeypatch, caplog):
+    """A renewal that finds another holder (the lease expired while the
+    database was unreachable, and another process took it) is an error and
+    the heartbeat stops: it does not take the lease back from under it."""
+    import threading
+
+    from fleetctl.controller import lease
+    from fleetctl.store import Store
+
+    calls: list[object] = []
+    lost = threading.Event()
+
+    class Renewals(Store):
+        def acquire_lease(self, name, holder, ttl_seconds):
+            calls.append(super().acquire_lease(name, holder, ttl_seconds))
+            if calls[-1] is not None:
+                lost.set()
+            return calls[-1]
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store, other = Store(url), Store(url)
+    monkeypatch.setattr(lease, "Store", Renewals)
+    monkeypatch.setattr(lease, "HEARTBEAT_TTL_SECONDS", 2.0)
+    try:
+        with caplog.at_level("ERROR", logger="fleetctl.lease"):
+            held = lease.hold(store, "long pass")
+            assert isinstance(held, lease.Held)
+            other.release_lease(lease.NAME, "long pass")  # as if it had expired
+            assert other.acquire_lease(lease.NAME, "next run", 60.0) is None
+            assert lost.wait(timeout=60)
+            held._heartbeat._thread.join(timeout=60)
+            assert not held._heartbeat._thread.is_alive()  # stopped after the loss
+            held.release()
+        assert [c[0] for c in calls if c is not None] == ["next run"]
+        assert "lost to next run" in caplog.text
+        assert other.acquire_lease(lease.NAME, "next run", 60.0) is None  # still the other's
+    finally:
+        store.close()
+        other.close()
+
+
 @pytest.mark.parametrize("to", ["process", "another-thread"])
 def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monkeypatch, to):
     """SIGTERM landing between the commit that takes the lease and the block
