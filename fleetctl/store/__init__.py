@@ -35,6 +35,8 @@ from fleetctl.store import tables
 
 DEFAULT_STATE_DIR = ".fleetctl"
 MIGRATIONS = Path(__file__).with_name("migrations")
+#: pg_advisory_xact_lock key serialising schema upgrades on a PostgreSQL database ("fleetmig" in ASCII)
+PG_MIGRATION_LOCK_KEY = 0x666C6565746D6967
 
 
 class StoreError(Exception):
@@ -167,6 +169,11 @@ class Store:
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
         with self._migration_lock(), signals.deferred(), self._engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Not serialised by PostgreSQL itself: processes opening a fresh database together each
+                # created alembic_version (UniqueViolation), and each ran an upgrade's CREATE TABLE
+                # ("relation ... already exists"). Held to this transaction's end, the upgrade's.
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK_KEY})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
@@ -175,8 +182,9 @@ class Store:
         """On a SQLite file, one process at a time upgrades the schema: SQLite
         runs DDL outside the transaction, so processes started together on an
         old store (cron beside a restarted daemon) each created the new table,
-        and all but one failed. An advisory lock on ``<db>.migrate.lock``;
-        PostgreSQL serialises DDL itself."""
+        and all but one failed. An advisory lock on ``<db>.migrate.lock``.
+        PostgreSQL takes an advisory lock in the upgrade's transaction instead
+        (``_migrate``)."""
         database = self._engine.url.database if self._engine.url.get_backend_name() == "sqlite" else None
         if not database or database == ":memory:" or os.name != "posix":
             yield

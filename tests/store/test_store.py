@@ -265,6 +265,59 @@ def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path
     assert {out.strip() for out, _ in outs} == {"0006"}
 
 
+def _open_together(url: str, count: int) -> list[str]:
+    """``count`` processes open the store at ``url`` at the same moment (each
+    imports fleetctl first, says so, and opens the store when told to): each
+    one's schema revision, or its error. Processes, not threads: alembic keeps
+    its migration context in module globals, so threads of one process are not
+    a fair test."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom fleetctl.store import Store, StoreError\nprint('ready', flush=True)\n"
+            "sys.stdin.readline()\ntry:\n    s = Store(sys.argv[1])\nexcept StoreError as exc:\n"
+            "    print('error:', exc)\nelse:\n    print(s.schema_revision())\n    s.close()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(count)]
+    try:
+        for p in procs:  # a barrier: every one has imported fleetctl and waits
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    assert [p.returncode for p in procs] == [0] * count, [err for _, err in outs]
+    return [out.strip() for out, _ in outs]
+
+
+@pytest.mark.parametrize("start_at", [None, "0001", "0005"])
+def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once(postgres_url, start_at):
+    """Several processes open a PostgreSQL store at the same moment, fresh or
+    at an older revision (cron beside a restarted daemon): PostgreSQL does not
+    serialise the upgrade itself, so some failed with UniqueViolation on
+    alembic_version or "relation ... already exists". Every one opens it."""
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.store import MIGRATIONS
+
+    engine = sa.create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+        if start_at:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(MIGRATIONS))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, start_at)
+    engine.dispose()
+    assert _open_together(postgres_url, 8) == ["0006"] * 8
+
+
 def test_sigterm_during_a_store_write_lets_the_write_finish_then_stops(store):
     """SIGTERM raised as SystemExit inside the database driver (seen mid
     ``executemany`` on SQLite under load) left the SQLite connection holding its
