@@ -26,6 +26,8 @@ import sqlalchemy as sa
 from alembic import command
 from alembic import util as alembic_util
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from fleetctl import signals
@@ -150,6 +152,9 @@ class Store:
             raise StoreError(f"cannot open state store {shown}: {exc.strerror or exc}: {exc.filename}") from exc
         try:
             self._migrate()
+        except StoreError:
+            self._engine.dispose()
+            raise
         except sa.exc.SQLAlchemyError as exc:
             self._engine.dispose()
             raise StoreError(f"cannot open state store {shown}: {_sa_text(exc)}") from exc
@@ -166,8 +171,21 @@ class Store:
         self._deferred = nullcontext if self.in_memory else signals.deferred
 
     def _migrate(self) -> None:
+        """Upgrade the schema to the latest revision. Checked first without a
+        lock, so that a current store is only read (a read-only mount,
+        ``status`` beside a running daemon); upgraded under the migration lock
+        otherwise, where ``command.upgrade`` reads the revision again (another
+        process may have upgraded it meanwhile)."""
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self._engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+        script = ScriptDirectory.from_config(cfg)
+        if current is not None:
+            if current == script.get_current_head():
+                return
+            if current not in {rev.revision for rev in script.walk_revisions()}:  # a newer fleetctl's: no lock needed
+                raise alembic_util.CommandError(f"Can't locate revision identified by '{current}'")
         with self._migration_lock(), signals.deferred(), self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Not serialised by PostgreSQL itself: processes opening a fresh database together each
@@ -182,16 +200,22 @@ class Store:
         """On a SQLite file, one process at a time upgrades the schema: SQLite
         runs DDL outside the transaction, so processes started together on an
         old store (cron beside a restarted daemon) each created the new table,
-        and all but one failed. An advisory lock on ``<db>.migrate.lock``.
-        PostgreSQL takes an advisory lock in the upgrade's transaction instead
-        (``_migrate``)."""
+        and all but one failed. An advisory lock on ``<db>.migrate.lock``,
+        taken only when the schema needs an upgrade (a current store may be on
+        a read-only mount). PostgreSQL takes an advisory lock in the upgrade's
+        transaction instead (``_migrate``)."""
         database = self._engine.url.database if self._engine.url.get_backend_name() == "sqlite" else None
         if not database or database == ":memory:" or os.name != "posix":
             yield
             return
         import fcntl
 
-        with open(f"{database}.migrate.lock", "a+") as fh:
+        try:
+            fh = open(f"{database}.migrate.lock", "a+")
+        except OSError as exc:
+            raise StoreError(f"cannot open state store {safe_url(self.url)}: its schema needs an upgrade, and its "
+                             f"migration lock cannot be created: {exc.strerror or exc}: {exc.filename}") from exc
+        with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield

@@ -318,6 +318,66 @@ def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once
     assert _open_together(postgres_url, 8) == ["0006"] * 8
 
 
+def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_path):
+    """A store whose schema is current is only read: ``status`` and ``jobs
+    list`` on a read-only mount failed with "Read-only file system:
+    <db>.migrate.lock", the lock file being opened for writing on every open.
+    Made read-only with chmod the test would prove nothing as root (root writes
+    anyway), so it checks that the lock file is not created at all, which
+    opening it with "a+" does. A store that needs an upgrade still takes it."""
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.store import MIGRATIONS
+
+    db = tmp_path / "state.db"
+    lock = tmp_path / "state.db.migrate.lock"
+    Store(f"sqlite:///{db}").close()
+    lock.unlink()
+    again = Store(f"sqlite:///{db}")
+    try:
+        assert again.schema_revision() == "0006"
+        assert not lock.exists()
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with again._engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0005")
+    finally:
+        again.close()
+    Store(f"sqlite:///{db}").close()  # an upgrade: under the lock
+    assert lock.exists()
+
+
+def test_a_store_needing_an_upgrade_where_its_lock_cannot_be_made_is_a_store_error(tmp_path, monkeypatch):
+    """An old store on a read-only mount: one clear StoreError, not an OSError
+    traceback (the lock file made unopenable by a stand-in ``open``: chmod
+    does not stop root)."""
+    import errno
+
+    import fleetctl.store as store_module
+    from fleetctl.store import StoreError
+
+    def read_only(path, *args, **kw):
+        if str(path).endswith(".migrate.lock"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return open(path, *args, **kw)
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    Store(url).close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0005'"))
+    monkeypatch.setattr(store_module, "open", read_only, raising=False)
+    with pytest.raises(StoreError, match="migration lock cannot be created: Read-only file system"):
+        Store(url)
+    with engine.begin() as conn:  # a newer fleetctl's store says so, lock or not
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="written by a newer fleetctl"):
+        Store(url)
+
+
 def test_sigterm_during_a_store_write_lets_the_write_finish_then_stops(store):
     """SIGTERM raised as SystemExit inside the database driver (seen mid
     ``executemany`` on SQLite under load) left the SQLite connection holding its
