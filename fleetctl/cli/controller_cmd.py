@@ -211,7 +211,9 @@ def daemon(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on http://{metrics_addr}/metrics"
+    bound_host, bound_port = server.server_address[:2]  # the real port of --metrics-addr HOST:0
+    metrics_url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}/metrics"
+    console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on {metrics_url}"
                   + (f", notices on {notices.url}/v1/notices" if notices else ""), markup=False)
     try:
         loop.run_until_stopped()

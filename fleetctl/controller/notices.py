@@ -171,7 +171,9 @@ def is_loopback(host: str) -> bool:
 
 def split_addr(addr: str, option: str = "--notice-addr") -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    # ASCII digits only: str.isdigit() also takes '²' (then int() failed with a bare "invalid literal")
+    # and other scripts' digits ('٩١٠٨' served on 9108)
+    if not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"{option} {addr!r}: expected HOST:PORT with a port up to 65535, e.g. 127.0.0.1:9109")
     return host.strip("[]"), int(port)
 

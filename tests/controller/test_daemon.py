@@ -142,6 +142,36 @@ def test_cli_daemon_stops_cleanly_on_sigterm(tmp_path):
     assert '"running"' in listed.stdout or '"bound"' in listed.stdout
 
 
+def test_cli_daemon_on_port_0_prints_the_port_it_serves_metrics_on(tmp_path):
+    """``--metrics-addr 127.0.0.1:0`` binds a free port: the daemon printed
+    "metrics on http://127.0.0.1:0/metrics". Now the URL it prints answers."""
+    import queue
+    import re
+    import threading
+
+    env = _sandbox_with_jobs(tmp_path)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30",
+                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
+    reader.start()
+    try:
+        first = lines.get(timeout=60)
+        shown = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", first)
+        assert shown is not None and shown[1] != "0", first
+        assert "fleetctl_gpus" in scrape(int(shown[1]))
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        reader.join(timeout=30)
+    assert proc.returncode == 0, proc.stderr.read()
+
+
 def test_reconcile_once_twice_changes_nothing_the_second_time(tmp_path):
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     shutil.copytree(REPO / "examples", tmp_path / "examples")

@@ -139,6 +139,10 @@ def test_daemon_refuses_a_token_variable_that_names_a_file(tmp_path, monkeypatch
 @pytest.mark.parametrize("args, words", [
     (["daemon", "--metrics-addr", "127.0.0.1:99999"], "--metrics-addr '127.0.0.1:99999': expected HOST:PORT"),
     (["daemon", "--metrics-addr", "127.0.0.1:-1"], "--metrics-addr '127.0.0.1:-1': expected HOST:PORT"),
+    # str.isdigit() takes these: '²' was "invalid literal for int()", '٩١٠٨' (Arabic-Indic) served on 9108
+    (["daemon", "--metrics-addr", "127.0.0.1:²"], "--metrics-addr '127.0.0.1:²': expected HOST:PORT"),
+    (["daemon", "--metrics-addr", "127.0.0.1:٩١٠٨"], "--metrics-addr '127.0.0.1:٩١٠٨': expected HOST:PORT"),
+    (["daemon", "--notice-addr", "127.0.0.1:٩١٠٩"], "--notice-addr '127.0.0.1:٩١٠٩': expected HOST:PORT"),
     (["daemon", "--notice-addr", "127.0.0.1:70000"], "--notice-addr '127.0.0.1:70000': expected HOST:PORT"),
     (["daemon", "--interval", "inf"], "--interval"),
     (["daemon", "--interruption-interval", "1e308"], "--interruption-interval"),
