@@ -73,6 +73,12 @@ _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MIN_VCPUS_PER_WORKER = 0.001  # one millicore, the smallest CPU request Kubernetes takes
 MIN_MEMORY_GIB_PER_WORKER = 1 / 1024  # 1 MiB
 MIN_CHECKPOINT_INTERVAL_MINUTES = 1.0
+# Most values a job may ask for (the job-trace CSV uses the same).
+MAX_WORKERS = 100_000
+MAX_GPUS_PER_WORKER = 1024
+MAX_VCPUS_PER_WORKER = 100_000.0
+MAX_MEMORY_GIB_PER_WORKER = 1_000_000.0
+MAX_DURATION_HOURS = 100_000.0
 
 
 def _check_job_id(value: str) -> str:
@@ -127,15 +133,15 @@ class JobSpec(StrictModel):
     """One job: a gang of ``workers`` identical workers, placed all or nothing."""
 
     id: JobId = Field(description="Job id, unique within the file and the queue.")
-    workers: int = Field(1, ge=1, le=100_000, description="Workers in the gang (count); all run at once or none.")
-    gpus_per_worker: int = Field(ge=0, le=1024, description="GPUs per worker (count); 0 for CPU-only work.")
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, description="Workers in the gang (count); all run at once or none.")
+    gpus_per_worker: int = Field(ge=0, le=MAX_GPUS_PER_WORKER, description="GPUs per worker (count); 0 for CPU-only work.")
     gpu_models: list[GpuModelName] = Field(
         default_factory=list,
         description="GPU models (normalised names such as A100-80GB) the job may run on; empty = any.",
     )
-    vcpus_per_worker: float = Field(ge=MIN_VCPUS_PER_WORKER, le=100_000,
+    vcpus_per_worker: float = Field(ge=MIN_VCPUS_PER_WORKER, le=MAX_VCPUS_PER_WORKER,
                                     description="vCPUs per worker (at least 0.001, one millicore).")
-    memory_gib_per_worker: float = Field(ge=MIN_MEMORY_GIB_PER_WORKER, le=1_000_000,
+    memory_gib_per_worker: float = Field(ge=MIN_MEMORY_GIB_PER_WORKER, le=MAX_MEMORY_GIB_PER_WORKER,
                                          description="Memory per worker in GiB (at least 1 MiB, 0.0009765625).")
     priority: Name = Field(description="Priority class name, one of the policy's priority_classes.")
     team: Name = Field(description="Team the job belongs to (its guarantee and burst limit apply).")
@@ -150,7 +156,7 @@ class JobSpec(StrictModel):
     spot_eligible: bool | None = Field(
         None, description="Whether the job may run on spot; absent or null = its priority class decides."
     )
-    duration_hours: float = Field(gt=0, le=100_000, description="Expected run time in hours (above 0).")
+    duration_hours: float = Field(gt=0, le=MAX_DURATION_HOURS, description="Expected run time in hours (above 0).")
     gpu_memory_gib_per_gpu: float = Field(
         0.0, ge=0, le=10_000,
         description="Least memory each GPU must have, GiB (0 or absent = any); narrows the GPU models that fit.",

@@ -420,6 +420,19 @@ class Forecast:
     demand: tuple[DemandForecast, ...] = ()
     recent_reclaims: tuple[OfferReclaim, ...] = ()
 
+    def risks_per_hour(self) -> dict[str, float]:
+        """Each offer's probability of a loss within an hour, the planner's and
+        the rebalance check's p: its 60-minute risk, else its first risk of
+        another horizon converted (:attr:`OfferRisk.probability_per_hour`),
+        never a 24-hour probability read as an hour's."""
+        out: dict[str, float] = {}
+        for r in self.interruption:
+            if r.horizon_minutes == 60:
+                out[r.offer_key] = r.interruption_probability
+        for r in self.interruption:
+            out.setdefault(r.offer_key, r.probability_per_hour)
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class InterruptionEvent:

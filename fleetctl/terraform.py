@@ -99,8 +99,8 @@ def azure_pool_module_name(region: str, pool: str) -> str:
 #: The names of the module calls fleetctl renders (the functions above): the
 #: only modules ``fleetctl apply`` may destroy, and only once the policy drops
 #: them. Every other module and resource in the directory is the user's.
-FLEETCTL_MODULE: Final[re.Pattern[str]] = re.compile(
-    rf"^(?:{IAM_MODULE}|aws_controller_[a-z0-9_]+|aws_pool_[a-z0-9_]+|gcp_pool_[a-z0-9_]+|azure_pool_[a-z0-9_]+)$")
+FLEETCTL_MODULE: Final[re.Pattern[str]] = re.compile(  # fullmatch
+    rf"{IAM_MODULE}|aws_controller_[a-z0-9_]+|aws_pool_[a-z0-9_]+|gcp_pool_[a-z0-9_]+|azure_pool_[a-z0-9_]+")
 
 
 def pools(policy: Policy, catalog: Iterable[Offer], provider: str, region: str) -> dict[str, Offer]:
@@ -474,7 +474,7 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
         if change.type in REPLACED_TO_UPDATE and change.actions == ("create", "delete"):
             continue
         match = re.match(r"^module\.([A-Za-z0-9_-]+)\.(.*)$", change.address)
-        if match is None or not FLEETCTL_MODULE.match(match.group(1)):
+        if match is None or not FLEETCTL_MODULE.fullmatch(match.group(1)):
             not_ours.append(change)
         elif match.group(1) in kept:
             in_kept.append(change)

@@ -104,6 +104,14 @@ SeedOption = Annotated[
 ]
 
 
+def refuse_repeated(flag: str, paths: list[Path]) -> None:
+    """Exit 2 when one file is given twice to ``flag`` (by the same or another
+    path): each input would count twice."""
+    twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
+    if twice:
+        fail(f"{flag} given more than once: {', '.join(twice)}", 2)
+
+
 def output_file_or_exit(flag: str, path: str, example_name: str) -> Path:
     """An output file's option as typed (a str: ``Path`` would drop a trailing
     '/') -> the Path to write; exits 2 when it names a directory. Design

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, err_console, fail, report_dir_or_exit
+from fleetctl.cli.common import console, err_console, fail, refuse_repeated, report_dir_or_exit
 from fleetctl.cli.forecast import check_output_or_exit, evaluate_app, finite_or_null, load_model_or_exit, \
     save_model_or_exit, train_app
 from fleetctl.cli.forecast_interruption import whole_minutes
@@ -42,9 +42,7 @@ def _series(paths: list[Path]):  # noqa: ANN202 - list of DemandSeries
 
     if not paths:
         fail("give at least one --series CSV", 2)
-    twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
-    if twice:
-        fail(f"--series given more than once: {', '.join(twice)}", 2)
+    refuse_repeated("--series", paths)
     out, bad = [], False
     for path in paths:
         try:

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, err_console, fail, report_dir_or_exit
+from fleetctl.cli.common import console, err_console, fail, refuse_repeated, report_dir_or_exit
 from fleetctl.cli.forecast import check_output_or_exit, evaluate_app, finite_or_null, load_model_or_exit, \
     save_model_or_exit, train_app
 
@@ -47,10 +47,7 @@ def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
 
     if not paths:
         fail("give at least one --market MANIFEST", 2)
-    # The same manifest twice counted every sample twice (as --series is refused twice for demand).
-    twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
-    if twice:
-        fail(f"--market given more than once: {', '.join(twice)}", 2)
+    refuse_repeated("--market", paths)
     out = []
     for path in paths:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import os
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -14,7 +14,7 @@ from rich.table import Table
 
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, open_store, \
     store_may_exist, utcnow
-from fleetctl.codec import job_to_dict
+from fleetctl.codec import dt_to_str, job_to_dict
 from fleetctl.model import JobState
 
 app = typer.Typer(help="Submit jobs to the queue, list them, cancel them.", no_args_is_help=True)
@@ -165,7 +165,7 @@ def _spec_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return dt_to_str(value)
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(map(_spec_value, value)) + "]" if value else "[] (any)"
     return str(value)

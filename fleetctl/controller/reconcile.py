@@ -74,13 +74,8 @@ _NO_LOSS_HOURS = 1e-6
 def _risk(policy: Policy, forecast: Forecast | None, offer_key: str, market: Market) -> float:
     if market is not Market.SPOT:
         return 0.0
-    risks = [r for r in (forecast.interruption if forecast else ()) if r.offer_key == offer_key]
-    for r in risks:
-        if r.horizon_minutes == 60:
-            return r.interruption_probability
-    if risks:  # per hour, as the planner reads it: a 24-hour probability is not one of an hour
-        return risks[0].probability_per_hour
-    return policy.default_spot_interruption_probability_per_hour
+    risks = forecast.risks_per_hour() if forecast else {}  # per hour, as the planner reads them
+    return risks.get(offer_key, policy.default_spot_interruption_probability_per_hour)
 
 
 def requeue(job: Job, kept_hours: float, now: datetime, policy: Policy, avoid: str | None, interrupted: bool,

@@ -163,10 +163,7 @@ class _Pass:
             until = last_change + timedelta(minutes=policy.scale_down_cooldown_minutes)
             self.scale_down_wait = until if now < until else None
         forecast = forecast or Forecast()
-        # Probabilities per hour (the cost model's p): the 60-minute risks, else those of another horizon
-        # converted under a constant hazard (OfferRisk.probability_per_hour), never a 24-hour one as is.
-        self.risk = {r.offer_key: r.interruption_probability for r in forecast.interruption
-                     if r.horizon_minutes == 60} or {r.offer_key: r.probability_per_hour for r in forecast.interruption}
+        self.risk = forecast.risks_per_hour()  # the cost model's p, per offer
         # 90th-percentile GPU demand per model, one hour ahead (else the shortest horizon given)
         by_model: dict[str, tuple[int, float]] = {}
         for d in forecast.demand:
@@ -770,11 +767,7 @@ class _Pass:
                 f"has {lacks}"
             )
         largest = max(usable, key=lambda o: (o.instance_type.gpu_count, o.instance_type.vcpus, o.key))
-        it = largest.instance_type
-        return Reason.GANG_DOES_NOT_FIT, (
-            f"{need}; "
-            f"the largest allowed offer has {it.gpu_count} x {it.gpu_model}, {it.vcpus} vCPU, {it.memory_gib:g} GiB ({it.name})"
-        )
+        return Reason.GANG_DOES_NOT_FIT, f"{need}; the largest allowed offer is {_describe_offer(largest)}"
 
     # ------------------------------------------------------------------ preemption
 

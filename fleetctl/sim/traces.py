@@ -35,6 +35,11 @@ from typing import Callable, TypeVar
 from fleetctl import model
 from fleetctl.files import write_text_atomic
 from fleetctl.jobspec import (
+    MAX_DURATION_HOURS,
+    MAX_GPUS_PER_WORKER,
+    MAX_MEMORY_GIB_PER_WORKER,
+    MAX_VCPUS_PER_WORKER,
+    MAX_WORKERS,
     MIN_CHECKPOINT_INTERVAL_MINUTES,
     MIN_MEMORY_GIB_PER_WORKER,
     MIN_VCPUS_PER_WORKER,
@@ -88,13 +93,8 @@ TRACE_COLUMNS: tuple[str, ...] = (
 #: The team of a row whose ``team`` cell is empty.
 DEFAULT_TEAM = "default"
 
-# Limits: the same as a job spec (fleetctl.jobspec.JobSpec), so every trace job
-# could also be submitted as a job file.
-MAX_WORKERS = 100_000
-MAX_GPUS_PER_WORKER = 1024
-MAX_VCPUS_PER_WORKER = 100_000.0
-MAX_MEMORY_GIB_PER_WORKER = 1_000_000.0
-MAX_DURATION_HOURS = 100_000.0
+# Limits: a job spec's (fleetctl.jobspec), so every trace job could also be
+# submitted as a job file.
 
 # Used with fullmatch (``$`` would accept a trailing newline).
 _JOB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
