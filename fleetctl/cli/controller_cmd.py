@@ -174,7 +174,7 @@ def daemon(
     # apscheduler logs "Running job ..." and "... executed successfully" at INFO for every run: two lines per
     # interruption pass, every few seconds. Its warnings (a run skipped, missed or still running) stay.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    from fleetctl.controller.notices import split_addr
+    from fleetctl.controller.notices import host_port, split_addr
 
     try:
         split_addr(metrics_addr, "--metrics-addr")
@@ -212,7 +212,7 @@ def daemon(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     bound_host, bound_port = server.server_address[:2]  # the real port of --metrics-addr HOST:0
-    metrics_url = f"http://{f'[{bound_host}]' if ':' in bound_host else bound_host}:{bound_port}/metrics"
+    metrics_url = f"http://{host_port(bound_host, bound_port)}/metrics"
     console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on {metrics_url}"
                   + (f", notices on {notices.url}/v1/notices" if notices else ""), markup=False)
     try:

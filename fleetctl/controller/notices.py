@@ -47,6 +47,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import socket
 import threading
 import urllib.parse
 from datetime import datetime, timedelta, timezone
@@ -107,8 +108,12 @@ class _BoundedServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
-        super().__init__(*args, **kwargs)
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        # The family of the address, as prometheus-client's server picks it: the socketserver default is
+        # IPv4 only, so '[::1]:9109' failed with "Address family for hostname not supported"
+        self.address_family = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM,
+                                                 flags=socket.AI_PASSIVE)[0][0]
+        super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
     def process_request(self, request, client_address) -> None:  # noqa: ANN001
@@ -178,6 +183,11 @@ def split_addr(addr: str, option: str = "--notice-addr") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -215,7 +225,7 @@ class NoticeServer:
     @property
     def address(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"{host}:{port}"
+        return host_port(host, port)
 
     @property
     def url(self) -> str:

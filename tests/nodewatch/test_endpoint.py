@@ -4,6 +4,7 @@ and the event it writes (the same InterruptionEvent the provider path makes)."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -174,6 +175,22 @@ def test_a_tokenless_endpoint_only_on_loopback(make_controller):
             NoticeServer(c.endpoint_store, addr, token=None)
     with pytest.raises(ValueError, match="HOST:PORT"):
         NoticeServer(c.endpoint_store, "9109", token=TOKEN)
+
+
+def test_an_ipv6_endpoint_serves_and_names_itself_with_brackets(make_controller):
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    c = make_controller(token=None)
+    server = NoticeServer(c.endpoint_store, "[::1]:0", token=None, clock=c.clock).start()
+    try:
+        assert server.url.startswith("http://[::1]:")
+        assert post(server.url, GOOD, token=None)[0] == 202
+        assert [e.node_id for e in c.store.interruptions()] == ["gke-node-1"]
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.3.2.1", True), ("::1", True),
