@@ -16,7 +16,9 @@ What it does, in the words of :class:`providers.base.Provider`:
   ``docs/azure.md``. Idempotent: VM names are derived from the idempotency
   key, and ARM's PUT is create-or-update, so a retried launch re-PUTs the same
   VMs instead of buying more. All or nothing: if one VM of a gang cannot be
-  placed, the VMs this launch created are deleted and the error is raised.
+  placed, every VM of the launch (those an earlier, interrupted call under the
+  same key made too) is deleted and the error is raised; a VM whose delete
+  fails is named in that error, and the others are deleted all the same.
 * ``terminate``: ``DELETE virtualMachines/{name}`` (with its OS disk and NIC,
   ``deleteOption=Delete``); a VM already gone is success.
 * ``interruption_events``: none. Azure announces a Spot eviction only on the
@@ -291,19 +293,24 @@ class AzureProvider:
         names = [vm_name(self._config.cluster, request.idempotency_key, i) for i in range(request.count)]
         existing = {vm.name: vm for vm in self._call(lambda: list(self._client.virtual_machines.list(
             self._config.resource_group))) if vm.name in names}
-        created: list[str] = []  # asked for in this call: a create that failed may leave a Failed VM behind
+        # Every VM of this launch, made by this call or by an earlier one under the same key (a
+        # controller that crashed part-way): a create that failed may leave a Failed VM behind too.
+        made: list[str] = [name for name in names if name in existing]
         try:
             for name in names:
                 if name in existing and existing[name].provisioning_state == "Succeeded":
                     continue
-                created.append(name)
+                if name not in made:
+                    made.append(name)
                 poller = self._call(lambda name=name: self._client.virtual_machines.begin_create_or_update(
                     self._config.resource_group, name, self._vm(name, offer, region, request.idempotency_key),
                     polling_interval=0))
                 self._call(lambda poller=poller: poller.result())
-        except ProviderError:
-            for name in created:  # all or nothing: undo this launch's VMs, the one whose create failed too
-                self._delete(name)
+        except ProviderError as exc:
+            left = self._roll_back(made)
+            if left:  # the launch's own error stays the one raised (its type is what the planner acts on)
+                raise type(exc)(f"{exc}; rolling back, these VMs could not be deleted and are left: "
+                                f"{', '.join(left)}") from exc
             raise
         vms = [self._call(lambda name=name: self._client.virtual_machines.get(self._config.resource_group, name))
                for name in names]
@@ -366,6 +373,20 @@ class AzureProvider:
         except ProviderError as exc:
             if not isinstance(exc.__cause__, ResourceNotFoundError):
                 raise
+
+    def _roll_back(self, names: list[str]) -> list[str]:
+        """All or nothing: delete every VM of a launch that failed, the one whose
+        create failed too. A delete that fails does not stop the others.
+        Returns the VMs left behind, each with why; they carry the cluster's
+        tag, so ``nodes()`` lists them and the reconciler terminates them."""
+        left: list[str] = []
+        for name in names:
+            try:
+                self._delete(name)
+            except ProviderError as exc:
+                log.warning("azure: rolling back a failed launch: VM %s could not be deleted: %s", name, exc)
+                left.append(f"{name} ({type(exc).__name__}: {exc})")
+        return left
 
     def _vm(self, name: str, offer: Offer, region: AzureRegion, key: str) -> Any:
         from azure.mgmt.compute import models as m

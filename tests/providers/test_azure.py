@@ -109,6 +109,33 @@ def test_a_gang_is_all_or_nothing(server: ArmServer, fake: FakeArm) -> None:
     assert provider.nodes(NOW) == ()
 
 
+def test_a_failed_rollback_delete_neither_stops_the_rollback_nor_hides_the_capacity_error(
+        server: ArmServer, fake: FakeArm) -> None:
+    provider = make(server)
+    fake.capacity[("eastus", "Standard_NC4as_T4_v3")] = 1
+    first, second = (vm_name("research", "gang", i) for i in range(2))
+    fake.fail_next("DELETE", f"/virtualMachines/{first}", status=429, code="TooManyRequests", message="slow down")
+    with pytest.raises(InsufficientCapacity, match="AllocationFailed") as raised:
+        provider.launch(LaunchRequest(offer(provider), 2, "gang"), NOW)
+    assert f"could not be deleted and are left: {first} (Throttled" in str(raised.value)
+    assert set(fake.vms) == {("fleet", first)}  # the Failed VM was deleted all the same
+    deletes = [path.rsplit("/", 1)[-1] for method, path, _ in fake.requests if method == "DELETE"]
+    assert deletes == [first, second]
+
+
+def test_a_retried_gang_launch_rolls_back_the_vms_an_interrupted_first_call_made(server: ArmServer,
+                                                                                  fake: FakeArm) -> None:
+    """A controller crashed after the first VM of a gang of 2 was made; the
+    retry under the same key finds no capacity for the second: neither stays."""
+    make(server).launch(LaunchRequest(offer(make(server)), 1, "gang"), NOW)  # what the first call got to
+    assert set(fake.vms) == {("fleet", vm_name("research", "gang", 0))}
+    fake.capacity[("eastus", "Standard_NC4as_T4_v3")] = 0
+    provider = make(server)
+    with pytest.raises(InsufficientCapacity, match="AllocationFailed"):
+        provider.launch(LaunchRequest(offer(provider), 2, "gang"), NOW)
+    assert fake.vms == {} and provider.nodes(NOW) == ()
+
+
 def test_a_listing_arm_did_not_fill_in_keeps_the_market_or_is_one_clear_error(server: ArmServer,
                                                                                fake: FakeArm) -> None:
     """A VM listed without its priority keeps the market of the offer it was
