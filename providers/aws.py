@@ -30,7 +30,9 @@ What it does, in the words of :class:`providers.base.Provider`:
   Recommendation" and "EC2 Instance State-change Notification" events
   (``terraform/modules/aws-controller``). Each message becomes an
   InterruptionEvent; it is deleted from the queue only by ``acknowledge``,
-  after the controller handled it, so a crash in between redelivers it.
+  after the controller handled it, so a crash in between redelivers it. A
+  poll that fails part-way (a throttled call after the receive) keeps the
+  messages it received for the next poll instead of leaving them invisible.
   Messages about other instances are deleted at once; a message that is not
   an EC2 event is logged with its body and deleted (it can never be handled).
 
@@ -387,6 +389,8 @@ class AwsProvider:
                 self._on_demand.setdefault((o.instance_type.name, o.region), []).append(o)
         self._cache: dict[str, _RegionCache] = {}
         self._pending: dict[str, _Pending] = {}
+        # Per region: messages received but not yet sorted (a poll failed part-way); see ``_receive``.
+        self._received: dict[str, dict[str, tuple[dict[str, Any], str]]] = {}
         self._queue_urls: dict[str, str] = {}
 
     @classmethod
@@ -709,26 +713,39 @@ class AwsProvider:
         return url
 
     def _receive(self, region: str) -> None:
+        """Receive the region's messages and sort them: this cluster's events
+        into ``_pending``, the rest deleted.
+
+        Design choice: a received message is invisible in the queue for its
+        visibility timeout, so one that is dropped when a later call of the
+        poll fails (DescribeInstances throttled) hides its notice for that
+        long. Received messages are kept in ``_received`` until they are
+        sorted, and a failed poll leaves them there for the next; a redelivery
+        of one replaces its receipt handle (by message id).
+        """
         url = self._queue_url(region)
-        received: list[tuple[dict[str, Any], str, str]] = []  # (event, receipt handle, message id)
+        received = self._received.setdefault(region, {})  # message id -> (event, receipt handle)
+        garbage: list[tuple[Mapping[str, Any], ValueError]] = []
         for _ in range(self._config.max_message_batches):
             messages = self._call("sqs", region, "receive_message", QueueUrl=url, MaxNumberOfMessages=10,
                                   WaitTimeSeconds=0).get("Messages", [])
             for message in messages:
                 try:
-                    received.append((parse_event(message["Body"]), message["ReceiptHandle"], message["MessageId"]))
+                    received[message["MessageId"]] = (parse_event(message["Body"]), message["ReceiptHandle"])
                 except ValueError as exc:
-                    log.error("aws: deleting message %s from %s that is not an EC2 event (%s): %.500s",
-                              message.get("MessageId"), url, exc, message.get("Body"))
-                    self._call("sqs", region, "delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+                    garbage.append((message, exc))
             if len(messages) < 10:
                 break
+        for message, exc in garbage:
+            log.error("aws: deleting message %s from %s that is not an EC2 event (%s): %.500s",
+                      message.get("MessageId"), url, exc, message.get("Body"))
+            self._call("sqs", region, "delete_message", QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
         if not received:
             return
         ours = {i["InstanceId"] for i in self._instances(
             region, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self._config.cluster]}],
-            instance_ids=sorted({e["detail"]["instance-id"] for e, _, _ in received}))}
-        for event, handle, message_id in received:
+            instance_ids=sorted({e["detail"]["instance-id"] for e, _ in received.values()}))}
+        for message_id, (event, handle) in sorted(received.items()):
             try:
                 interruption = event_to_interruption(event)
             except ValueError as exc:
@@ -736,7 +753,8 @@ class AwsProvider:
                 interruption = None
             if interruption is None or interruption.node_id not in ours:
                 self._call("sqs", region, "delete_message", QueueUrl=url, ReceiptHandle=handle)
-                continue
-            # A redelivered message (its visibility timeout ran out before we
-            # acknowledged) carries a new receipt handle; keep the newest.
-            self._pending[interruption.event_id] = _Pending(interruption, region, handle)
+            else:
+                # A redelivered message (its visibility timeout ran out before we
+                # acknowledged) carries a new receipt handle; keep the newest.
+                self._pending[interruption.event_id] = _Pending(interruption, region, handle)
+            del received[message_id]

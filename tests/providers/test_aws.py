@@ -325,6 +325,25 @@ def test_messages_are_deleted_only_when_acknowledged(provider: AwsProvider, worl
     assert world.provider().interruption_events(NOW) == ()
 
 
+def test_a_poll_that_fails_after_receiving_keeps_the_messages_for_the_next(provider: AwsProvider,
+                                                                          world: MotoWorld) -> None:
+    """A received message is invisible in the queue for its visibility timeout
+    (30 s here): a poll that failed after receiving it must not hide the notice that long."""
+    [node] = provider.launch(LaunchRequest(spot(provider), 1, "kept"), NOW).nodes
+    world.reclaim(node.node_id)
+    world.fail_next("DescribeInstances", "Throttling", "Rate exceeded")
+    with pytest.raises(Throttled):
+        provider.interruption_events(NOW)
+    [event] = provider.interruption_events(NOW)
+    assert (event.node_id, event.kind) == (node.node_id, InterruptionKind.RECLAIM_WARNING)
+    provider.acknowledge(event.event_id)
+    assert queue_depth(world) == 0
+    world.reclaim(node.node_id)  # and through the retry wrapper, within one call
+    world.fail_next("DescribeInstances", "Throttling", "Rate exceeded")
+    assert [e.node_id for e in ThrottleRetry(provider, sleep=lambda _: None).interruption_events(NOW)] == [
+        node.node_id]
+
+
 def test_other_instances_events_and_garbage_are_dropped(provider: AwsProvider, world: MotoWorld,
                                                         caplog: pytest.LogCaptureFixture) -> None:
     [node] = provider.launch(LaunchRequest(spot(provider), 1, "noise"), NOW).nodes
