@@ -520,10 +520,10 @@ class AwsProvider:
         if not _INSTANCE_ID.fullmatch(node_id):
             raise NodeNotFound(f"{node_id!r} is not an EC2 instance id")
         for region in self._config.regions:
-            instances = self._instances(region, [], instance_ids=[node_id])
-            if not instances:
+            instance = next((i for i in self._instances(region, [], instance_ids=[node_id])
+                             if i["InstanceId"] == node_id), None)
+            if instance is None:
                 continue
-            [instance] = instances
             tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
             if tags.get(TAG_CLUSTER) != self._config.cluster:
                 raise NodeNotFound(f"{node_id} is not managed by fleetctl cluster {self._config.cluster}")
@@ -568,13 +568,20 @@ class AwsProvider:
             raise translate_code(code, message) from exc
 
     def _pages(self, service: str, region: str, method: str, key: str, /, **kwargs: Any) -> list[Any]:
+        """Every page's ``key`` items. A page token the listing gave before is
+        a ProviderError: following it would list the same pages forever."""
         items: list[Any] = []
+        seen: set[str] = set()
         while True:
             page = self._call(service, region, method, **kwargs)
             items.extend(page.get(key, []))
             token = page.get("NextToken")
             if not token:
                 return items
+            if token in seen:
+                raise ProviderError(f"aws: {method} in {region} gave the page token {str(token)[:100]!r} a second "
+                                    f"time, after {len(seen) + 1} pages; the listing would never end")
+            seen.add(token)
             kwargs["NextToken"] = token
 
     def _region(self, region: str, now: datetime) -> _RegionCache:
@@ -645,7 +652,15 @@ class AwsProvider:
         if ids:
             filters = [*filters, {"Name": "instance-id", "Values": ids}]
         reservations = self._pages("ec2", region, "describe_instances", "Reservations", Filters=filters)
-        return [i for r in reservations for i in r.get("Instances", [])]
+        unique: dict[str, dict[str, Any]] = {}  # an instance listed twice (on two pages) is one instance
+        for reservation in reservations:
+            for instance in reservation.get("Instances", []):
+                instance_id = instance.get("InstanceId")
+                if not instance_id:
+                    raise ProviderError(f"aws: DescribeInstances in {region} lists an instance without an "
+                                        f"InstanceId (reservation {reservation.get('ReservationId')})")
+                unique.setdefault(instance_id, instance)
+        return list(unique.values())
 
     def _cluster_subnets(self, region: str) -> dict[str, tuple[str, ...]]:
         """Zone id -> the subnets fleetctl may launch into there: the configured
@@ -663,7 +678,7 @@ class AwsProvider:
             raise
         for subnet in subnets:
             by_zone.setdefault(subnet["AvailabilityZoneId"], []).append(subnet["SubnetId"])
-        return {zone: tuple(sorted(ids)) for zone, ids in sorted(by_zone.items())}
+        return {zone: tuple(sorted(set(ids))) for zone, ids in sorted(by_zone.items())}  # a subnet listed twice is one
 
     def _subnets(self, region: str, zone_id: str, now: datetime) -> tuple[str, ...]:
         """Subnets to launch into: those of ``zone_id`` for a zonal offer, all for a regional one."""

@@ -277,7 +277,7 @@ class AzureProvider:
         return tuple(found[name] for name in sorted(found))
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
-        vms = self._call(lambda: list(self._client.virtual_machines.list(self._config.resource_group)))
+        vms = self._vms()
         return tuple(sorted((n for n in (self._node(vm, now) for vm in vms) if n is not None),
                             key=lambda n: n.node_id))
 
@@ -291,8 +291,7 @@ class AzureProvider:
         if region is None or (offer.instance_type.name, offer.region, offer.market) not in self._by_size_region_market:
             raise UnknownInstanceType(f"{offer.key}: not sold in the configured Azure regions")
         names = [vm_name(self._config.cluster, request.idempotency_key, i) for i in range(request.count)]
-        existing = {vm.name: vm for vm in self._call(lambda: list(self._client.virtual_machines.list(
-            self._config.resource_group))) if vm.name in names}
+        existing = {vm.name: vm for vm in self._vms() if vm.name in names}
         # Every VM of this launch, made by this call or by an earlier one under the same key (a
         # controller that crashed part-way): a create that failed may leave a Failed VM behind too.
         made: list[str] = [name for name in names if name in existing]
@@ -349,8 +348,37 @@ class AzureProvider:
             raise ProviderError(f"azure: Resource Manager answered something this fleetctl cannot read: "
                                 f"{type(exc).__name__}: {str(exc)[:300]}") from exc
 
+    def _listed(self, pager: Callable[[], Any], what: str) -> list[Any]:
+        """Every item of an ARM list (``ItemPaged``), page by page. A next link
+        the listing gave before is a ProviderError: ``ItemPaged`` would follow
+        it forever."""
+        def pages() -> list[Any]:
+            items: list[Any] = []
+            seen: set[str] = set()
+            by_page = pager().by_page()
+            for page in by_page:
+                items.extend(page)
+                link = by_page.continuation_token
+                if link in seen:
+                    raise ProviderError(f"azure: the list of {what} gave the next link {str(link)[:200]!r} a "
+                                        f"second time, after {len(seen) + 1} pages; the listing would never end")
+                if link:
+                    seen.add(link)
+            return items
+
+        return self._call(pages)
+
+    def _vms(self) -> list[Any]:
+        """The resource group's VMs, each once (by name: a VM listed on two pages is one VM)."""
+        unique: dict[str, Any] = {}
+        for vm in self._listed(lambda: self._client.virtual_machines.list(self._config.resource_group),
+                               f"virtual machines in resource group {self._config.resource_group}"):
+            unique.setdefault(vm.name, vm)
+        return list(unique.values())
+
     def _skus(self, location: str) -> list[Any]:
-        skus = self._call(lambda: list(self._client.resource_skus.list(filter=f"location eq '{location}'")))
+        skus = self._listed(lambda: self._client.resource_skus.list(filter=f"location eq '{location}'"),
+                            f"resource SKUs in {location}")
         return [s for s in skus if sku_available(s, location)]
 
     def _get(self, name: str) -> Any | None:

@@ -256,12 +256,29 @@ class SdkComputeApi:
         return ApiError(int(exc.code or 0), tuple(r for r in reasons if r), str(exc.message))
 
     def _aggregated(self, pager: Any, attr: str) -> list[tuple[str, Any]]:
-        # The pager fetches later pages while iterating: consume it here, so an
-        # error on any page is an ApiError too.
+        """Every (scope, item) of an aggregated list, each once (by scope and
+        name: an item on two pages is one item). The pager fetches later pages
+        while iterating: it is consumed here, so an error on any page is an
+        ApiError too, and a page token given twice is a ProviderError (the
+        pager would follow it forever)."""
+        found: dict[tuple[str, str], Any] = {}
+        seen: set[str] = set()
         try:
-            return [(scope.rsplit("/", 1)[-1], item) for scope, scoped in pager for item in getattr(scoped, attr)]
+            for page in pager.pages:
+                for scope, scoped in page.items.items():
+                    for item in getattr(scoped, attr):
+                        key = item.name or f"#{len(found)}"  # a nameless item is kept, not merged
+                        found.setdefault((scope.rsplit("/", 1)[-1], key), item)
+                token = page.next_page_token
+                if token in seen:
+                    raise ProviderError(f"gcp: the aggregated list of {attr} gave the page token "
+                                        f"{token[:100]!r} a second time, after {len(seen) + 1} pages; "
+                                        "the listing would never end")
+                if token:
+                    seen.add(token)
         except self._errors.GoogleAPICallError as exc:
             raise self._api_error(exc) from exc
+        return [(scope, item) for (scope, _), item in found.items()]
 
     def machine_types(self, project: str) -> list[tuple[str, Any]]:
         request = self._compute_v1.AggregatedListMachineTypesRequest(project=project)

@@ -36,7 +36,7 @@ from providers.base import (
 )
 from providers.catalog import instance_types as snapshot_types
 from providers.retry import ThrottleRetry
-from tests.providers.aws_world import AMI, CREDENTIALS, REGION, MotoWorld, moto_world
+from tests.providers.aws_world import AMI, CREDENTIALS, REGION, MotoWorld, _Injection, moto_world
 
 NOW = datetime(2025, 1, 6, 12, 0, tzinfo=timezone.utc)
 
@@ -213,8 +213,6 @@ def test_partial_fulfilment_is_reported_not_hidden(provider: AwsProvider, world:
             "<lifecycle>spot</lifecycle></item></errorSet><fleetInstanceSet><item><instanceIds>"
             "<item>i-0123456789abcdef0</item></instanceIds><instanceType>g5.xlarge</instanceType>"
             "<lifecycle>spot</lifecycle></item></fleetInstanceSet></CreateFleetResponse>")
-    from tests.providers.aws_world import _Injection
-
     world.injections.append(_Injection("CreateFleet", 200, body.encode(), 1))
     result = provider.launch(LaunchRequest(spot(provider), 3, "partial"), NOW)
     assert not result.fulfilled and [n.node_id for n in result.nodes] == ["i-0123456789abcdef0"]
@@ -292,6 +290,48 @@ def test_nodes_are_only_this_clusters_instances(provider: AwsProvider, world: Mo
     assert gone.state in (NodeState.TERMINATING, NodeState.GONE)
     provider.terminate("i-0123456789abcdef0", NOW)  # long gone (or never listed): success
     assert len(world.requests_of("TerminateInstances")) == 1
+
+
+EC2_XMLNS = 'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"'
+
+
+def describe_instances_page(*instance_ids: str, next_token: str = "", cluster: str = "contract",
+                            extra: str = "") -> bytes:
+    """One DescribeInstances answer as EC2 sends it: running g5.xlarge instances of ``cluster``."""
+    items = "".join(
+        f"<item><instanceId>{i}</instanceId><instanceType>g5.xlarge</instanceType>"
+        "<instanceState><code>16</code><name>running</name></instanceState>"
+        f"{extra}<tagSet><item><key>fleetctl:cluster</key><value>{cluster}</value></item></tagSet></item>"
+        for i in instance_ids)
+    token = f"<nextToken>{next_token}</nextToken>" if next_token else ""
+    return (f"<DescribeInstancesResponse {EC2_XMLNS}><requestId>r</requestId><reservationSet><item>"
+            f"<reservationId>r-1</reservationId><instancesSet>{items}</instancesSet></item></reservationSet>"
+            f"{token}</DescribeInstancesResponse>").encode()
+
+
+def test_a_page_token_given_twice_is_an_error_not_an_endless_listing(provider: AwsProvider,
+                                                                     world: MotoWorld) -> None:
+    provider.offers(NOW)  # catalog, zones and prices cached: only DescribeInstances is answered below
+    before = len(world.requests_of("DescribeInstances"))
+    world.injections.append(_Injection("DescribeInstances", 200, describe_instances_page(
+        "i-0123456789abcdef0", next_token="same"), 50))
+    with pytest.raises(ProviderError, match="describe_instances in us-east-1 gave the page token 'same' a second "
+                                            "time, after 2 pages"):
+        provider.nodes(NOW)
+    assert len(world.requests_of("DescribeInstances")) - before == 2
+
+
+def test_an_instance_listed_twice_is_one_node_and_can_be_terminated(provider: AwsProvider,
+                                                                    world: MotoWorld) -> None:
+    [node] = provider.launch(LaunchRequest(spot(provider), 1, "twice"), NOW).nodes
+    world.injections.append(_Injection("DescribeInstances", 200, describe_instances_page(
+        node.node_id, next_token="page-2"), 1))
+    world.injections.append(_Injection("DescribeInstances", 200, describe_instances_page(node.node_id), 1))
+    assert [n.node_id for n in provider.nodes(NOW)] == [node.node_id]
+    world.injections.append(_Injection("DescribeInstances", 200, describe_instances_page(node.node_id, node.node_id),
+                                       1))
+    provider.terminate(node.node_id, NOW)
+    assert world.requests_of("TerminateInstances") == [{"InstanceIds": [node.node_id]}]
 
 
 # ---------------------------------------------------------------- interruption events

@@ -3,9 +3,11 @@ client against the local HTTPS ARM server (``tests/providers/azure_server.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,6 +152,45 @@ def test_a_listing_arm_did_not_fill_in_keeps_the_market_or_is_one_clear_error(se
     vm["properties"]["timeCreated"] = "yesterday"
     with pytest.raises(ProviderError, match="cannot read"):
         provider.nodes(NOW)
+
+
+def _with_next_link(fake: FakeArm, monkeypatch: pytest.MonkeyPatch, link: Callable[[int], str | None]) -> list[int]:
+    """Every VM listing answers with ``nextLink = link(n)`` (n: the listing's
+    number, from 1), as a misbehaving ARM could; returns the listing count."""
+    answer, served = fake.handle, [0]
+
+    def handle(method: str, path: str, query: dict[str, str], body: Any, auth: str) -> tuple[int, dict[str, str], bytes]:
+        status, headers, payload = answer(method, path, query, body, auth)
+        if method == "GET" and path.endswith("/virtualMachines"):
+            served[0] += 1
+            data = json.loads(payload)
+            token = link(served[0])
+            if token:
+                data["nextLink"] = (f"{fake.base_url}/subscriptions/{SUB}/resourceGroups/fleet/providers/"
+                                    f"Microsoft.Compute/virtualMachines?api-version=2024-11-01&$skiptoken={token}")
+            payload = json.dumps(data).encode()
+        return status, headers, payload
+
+    monkeypatch.setattr(fake, "handle", handle)
+    return served
+
+
+def test_a_next_link_given_twice_is_an_error_not_an_endless_listing(server: ArmServer, fake: FakeArm,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = make(server)
+    provider.launch(LaunchRequest(offer(provider), 1, "k"), NOW)
+    served = _with_next_link(fake, monkeypatch, lambda n: "same" if n < 50 else None)
+    with pytest.raises(ProviderError, match=r"list of virtual machines in resource group fleet gave the next link "
+                                            r".*skiptoken=same' a second time, after 2 pages"):
+        provider.nodes(NOW)
+    assert served == [2]
+
+
+def test_a_vm_on_two_pages_is_one_node(server: ArmServer, fake: FakeArm, monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = make(server)
+    [node] = provider.launch(LaunchRequest(offer(provider), 1, "k"), NOW).nodes
+    _with_next_link(fake, monkeypatch, lambda n: "2" if n == 1 else None)  # page 2 repeats page 1
+    assert provider.nodes(NOW) == (node,)
 
 
 def test_errors_are_translated_and_throttling_is_retried(server: ArmServer, fake: FakeArm) -> None:

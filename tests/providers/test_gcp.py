@@ -234,6 +234,32 @@ def test_nodes_are_this_clusters_labelled_instances_with_states(fake: FakeGce, s
     assert {n.offer for n in provider.nodes(NOW)} == {offer(provider, "g2-standard-4")}
 
 
+def test_a_page_token_given_twice_is_an_error_not_an_endless_listing(fake: FakeGce, provider: GcpProvider,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    provider.launch(LaunchRequest(offer(provider, "g2-standard-4"), 1, "k"), NOW)
+    pages, served = fake._page, []
+
+    def again(pairs: list, token: str | None) -> tuple[list, str]:  # GCE repeats its token (50 times at most)
+        served.append(token)
+        return pages(pairs, None)[0], "again" if len(served) < 50 else ""
+
+    monkeypatch.setattr(fake, "_page", again)
+    before = len(fake.requests)
+    with pytest.raises(ProviderError, match="aggregated list of instances gave the page token 'again' a second "
+                                            "time, after 2 pages"):
+        provider.nodes(NOW)
+    assert len(fake.requests) - before == 2
+
+
+def test_an_instance_on_two_pages_is_one_node(fake: FakeGce, provider: GcpProvider,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = provider.launch(LaunchRequest(offer(provider, "g2-standard-4"), 2, "k"), NOW).nodes
+    pages = fake._page
+    # every page is the whole listing: the second repeats the first's instances
+    monkeypatch.setattr(fake, "_page", lambda pairs, token: (pages(pairs, None)[0], "" if token else "2"))
+    assert provider.nodes(NOW) == nodes
+
+
 def test_an_unpriced_instance_stays_visible_instead_of_leaking(fake: FakeGce, provider: GcpProvider) -> None:
     [node] = provider.launch(LaunchRequest(offer(provider, "g2-standard-4"), 1, "k"), NOW).nodes
     instance = fake.instances[tuple(node.node_id.split("/"))]  # type: ignore[index]
