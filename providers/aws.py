@@ -41,6 +41,10 @@ Errors are translated to the typed errors of ``providers.base``:
 ``MaxSpotInstanceCountExceeded``, ``VcpuLimitExceeded``, ``InstanceLimitExceeded``
 -> ``QuotaExceeded``; ``RequestLimitExceeded``, ``Throttling`` ->
 ``Throttled``; an unknown or unsupported instance type -> ``UnknownInstanceType``.
+An answer EC2 should not have given (a field left out, or one botocore cannot
+parse) is a ``ProviderError`` naming the field and where it was, not a
+``KeyError`` from deep inside; a spot price that is no price (not finite,
+zero or less) gives way to the snapshot's.
 The adapter never retries (botocore's own retries are switched off so there
 is one retry policy, not two); :class:`providers.retry.ThrottleRetry` does,
 bounded and jittered.
@@ -55,6 +59,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -249,17 +254,31 @@ def translate_code(code: str, message: str) -> ProviderError:
     return ProviderError(detail)
 
 
+def _field(item: Mapping[str, Any], *path: str) -> Any:
+    """``item[path[0]][path[1]]...``; ``ValueError`` naming the path when a part is missing."""
+    value: Any = item
+    for key in path:
+        if not isinstance(value, Mapping) or value.get(key) is None:
+            raise ValueError(f"no {'.'.join(path)}")
+        value = value[key]
+    return value
+
+
 def instance_type_from_api(info: Mapping[str, Any]) -> InstanceType | None:
     """An InstanceType from one ``DescribeInstanceTypes`` entry: a GPU shape
     (NVIDIA GPUs, normalised to the catalog's vocabulary) or a CPU shape
     (``gpu_model`` None). ``None`` for shapes with other accelerators (AMD
     GPUs, Inferentia, Trainium, FPGAs, media accelerators): a CUDA job cannot
-    use them, and they are not plain CPU machines either."""
-    name = str(info["InstanceType"])
+    use them, and they are not plain CPU machines either. ``ValueError``
+    naming the field when the entry lacks one it needs."""
+    name = str(_field(info, "InstanceType"))
     archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures") or ["x86_64"]
     architecture = "arm64" if "arm64" in archs else "x86_64"
-    vcpus = int(info["VCpuInfo"]["DefaultVCpus"])
-    memory = round(info["MemoryInfo"]["SizeInMiB"] / 1024, 1)
+    try:
+        vcpus = int(_field(info, "VCpuInfo", "DefaultVCpus"))
+        memory = round(float(_field(info, "MemoryInfo", "SizeInMiB")) / 1024, 1)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: {exc}") from exc
     gpus = info.get("GpuInfo", {}).get("Gpus") or []
     others = ("InferenceAcceleratorInfo", "FpgaInfo", "NeuronInfo", "MediaAcceleratorInfo")
     if not gpus:
@@ -347,6 +366,60 @@ def event_to_interruption(event: Mapping[str, Any]) -> InterruptionEvent | None:
     )
 
 
+def _required(item: Mapping[str, Any], key: str, where: str) -> Any:
+    """``item[key]``; a ProviderError naming ``where`` and the field when EC2 left it out."""
+    value = item.get(key)
+    if value is None or value == "":
+        raise ProviderError(f"aws: {where} has no {key}")
+    return value
+
+
+def _type_from_api(region: str, info: Mapping[str, Any]) -> InstanceType | None:
+    """``instance_type_from_api``, a malformed entry a ProviderError naming the region."""
+    try:
+        return instance_type_from_api(info)
+    except ValueError as exc:
+        raise ProviderError(f"aws: DescribeInstanceTypes in {region} lists an instance type this fleetctl cannot "
+                            f"read: {exc}") from exc
+
+
+def _utc(value: Any, what: str) -> datetime:
+    """A time of an EC2 answer, in UTC (one without an offset is taken as
+    UTC, as the GCP and Azure adapters do)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ProviderError(f"aws: {what} {value!r} is not a time") from None
+    if not isinstance(value, datetime):
+        raise ProviderError(f"aws: {what} {value!r} is not a time")
+    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _price(value: Any, where: str) -> float:
+    """A SpotPrice (a decimal string). Not finite, zero or less is returned as
+    it is: the caller falls back to the snapshot for those."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ProviderError(f"aws: {where} has SpotPrice {value!r}, which is not a number") from None
+
+
+def _state(instance: Mapping[str, Any], region: str) -> NodeState:
+    """The NodeState of an instance. Design choice, as in the GCP adapter: a
+    state this adapter does not know, or none in a malformed listing, is
+    not taken as gone (that would requeue its jobs and buy again while it
+    runs) but as launching, with a warning."""
+    info = instance.get("State")
+    name = info.get("Name") if isinstance(info, Mapping) else None
+    state = _STATES.get(str(name))
+    if state is None:
+        log.warning("aws: instance %s in %s has state %r, unknown to this fleetctl; taken as launching",
+                    instance.get("InstanceId"), region, name)
+        return NodeState.LAUNCHING
+    return state
+
+
 # =========================================================================== the adapter
 
 
@@ -414,7 +487,7 @@ class AwsProvider:
         found: dict[str, InstanceType] = {}
         for region in self._config.regions:
             for info in self._pages("ec2", region, "describe_instance_types", "InstanceTypes"):
-                t = instance_type_from_api(info)
+                t = _type_from_api(region, info)
                 if t is not None:
                     found[t.name] = t
         return tuple(found[name] for name in sorted(found))
@@ -527,7 +600,7 @@ class AwsProvider:
             tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
             if tags.get(TAG_CLUSTER) != self._config.cluster:
                 raise NodeNotFound(f"{node_id} is not managed by fleetctl cluster {self._config.cluster}")
-            if instance["State"]["Name"] in ("shutting-down", "terminated"):
+            if instance.get("State", {}).get("Name") in ("shutting-down", "terminated"):
                 return
             self._call("ec2", region, "terminate_instances", InstanceIds=[node_id])
             return
@@ -563,7 +636,11 @@ class AwsProvider:
         except Exception as exc:  # botocore's ClientError, caught by duck type: boto3 is optional
             code = error_code(exc)
             if code is None:
-                raise
+                if isinstance(exc, (ValueError, TypeError, KeyError, OverflowError)):
+                    # botocore could not parse the answer (an Integer field "two", a Timestamp "yesterday")
+                    raise ProviderError(f"aws: {method} in {region} answered something this fleetctl cannot read: "
+                                        f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+                raise  # no answer (connection refused, a timeout) or missing credentials: not the cloud's word
             message = str(exc.response.get("Error", {}).get("Message", ""))  # type: ignore[attr-defined]
             raise translate_code(code, message) from exc
 
@@ -593,12 +670,13 @@ class AwsProvider:
         # just those keeps a pass cheap; the CPU shapes are listed on demand.
         for info in self._pages("ec2", region, "describe_instance_types", "InstanceTypes",
                                 Filters=[{"Name": "instance-type", "Values": ["g*", "p*"]}]):
-            t = instance_type_from_api(info)
+            t = _type_from_api(region, info)
             if t is not None and t.gpu_count:
                 types[t.name] = t
-        zone_ids = {z["ZoneName"]: z["ZoneId"] for z in self._call(
-            "ec2", region, "describe_availability_zones",
-            Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])["AvailabilityZones"]}
+        zones = self._call("ec2", region, "describe_availability_zones", Filters=[
+            {"Name": "zone-type", "Values": ["availability-zone"]}]).get("AvailabilityZones", [])
+        zone_ids = {_required(z, "ZoneName", f"a zone of {region}"):
+                    _required(z, "ZoneId", f"zone {z.get('ZoneName')} of {region}") for z in zones}
         subnets = self._cluster_subnets(region)
         # Only zones the cluster has a subnet in can be launched into, so only they are offered.
         usable = {z: zid for z, zid in zone_ids.items() if zid in subnets}
@@ -619,19 +697,20 @@ class AwsProvider:
                 zone = zone_ids.get(row.get("AvailabilityZone", ""))
                 if zone is None:
                     continue
-                at = row["Timestamp"]
-                at = at if isinstance(at, datetime) else datetime.fromisoformat(str(at).replace("Z", "+00:00"))
+                where = f"a spot price of {region} ({row.get('InstanceType')} in {row.get('AvailabilityZone')})"
+                at = _utc(_required(row, "Timestamp", where), f"{where}: Timestamp")
                 if at < now - self._config.spot_price_lookback:
                     continue  # stale (EC2 honours StartTime; not every endpoint does)
-                key = (row["InstanceType"], zone)
+                key = (_required(row, "InstanceType", where), zone)
                 if key not in latest or at > latest[key][0]:
-                    latest[key] = (at, float(row["SpotPrice"]))
+                    latest[key] = (at, _price(_required(row, "SpotPrice", where), where))
         offers: dict[str, Offer] = {}
         for name, t in types.items():
             for zone in sorted(set(zone_ids.values())):
                 price = latest.get((name, zone))
                 fallback = self._snapshot.get((name, region, zone, Market.SPOT))
-                usd = price[1] if price is not None and price[1] > 0 else (fallback.usd_per_hour if fallback else None)
+                usable = price is not None and math.isfinite(price[1]) and price[1] > 0  # not NaN, inf, 0 or less
+                usd = price[1] if usable else (fallback.usd_per_hour if fallback else None)  # type: ignore[index]
                 if usd is not None:
                     o = Offer(t, region, zone, Market.SPOT, usd)
                     offers[o.key] = o
@@ -677,7 +756,9 @@ class AwsProvider:
                                     f"does not know ({', '.join(configured)}): {exc}") from exc
             raise
         for subnet in subnets:
-            by_zone.setdefault(subnet["AvailabilityZoneId"], []).append(subnet["SubnetId"])
+            subnet_id = _required(subnet, "SubnetId", f"a subnet of {region}")
+            zone_id = _required(subnet, "AvailabilityZoneId", f"subnet {subnet_id} of {region}")
+            by_zone.setdefault(zone_id, []).append(subnet_id)
         return {zone: tuple(sorted(set(ids))) for zone, ids in sorted(by_zone.items())}  # a subnet listed twice is one
 
     def _subnets(self, region: str, zone_id: str, now: datetime) -> tuple[str, ...]:
@@ -689,7 +770,8 @@ class AwsProvider:
 
     def _node(self, region: str, instance: Mapping[str, Any], now: datetime) -> Node:
         cache = self._region(region, now)
-        type_name = instance["InstanceType"]
+        instance_id = instance["InstanceId"]  # _instances refuses a listing without it
+        type_name = _required(instance, "InstanceType", f"instance {instance_id} in {region}")
         spot = instance.get("InstanceLifecycle") == "spot"
         zone = cache.zone_ids.get(instance.get("Placement", {}).get("AvailabilityZone", ""), "")
         market = Market.SPOT if spot else Market.ON_DEMAND
@@ -701,16 +783,13 @@ class AwsProvider:
             # Bought from an offer that is not priced (any more): keep the node
             # visible at price 0 so nothing is placed on it blindly and it is
             # terminated when idle instead of leaking.
-            log.warning("aws: %s is %s %s in %s, not a priced offer", instance["InstanceId"], market.value,
+            log.warning("aws: %s is %s %s in %s, not a priced offer", instance_id, market.value,
                         type_name, zone or region)
             known = cache.types.get(type_name) or InstanceType(PROVIDER, type_name, 0, 0.0)
             offer = Offer(known, region, key_zone, market, 0.0)
-        launched = instance.get("LaunchTime") or now
-        if isinstance(launched, str):
-            launched = datetime.fromisoformat(launched.replace("Z", "+00:00"))
-        launched = launched.astimezone(timezone.utc) if launched.tzinfo else launched.replace(tzinfo=timezone.utc)
-        state = _STATES.get(instance["State"]["Name"], NodeState.LAUNCHING)
-        return Node(node_id=instance["InstanceId"], offer=offer, state=state, launched_at_utc=launched,
+        launched = _utc(instance.get("LaunchTime") or now, f"instance {instance_id} in {region}: LaunchTime")
+        state = _state(instance, region)
+        return Node(node_id=instance_id, offer=offer, state=state, launched_at_utc=launched,
                     ready_at_utc=launched if state is NodeState.READY else None)
 
     def _queue_url(self, region: str) -> str:

@@ -39,6 +39,7 @@ from providers.retry import ThrottleRetry
 from tests.providers.aws_world import AMI, CREDENTIALS, REGION, MotoWorld, _Injection, moto_world
 
 NOW = datetime(2025, 1, 6, 12, 0, tzinfo=timezone.utc)
+EC2_XMLNS = 'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"'
 
 
 @pytest.fixture
@@ -136,6 +137,82 @@ def test_spot_prices_come_from_the_api_newest_per_zone_with_the_snapshot_as_fall
     assert offers["aws/us-east-1/use1-az2/g5.xlarge/spot"] == 0.44  # the newest API price
     assert offers["aws/us-east-1/use1-az6/g5.xlarge/spot"] == 0.3701  # stale API price -> snapshot
     assert offers["aws/us-east-1/use1-az6/g5.xlarge/on_demand"] == 1.006  # on-demand: the snapshot
+
+
+G5_XML = ("<item><instanceType>g5.xlarge</instanceType>{vcpus}<memoryInfo><sizeInMiB>16384</sizeInMiB></memoryInfo>"
+          "<gpuInfo><gpus><item><name>A10G</name><manufacturer>NVIDIA</manufacturer><count>{count}</count>"
+          "<memoryInfo><sizeInMiB>22888</sizeInMiB></memoryInfo></item></gpus></gpuInfo></item>")
+G5_VCPUS = "<vCpuInfo><defaultVCpus>4</defaultVCpus></vCpuInfo>"
+
+
+def answer_instance_types(world: MotoWorld, *, vcpus: str = G5_VCPUS, count: str = "1") -> None:
+    """The next DescribeInstanceTypes lists g5.xlarge alone, as EC2 writes it (with the parts given)."""
+    body = (f"<DescribeInstanceTypesResponse {EC2_XMLNS}><requestId>r</requestId><instanceTypeSet>"
+            f"{G5_XML.format(vcpus=vcpus, count=count)}</instanceTypeSet></DescribeInstanceTypesResponse>")
+    world.injections.append(_Injection("DescribeInstanceTypes", 200, body.encode(), 1))
+
+
+def answer_spot_price(world: MotoWorld, price: str, at: str = "2025-01-06T11:50:00.000Z") -> None:
+    """The next DescribeSpotPriceHistory: one g5.xlarge price in us-east-1c (use1-az2)."""
+    body = (f"<DescribeSpotPriceHistoryResponse {EC2_XMLNS}><requestId>r</requestId><spotPriceHistorySet><item>"
+            "<instanceType>g5.xlarge</instanceType><productDescription>Linux/UNIX</productDescription>"
+            f"<spotPrice>{price}</spotPrice><timestamp>{at}</timestamp><availabilityZone>us-east-1c"
+            "</availabilityZone></item></spotPriceHistorySet></DescribeSpotPriceHistoryResponse>")
+    world.injections.append(_Injection("DescribeSpotPriceHistory", 200, body.encode(), 1))
+
+
+def g5_spot_price(provider: AwsProvider) -> float:
+    return next(o.usd_per_hour for o in provider.offers(NOW) if o.key == "aws/us-east-1/use1-az2/g5.xlarge/spot")
+
+
+@pytest.mark.parametrize(("vcpus", "count", "error"), [
+    ("", "1", "DescribeInstanceTypes in us-east-1 lists an instance type this fleetctl cannot read: g5.xlarge: "
+              "no VCpuInfo.DefaultVCpus"),
+    (G5_VCPUS, "two", "describe_instance_types in us-east-1 answered something this fleetctl cannot read: "
+                      "ValueError: invalid literal"),
+], ids=["no-vcpus", "gpu-count-not-a-number"])
+def test_an_instance_type_ec2_did_not_fill_in_is_one_clear_error(world: MotoWorld, vcpus: str, count: str,
+                                                                 error: str) -> None:
+    answer_instance_types(world, vcpus=vcpus, count=count)
+    with pytest.raises(ProviderError, match=error):
+        world.provider().offers(NOW)
+
+
+@pytest.mark.parametrize("price", ["Infinity", "NaN", "-0.5", "0"])
+def test_a_spot_price_that_is_no_price_falls_back_to_the_snapshot(world: MotoWorld, price: str) -> None:
+    answer_instance_types(world)
+    answer_spot_price(world, price)
+    assert g5_spot_price(world.provider()) == 0.3387  # the snapshot's, not inf USD/h
+
+
+def test_a_spot_price_without_a_zone_offset_is_utc(world: MotoWorld) -> None:
+    answer_instance_types(world)
+    answer_spot_price(world, "0.41", at="2025-01-06T11:50:00")  # a naive time failed comparing with now
+    assert g5_spot_price(world.provider()) == 0.41
+
+
+@pytest.mark.parametrize(("price", "at", "error"), [
+    ("abc", "2025-01-06T11:50:00.000Z", r"a spot price of us-east-1 \(g5.xlarge in us-east-1c\) has SpotPrice "
+                                         r"'abc', which is not a number"),
+    ("", "2025-01-06T11:50:00.000Z", r"a spot price of us-east-1 \(g5.xlarge in us-east-1c\) has no SpotPrice"),
+    ("0.41", "yesterday", "describe_spot_price_history in us-east-1 answered something this fleetctl cannot "
+                          "read: ValueError: Invalid timestamp"),
+], ids=["price-not-a-number", "price-empty", "time-not-a-time"])
+def test_a_spot_price_ec2_did_not_fill_in_is_one_clear_error(world: MotoWorld, price: str, at: str,
+                                                             error: str) -> None:
+    answer_instance_types(world)
+    answer_spot_price(world, price, at)
+    with pytest.raises(ProviderError, match=error):
+        world.provider().offers(NOW)
+
+
+def test_a_subnet_without_its_zone_is_one_clear_error(world: MotoWorld) -> None:
+    body = (f"<DescribeSubnetsResponse {EC2_XMLNS}><requestId>r</requestId><subnetSet><item>"
+            "<subnetId>subnet-0123456789abcdef0</subnetId><availabilityZone>us-east-1a</availabilityZone>"
+            "</item></subnetSet></DescribeSubnetsResponse>")
+    world.injections.append(_Injection("DescribeSubnets", 200, body.encode(), 1))
+    with pytest.raises(ProviderError, match="subnet subnet-0123456789abcdef0 of us-east-1 has no AvailabilityZoneId"):
+        world.provider().offers(NOW)
 
 
 # ---------------------------------------------------------------- launch
@@ -292,9 +369,6 @@ def test_nodes_are_only_this_clusters_instances(provider: AwsProvider, world: Mo
     assert len(world.requests_of("TerminateInstances")) == 1
 
 
-EC2_XMLNS = 'xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"'
-
-
 def describe_instances_page(*instance_ids: str, next_token: str = "", cluster: str = "contract",
                             extra: str = "") -> bytes:
     """One DescribeInstances answer as EC2 sends it: running g5.xlarge instances of ``cluster``."""
@@ -332,6 +406,37 @@ def test_an_instance_listed_twice_is_one_node_and_can_be_terminated(provider: Aw
                                        1))
     provider.terminate(node.node_id, NOW)
     assert world.requests_of("TerminateInstances") == [{"InstanceIds": [node.node_id]}]
+
+
+def test_an_instance_ec2_did_not_fill_in_is_read_safely_or_refused(provider: AwsProvider, world: MotoWorld,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """No type: a one-line error. No state: launching, not gone (as an
+    unknown state; gone would requeue its jobs and buy again while it runs).
+    A launch time without an offset is UTC; one that is not a time is an error."""
+    provider.offers(NOW)  # catalog, zones and prices cached: only DescribeInstances is answered below
+    running = "<instanceState><code>16</code><name>running</name></instanceState>"
+    some_id = "i-0123456789abcdef0"
+
+    def listing(item: str) -> None:
+        body = (f"<DescribeInstancesResponse {EC2_XMLNS}><requestId>r</requestId><reservationSet><item>"
+                f"<reservationId>r-1</reservationId><instancesSet><item><instanceId>{some_id}</instanceId>{item}"
+                "<tagSet><item><key>fleetctl:cluster</key><value>contract</value></item></tagSet></item>"
+                "</instancesSet></item></reservationSet></DescribeInstancesResponse>")
+        world.injections.append(_Injection("DescribeInstances", 200, body.encode(), 1))
+
+    listing(running)
+    with pytest.raises(ProviderError, match=f"instance {some_id} in us-east-1 has no InstanceType"):
+        provider.nodes(NOW)
+    listing("<instanceType>g5.xlarge</instanceType>")
+    with caplog.at_level(logging.WARNING, logger="providers.aws"):
+        [node] = provider.nodes(NOW)
+    assert node.state is NodeState.LAUNCHING and "has state None, unknown to this fleetctl" in caplog.text
+    listing(f"<instanceType>g5.xlarge</instanceType>{running}<launchTime>2025-01-06T11:00:00</launchTime>")
+    assert provider.nodes(NOW)[0].launched_at_utc == NOW - timedelta(hours=1)
+    listing(f"<instanceType>g5.xlarge</instanceType>{running}<launchTime>yesterday</launchTime>")
+    with pytest.raises(ProviderError, match="describe_instances in us-east-1 answered something this fleetctl "
+                                            "cannot read: ValueError: Invalid timestamp"):
+        provider.nodes(NOW)
 
 
 # ---------------------------------------------------------------- interruption events
