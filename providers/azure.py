@@ -7,7 +7,11 @@ What it does, in the words of :class:`providers.base.Provider`:
   ``resourceSkus`` for the location and not restricted for it
   (``restrictions[].type == Location``, e.g. ``NotAvailableForSubscription``).
   Offers are regional (zone ``""``).
-* ``nodes``: every VM in the resource group tagged ``fleetctl-cluster=<cluster>``.
+* ``nodes``: every VM in the resource group tagged ``fleetctl-cluster=<cluster>``,
+  its Offer recovered from size, location and priority, compared without case
+  as ARM compares them (``EastUS`` is ``eastus``). A VM listed without its
+  size or location is a ``ProviderError`` naming it; a resource SKU without a
+  name is skipped with a warning.
 * ``launch``: one ``PUT virtualMachines/{name}`` per node, Spot as
   ``priority=Spot, evictionPolicy=Delete, billingProfile.maxPrice=-1`` (pay up
   to the on-demand price, never evicted for price), each VM in the pool's
@@ -237,6 +241,9 @@ class AzureProvider:
                         if o.provider == PROVIDER and o.region in regions)
         self._catalog = catalog
         self._by_size_region_market = {(o.instance_type.name, o.region, o.market): o for o in catalog}
+        # ARM compares sizes and locations without case ("EastUS" is eastus): a VM's are looked up so
+        self._sizes = {o.instance_type.name.lower(): o.instance_type.name for o in catalog}
+        self._regions = {r.region.lower(): r.region for r in config.regions}
 
     @classmethod
     def from_sdk(cls, config: AzureConfig, credential: Any, *, base_url: str | None = None,
@@ -379,7 +386,16 @@ class AzureProvider:
     def _skus(self, location: str) -> list[Any]:
         skus = self._listed(lambda: self._client.resource_skus.list(filter=f"location eq '{location}'"),
                             f"resource SKUs in {location}")
-        return [s for s in skus if sku_available(s, location)]
+        usable = []
+        for sku in skus:
+            if not sku_available(sku, location):
+                continue
+            if not sku.name:  # nothing can be bought or looked up by it: skipped, as unusable SKUs are
+                log.warning("azure: resourceSkus lists a %s SKU without a name in %s; skipped", sku.resource_type,
+                            location)
+                continue
+            usable.append(sku)
+        return usable
 
     def _get(self, name: str) -> Any | None:
         from azure.core.exceptions import ResourceNotFoundError
@@ -462,16 +478,24 @@ class AzureProvider:
         if tags.get(TAG_CLUSTER) != self._config.cluster:
             return None
         if vm.priority:
-            market = Market.SPOT if vm.priority in ("Spot", "Low") else Market.ON_DEMAND
+            priority = str(getattr(vm.priority, "value", vm.priority))  # the SDK's enum, or a str it does not know
+            market = Market.SPOT if priority.lower() in ("spot", "low") else Market.ON_DEMAND
         else:  # a listing without the field: the offer fleetctl bought it from (its tag) says which market
             market = Market.SPOT if str(tags.get(TAG_OFFER, "")).endswith("/spot") else Market.ON_DEMAND
             log.warning("azure: %s is listed without a priority; taken as %s from its %s tag", vm.name,
                         market.value, TAG_OFFER)
-        size = vm.hardware_profile.vm_size if vm.hardware_profile else ""
-        offer = self._by_size_region_market.get((size, vm.location, market))
+        listed_size = vm.hardware_profile.vm_size if vm.hardware_profile else None
+        if not listed_size:
+            raise ProviderError(f"azure: VM {vm.name} is listed without hardwareProfile.vmSize")
+        if not vm.location:
+            raise ProviderError(f"azure: VM {vm.name} is listed without a location")
+        size = self._sizes.get(listed_size.lower(), listed_size)
+        location = str(vm.location).lower().replace(" ", "")  # "East US" and "EastUS" are eastus
+        region = self._regions.get(location, location)
+        offer = self._by_size_region_market.get((size, region, market))
         if offer is None:
-            log.warning("azure: %s is %s %s in %s, not in the catalog", vm.name, market.value, size, vm.location)
-            offer = Offer(azure_instance_type_or_unknown(size), vm.location, "", market, 0.0)
+            log.warning("azure: %s is %s %s in %s, not in the catalog", vm.name, market.value, size, region)
+            offer = Offer(azure_instance_type_or_unknown(size), region, "", market, 0.0)
         state = {"Creating": NodeState.LAUNCHING, "Updating": NodeState.LAUNCHING, "Succeeded": NodeState.READY,
                  "Deleting": NodeState.TERMINATING, "Failed": NodeState.GONE}.get(vm.provisioning_state or "",
                                                                                   NodeState.LAUNCHING)

@@ -4,6 +4,7 @@ client against the local HTTPS ARM server (``tests/providers/azure_server.py``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -159,7 +160,8 @@ def _with_next_link(fake: FakeArm, monkeypatch: pytest.MonkeyPatch, link: Callab
     number, from 1), as a misbehaving ARM could; returns the listing count."""
     answer, served = fake.handle, [0]
 
-    def handle(method: str, path: str, query: dict[str, str], body: Any, auth: str) -> tuple[int, dict[str, str], bytes]:
+    def handle(method: str, path: str, query: dict[str, str], body: Any,
+               auth: str) -> tuple[int, dict[str, str], bytes]:
         status, headers, payload = answer(method, path, query, body, auth)
         if method == "GET" and path.endswith("/virtualMachines"):
             served[0] += 1
@@ -191,6 +193,46 @@ def test_a_vm_on_two_pages_is_one_node(server: ArmServer, fake: FakeArm, monkeyp
     [node] = provider.launch(LaunchRequest(offer(provider), 1, "k"), NOW).nodes
     _with_next_link(fake, monkeypatch, lambda n: "2" if n == 1 else None)  # page 2 repeats page 1
     assert provider.nodes(NOW) == (node,)
+
+
+@pytest.mark.parametrize(("field", "value"), [("location", "EastUS"), ("priority", "spot"),
+                                              ("vmSize", "standard_nc4as_t4_v3")])
+def test_a_listing_in_another_case_is_the_same_offer(server: ArmServer, fake: FakeArm, field: str,
+                                                     value: str) -> None:
+    """ARM compares names without case: "EastUS" is eastus (not an unpriced
+    offer at 0 USD/h in a region fleetctl does not know), "spot" is Spot."""
+    provider = make(server)
+    spot = offer(provider)
+    provider.launch(LaunchRequest(spot, 1, "k"), NOW)
+    [vm] = fake.vms.values()
+    where = {"location": vm, "priority": vm["properties"], "vmSize": vm["properties"]["hardwareProfile"]}[field]
+    where[field] = value
+    assert [n.offer for n in provider.nodes(NOW)] == [spot]
+
+
+@pytest.mark.parametrize(("field", "error"), [
+    ("vmSize", "VM fl-research-[0-9a-f]+-000 is listed without hardwareProfile.vmSize"),
+    ("location", "VM fl-research-[0-9a-f]+-000 is listed without a location"),
+])
+def test_a_vm_listed_without_its_size_or_location_is_one_clear_error(server: ArmServer, fake: FakeArm, field: str,
+                                                                     error: str) -> None:
+    provider = make(server)
+    provider.launch(LaunchRequest(offer(provider), 1, "k"), NOW)
+    [vm] = fake.vms.values()
+    del (vm["properties"]["hardwareProfile"] if field == "vmSize" else vm)[field]
+    with pytest.raises(ProviderError, match=error):
+        provider.nodes(NOW)
+
+
+def test_a_resource_sku_without_a_name_is_skipped(server: ArmServer, fake: FakeArm,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    fake.skus.append(gpu_sku("Standard_NC4as_T4_v3", "eastus"))
+    fake.skus[-1].name = None
+    provider = make(server)
+    with caplog.at_level(logging.WARNING, logger="providers.azure"):
+        assert {t.name for t in provider.instance_types(NOW)} == {"Standard_NC4as_T4_v3", "Standard_NC6s_v3"}
+        assert {o.instance_type.name for o in provider.offers(NOW)} == {"Standard_NC4as_T4_v3", "Standard_NC6s_v3"}
+    assert "resourceSkus lists a virtualMachines SKU without a name in eastus; skipped" in caplog.text
 
 
 def test_errors_are_translated_and_throttling_is_retried(server: ArmServer, fake: FakeArm) -> None:
