@@ -4,8 +4,9 @@ What it does, in the words of :class:`providers.base.Provider`:
 
 * ``offers``: the snapshot's GCP offers (``providers/catalog.py``) in the
   configured regions, for the machine types Compute Engine lists in at least
-  one zone of the region (``machineTypes.aggregatedList``). Offers are
-  regional (zone ``""``): GCE picks the zone at launch.
+  one zone of the region (``machineTypes.aggregatedList``; an N1 + GPU shape
+  also needs its GPU in that zone, ``acceleratorTypes.aggregatedList``).
+  Offers are regional (zone ``""``): GCE picks the zone at launch.
 * ``nodes``: every instance labelled ``fleetctl-managed=true`` and
   ``fleetctl-cluster=<cluster>`` (``instances.aggregatedList``), its Offer
   recovered from machine type, attached GPUs, region and provisioning model.
@@ -43,7 +44,7 @@ import hashlib
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Protocol, TypeVar
@@ -438,6 +439,17 @@ def n1_instance_types(machine_type: Any, accelerator_type: Any) -> tuple[Instanc
     return tuple(shapes)
 
 
+def _n1_shapes(machines: Iterable[tuple[str, Any]],
+               accelerators: Mapping[str, Iterable[Any]]) -> Iterator[tuple[str, InstanceType]]:
+    """(zone, shape) for every N1 + GPU shape a zone offers: an N1 machine type
+    and an accelerator type listed in the same zone (``n1_instance_types``)."""
+    for zone, mt in machines:
+        if machine_type_instance_type(mt) is None:  # GPUs attach only to machine types without bundled ones
+            for at in accelerators.get(zone, ()):
+                for t in n1_instance_types(mt, at):
+                    yield zone, t
+
+
 def instance_type_name(instance: Any) -> str:
     """The fleetctl instance-type name of a ``compute_v1.Instance``: the machine
     type, or the N1 + GPU shape name when GPUs are attached."""
@@ -554,9 +566,15 @@ class GcpProvider:
     # ------------------------------------------------------------------ contract
 
     def offers(self, now: datetime) -> tuple[Offer, ...]:
-        """Snapshot offers whose machine type GCE lists in some zone of the region."""
-        available = {(mt.name, region_of_zone(zone)) for zone, mt in self._call(self._api.machine_types,
-                                                                                 self._config.project)}
+        """Snapshot offers whose shape GCE lists in some zone of the region: the
+        machine type, and for an N1 + GPU shape the N1 machine type and its GPU
+        (as many per instance) in the same zone, as :meth:`instance_types` finds them.
+        Accelerator types are read only when the snapshot prices N1 + GPU shapes."""
+        machines = self._call(self._api.machine_types, self._config.project)
+        available = {(mt.name, region_of_zone(zone)) for zone, mt in machines}
+        if any(parse_gcp_n1_gpu_type_name(o.instance_type.name) for o in self._catalog):
+            accelerators = self._accelerators_by_zone()
+            available |= {(t.name, region_of_zone(zone)) for zone, t in _n1_shapes(machines, accelerators)}
         return tuple(o for o in self._catalog if (o.instance_type.name, o.region) in available)
 
     def instance_types(self, now: datetime) -> tuple[InstanceType, ...]:
@@ -566,18 +584,14 @@ class GcpProvider:
         P100, one shape per allowed count). :meth:`offers` sells the subset the
         snapshot prices; N1 + GPU shapes have no price yet (``docs/gcp.md``)."""
         regions = set(self._config.regions)
-        in_scope = (lambda zone: not regions or region_of_zone(zone) in regions)
-        machines = [(z, mt) for z, mt in self._call(self._api.machine_types, self._config.project) if in_scope(z)]
-        accelerators: dict[str, list[Any]] = {}
-        for zone, at in self._call(self._api.accelerator_types, self._config.project):
-            if in_scope(zone):
-                accelerators.setdefault(zone, []).append(at)
+        machines = [(z, mt) for z, mt in self._call(self._api.machine_types, self._config.project)
+                    if not regions or region_of_zone(z) in regions]
         shapes: dict[str, InstanceType] = {}
         for zone, mt in machines:
             bundled = machine_type_instance_type(mt)
-            found = (bundled,) if bundled else tuple(
-                t for at in accelerators.get(zone, ()) for t in n1_instance_types(mt, at))
-            shapes.update((t.name, t) for t in found)
+            if bundled:
+                shapes[bundled.name] = bundled
+        shapes.update((t.name, t) for _zone, t in _n1_shapes(machines, self._accelerators_by_zone()))
         return tuple(shapes[name] for name in sorted(shapes))
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
@@ -677,6 +691,12 @@ class GcpProvider:
             seen.acknowledged = True
 
     # ------------------------------------------------------------------ helpers
+
+    def _accelerators_by_zone(self) -> dict[str, list[Any]]:
+        accelerators: dict[str, list[Any]] = {}
+        for zone, at in self._call(self._api.accelerator_types, self._config.project):
+            accelerators.setdefault(zone, []).append(at)
+        return accelerators
 
     def _call(self, fn: Callable[..., T], /, *args: Any) -> T:
         """Run one seam call, translating its failure into a typed error (an

@@ -90,13 +90,14 @@ def server(fake: FakeGce) -> Iterator[GceServer]:
         yield s
 
 
-def make_provider(server: GceServer, **config: object) -> GcpProvider:
+def make_provider(server: GceServer, offers: list[Offer] | None = None, **config: object) -> GcpProvider:
     settings: dict[str, object] = {"project": PROJECT, "cluster": "research", "regions": ("us-central1",)}
     settings.update(config)
     return GcpProvider.from_sdk(
         GcpConfig(**settings),  # type: ignore[arg-type]
         client_options=ClientOptions(api_endpoint=server.endpoint),
         credentials=AnonymousCredentials(),
+        offers=offers,
     )
 
 
@@ -208,6 +209,25 @@ def test_offers_are_snapshot_prices_for_types_listed_in_the_region(provider: Gcp
         assert snapshot[o.key] == o  # the price is the snapshot's, unchanged
     assert offer(provider, "a2-highgpu-1g", Market.SPOT).usd_per_hour < offer(
         provider, "a2-highgpu-1g", Market.ON_DEMAND).usd_per_hour
+
+
+def test_a_priced_n1_gpu_shape_is_sold_where_its_machine_and_gpu_are_and_launched_as_sold(
+        fake: FakeGce, server: GceServer) -> None:
+    """docs/gcp.md: once the snapshot prices N1 + GPU shapes, the adapter sells them with no code change."""
+    shape = gcp_n1_gpu_instance_type("n1-standard-8", 8, 30.0, "nvidia-tesla-t4", 1)
+    assert shape is not None
+    priced = Offer(shape, "us-central1", "", Market.SPOT, 0.2)
+    nowhere = Offer(shape, "us-east4", "", Market.SPOT, 0.2)  # the fake's us-east4 lists no n1 machine type
+    catalog = [o for o in load_catalog() if o.provider == "gcp"] + [priced, nowhere]
+    p = make_provider(server, offers=catalog, regions=("us-central1", "us-east4"))
+    sold = {o.key for o in p.offers(NOW)}
+    assert priced.key in sold and nowhere.key not in sold
+    result = p.launch(LaunchRequest(priced, 1, "n1"), NOW)
+    assert result.fulfilled and [n.offer for n in result.nodes] == [priced]
+    [body] = bulk_inserts(fake)
+    assert body["instanceProperties"]["machineType"] == "n1-standard-8"
+    assert body["instanceProperties"]["guestAccelerators"] == [
+        {"acceleratorType": "nvidia-tesla-t4", "acceleratorCount": 1}]
 
 
 def test_offers_follow_the_configured_regions(server: GceServer) -> None:
