@@ -617,6 +617,12 @@ class GcpProvider:
             raise UnknownInstanceType(f"{offer.key} is not a GCP offer")
         if offer.instance_type.name not in self._types:
             raise UnknownInstanceType(f"GCP sells no {offer.instance_type.name} in the catalog")
+        if self._config.regions and offer.region not in self._config.regions:
+            raise UnknownInstanceType(f"{offer.key}: region {offer.region} is not configured for GCP "
+                                      f"({', '.join(self._config.regions)})")
+        if (offer.instance_type.name, offer.region, offer.market) not in self._by_type_region_market:
+            raise UnknownInstanceType(f"{offer.key}: the catalog does not price {offer.instance_type.name} "
+                                      f"{offer.market.value} in {offer.region}")
         if offer.zone:
             raise UnknownInstanceType(f"{offer.key}: GCP offers are regional; the zone is chosen at launch")
         launch_label = self._launch_label(request.idempotency_key)

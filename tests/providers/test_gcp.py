@@ -433,6 +433,21 @@ def test_a_machine_type_the_region_does_not_have_is_unknown(fake: FakeGce, provi
     assert fake.created() == [] and not [op for _, op in fake.operations.values()]
 
 
+def test_an_offer_of_a_region_not_configured_or_not_priced_is_refused_before_any_call(
+        fake: FakeGce, server: GceServer, provider: GcpProvider) -> None:
+    east = next(o for o in load_catalog() if o.provider == "gcp" and o.region == "us-east4"
+                and o.instance_type.name == "a2-highgpu-1g" and o.market is Market.SPOT)
+    fake.add_machine_type("us-east4-a", A2_1G)  # GCE would sell it there
+    with pytest.raises(UnknownInstanceType, match="region us-east4 is not configured for GCP \\(us-central1\\)"):
+        provider.launch(LaunchRequest(east, 1, "east"), NOW)
+    everywhere = make_provider(server, regions=())  # every region of the snapshot
+    mega = next(o for o in load_catalog() if o.provider == "gcp" and o.instance_type.name == "a3-megagpu-8g")
+    unpriced = Offer(mega.instance_type, "us-central1", "", Market.SPOT, 1.0)  # priced elsewhere, not here
+    with pytest.raises(UnknownInstanceType, match="the catalog does not price a3-megagpu-8g spot in us-central1"):
+        everywhere.launch(LaunchRequest(unpriced, 1, "mega"), NOW)
+    assert bulk_inserts(fake) == [] and fake.created() == []
+
+
 def test_offers_outside_the_catalog_are_unknown_instance_types(fake: FakeGce, provider: GcpProvider) -> None:
     known = offer(provider, "g2-standard-4")
     made_up = Offer(type(known.instance_type)("gcp", "a9-imaginary-1g", 1, 1.0), "us-central1", "",
