@@ -18,7 +18,10 @@ What it does, in the words of :class:`providers.base.Provider`:
   ``requestId`` is a UUID derived from the idempotency key (GCE returns the
   first operation for a repeated id), and every instance carries a
   ``fleetctl-launch`` label, so a retry after the request-id window or a
-  restart finds the first call's instances instead of buying again.
+  restart finds the first call's instances instead of buying again. A
+  finished insert whose instances the listing does not show yet (it lags) is
+  listed again a few times, then returned short of its nodes with the reason
+  in ``LaunchResult.error``.
   Why bulk insert and not a managed instance group: ``docs/gcp.md``.
 * ``terminate``: ``instances.delete``; an instance already gone (404) is success.
 * ``interruption_events``: ``compute.instances.preempted`` operations
@@ -43,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -144,12 +148,18 @@ class GcpConfig:
     preemption_lookback: timedelta = timedelta(hours=1)
     #: Operation waits per launch (GCE's ``wait`` returns after at most ~2 min).
     max_operation_waits: int = 5
+    #: Listings of a finished launch's instances, and the pause between them: the aggregated
+    #: list may lag the operation (eventually consistent), so a short one is listed again.
+    launch_listings: int = 3
+    launch_listing_pause_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         if self.termination_action not in ("DELETE", "STOP"):
             raise ValueError(f"termination_action must be DELETE or STOP, got {self.termination_action!r}")
         if not self.project or not self.cluster:
             raise ValueError("project and cluster are required")
+        if self.launch_listings < 1 or self.launch_listing_pause_seconds < 0:
+            raise ValueError("launch_listings must be >= 1 and launch_listing_pause_seconds >= 0")
 
 
 # =========================================================================== the SDK seam
@@ -648,7 +658,19 @@ class GcpProvider:
                                request_id(f"launch:{self._config.cluster}", request.idempotency_key))
         operation = self._wait(offer.region, operation)
         nodes = self._launched(launch_label)
-        error = None if _is_done(operation) else f"operation {operation.name} still {operation.status}"
+        if not _is_done(operation):
+            return LaunchResult(request, nodes, error=f"operation {operation.name} still {operation.status}")
+        # DONE without errors and min_count = count: GCE made every instance, but the listing may lag.
+        listings = 1
+        while len(nodes) < request.count and listings < self._config.launch_listings:
+            time.sleep(self._config.launch_listing_pause_seconds)
+            nodes = self._launched(launch_label)
+            listings += 1
+        error = None
+        if len(nodes) < request.count:
+            error = (f"bulkInsert operation {operation.name} finished, but {len(nodes)} of its {request.count} "
+                     f"instances are listed after {listings} listings: GCE made them and its listing lags; the next "
+                     "observation lists them, and a retry under the same key returns them instead of buying again")
         return LaunchResult(request, nodes, error=error)
 
     def terminate(self, node_id: str, now: datetime) -> None:

@@ -377,6 +377,42 @@ def test_a_launch_interrupted_after_gce_accepted_it_is_not_bought_twice(fake: Fa
     assert len(bulk_inserts(fake)) == 1 and len(fake.created()) == 2
 
 
+def lagging_listing(fake: FakeGce, monkeypatch: pytest.MonkeyPatch, listings: int) -> None:
+    """The first ``listings`` instance listings after a bulk insert show none
+    of its instances (GCE's aggregated list is eventually consistent)."""
+    pages, lagging = fake._page, [listings]
+
+    def page(pairs: list, token: str | None) -> tuple[list, str]:
+        inserted = any(r.path.endswith("/bulkInsert") for r in fake.requests)
+        if inserted and lagging[0] > 0 and any(isinstance(item, c.Instance) for _, item in pairs):
+            lagging[0] -= 1
+            return [], ""
+        return pages(pairs, token)
+
+    monkeypatch.setattr(fake, "_page", page)
+
+
+def test_a_finished_launch_the_listing_lags_behind_is_listed_again(fake: FakeGce, server: GceServer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = make_provider(server, launch_listing_pause_seconds=0)
+    lagging_listing(fake, monkeypatch, listings=2)
+    result = provider.launch(LaunchRequest(offer(provider, "g2-standard-4"), 2, "lag"), NOW)
+    assert result.fulfilled and result.error is None
+
+
+def test_a_finished_launch_still_not_listed_says_so_and_a_retry_finds_it(fake: FakeGce, server: GceServer,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    provider = make_provider(server, launch_listing_pause_seconds=0, launch_listings=3)
+    lagging_listing(fake, monkeypatch, listings=3)
+    request = LaunchRequest(offer(provider, "g2-standard-4"), 2, "lag")
+    result = provider.launch(request, NOW)
+    assert result.nodes == () and not result.fulfilled
+    assert result.error is not None and "finished, but 0 of its 2 instances are listed after 3 listings" in result.error
+    assert len(fake.created()) == 2  # bought: the error says so rather than a launch of nothing
+    again = provider.launch(request, NOW)
+    assert again.fulfilled and len(bulk_inserts(fake)) == 1
+
+
 def test_the_gang_goes_to_the_zone_that_holds_all_of_it(fake: FakeGce, provider: GcpProvider) -> None:
     fake.capacity[("us-central1-a", "a2-highgpu-8g")] = 1
     fake.capacity[("us-central1-b", "a2-highgpu-8g")] = 4
