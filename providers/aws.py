@@ -534,16 +534,20 @@ class AwsProvider:
         ids = [i for group in response.get("Instances", []) for i in group.get("InstanceIds", [])]
         errors = response.get("Errors", [])
         if not ids:
-            if errors:
-                first = errors[0]
-                raise translate_code(str(first.get("ErrorCode", "")), str(first.get("ErrorMessage", "")))
+            coded = [e for e in errors if e.get("ErrorCode")]
+            if coded:
+                raise translate_code(str(coded[0]["ErrorCode"]), str(coded[0].get("ErrorMessage", "")))
+            if errors:  # not even a code to translate: say what is known
+                messages = "; ".join(str(e.get("ErrorMessage")) for e in errors if e.get("ErrorMessage"))
+                raise ProviderError(f"{offer.key}: CreateFleet (EC2 Fleet {response.get('FleetId')}) returned no "
+                                    f"instances and errors without an error code{': ' + messages if messages else ''}")
             raise InsufficientCapacity(f"{offer.key}: EC2 Fleet {response.get('FleetId')} launched nothing")
         nodes = tuple(
             Node(node_id=i, offer=offer, state=NodeState.LAUNCHING, launched_at_utc=now) for i in sorted(ids)
         )
         error = None
         if len(ids) < request.count:
-            codes = sorted({str(e.get("ErrorCode", "?")) for e in errors}) or ["no error given"]
+            codes = sorted({str(e.get("ErrorCode") or "no error code") for e in errors}) or ["no error given"]
             error = f"EC2 Fleet {response.get('FleetId')} launched {len(ids)} of {request.count}: {', '.join(codes)}"
         return LaunchResult(request, nodes, error=error)
 

@@ -323,6 +323,18 @@ def test_an_http_error_from_ec2_is_translated(provider: AwsProvider, world: Moto
     assert provider.nodes(NOW) == ()
 
 
+@pytest.mark.parametrize(("message", "said"), [("", "errors without an error code$"),
+                                               ("something broke", "errors without an error code: something broke$")])
+def test_a_fleet_error_without_a_code_says_what_is_known(provider: AwsProvider, world: MotoWorld, message: str,
+                                                         said: str) -> None:
+    world.empty_fleet_next("", message)
+    with pytest.raises(ProviderError, match=r"aws/us-east-1/use1-az2/g5.xlarge/spot: CreateFleet \(EC2 Fleet "
+                                            r"fleet-0+-0+-0+-0+-0+\) returned no instances and " + said) as raised:
+        provider.launch(LaunchRequest(spot(provider), 1, "no-code"), NOW)
+    assert type(raised.value) is ProviderError
+    assert provider.nodes(NOW) == ()
+
+
 def test_throttling_is_retried_with_bounded_jittered_backoff(provider: AwsProvider, world: MotoWorld) -> None:
     offer = spot(provider)
     sleeps: list[float] = []
