@@ -80,6 +80,10 @@ class MultiCloud:
         return tuple(sorted(events, key=lambda e: (e.received_at_utc, e.event_id)))
 
     def acknowledge(self, event_id: str) -> None:
-        owner = self._event_cloud.pop(event_id, None)
+        """Acknowledge at the cloud that sent the notice; its route is forgotten
+        only once the cloud took the acknowledgement, so a retry after a
+        failure (throttled) reaches the cloud again instead of nothing."""
+        owner = self._event_cloud.get(event_id)
         if owner is not None:
             self._clouds[owner].acknowledge(event_id)
+            del self._event_cloud[event_id]

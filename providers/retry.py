@@ -27,7 +27,8 @@ class ThrottleRetry:
     (``uniform(0, min(max_delay, base_delay * 2**try))``). The last
     ``Throttled`` propagates. Every other error passes through at once.
 
-    Safe for ``launch`` because launches are idempotent by key.
+    Safe for ``launch`` because launches are idempotent by key, and for
+    ``acknowledge`` because acknowledging twice is acknowledging once.
     ``sleep`` and ``rng`` are injected, so tests neither wait nor depend on luck.
     """
 
@@ -71,5 +72,5 @@ class ThrottleRetry:
         return self._retry(self._inner.interruption_events, now)
 
     def acknowledge(self, event_id: str) -> None:
-        self._inner.acknowledge(event_id)
+        self._retry(self._inner.acknowledge, event_id)  # idempotent: a second acknowledgement changes nothing
 

@@ -41,7 +41,7 @@ from fleetctl.model import (
 )
 from fleetctl.planner import plan as make_plan
 from fleetctl.store import Store
-from providers.base import Provider
+from providers.base import Provider, ProviderError
 
 log = logging.getLogger("fleetctl.reconcile")
 
@@ -102,7 +102,10 @@ def handle_interruptions(*, store: Store, provider: Provider, runtime: Runtime, 
                          forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
                          report: TickReport | None = None) -> int:
     """Drain nodes named by reclaim notices and requeue their jobs. Each notice
-    is recorded before it is handled and acknowledged only after. Returns how
+    is recorded before it is handled and acknowledged only after; an
+    acknowledgement the cloud refuses (throttled) is recorded and logged, and
+    the other notices are still handled: the cloud delivers that notice again
+    and it is acknowledged then (the store knows it is handled). Returns how
     many notices were handled.
 
     Notices come from the provider (AWS's queue, the sandbox) and from the
@@ -116,7 +119,15 @@ def handle_interruptions(*, store: Store, provider: Provider, runtime: Runtime, 
         store.add_interruption(event)
         _handle_and_mark(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
                          metrics=metrics, report=report)
-        provider.acknowledge(event.event_id)
+        try:
+            provider.acknowledge(event.event_id)
+        except ProviderError as exc:
+            # Handled and recorded, so not lost: the cloud delivers it again, the store knows it is handled,
+            # and it is acknowledged then. The other notices of this pass must not wait for that.
+            store.record("interruption_acknowledge_failed", now, event.node_id, event_id=event.event_id,
+                         error=str(exc)[:500])
+            log.warning("%s notice %s was handled, but acknowledging it failed (%s: %s); it is acknowledged when "
+                        "it is delivered again", event.kind.value, event.event_id, type(exc).__name__, exc)
         done.add(event.event_id)
     for event in store.interruptions(unhandled_only=True):
         if event.event_id in done or event.received_at_utc > now:

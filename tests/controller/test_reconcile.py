@@ -8,9 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.controller.reconcile import tick
+from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Forecast, InterruptionKind, JobState, Market, NodeState, OfferRisk
+from providers.base import Throttled
 from tests.builders import T0, job, offer, policy
 
 SPOT_A = offer("a8", price=8.0, zone="z1")
@@ -113,6 +114,43 @@ def test_reclaim_checkpoints_requeues_and_replaces_elsewhere(world_factory):
     assert node.node_id not in {n.node_id for n in w.store.nodes()}
     assert w.store.interruptions() == ()  # handled, acknowledged
     invariants(w, now)
+
+
+class AcknowledgeThrottledOnce:
+    """The sandbox provider, whose first acknowledgement is throttled."""
+
+    def __init__(self, inner):  # noqa: ANN001
+        self._inner = inner
+        self.acknowledged: list[str] = []
+        self.refused: list[str] = []
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        return getattr(self._inner, name)
+
+    def acknowledge(self, event_id):  # noqa: ANN001, ANN201
+        if not self.refused:
+            self.refused.append(event_id)
+            raise Throttled("DeleteMessage: Rate exceeded")
+        self.acknowledged.append(event_id)
+
+
+def test_a_throttled_acknowledgement_holds_back_no_other_notice(world_factory):
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job(name, gpus=8, duration_hours=4.0, spot=True) for name in ("a", "b")], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))
+    now = T0 + timedelta(minutes=30)
+    nodes = sorted(n.node_id for n in w.store.nodes())
+    assert len(nodes) == 2
+    for node_id in nodes:
+        w.provider.reclaim(node_id, now)
+    provider = AcknowledgeThrottledOnce(w.provider)
+    handled = handle_interruptions(store=w.store, provider=provider, runtime=w.runtime, policy=policy(), now=now)
+    assert handled == 2
+    assert {(j.state, j.interruptions) for j in jobs(w).values()} == {(JobState.QUEUED, 1)}  # both requeued
+    assert len(provider.refused) == 1 and len(provider.acknowledged) == 1
+    [failed] = [e for e in w.store.events() if e["kind"] == "interruption_acknowledge_failed"]
+    assert failed["subject"] == nodes[0] and w.store.interruptions() == ()  # handled, though not acknowledged
 
 
 def test_non_checkpointable_job_restarts_and_its_work_is_counted(world_factory):

@@ -9,8 +9,9 @@ import pytest
 
 from fleetctl.model import Market
 from fleetctl.store import Store
-from providers.base import LaunchRequest, NodeNotFound, UnknownInstanceType
+from providers.base import LaunchRequest, NodeNotFound, Throttled, UnknownInstanceType
 from providers.multi import MultiCloud
+from providers.retry import ThrottleRetry
 from providers.sim import SimProvider
 
 NOW = datetime(2025, 1, 6, 12, 0, tzinfo=timezone.utc)
@@ -66,4 +67,52 @@ def test_offers_of_all_clouds_and_calls_routed_to_the_right_one(tmp_path: Path) 
         multi.launch(LaunchRequest(azure_offer, 1, "a"), NOW)
     with pytest.raises(ValueError):
         MultiCloud([aws, Named(store, "aws")])
+    store.close()
+
+
+class ThrottledAcknowledgements(Named):
+    """A cloud whose next ``throttled`` acknowledgements are throttled; records every one asked for."""
+
+    def __init__(self, store: Store, cloud: str, throttled: int) -> None:
+        super().__init__(store, cloud)
+        self.throttled = throttled
+        self.acknowledged: list[str] = []
+
+    def acknowledge(self, event_id):  # noqa: ANN001, ANN201
+        self.acknowledged.append(event_id)
+        if self.throttled:
+            self.throttled -= 1
+            raise Throttled("DeleteMessage: Rate exceeded")
+        super().acknowledge(event_id)
+
+
+def _reclaimed(store: Store, cloud: Named) -> str:
+    """An event id of ``cloud``: one of its nodes reclaimed."""
+    spot = next(o for o in cloud.offers(NOW) if o.market is Market.SPOT)
+    [node] = cloud.launch(LaunchRequest(spot, 1, f"k-{cloud.name}"), NOW).nodes
+    return SimProvider(store).reclaim(node.node_id, NOW).event_id
+
+
+def test_an_acknowledgement_that_failed_reaches_the_cloud_when_asked_again(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    aws, gcp = ThrottledAcknowledgements(store, "aws", throttled=1), Named(store, "gcp")
+    multi = MultiCloud([aws, gcp])
+    event_id = _reclaimed(store, aws)
+    assert event_id in {e.event_id for e in multi.interruption_events(NOW)}
+    with pytest.raises(Throttled):
+        multi.acknowledge(event_id)
+    multi.acknowledge(event_id)  # the caller's retry: not dropped
+    assert aws.acknowledged == [event_id, event_id]
+    store.close()
+
+
+def test_throttle_retry_retries_an_acknowledgement(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    aws = ThrottledAcknowledgements(store, "aws", throttled=2)
+    sleeps: list[float] = []
+    multi = MultiCloud([ThrottleRetry(aws, attempts=3, sleep=sleeps.append), Named(store, "gcp")])
+    event_id = _reclaimed(store, aws)
+    multi.interruption_events(NOW)
+    multi.acknowledge(event_id)
+    assert aws.acknowledged == [event_id] * 3 and len(sleeps) == 2
     store.close()
