@@ -33,7 +33,7 @@ Errors are translated to the typed errors of ``providers.base``:
 ``SkuNotAvailable``, ``AllocationFailed``, ``ZonalAllocationFailed``,
 ``OverconstrainedAllocationRequest`` -> ``InsufficientCapacity``;
 ``QuotaExceeded`` and ``OperationNotAllowed`` about quota -> ``QuotaExceeded``;
-HTTP 429 -> ``Throttled``; an unknown size -> ``UnknownInstanceType``. The
+HTTP 429 -> ``Throttled``; an unknown VM size -> ``UnknownInstanceType``. The
 adapter never retries (the SDK's retry policy is off);
 :class:`providers.retry.ThrottleRetry` does. Missing or refused credentials
 stay azure-core's ``ClientAuthenticationError`` (as boto3's and google-auth's
@@ -88,6 +88,9 @@ _CAPACITY_CODES: Final[frozenset[str]] = frozenset({
 _QUOTA_CODES: Final[frozenset[str]] = frozenset({"QuotaExceeded", "OperationNotAllowed"})
 _THROTTLE_CODES: Final[frozenset[str]] = frozenset({"TooManyRequests", "RetryableError"})
 _NAME_INVALID = re.compile(r"[^a-z0-9-]")
+#: An ARM message about the VM size ("parameter vmSize", "hardwareProfile.vmSize", "The requested VM
+#: size ..."), not any other size ("'osDisk.diskSizeGB' is out of range" is not an unknown instance type).
+_VM_SIZE = re.compile(r"\bvm ?size\b|virtual machine size", re.IGNORECASE)
 
 #: Where ``credential_for`` finds credentials (its token, then DefaultAzureCredential's
 #: chain), for the one-line error when none gives a token.
@@ -203,7 +206,7 @@ def translate(status: int | None, code: str, message: str) -> ProviderError:
         return QuotaExceeded(detail)
     if code in _CAPACITY_CODES:
         return InsufficientCapacity(detail)
-    if code in ("InvalidParameter", "BadRequest") and "size" in message.lower():
+    if code in ("InvalidParameter", "BadRequest") and _VM_SIZE.search(message):
         return UnknownInstanceType(detail)
     return ProviderError(detail)
 

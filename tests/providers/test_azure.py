@@ -262,6 +262,9 @@ def test_errors_are_translated_and_throttling_is_retried(server: ArmServer, fake
     (409, "OperationNotAllowed", "exceeding approved Total Regional Cores quota", QuotaExceeded),
     (429, "TooManyRequests", "throttled", Throttled),
     (400, "InvalidParameter", "The value Standard_X of parameter vmSize is not allowed", UnknownInstanceType),
+    (400, "InvalidParameter", "The requested VM size Standard_X is not valid in this region", UnknownInstanceType),
+    (400, "InvalidParameter", "The value 10 of parameter 'osDisk.diskSizeGB' is out of range", ProviderError),
+    (400, "BadRequest", "Request body size exceeds the limit", ProviderError),
     (403, "AuthorizationFailed", "no", ProviderError),
 ])
 def test_arm_codes_translate(status: int, code: str, message: str, error: type[ProviderError]) -> None:
