@@ -16,7 +16,8 @@ What it does, in the words of :class:`providers.base.Provider`:
   ``priority=Spot, evictionPolicy=Delete, billingProfile.maxPrice=-1`` (pay up
   to the on-demand price, never evicted for price), each VM in the pool's
   Flexible-orchestration scale set (``fleetctl-<cluster>-<pool>``, declared by
-  Terraform) when it exists. Why VMs and not scale-set capacity:
+  Terraform). Every VM names its pool's scale set, so Terraform must have made
+  it before fleetctl launches into the pool. Why VMs and not scale-set capacity:
   ``docs/azure.md``. Idempotent: VM names are derived from the idempotency
   key, and ARM's PUT is create-or-update, so a retried launch re-PUTs the same
   VMs instead of buying more. All or nothing: if one VM of a gang cannot be
