@@ -30,6 +30,13 @@ class ThrottleRetry:
     Safe for ``launch`` because launches are idempotent by key, and for
     ``acknowledge`` because acknowledging twice is acknowledging once.
     ``sleep`` and ``rng`` are injected, so tests neither wait nor depend on luck.
+
+    Design choice: without an ``rng`` the jitter is seeded from the OS
+    (``os.urandom``) in each wrapper. A fixed seed gave every controller
+    process the same "random" waits, so controllers throttled together
+    retried together, which the jitter is there to prevent. Nothing that must
+    be reproducible goes through this wrapper: the sandbox, the simulator and
+    the backtest use their own providers.
     """
 
     def __init__(self, inner: Provider, *, attempts: int = 4, base_delay_seconds: float = 0.5,
@@ -42,7 +49,7 @@ class ThrottleRetry:
         self._base = base_delay_seconds
         self._max = max_delay_seconds
         self._sleep = sleep
-        self._rng = rng or random.Random(0)
+        self._rng = rng if rng is not None else random.Random()  # seeded from os.urandom
         self.name = inner.name
         self.capabilities = inner.capabilities
 

@@ -7,6 +7,7 @@ adapter returns AND at the requests the fake recorded.
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 import sys
@@ -508,6 +509,20 @@ def test_throttle_retry_backs_off_with_bounded_jitter_then_succeeds(fake: FakeGc
     assert len(sleeps) == 3
     assert all(0.0 <= s <= bound for s, bound in zip(sleeps, (0.5, 1.0, 1.0), strict=True))
     assert len(bulk_inserts(fake)) == 4 and len(fake.created()) == 1
+
+
+def test_throttle_retry_jitter_differs_between_wrappers_unless_an_rng_is_given(fake: FakeGce,
+                                                                                provider: GcpProvider) -> None:
+    """Two controllers throttled together must not retry in step (a fixed seed made every process wait the same)."""
+    def waits(rng: random.Random | None) -> list[float]:
+        sleeps: list[float] = []
+        fake.fail_next("GET", "/aggregated/instances", status=429, reason="rateLimitExceeded", times=3)
+        ThrottleRetry(provider, attempts=4, sleep=sleeps.append, rng=rng).nodes(NOW)
+        assert len(sleeps) == 3
+        return sleeps
+
+    assert waits(None) != waits(None)
+    assert waits(random.Random(7)) == waits(random.Random(7))  # injected: reproducible
 
 
 def test_throttle_retry_gives_up_and_does_not_retry_other_errors(fake: FakeGce, provider: GcpProvider) -> None:
