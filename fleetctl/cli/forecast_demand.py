@@ -82,6 +82,8 @@ def train_demand(
         wanted = [whole_minutes(h) for h in horizons.split(",") if h.strip()]
     except ValueError as exc:
         fail(f"--horizons: {exc}", 2)
+    if not wanted:  # checked here, before the series are read, not by the training after
+        fail(f"--horizons: give at least one horizon, e.g. 15m,1h,6h (got {horizons!r})", 2)
     since_utc, until_utc = _time("--since", since), _time("--until", until)
     if since_utc is not None and until_utc is not None and until_utc <= since_utc:
         fail("--until must be after --since", 2)

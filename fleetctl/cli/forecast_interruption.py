@@ -14,29 +14,50 @@ from rich.table import Table
 from fleetctl.cli.common import console, err_console, fail, refuse_repeated, report_dir_or_exit
 from fleetctl.cli.forecast import check_output_or_exit, evaluate_app, finite_or_null, load_model_or_exit, \
     save_model_or_exit, train_app
+from fleetctl.yamlerrors import describe_value
 
 MarketsOption = Annotated[list[Path], typer.Option(
     "--market", help="Market manifest YAML (docs/traces.md); repeat for several.", show_default=False,
     metavar="<path>")]
 
 
+#: The longest horizon either model forecasts: their features look back a day (forecasting.demand's
+#: MAX_HORIZON_MINUTES), and the planner asks for 1h.
+MAX_HORIZON_MINUTES = 24 * 60
+_UNIT_MINUTES = {"m": 1.0, "h": 60.0, "d": 1440.0}
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([mhd])\s*")
+
+
 def parse_duration(text: str) -> timedelta:
-    """``90m``, ``1h``, ``6h``, ``1d`` -> a timedelta; ``ValueError`` otherwise."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhd])\s*", text)
+    """``90m``, ``1h``, ``6h``, ``1d`` -> a timedelta; ``ValueError`` otherwise
+    (also for a duration longer than a timedelta holds, about 2.7 million years)."""
+    m = _DURATION_RE.fullmatch(text)
     if not m:
-        raise ValueError(f"{text!r} is not a duration like 15m, 1h or 6h")
+        raise ValueError(f"{describe_value(text)} is not a duration like 15m, 1h or 6h")
     value, unit = float(m.group(1)), m.group(2)
-    out = timedelta(minutes=value) if unit == "m" else timedelta(hours=value) if unit == "h" else timedelta(days=value)
+    try:
+        out = timedelta(minutes=value) if unit == "m" else timedelta(hours=value) if unit == "h" \
+            else timedelta(days=value)
+    except OverflowError:  # float('1' + 400 zeros) is inf; 99999999999999d is past timedelta's range
+        raise ValueError(f"{describe_value(text)} is too long a duration") from None
     if out <= timedelta(0):
-        raise ValueError(f"{text!r}: the duration must be above 0")
+        raise ValueError(f"{describe_value(text)}: the duration must be above 0")
     return out
 
 
-def whole_minutes(text: str) -> int:
-    """A duration (``parse_duration``) that is a whole number of minutes."""
+def whole_minutes(text: str, at_most_minutes: int = MAX_HORIZON_MINUTES) -> int:
+    """A horizon: a duration (``parse_duration``) that is a whole number of
+    minutes, above 0 and at most ``at_most_minutes`` (24 hours); ``ValueError``
+    otherwise. The bound is checked on the number as written, before any
+    timedelta is made, so a huge value is refused with the bound rather than
+    an OverflowError."""
+    m = _DURATION_RE.fullmatch(text)
+    if m and not float(m.group(1)) * _UNIT_MINUTES[m.group(2)] <= at_most_minutes:  # inf too
+        raise ValueError(f"{describe_value(text)}: a horizon is at most {at_most_minutes // 60}h (the features look "
+                         "back a day)")
     minutes = parse_duration(text).total_seconds() / 60
     if not minutes.is_integer():
-        raise ValueError(f"{text!r}: a horizon must be a whole number of minutes")
+        raise ValueError(f"{describe_value(text)}: a horizon must be a whole number of minutes")
     return int(minutes)
 
 
@@ -89,13 +110,10 @@ def train_interruption(
 
     try:
         h = timedelta(minutes=whole_minutes(horizon))
-        if h > timedelta(hours=24):
-            raise ValueError(f"--horizon {horizon}: at most 24h (the features look back a day; the planner asks "
-                             "for 1h)")
-        if not 0 < train_fraction < 1:
-            raise ValueError(f"--train-fraction must be between 0 and 1 (got {train_fraction})")
     except ValueError as exc:
-        fail(str(exc), 2)
+        fail(f"--horizon: {exc}", 2)
+    if not 0 < train_fraction < 1:
+        fail(f"--train-fraction must be between 0 and 1 (got {train_fraction})", 2)
     check_output_or_exit(output)  # before training, not after
     markets = _markets(market)
     with console.status("training") as status:

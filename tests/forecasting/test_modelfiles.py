@@ -194,3 +194,33 @@ def test_evaluate_interruption_prints_valid_json_when_auc_is_undefined(tmp_path)
     report = _invoke("evaluate", "interruption", "--model", str(tmp_path / "m"), "--market", str(manifest),
                      "--report", str(tmp_path / "afile"))
     assert report.exit_code == 2 and "--report" in report.output and "cannot write there" in report.output
+
+
+HUGE = "1" + "0" * 400  # float() of it is inf
+CUT = "'1" + "0" * 35 + "..."  # the value as messages show it: shortened to 40 characters
+
+
+@pytest.mark.parametrize("args, words", [
+    (("train", "demand", "--horizons", "99999999999999d"), "--horizons: '99999999999999d': a horizon is at most 24h"),
+    (("train", "demand", "--horizons", f"15m,{HUGE}m"), f"--horizons: {CUT}: a horizon is at most 24h"),
+    (("train", "demand", "--horizons", "25h"), "--horizons: '25h': a horizon is at most 24h"),
+    (("train", "demand", "--horizons", ""), "--horizons: give at least one horizon"),
+    (("train", "demand", "--horizons", " , "), "--horizons: give at least one horizon"),
+    (("evaluate", "demand", "--model", "none", "--horizon", "99999999999999d"),
+     "--horizon: '99999999999999d': a horizon is at most 24h"),
+    (("evaluate", "demand", "--model", "none", "--horizon", f"{HUGE}m"), f"--horizon: {CUT}: a horizon is at most 24h"),
+    (("train", "interruption", "--horizon", "99999999999999d"), "--horizon: '99999999999999d': a horizon is at most 24h"),
+    (("train", "interruption", "--horizon", f"{HUGE}h"), f"--horizon: {CUT}: a horizon is at most 24h"),
+], ids=["demand-days", "demand-400-zeros", "demand-25h", "demand-empty", "demand-only-commas", "evaluate-days",
+        "evaluate-400-zeros", "interruption-days", "interruption-400-zeros"])
+def test_a_horizon_out_of_range_names_the_option_before_any_file_is_read(tmp_path, args, words):
+    """Huge horizons were an OverflowError traceback (timedelta), and --horizons 25h or '' was
+    "horizons must be between ..." without the option, once every series had been read."""
+    missing = str(tmp_path / "missing.csv")  # never read: the option is refused first
+    kind = "--series" if args[1] == "demand" else "--market"
+    result = _invoke(*args, kind, missing, *(("-o", str(tmp_path / "m")) if args[0] == "train" else ()))
+    assert result.exit_code == 2, (result.output, result.exception)
+    text = " ".join(result.output.split())
+    assert words in text, text
+    assert "missing.csv" not in text and "Traceback" not in text, text
+    assert not (tmp_path / "m").exists()
