@@ -26,6 +26,9 @@ ForecastDirOption = Annotated[Optional[Path], typer.Option(
     "--forecast-dir", show_default=False,
     help="Model directory with interruption/ and/or demand/ (`fleetctl forecast train ...`): each pass turns "
     "them into the planner's forecast from what the store recorded. Without it, the policy's default risk.")]
+#: The models' seed: scikit-learn takes a random_state of 0 .. 2**32 - 1 (numpy's legacy seed), and said so in
+#: its own words, naming no option, only once the series had been read; typer refuses it up front.
+SeedOption = Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed of the model (0 .. 2**32 - 1).")]
 AllowMismatchOption = Annotated[bool, typer.Option(
     "--allow-version-mismatch", help="Use models saved with another scikit-learn version (warns).")]
 

@@ -11,8 +11,8 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail, refuse_repeated, report_dir_or_exit
-from fleetctl.cli.forecast import check_output_or_exit, evaluate_app, finite_or_null, load_model_or_exit, \
-    save_model_or_exit, train_app
+from fleetctl.cli.forecast import SeedOption, check_output_or_exit, evaluate_app, finite_or_null, \
+    load_model_or_exit, save_model_or_exit, train_app
 from fleetctl.cli.forecast_interruption import whole_minutes
 
 SeriesOption = Annotated[list[Path], typer.Option(
@@ -66,7 +66,7 @@ def train_demand(
                                                              "(at most 24h).")] = "15m,1h,6h",
     since: SinceOption = None,
     until: UntilOption = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the model.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Train the demand model (median and 90th percentile per horizon) and save it.
 

@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail, refuse_repeated, report_dir_or_exit
-from fleetctl.cli.forecast import check_output_or_exit, evaluate_app, finite_or_null, load_model_or_exit, \
-    save_model_or_exit, train_app
+from fleetctl.cli.forecast import SeedOption, check_output_or_exit, evaluate_app, finite_or_null, \
+    load_model_or_exit, save_model_or_exit, train_app
 from fleetctl.yamlerrors import describe_value
 
 MarketsOption = Annotated[list[Path], typer.Option(
@@ -97,7 +97,7 @@ def train_interruption(
                                  "is left for `evaluate`.")] = 0.7,
     horizon: Annotated[str, typer.Option("--horizon", help="Horizon of the probability, e.g. 30m, 1h (whole minutes, at most "
                                                      "24h).")] = "1h",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the model.")] = 0,
+    seed: SeedOption = 0,
 ) -> None:
     """Train the interruption-risk model on market traces and save it.
 

@@ -215,8 +215,8 @@ def helios_sequence(
     from fleetctl.jobspec import parse_utc_timestamp
     from fleetctl.sim.traces import format_utc
     from fleetctl.yamlerrors import SpecError
-    from forecasting.series import HeliosOptions, format_demand_series, import_helios_sequence, parse_offset, \
-        write_demand_series
+    from forecasting.series import HeliosOptions, check_gpu_model, format_demand_series, import_helios_sequence, \
+        parse_offset, write_demand_series
 
     output = output_file_or_exit("-o", output_text, "demand.csv")
     times = {}
@@ -226,9 +226,19 @@ def helios_sequence(
         except ValueError as exc:
             fail(f"{flag}: {exc}", 2)
     try:
-        options = HeliosOptions(gpu_model=gpu_model, utc_offset=parse_offset(utc_offset), start_utc=times["--start"],
-                                since_utc=times["--since"], until_utc=times["--until"])
+        zone = parse_offset(utc_offset)
     except ValueError as exc:
+        fail(f"--utc-offset: {exc}", 2)
+    try:
+        check_gpu_model(gpu_model)
+    except ValueError as exc:
+        fail(f"--gpu-model: {exc}", 2)
+    if times["--since"] is not None and times["--until"] is not None and times["--until"] <= times["--since"]:
+        fail(f"--until ({until}) must be after --since ({since}): the window is empty", 2)
+    try:
+        options = HeliosOptions(gpu_model=gpu_model, utc_offset=zone, start_utc=times["--start"],
+                                since_utc=times["--since"], until_utc=times["--until"])
+    except ValueError as exc:  # each option is checked above; this is the options' own contract
         fail(str(exc), 2)
     try:
         result = import_helios_sequence(sequence_csv, options)

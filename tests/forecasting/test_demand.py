@@ -113,7 +113,14 @@ def test_helios_cli_writes_the_demand_csv_and_nothing_on_error(tmp_path):
     assert not out2.exists()
     result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out2),
                                  "--gpu-model", "V100"])
-    assert result.exit_code == 2 and "unknown GPU model" in result.output and not out2.exists()
+    assert result.exit_code == 2 and "--gpu-model: unknown GPU model 'V100'" in result.output and not out2.exists()
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out2),
+                                 "--utc-offset", "garbage"])
+    assert result.exit_code == 2 and "--utc-offset: 'garbage' is not a UTC offset" in result.output
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out2),
+                                 "--since", "2020-05-02T00:00:00Z", "--until", "2020-05-01T00:00:00Z"])
+    assert result.exit_code == 2 and "--until (2020-05-01T00:00:00Z) must be after --since" in result.output
+    assert not out2.exists()
     result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", f"{tmp_path}/new/"])
     assert result.exit_code == 2 and "names a directory" in result.output  # Path dropped the '/': a file 'new'
     assert not (tmp_path / "new").exists()

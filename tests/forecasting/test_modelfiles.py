@@ -224,3 +224,19 @@ def test_a_horizon_out_of_range_names_the_option_before_any_file_is_read(tmp_pat
     assert words in text, text
     assert "missing.csv" not in text and "Traceback" not in text, text
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("kind, seed, words", [
+    ("demand", "-1", "greater than or equal to 0"),
+    ("demand", str(2**32), "less than or equal to 4294967295"),
+    ("interruption", "-1", "greater than or equal to 0"),
+], ids=["demand-negative", "demand-too-large", "interruption-negative"])
+def test_a_seed_out_of_range_is_refused_up_front_naming_the_option(tmp_path, kind, seed, words):
+    """scikit-learn's own "The 'random_state' parameter of HistGradientBoostingRegressor must be ..."
+    came once the data had been read, naming no option."""
+    missing = str(tmp_path / "missing.csv")
+    result = _invoke("train", kind, "--series" if kind == "demand" else "--market", missing, "--seed", seed,
+                     "-o", str(tmp_path / "m"))
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Invalid value for '--seed'" in text and words in text, text
+    assert "missing.csv" not in text and "random_state" not in text, text
