@@ -48,10 +48,16 @@ def _digest(estimator_bytes: bytes, metadata: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def check_target(directory: str | Path) -> Path:
+def check_target(directory: str | Path, kind: str | None = None) -> Path:
     """The Path a model saved at ``directory`` goes to (``ModelError`` naming
     why it cannot otherwise): checked by ``save`` and, so that a bad ``-o``
     fails at once rather than after training, by the CLI before it trains.
+
+    With ``kind`` (``demand``, ``interruption``), a model there of another
+    kind is refused, naming the kind found: a demand model trained into the
+    interruption model's directory replaced it (the file names are the same).
+    A ``model.json`` that cannot be read, or that records no kind, is refused
+    too: what it is cannot be told, so it is not thrown away.
 
     A symlink is written through, as ``fleetctl.files`` writes output files:
     the path returned is its target, and the link is kept (the save renames
@@ -84,20 +90,44 @@ def check_target(directory: str | Path) -> Path:
         if others:
             raise ModelError(f"{path}: holds other files than a model ({', '.join(others[:3])}"
                              f"{', ...' if len(others) > 3 else ''}); save into a new or empty directory")
+        if kind is not None and (path / "model.json").exists():
+            _check_kind(path, kind)
     reason = cannot_create_reason(path.parent)
     if reason is not None:
         raise ModelError(f"{path}: cannot save there: {reason}")
     return path
 
 
+def _check_kind(path: Path, kind: str) -> None:
+    """``ModelError`` unless ``path/model.json`` records a model of ``kind``."""
+    try:
+        meta = json.loads((path / "model.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelError(f"{path}: holds a model.json that cannot be read ({reason}), so what model it is cannot "
+                         f"be told; save the {kind} model into a new or empty directory, or remove it") from None
+    found = meta.get("kind") if isinstance(meta, dict) else None
+    if found == kind:
+        return
+    what = f"{_a(found)} model (model.json kind {found!r})" if isinstance(found, str) and found \
+        else "a model.json that records no kind"
+    raise ModelError(f"{path}: holds {what}, not {_a(kind)} model, and a save would replace it; save the {kind} "
+                     "model into another directory")
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[:1].lower() in tuple('aeiou') else 'a'} {word}"
+
+
 def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Path:
     """Save into ``directory`` all at once: the files are written to a staging
     directory beside it and swapped in by renames, so a failed save (a full
     disk, Ctrl-C) leaves the previous model as it was. An existing model is
-    replaced; a directory holding other files is refused (``ModelError``)."""
+    replaced, but not one of another kind than ``metadata["kind"]``; a
+    directory holding other files is refused (``ModelError``)."""
     import joblib
 
-    path = check_target(directory)
+    path = check_target(directory, metadata.get("kind"))
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-new-", dir=path.parent))
     os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 hid models from the daemon's or CI's user

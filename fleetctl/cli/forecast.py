@@ -73,13 +73,14 @@ def finite_or_null(value):  # noqa: ANN001, ANN201 - JSON-like
     return value
 
 
-def check_output_or_exit(output: Path) -> None:
-    """Refuse a -o the model could not be saved into before training, not after."""
+def check_output_or_exit(output: Path, kind: str) -> None:
+    """Refuse a -o the ``kind`` model could not be saved into (or that holds a
+    model of another kind) before training, not after."""
     from fleetctl.cli.common import fail
     from forecasting.modelfiles import ModelError, check_target
 
     try:
-        check_target(output)
+        check_target(output, kind)
     except ModelError as exc:
         fail(f"-o {exc}", 2)
 

@@ -60,7 +60,8 @@ def _series(paths: list[Path]):  # noqa: ANN202 - list of DemandSeries
 def train_demand(
     series: SeriesOption = [],  # noqa: B006 - typer needs a list default
     output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into (a model "
-                                         "there is replaced; a directory with other files is refused).")]
+                                         "of the same kind there is replaced; one of another kind, or other "
+                                         "files, are refused).")]
     = Path("models/demand"),
     horizons: Annotated[str, typer.Option("--horizons", help="Comma-separated horizons, e.g. 15m,1h,6h "
                                                              "(at most 24h).")] = "15m,1h,6h",
@@ -87,7 +88,7 @@ def train_demand(
     since_utc, until_utc = _time("--since", since), _time("--until", until)
     if since_utc is not None and until_utc is not None and until_utc <= since_utc:
         fail("--until must be after --since", 2)
-    check_output_or_exit(output)  # before training, not after
+    check_output_or_exit(output, "demand")  # before training, not after
     data = _series(series)
     from forecasting.demand import series_digest
 

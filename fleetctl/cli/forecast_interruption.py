@@ -90,7 +90,8 @@ def _markets(paths: list[Path]):  # noqa: ANN202 - list of Market
 def train_interruption(
     market: MarketsOption = [],  # noqa: B006 - typer needs a list default
     output: Annotated[Path, typer.Option("-o", "--output", help="Directory to save the model into (a model "
-                                         "there is replaced; a directory with other files is refused).")]
+                                         "of the same kind there is replaced; one of another kind, or other "
+                                         "files, are refused).")]
     = Path("models/interruption"),
     train_fraction: Annotated[float, typer.Option(
         "--train-fraction", help="Share (0..1) of each market's period, from its start, to train on; the rest "
@@ -114,7 +115,7 @@ def train_interruption(
         fail(f"--horizon: {exc}", 2)
     if not 0 < train_fraction < 1:
         fail(f"--train-fraction must be between 0 and 1 (got {train_fraction})", 2)
-    check_output_or_exit(output)  # before training, not after
+    check_output_or_exit(output, "interruption")  # before training, not after
     markets = _markets(market)
     with console.status("training") as status:
         try:

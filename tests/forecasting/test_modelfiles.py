@@ -49,6 +49,37 @@ def test_a_directory_with_other_files_is_refused(tmp_path):
     assert [p.name for p in (tmp_path / "results").iterdir()] == ["notes.txt"]
 
 
+@pytest.mark.parametrize("found, training", [("interruption", "demand"), ("demand", "interruption")])
+def test_a_model_of_another_kind_is_refused_not_replaced(tmp_path, found, training):
+    """Both kinds save model.json and model.joblib, and only the file names were checked: training a
+    demand model into the interruption model's directory printed "replaced the model" and lost it."""
+    target = tmp_path / "models"
+    modelfiles.save(target, {"w": 1}, {**META, "kind": found})
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    with pytest.raises(ModelError, match=rf"models: holds an? {found} model \(model.json kind '{found}'\), not "
+                                         rf"an? {training} model"):
+        modelfiles.save(target, {"w": 2}, {**META, "kind": training})
+    missing = str(tmp_path / "missing.csv")  # -o is checked first: nothing is read, nothing trained
+    refused = _invoke("train", training, "--series" if training == "demand" else "--market", missing,
+                      "-o", str(target))
+    text = " ".join(refused.output.split())
+    assert refused.exit_code == 2 and f"-o {target}: holds a" in text and f"{found} model" in text, text
+    assert "missing.csv" not in text
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    modelfiles.save(target, {"w": 3}, {**META, "kind": found})  # the same kind is still replaced
+    assert _load(target) == {"w": 3} and modelfiles.read_metadata(target)[1]["kind"] == found
+
+
+def test_a_model_json_that_names_no_kind_is_not_replaced(tmp_path):
+    for name, text, words in (("list", "[1]", "records no kind"), ("broken", "{", "cannot be read")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.json").write_text(text)
+        with pytest.raises(ModelError, match=f"{name}: holds a model.json that {words}"):
+            modelfiles.save(tmp_path / name, {"w": 1}, META)
+        assert (tmp_path / name / "model.json").read_text() == text
+    modelfiles.save(tmp_path / "new", {"w": 1}, {k: v for k, v in META.items() if k != "kind"})  # no kind: no check
+
+
 def test_train_refuses_an_output_it_cannot_save_into_before_training(tmp_path, monkeypatch):
     """``-o -`` saved the model into a directory named '-', and an -o under a
     file failed only once training was done; both are refused first now."""
