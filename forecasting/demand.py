@@ -560,8 +560,11 @@ def evaluate(model: DemandModel, series: Sequence[DemandSeries], horizon_minutes
         sn90s.append(smp.seasonal + smp.scale * q90["seasonal_naive"])
         curves.append((s.name, smp.origins_s + horizon_minutes * 60.0, smp.outcome, p50, p90, smp.level))
     if not ys:
-        raise ValueError("no evaluation origins: every series is shorter than 24 hours of history plus the horizon "
-                         "inside the evaluation window")
+        window = "" if since_s is None and until_s is None else " inside the evaluation window ({} .. {})".format(
+            _utc(since_s) if since_s is not None else "the series' start",
+            _utc(until_s) if until_s is not None else "their end")
+        raise ValueError(f"no evaluation origins: no series has 24 hours of history plus the {horizon_minutes}-minute "
+                         f"outcome{window}: {', '.join(skipped)}")
     y, p50, p90 = np.concatenate(ys), np.concatenate(p50s), np.concatenate(p90s)
     lv, lv90, sn, sn90 = (np.concatenate(a) for a in (lvs, lv90s, sns, sn90s))
     model_scores = _scores(y, p50, p90)

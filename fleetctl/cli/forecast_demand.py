@@ -182,7 +182,9 @@ def evaluate_demand(
     try:
         result = evaluate(model, data, h, since_utc=since_utc, until_utc=until_utc)
     except ValueError as exc:
-        fail(str(exc), 2)
+        default = "" if since or since_utc is None else \
+            " (--since defaults to the end of the model training window; give an earlier one to score earlier origins)"
+        fail(f"{exc}{default}", 2)
     curves = result.pop("_curves")
     skipped = result.pop("_skipped")
     if skipped:

@@ -333,6 +333,36 @@ def test_evaluate_scores_the_model_and_both_baselines(model):
     assert result["baselines"]["seasonal_naive"]["mae"] != result["baselines"]["last_value"]["mae"]
 
 
+def test_evaluate_with_no_series_to_score_names_them(model):
+    """It said "every series is shorter than ..." and left the reader to guess which files."""
+    a, b = synthetic(days=0.8, seed=1), synthetic(days=3, seed=2)
+    b = DemandSeries("b.csv", "A100-80GB", b.times_s, b.gpus)
+    short_b = DemandSeries("b.csv", "A100-80GB", b.times_s[:700], b.gpus[:700])  # 23.3 hours
+    with pytest.raises(ValueError, match=r"no series has 24 hours of history plus the 60-minute outcome: "
+                                         r"synthetic\[V100-32GB\], b.csv\[A100-80GB\]$"):
+        evaluate(model, [a, short_b], 60)
+    with pytest.raises(ValueError, match=r"inside the evaluation window \(2020-05-03T23:30:00Z \.\. their end\): "
+                                         r"synthetic\[V100-32GB\], b.csv\[A100-80GB\]$"):
+        evaluate(model, [a, b], 60, since_utc=T0 + timedelta(days=2, hours=23, minutes=30))
+
+
+def test_cli_evaluate_with_no_series_to_score_names_them_and_the_default_since(model, tmp_path):
+    trained_until = DemandModel(model.estimators, model.horizons_minutes,
+                                {**model.metadata, "training_until_utc": "2020-05-02T23:30:00Z"})
+    trained_until.save(tmp_path / "m")
+    series = tmp_path / "late.csv"
+    series.write_text("time_utc,gpu_model,gpus\n" + "".join(
+        f"{(T0 + timedelta(minutes=10 * i)).isoformat().replace('+00:00', 'Z')},V100-32GB,{i % 7}\n"
+        for i in range(2 * 144 + 1)))  # two days: the last origin with its outcome is before the split
+    result = runner.invoke(app, ["forecast", "evaluate", "demand", "--model", str(tmp_path / "m"), "--series",
+                                 str(series), "--horizon", "1h"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2, text
+    assert (f"no series has 24 hours of history plus the 60-minute outcome inside the evaluation window "
+            f"(2020-05-02T23:30:00Z .. their end): {series}[V100-32GB] (--since defaults to the end of the model "
+            "training window") in text
+
+
 # --------------------------------------------------------------------------- CLI
 
 
