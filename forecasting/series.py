@@ -53,6 +53,7 @@ HELIOS_COLUMNS: Final[tuple[str, ...]] = ("running_gpu_num", "pending_gpu_num")
 HELIOS_EARTH_GPU_MODEL: Final[str] = "V100-32GB"
 #: The zone the Helios wall-clock times are read in.
 HELIOS_UTC_OFFSET: Final[str] = "+08:00"
+#: The most GPUs a demand-series row may hold (and so the most a Helios row's running plus pending may sum to).
 MAX_GPUS: Final[int] = 10_000_000
 
 _NAIVE_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?")
@@ -370,6 +371,12 @@ def parse_helios_sequence(text: str, file: str = "<string>", options: HeliosOpti
                 continue
             previous = (t, record.line)
         if t is None or running is None or pending is None:
+            continue
+        if running + pending > MAX_GPUS:  # each is at most MAX_GPUS, their sum need not be
+            c = cells["pending_gpu_num"]
+            issues.append(ValidationIssue(file, c.line, c.column, "pending_gpu_num",
+                                          f"running_gpu_num + pending_gpu_num is {running + pending}, more than the "
+                                          f"{MAX_GPUS} GPUs a demand series may hold (its reader refuses it)"))
             continue
         running_max, pending_max = max(running_max, running), max(pending_max, pending)
         if options.since_utc is not None and t < options.since_utc:

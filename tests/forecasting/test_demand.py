@@ -90,8 +90,11 @@ def test_helios_without_time_column_needs_start_and_counts_minutes():
     # Valid wall times that leave datetime's range at the default +08:00 (an OverflowError traceback before)
     (HELIOS_HEADER + "0001-01-01 00:00:00,64,1,0,5\n", "seq.csv:2:1: time: is out of range once in UTC"),
     (HELIOS_HEADER + "0001-01-01T00:00:00+05:00,64,1,0,5\n", "seq.csv:2:1: time: is out of range once in UTC"),
+    # Each count within the limit, their sum (the demand written) above what the demand-series reader takes
+    (HELIOS_HEADER + "2020-05-01 00:00:00,64,0,1,5\n2020-05-01 00:01:00,64,10000000,1,5\n",
+     "seq.csv:3:33: pending_gpu_num: running_gpu_num + pending_gpu_num is 10000001, more than the 10000000 GPUs"),
 ], ids=["negative", "not-a-number", "time-goes-back", "bad-time", "missing-column", "short-row", "empty",
-        "wall-time-before-year-1", "aware-time-before-year-1"])
+        "wall-time-before-year-1", "aware-time-before-year-1", "sum-above-the-readers-limit"])
 def test_helios_bad_input_names_file_line_and_column(text, expected):
     with pytest.raises(SpecError) as info:
         parse_helios_sequence(text, "seq.csv")
