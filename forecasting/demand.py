@@ -87,7 +87,7 @@ import numpy as np
 from fleetctl.model import DemandForecast
 from forecasting import modelfiles
 from forecasting.modelfiles import ModelError
-from forecasting.series import DemandSeries
+from forecasting.series import MAX_SERIES_SPAN, DemandSeries, span_text
 
 FORMAT_VERSION = 2
 GRID_SECONDS = 300.0
@@ -129,6 +129,7 @@ __all__ = [
     "ModelError",
     "Samples",
     "build_samples",
+    "check_span",
     "evaluate",
     "features",
     "forecast_plot",
@@ -189,12 +190,27 @@ class Samples:
     seasonal: np.ndarray
 
 
+def check_span(series: DemandSeries) -> None:
+    """``ValueError`` naming the series and its span when it spans more than
+    ``MAX_SERIES_SPAN`` (366 days): refused before any samples are built, which
+    would take about 1 GB per year of span. The CSV reader refuses such a file
+    with the line; this guards series built otherwise (the runtime, callers of
+    the API)."""
+    span = float(series.times_s[-1] - series.times_s[0])
+    if span > MAX_SERIES_SPAN.total_seconds():
+        raise ValueError(f"{series.name} spans {span_text(span)} ({_utc(float(series.times_s[0]))} .. "
+                         f"{_utc(float(series.times_s[-1]))}), more than the {MAX_SERIES_SPAN.days} days a demand "
+                         "series may span")
+
+
 def build_samples(series: DemandSeries, horizon_minutes: int, *, since_s: float | None = None,
                   until_s: float | None = None, full_day: bool = False) -> Samples:
     """Origins every 5 minutes (UTC grid) from the series' start (or ``since``)
     whose target time ``t + h`` is at most the series' end (and ``until``).
     ``full_day`` keeps only origins with 24 hours of history before them (both
-    baselines are then defined), as evaluation does."""
+    baselines are then defined), as evaluation does. ``ValueError`` for a
+    series longer than ``MAX_SERIES_SPAN`` (:func:`check_span`)."""
+    check_span(series)
     h = horizon_minutes * 60.0
     lo = float(series.times_s[0]) + (DAY_SECONDS if full_day else 0.0)
     if since_s is not None:

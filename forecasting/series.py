@@ -10,8 +10,9 @@ One row is an observation: from ``time_utc`` on, ``gpus`` GPUs of
 ``gpu_model`` are demanded (running plus queued) until the next row of the
 same model. Times are ISO-8601 with a time zone, strictly increasing per GPU
 model; ``gpu_model`` is a normalised name (``fleetctl.policy.GPU_MODELS``);
-``gpus`` is a number of at least 0. One file may hold several GPU models; each
-(file, GPU model) pair is one *series*.
+``gpus`` is a number of at least 0 (and at most ``MAX_GPUS``). One file may
+hold several GPU models; each (file, GPU model) pair is one *series*, spanning
+at most ``MAX_SERIES_SPAN`` (366 days) from its first row to its last.
 
 **Helios "Earth" per-minute virtual-cluster sequences**
 (``cluster_sequence_vc.csv`` of github.com/S-Lab-System-Group/HeliosArtifact,
@@ -55,6 +56,17 @@ HELIOS_EARTH_GPU_MODEL: Final[str] = "V100-32GB"
 HELIOS_UTC_OFFSET: Final[str] = "+08:00"
 #: The most GPUs a demand-series row may hold (and so the most a Helios row's running plus pending may sum to).
 MAX_GPUS: Final[int] = 10_000_000
+
+#: The longest a demand series may span (first row to last, per GPU model). Training and evaluation
+#: sample every series every 5 minutes from its first row to its last, with 24 hours of lookback per
+#: sample, which costs about 1 GB of memory per year of span at once: a file whose first row had the
+#: year 2002 for 2020 asked for 1.9 million samples (4 GB) and died with a MemoryError, or trained on
+#: 18 years of one stale value. The real series are far shorter (the Helios Earth per-minute sequences
+#: cover May 2020, its daily GPU counts six months; the daemon retrains on its last 30 days), so the
+#: cap is a year, as for the market traces (forecasting.interruption.MAX_MARKET_SPAN). Gaps between
+#: rows are not capped: a row holds until the next one, so a series that records only its changes is
+#: sparse by design, and a gap adds no samples beyond those of the span.
+MAX_SERIES_SPAN: Final[timedelta] = timedelta(days=366)
 
 _NAIVE_TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?")
 _OFFSET_RE = re.compile(r"([+-])(\d{2}):(\d{2})")
@@ -221,6 +233,8 @@ def parse_demand_series(text: str, file: str = "<string>") -> tuple[DemandSeries
     width = len(records[0].cells)
     rows: dict[str, tuple[list[float], list[float]]] = {}
     last: dict[str, tuple[float, int]] = {}
+    first: dict[str, tuple[float, int]] = {}
+    beyond: dict[str, tuple[float, int, int]] = {}  # the first row past MAX_SERIES_SPAN: time, line, column
     for record in records[1:]:
         cells = _row_cells(record, index, width, file, issues)
         if cells is None:
@@ -238,15 +252,35 @@ def parse_demand_series(text: str, file: str = "<string>") -> tuple[DemandSeries
                                           "times are strictly increasing per GPU model"))
             continue
         last[m] = (ts, record.line)
+        first.setdefault(m, (ts, record.line))
+        if m not in beyond and ts - first[m][0] > MAX_SERIES_SPAN.total_seconds():
+            beyond[m] = (ts, record.line, cells["time_utc"].column)
         times, values = rows.setdefault(m, ([], []))
         times.append(ts)
         values.append(g)
+    for m, (ts, line, column) in beyond.items():
+        (t0, line0), (t1, line1) = first[m], last[m]
+        issues.append(ValidationIssue(
+            file, line, column, "time_utc",
+            f"{_utc_text(ts)} is {span_text(ts - t0)} after the first {m} row's time ({_utc_text(t0)}, line "
+            f"{line0}): the {m} series spans {span_text(t1 - t0)} (to line {line1}), more than the "
+            f"{MAX_SERIES_SPAN.days} days a demand series may span; is a year mistyped?"))
     if issues:
         raise SpecError(issues)
     if not rows:
         raise SpecError([ValidationIssue(file, 1, 1, "", "the file has a header but no rows")])
     return tuple(DemandSeries(file, m, np.asarray(t, dtype=float), np.asarray(v, dtype=float))
                  for m, (t, v) in rows.items())
+
+
+def _utc_text(seconds: float) -> str:
+    return format_utc(datetime.fromtimestamp(seconds, tz=timezone.utc))
+
+
+def span_text(seconds: float) -> str:
+    """A span for messages, exact to the second ('366 days, 0:01:00'): one just
+    past MAX_SERIES_SPAN must not read as the limit itself."""
+    return str(timedelta(seconds=round(seconds)))
 
 
 def read_demand_series(path: str | os.PathLike[str]) -> tuple[DemandSeries, ...]:
@@ -345,6 +379,7 @@ def parse_helios_sequence(text: str, file: str = "<string>", options: HeliosOpti
     count = lambda s: parse_int(s, low=0, high=MAX_GPUS)  # noqa: E731
     rows: list[tuple[datetime, str, int]] = []
     previous: tuple[datetime, int] | None = None
+    first_line, beyond = 0, None  # the first row kept; the first past MAX_SERIES_SPAN from it (time, line)
     running_max = pending_max = read = 0
     for n, record in enumerate(records[1:]):
         cells = _row_cells(record, index, width, file, issues)
@@ -383,7 +418,18 @@ def parse_helios_sequence(text: str, file: str = "<string>", options: HeliosOpti
             continue
         if options.until_utc is not None and t >= options.until_utc:
             continue
+        if not rows:
+            first_line = record.line
+        elif beyond is None and t - rows[0][0] > MAX_SERIES_SPAN:
+            beyond = (t, record.line)
         rows.append((t, options.gpu_model, running + pending))
+    if beyond is not None:  # what the demand-series reader would refuse (parse_demand_series)
+        issues.append(ValidationIssue(
+            file, beyond[1], 1, "", f"this row's time ({format_utc(beyond[0])}) is "
+            f"{span_text((beyond[0] - rows[0][0]).total_seconds())} after the first row's "
+            f"({format_utc(rows[0][0])}, line {first_line}): the series would span "
+            f"{span_text((rows[-1][0] - rows[0][0]).total_seconds())}, more than the {MAX_SERIES_SPAN.days} "
+            "days a demand series may span; cut a window with --since and --until"))
     if issues:
         raise SpecError(issues)
     if not rows:
@@ -404,6 +450,7 @@ __all__ = [
     "HELIOS_COLUMNS",
     "HELIOS_EARTH_GPU_MODEL",
     "HELIOS_UTC_OFFSET",
+    "MAX_SERIES_SPAN",
     "DemandSeries",
     "HeliosImport",
     "HeliosOptions",

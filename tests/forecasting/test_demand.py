@@ -93,8 +93,12 @@ def test_helios_without_time_column_needs_start_and_counts_minutes():
     # Each count within the limit, their sum (the demand written) above what the demand-series reader takes
     (HELIOS_HEADER + "2020-05-01 00:00:00,64,0,1,5\n2020-05-01 00:01:00,64,10000000,1,5\n",
      "seq.csv:3:33: pending_gpu_num: running_gpu_num + pending_gpu_num is 10000001, more than the 10000000 GPUs"),
+    # A series longer than its reader takes (MAX_SERIES_SPAN), e.g. a mistyped year
+    (HELIOS_HEADER + "2019-05-01 00:00:00,64,1,0,5\n2020-05-01 08:00:01,64,1,0,5\n",
+     "seq.csv:3:1: (root): this row's time (2020-05-01T00:00:01Z) is 366 days, 8:00:01 after the first row's "
+     "(2019-04-30T16:00:00Z, line 2): the series would span 366 days, 8:00:01, more than the 366 days"),
 ], ids=["negative", "not-a-number", "time-goes-back", "bad-time", "missing-column", "short-row", "empty",
-        "wall-time-before-year-1", "aware-time-before-year-1", "sum-above-the-readers-limit"])
+        "wall-time-before-year-1", "aware-time-before-year-1", "sum-above-the-readers-limit", "longer-than-a-year"])
 def test_helios_bad_input_names_file_line_and_column(text, expected):
     with pytest.raises(SpecError) as info:
         parse_helios_sequence(text, "seq.csv")
@@ -157,6 +161,51 @@ def test_demand_series_round_trip_and_errors(tmp_path):
     assert "d.csv:5:22: gpu_model: unknown GPU model 'V100'" in text
     with pytest.raises(SpecError, match="missing.csv:1:1: .*cannot read the file"):
         read_demand_series(tmp_path / "missing.csv")
+
+
+def test_a_series_may_span_a_year_and_no_more():
+    """A first row of 2002 for 2020 made a series of 18 years: training and evaluation built a 1.9-million x
+    289 grid (4 GB) and died with a MemoryError. The reader refuses it, naming the rows and the span."""
+    header = "time_utc,gpu_model,gpus\n"
+    year = header + "2020-01-01T00:00:00Z,V100-32GB,3\n2021-01-01T00:00:00Z,V100-32GB,4\n"  # 366 days: a leap year
+    assert [len(s.times_s) for s in parse_demand_series(year, "d.csv")] == [2]
+    with pytest.raises(SpecError) as info:
+        parse_demand_series(header + "2002-05-18T00:00:00Z,V100-32GB,50\n2020-05-18T00:01:00Z,V100-32GB,50\n"
+                            "2020-05-18T00:02:00Z,A100-80GB,1\n2020-05-20T00:00:00Z,V100-32GB,51\n", "d.csv")
+    assert [str(i) for i in info.value.issues] == [
+        "d.csv:3:1: time_utc: 2020-05-18T00:01:00Z is 6575 days, 0:01:00 after the first V100-32GB row's time "
+        "(2002-05-18T00:00:00Z, line 2): the V100-32GB series spans 6577 days, 0:00:00 (to line 5), more than the "
+        "366 days a demand series may span; is a year mistyped?"]
+    with pytest.raises(SpecError, match=r"d.csv:3:1: time_utc: 2021-01-01T00:00:01Z is 366 days, 0:00:01 after"):
+        parse_demand_series(year.replace("2021-01-01T00:00:00Z", "2021-01-01T00:00:01Z"), "d.csv")
+
+
+def test_training_and_evaluation_refuse_a_series_longer_than_a_year(model):
+    """Series built without the reader (the API, the runtime) are refused before any grid is built."""
+    t = T0.timestamp() + np.array([0.0, 400 * 86400.0])
+    long = DemandSeries("api", "V100-32GB", t, np.array([3.0, 4.0]))
+    words = r"api\[V100-32GB\] spans 400 days, 0:00:00 \(2020-05-01T00:00:00Z .. 2021-06-05T00:00:00Z\), more than the 366"
+    with pytest.raises(ValueError, match=words):
+        DemandModel.train([synthetic(days=3), long], horizons_minutes=(60,), candidates=FAST)
+    with pytest.raises(ValueError, match=words):
+        evaluate(model, [long], 60, since_utc=T0 + timedelta(days=399))
+
+
+def test_cli_refuses_a_series_with_a_mistyped_year_up_front(model, tmp_path):
+    model.save(tmp_path / "saved")
+    typo = tmp_path / "vc3sl.csv"
+    lines = (EXAMPLES / "helios-earth-vc3sl.csv").read_text().splitlines(keepends=True)
+    assert lines[1].startswith("2020-05-18T00:00:00Z")
+    typo.write_text(lines[0] + "2002" + lines[1][4:] + "".join(lines[2:]))
+    for args in (("train", "demand", "--horizons", "1h", "-o", str(tmp_path / "m")),
+                 ("evaluate", "demand", "--model", str(tmp_path / "saved"), "--horizon", "1h")):
+        result = runner.invoke(app, ["forecast", *args, "--series", str(typo)])
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2, (text, result.exception)
+        assert (f"{typo}:3:1: time_utc: 2020-05-18T00:01:00Z is 6575 days, 0:01:00 after the first V100-32GB row's "
+                "time (2002-05-18T00:00:00Z, line 2): the V100-32GB series spans 6577 days, 23:59:00 (to line "
+                "4321)") in text, text
+    assert not (tmp_path / "m").exists()
 
 
 # --------------------------------------------------------------------------- features and split
