@@ -38,7 +38,8 @@ class FleetMetrics:
                                           "Checkpoints asked for before a reclaim that could not finish in time "
                                           "(the notice's deadline, or the policy's checkpoint_grace_seconds): the "
                                           "work since the job's last checkpoint was lost.", registry=r)
-        self.migrations = Counter("fleetctl_migrations", "Jobs moved to other nodes (consolidation).", registry=r)
+        self.migrations = Counter("fleetctl_migrations", "Jobs moved to other nodes (consolidation, spot again after "
+                                  "on-demand).", registry=r)
         self.preemptions = Counter("fleetctl_preemptions", "Jobs preempted for higher-priority work.", registry=r)
         self.fallbacks = Counter("fleetctl_on_demand_fallbacks", "On-demand launches for spot-eligible work: spot scarce, or the job interrupted more than the policy allows or its deadline at risk.", registry=r)
         self.lost_gpu_hours = Counter("fleetctl_lost_gpu_hours", "GPU-hours (a domain unit, like kWh) of work lost to reclaims (since the last checkpoint).", registry=r)
@@ -50,9 +51,11 @@ class FleetMetrics:
                                 "adopted (it replaced the model), kept (too little history, or it scored worse "
                                 "than the current model), failed (an error).", ["model", "outcome"], registry=r)
         self.last_retrain = Gauge("fleetctl_forecast_last_retrain_timestamp_seconds",
-                                  "Unix time of the last refit that replaced the model (absent until one does).",
+                                  "Unix time of the last refit that replaced the model (0 until one does).",
                                   ["model"], registry=r)
-        self.tick_errors = Counter("fleetctl_tick_errors", "Ticks that failed (the daemon goes on).", registry=r)
+        self.tick_errors = Counter("fleetctl_tick_errors",
+                                   "Reconcile ticks, notice passes, price refreshes, retrains and prunes that failed "
+                                   "(logged with the traceback; the daemon goes on).", registry=r)
         self.lease_held = Gauge("fleetctl_controller_lease_held",
                                 "1 if this daemon's last pass held the controller lease and acted, 0 if it was skipped "
                                 "because another process (a cron reconcile, an apply, a second daemon) held it.",

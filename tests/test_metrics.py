@@ -1,0 +1,66 @@
+"""fleetctl.metrics: what /metrics exposes, read with prometheus-client's own
+parser, against docs/metrics.md."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fleetctl.metrics import FleetMetrics
+from fleetctl.model import JobState, Market, NodeState
+from tests.builders import job, node, offer
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+
+
+def families(metrics: FleetMetrics) -> dict:
+    text = generate_latest(metrics.registry).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def documented() -> dict[str, tuple[str, frozenset[str]]]:
+    """docs/metrics.md's table: family name (a counter's without ``_total``, as the parser names it) -> (type, labels)."""
+    out = {}
+    for name, kind, labels in re.findall(r"^\| `(fleetctl_\w+)` \| (\w+) \|([^|]*)\|", DOC.read_text(), re.M):
+        if kind == "counter":
+            name = name.removesuffix("_total")
+        out[name] = (kind, frozenset(word.strip() for word in labels.split(",") if word.strip()))
+    return out
+
+
+def a_fleet(metrics: FleetMetrics) -> FleetMetrics:
+    """Every labelled metric with a series, so its label names show."""
+    nodes = [node("n1", of=offer("a8", price=8.0)), node("n2", of=offer("o8", price=20.0, market=Market.ON_DEMAND))]
+    jobs = [replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("n1",)), job("q")]
+    metrics.observe_state(nodes, jobs)
+    metrics.interruptions.labels("aws", "reclaim_warning").inc()
+    metrics.retrains.labels("demand", "adopted").inc()
+    metrics.last_retrain.labels("demand").set(0)
+    return metrics
+
+
+def test_every_metric_is_exported_with_the_type_and_labels_docs_metrics_md_gives_it():
+    exported = families(a_fleet(FleetMetrics()))
+    # The text format gives each counter's and histogram's creation time as a gauge family of its own.
+    got = {name: (f.type, frozenset(k for s in f.samples for k in s.labels if k != "le"))
+           for name, f in exported.items()
+           if name.startswith("fleetctl_") and name.removesuffix("_created") not in exported.keys() - {name}}
+    assert got == documented()
+
+
+@pytest.mark.parametrize("name, says, not_says", [
+    ("fleetctl_forecast_last_retrain_timestamp_seconds", ("0 until one does",), ("absent",)),
+    ("fleetctl_tick_errors", ("reconcile ticks", "notice passes", "price refreshes", "retrains", "prunes"), ()),
+    ("fleetctl_migrations", ("consolidation", "spot again after on-demand"), ()),
+], ids=["last-retrain-is-0-not-absent", "tick-errors-names-every-pass", "migrations-both-reasons"])
+def test_help_says_what_docs_metrics_md_and_the_code_do(name, says, not_says):
+    text = families(FleetMetrics())[name].documentation
+    for words in says:
+        assert words in text.lower(), text
+    for words in not_says:
+        assert words not in text.lower(), text
