@@ -7,9 +7,12 @@ many as they like); ``serve`` exposes one over HTTP.
 from __future__ import annotations
 
 from collections import Counter as Tally
+from dataclasses import dataclass
 from typing import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from fleetctl.model import Job, JobState, Market, Node, NodeState
 
@@ -17,20 +20,73 @@ WAIT_BUCKETS_SECONDS = (30, 60, 180, 300, 900, 1800, 3600, 7200, 14400, 28800, 8
 TICK_BUCKETS_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """The fleet's gauges at one moment; a labelled gauge as (label values, value) pairs."""
+
+    nodes: tuple[tuple[tuple[str, str, str], float], ...] = ()  # (provider, market, state)
+    gpus: tuple[tuple[tuple[str, str, str], float], ...] = ()  # (provider, market, state)
+    gpu_allocation_ratio: float = 0.0
+    queued_jobs: tuple[tuple[tuple[str, str], float], ...] = ()  # (priority, team)
+    usd_per_hour: tuple[tuple[tuple[str, str], float], ...] = ()  # (provider, market)
+
+
+#: The gauge families of a FleetState: its field, the metric's name, HELP and label names.
+_FLEET_GAUGES = (
+    ("nodes", "fleetctl_nodes", "Nodes by provider, market and state.", ("provider", "market", "state")),
+    ("gpus", "fleetctl_gpus", "GPUs by provider, market and state.", ("provider", "market", "state")),
+    ("gpu_allocation_ratio", "fleetctl_gpu_allocation_ratio", "Allocated GPUs over GPUs of ready nodes (0..1).", ()),
+    ("queued_jobs", "fleetctl_queued_jobs", "Queued jobs by priority class and team.", ("priority", "team")),
+    ("usd_per_hour", "fleetctl_usd_per_hour", "What the fleet costs now, USD per hour, by provider and market.",
+     ("provider", "market")),
+)
+
+
+class _FleetGauges(Collector):
+    """The gauges ``observe_state`` refreshes, as one collector of the registry.
+
+    Design choice: a scrape reads them from one immutable ``FleetState``,
+    which ``observe_state`` replaces with a single assignment, so it sees the
+    fleet before a refresh or after it, never part-way. prometheus-client's
+    labelled Gauges are refreshed by ``clear()`` and then one ``set()`` per
+    series: a scrape in between saw a family with no series (50 ready nodes
+    exported as none), or the new nodes beside the old queue. A lock shared
+    with the scrape would do as well, but makes a scrape wait for a refresh."""
+
+    def __init__(self) -> None:
+        self.state = FleetState()
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return self._families(FleetState())  # the names, for the registry's duplicate check
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        return self._families(self.state)  # the state read once
+
+    @staticmethod
+    def _families(state: FleetState) -> list[GaugeMetricFamily]:
+        families = []
+        for field_name, name, documentation, labels in _FLEET_GAUGES:
+            value = getattr(state, field_name)
+            if not labels:
+                families.append(GaugeMetricFamily(name, documentation, value=value))
+                continue
+            family = GaugeMetricFamily(name, documentation, labels=labels)
+            for label_values, sample in value:
+                family.add_metric(label_values, sample)
+            families.append(family)
+        return families
+
+
 class FleetMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.nodes = Gauge("fleetctl_nodes", "Nodes by provider, market and state.", ["provider", "market", "state"], registry=r)
-        self.gpus = Gauge("fleetctl_gpus", "GPUs by provider, market and state.", ["provider", "market", "state"], registry=r)
-        self.gpu_allocation = Gauge("fleetctl_gpu_allocation_ratio", "Allocated GPUs over GPUs of ready nodes (0..1).", registry=r)
-        self.queued = Gauge("fleetctl_queued_jobs", "Queued jobs by priority class and team.", ["priority", "team"], registry=r)
+        self._fleet = _FleetGauges()
+        r.register(self._fleet)
         self.job_wait = Histogram("fleetctl_job_wait_seconds",
                                   "Seconds from submission to a job's first start (observed once per job; restarts "
                                   "after a reclaim or a migration are not waits).", buckets=WAIT_BUCKETS_SECONDS,
                                   registry=r)
-        self.usd_per_hour = Gauge("fleetctl_usd_per_hour", "What the fleet costs now, USD per hour, by provider and market.",
-                                  ["provider", "market"], registry=r)
         self.interruptions = Counter("fleetctl_interruptions", "Reclaim notices and rebalance hints handled.",
                                      ["provider", "kind"], registry=r)
         self.checkpoints = Counter("fleetctl_checkpoints", "Checkpoints requested before a reclaim, a migration or a preemption.", registry=r)
@@ -62,7 +118,8 @@ class FleetMetrics:
                                 registry=r)
 
     def observe_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> None:
-        """Refresh the gauges from the current nodes and jobs."""
+        """Refresh the fleet's gauges (nodes, GPUs, allocation, queue, USD/h)
+        from the current nodes and jobs, all at once for a scrape."""
         node_count: Tally = Tally()
         gpu_count: Tally = Tally()
         usd: Tally = Tally()
@@ -75,15 +132,6 @@ class FleetMetrics:
             usd[(n.offer.provider, n.offer.market.value)] += n.offer.usd_per_hour
             if n.state is NodeState.READY:
                 ready_gpus += n.offer.instance_type.gpu_count
-        self.nodes.clear()
-        self.gpus.clear()
-        self.usd_per_hour.clear()
-        for key, value in node_count.items():
-            self.nodes.labels(*key).set(value)
-            self.gpus.labels(*key).set(gpu_count[key])
-        for provider in sorted({n.offer.provider for n in node_list}):
-            for market in Market:
-                self.usd_per_hour.labels(provider, market.value).set(usd.get((provider, market.value), 0.0))
         ready = {n.node_id for n in node_list if n.state is NodeState.READY}
         allocated = 0
         queued: Tally = Tally()
@@ -92,10 +140,15 @@ class FleetMetrics:
                 allocated += sum(j.gpus_per_worker for nid in j.node_ids if nid in ready)
             elif j.state is JobState.QUEUED:
                 queued[(j.priority, j.team)] += 1
-        self.gpu_allocation.set(allocated / ready_gpus if ready_gpus else 0.0)
-        self.queued.clear()
-        for key, value in queued.items():
-            self.queued.labels(*key).set(value)
+        providers = sorted({n.offer.provider for n in node_list})
+        self._fleet.state = FleetState(  # one assignment: a scrape sees the old state or this one, whole
+            nodes=tuple((key, float(node_count[key])) for key in sorted(node_count)),
+            gpus=tuple((key, float(gpu_count[key])) for key in sorted(node_count)),
+            gpu_allocation_ratio=allocated / ready_gpus if ready_gpus else 0.0,
+            queued_jobs=tuple((key, float(queued[key])) for key in sorted(queued)),
+            usd_per_hour=tuple(((provider, market.value), float(usd.get((provider, market.value), 0.0)))
+                               for provider in providers for market in Market),
+        )
 
 
 def serve(metrics: FleetMetrics, addr: str):  # noqa: ANN201 - returns (server, thread)

@@ -64,3 +64,41 @@ def test_help_says_what_docs_metrics_md_and_the_code_do(name, says, not_says):
         assert words in text.lower(), text
     for words in not_says:
         assert words not in text.lower(), text
+
+
+FLEET_GAUGES = ("fleetctl_nodes", "fleetctl_gpus", "fleetctl_gpu_allocation_ratio", "fleetctl_queued_jobs",
+                "fleetctl_usd_per_hour")
+
+
+def fleet_gauges(metrics: FleetMetrics) -> dict[str, list]:
+    exported = families(metrics)
+    return {name: sorted((tuple(sorted(s.labels.items())), s.value) for s in exported[name].samples)
+            for name in FLEET_GAUGES}
+
+
+def test_a_scrape_during_a_refresh_sees_the_fleet_before_it_whole():
+    """observe_state cleared each labelled gauge and then set its series again,
+    so a scrape in between (the /metrics server's thread) saw a family with no
+    series, or the new nodes beside the old queue. Scrapes made while the
+    refresh reads its jobs stand for a scrape at any moment of it."""
+    metrics = FleetMetrics()
+    two = [node(f"n{i}", of=offer("a8", price=8.0)) for i in range(2)]
+    metrics.observe_state(two, [job("q1", team="a")])
+    before = fleet_gauges(metrics)
+    during = []
+
+    def jobs_read_while_scraped():
+        during.append(fleet_gauges(metrics))
+        yield job("q2", team="b")
+        during.append(fleet_gauges(metrics))
+
+    metrics.observe_state([*two, node("n9", of=offer("o8", price=20.0, market=Market.ON_DEMAND),
+                                      state=NodeState.LAUNCHING)], jobs_read_while_scraped())
+    assert during == [before, before]
+    after = fleet_gauges(metrics)
+    assert after["fleetctl_nodes"] == [
+        ((("market", "on_demand"), ("provider", "aws"), ("state", "launching")), 1.0),
+        ((("market", "spot"), ("provider", "aws"), ("state", "ready")), 2.0)]
+    assert after["fleetctl_queued_jobs"] == [((("priority", "batch"), ("team", "b")), 1.0)]
+    assert after["fleetctl_usd_per_hour"] == [((("market", "on_demand"), ("provider", "aws")), 20.0),
+                                              ((("market", "spot"), ("provider", "aws")), 16.0)]
