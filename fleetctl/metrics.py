@@ -110,8 +110,9 @@ class FleetMetrics:
                                   "Unix time of the last refit that replaced the model (0 until one does).",
                                   ["model"], registry=r)
         self.tick_errors = Counter("fleetctl_tick_errors",
-                                   "Reconcile ticks, notice passes, price refreshes, retrains and prunes that failed "
-                                   "(logged with the traceback; the daemon goes on).", registry=r)
+                                   "Reconcile ticks, notice passes, price refreshes, retrains, prunes and gauge "
+                                   "refreshes that failed (logged with the traceback; the daemon goes on).",
+                                   registry=r)
         self.lease_held = Gauge("fleetctl_controller_lease_held",
                                 "1 if this daemon's last pass held the controller lease and acted, 0 if it was skipped "
                                 "because another process (a cron reconcile, an apply, a second daemon) held it.",

@@ -55,7 +55,7 @@ def test_every_metric_is_exported_with_the_type_and_labels_docs_metrics_md_gives
 
 @pytest.mark.parametrize("name, says, not_says", [
     ("fleetctl_forecast_last_retrain_timestamp_seconds", ("0 until one does",), ("absent",)),
-    ("fleetctl_tick_errors", ("reconcile ticks", "notice passes", "price refreshes", "retrains", "prunes"), ()),
+    ("fleetctl_tick_errors", ("reconcile ticks", "notice passes", "price refreshes", "retrains", "prunes", "gauge refreshes"), ()),
     ("fleetctl_migrations", ("consolidation", "spot again after on-demand"), ()),
 ], ids=["last-retrain-is-0-not-absent", "tick-errors-names-every-pass", "migrations-both-reasons"])
 def test_help_says_what_docs_metrics_md_and_the_code_do(name, says, not_says):

@@ -15,7 +15,10 @@ reconcile and interruption passes also take the store's controller lease
 same time (a pass that finds it held is skipped and logged; the next one
 tries again). A tick
 that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
-the loop goes on. ``stop()`` (SIGTERM, SIGINT) lets the current tick finish.
+the loop goes on. A tick refreshes the gauges when it succeeds; after one that
+fails, and after a notice pass that handled a notice (or failed), the daemon
+refreshes them from the store, so they follow what the store holds.
+``stop()`` (SIGTERM, SIGINT) lets the current tick finish.
 """
 
 from __future__ import annotations
@@ -119,10 +122,12 @@ class Daemon:
             if self.stopped.is_set():
                 return
             now = self.clock()
+            acted = False
             try:
                 with self._leased() as held:
                     if not held:
                         return
+                    acted = True
                     forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
                     self.last_forecast = forecast
                     report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
@@ -130,6 +135,8 @@ class Daemon:
             except Exception:  # the tick boundary: count, log with the traceback, go on
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("reconcile tick failed at %s", now.isoformat())
+                if acted:  # a tick refreshes the gauges only when it succeeds; what it did before failing is stored
+                    self._refresh_gauges("a failed reconcile tick")
                 return
             self.ticks += 1
             summary = report.plan.actions if report.plan else ()
@@ -140,6 +147,7 @@ class Daemon:
         with self.lock:
             if self.stopped.is_set():
                 return
+            changed = False  # the store changed: a notice handled (a node cordoned, jobs requeued)
             try:
                 with self._leased() as held:
                     if not held:
@@ -148,12 +156,26 @@ class Daemon:
                     forecast = self.last_forecast
                     if forecast is None:
                         forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
-                    handle_interruptions(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                                         policy=self.ctx.policy, now=now, metrics=self.ctx.metrics,
-                                         forecast=forecast)
+                    changed = True  # until it says otherwise: a pass that fails may have handled notices first
+                    changed = handle_interruptions(
+                        store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
+                        policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast) > 0
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("interruption handling failed")
+            if changed:
+                self._refresh_gauges("a notice pass")
+
+    def _refresh_gauges(self, after: str) -> None:
+        """The fleet gauges from what the store holds now, after a pass that
+        changed it without refreshing them (a notice pass, a failed tick). A
+        failure here is logged and counted, never raised: it must not hide or
+        replace the pass's own error, which was logged first."""
+        try:
+            self.ctx.metrics.observe_state(self.ctx.store.nodes(), self.ctx.store.jobs(active_only=True))
+        except Exception:  # the tick boundary, as above
+            self.ctx.metrics.tick_errors.inc()
+            log.exception("refreshing the gauges after %s failed", after)
 
     def prices(self) -> None:
         with self.lock:

@@ -631,3 +631,97 @@ def test_daemon_refuses_intervals_it_would_run_back_to_back(tmp_path, option, va
                            text=True, timeout=60)
     assert shown.returncode == 2 and words in " ".join(shown.stderr.split()), shown.stderr
     assert not (tmp_path / "s.db").exists()  # refused before the store is opened
+
+
+def _fleet_gauges(metrics: FleetMetrics) -> dict[str, dict]:
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+            for f in text_string_to_metric_families(text)
+            if f.name in ("fleetctl_nodes", "fleetctl_gpu_allocation_ratio", "fleetctl_queued_jobs",
+                          "fleetctl_usd_per_hour", "fleetctl_tick_errors")}
+
+
+class _RefusingLaunches:
+    """The sandbox provider, with a cloud that refuses every launch (IAM denies RunInstances)."""
+
+    def __init__(self, inner):  # noqa: ANN001
+        self._inner = inner
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        return getattr(self._inner, name)
+
+    def launch(self, request, now):  # noqa: ANN001, ANN201
+        from providers.base import ProviderError
+
+        raise ProviderError("UnauthorizedOperation: not allowed to RunInstances")
+
+
+def test_the_gauges_follow_the_store_after_a_notice_pass_and_after_a_failed_tick(world_factory):
+    """The gauges were refreshed only at the end of a tick that succeeded: once
+    launches failed and the notice pass reclaimed the node, /metrics kept the
+    node ready, 8 USD/h, allocation 1.0 and no queued job, tick after tick."""
+    from datetime import timedelta
+
+    from fleetctl.model import Market
+    from tests.builders import T0
+
+    w = world_factory(offers=(offer("a8", price=8.0), offer("o8", price=20.0, market=Market.ON_DEMAND)))
+    w.store.add_jobs([job("j1", gpus=8, submitted=T0, duration_hours=5)], T0)
+    clock = [T0]
+    metrics = FleetMetrics()
+    ctx = LoopContext(w.store, w.provider, w.runtime, policy(), metrics)
+    loop = Daemon(ctx, interval_seconds=1000, interruption_seconds=1000, clock=lambda: clock[0])
+    for minute in range(3):
+        clock[0] = T0 + timedelta(minutes=minute)
+        loop.reconcile()
+    spot_ready = (("market", "spot"), ("provider", "aws"), ("state", "ready"))
+    queued = (("priority", "batch"), ("team", "a"))
+    running = _fleet_gauges(metrics)
+    assert running["fleetctl_nodes"] == {spot_ready: 1.0} and running["fleetctl_gpu_allocation_ratio"] == {(): 1.0}
+    assert running["fleetctl_queued_jobs"] == {}
+
+    ctx.provider = _RefusingLaunches(w.provider)
+    (node,) = w.store.nodes()
+    w.provider.reclaim(node.node_id, clock[0], lead_seconds=0)
+    clock[0] += timedelta(seconds=5)
+    loop.interruptions()  # cordons the node, requeues the job
+    drained = _fleet_gauges(metrics)
+    assert drained["fleetctl_nodes"] == {(("market", "spot"), ("provider", "aws"), ("state", "draining")): 1.0}
+    assert drained["fleetctl_gpu_allocation_ratio"] == {(): 0.0} and drained["fleetctl_queued_jobs"] == {queued: 1.0}
+
+    for _ in range(2):
+        clock[0] += timedelta(minutes=1)
+        loop.reconcile()  # the node is gone; the on-demand launch that would replace it is refused
+    failed = _fleet_gauges(metrics)
+    assert failed["fleetctl_tick_errors"] == {(): 2.0}
+    assert w.store.nodes() == () and [j.state for j in w.store.jobs()] == [JobState.QUEUED]
+    assert failed["fleetctl_nodes"] == {} and failed["fleetctl_usd_per_hour"] == {}
+    assert failed["fleetctl_gpu_allocation_ratio"] == {(): 0.0} and failed["fleetctl_queued_jobs"] == {queued: 1.0}
+
+
+def test_a_gauge_refresh_that_fails_after_a_failed_tick_is_logged_and_counted_not_raised(world_factory, caplog):
+    """The refresh after a failed tick must not hide the tick's error: both are
+    logged, each with its own traceback, and both counted."""
+    import logging
+
+    from fleetctl.controller import ApplyError
+    from tests.builders import T0
+
+    class RefreshBroken(FleetMetrics):
+        def observe_state(self, nodes, jobs):  # noqa: ANN001, ANN201
+            raise RuntimeError("refresh broken")
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    w.store.add_jobs([job("j1", gpus=8, submitted=T0)], T0)
+    metrics = RefreshBroken()
+    loop = Daemon(LoopContext(w.store, _RefusingLaunches(w.provider), w.runtime, policy(), metrics),
+                  interval_seconds=1000, interruption_seconds=1000, clock=lambda: T0)
+    with caplog.at_level(logging.ERROR, logger="fleetctl.daemon"):
+        loop.reconcile()
+    assert [(r.getMessage().split(" at ")[0], type(r.exc_info[1])) for r in caplog.records] == [
+        ("reconcile tick failed", ApplyError),
+        ("refreshing the gauges after a failed reconcile tick failed", RuntimeError)]
+    assert "RunInstances" in str(caplog.records[0].exc_info[1])
+    assert _fleet_gauges(metrics)["fleetctl_tick_errors"] == {(): 2.0}
