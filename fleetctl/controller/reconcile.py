@@ -140,22 +140,48 @@ def handle_interruptions(*, store: Store, provider: Provider, runtime: Runtime, 
 
 def _handle_and_mark(event: InterruptionEvent, *, store: Store, runtime: Runtime, policy: Policy, now: datetime,
                      forecast: Forecast | None, metrics: FleetMetrics | None, report: TickReport) -> None:
+    """Handle one notice in one store transaction, then count it.
+
+    Design choice: what the handling counts (the notice, checkpoints, lost
+    GPU-hours) goes to the metrics and the report only once the transaction
+    has committed. A handling that fails part-way (the runtime's checkpoint
+    call times out) is rolled back, the notice left unhandled, and the next
+    pass handles it again: counted as it happened, the one notice was counted
+    twice."""
+    handled = TickReport()
     with store.transaction():
         if not store.claim_interruption(event.event_id, now):
             return  # another controller on this store (the daemon, cron) handled it
-        _handle_one(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
-                    metrics=metrics, report=report)
+        counted_as = _handle_one(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
+                                 report=handled)
+    report.interruptions += handled.interruptions
+    report.checkpoints += handled.checkpoints
+    report.checkpoints_missed += handled.checkpoints_missed
+    report.lost_gpu_hours += handled.lost_gpu_hours
+    report.requeued.extend(handled.requeued)
+    if metrics:
+        if counted_as is not None:
+            metrics.interruptions.labels(*counted_as).inc()
+        if handled.checkpoints:
+            metrics.checkpoints.inc(handled.checkpoints)
+        if handled.checkpoints_missed:
+            metrics.checkpoints_missed.inc(handled.checkpoints_missed)
+        if handled.lost_gpu_hours:
+            metrics.lost_gpu_hours.inc(handled.lost_gpu_hours)
 
 
 def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, policy: Policy, now: datetime,
-                forecast: Forecast | None, metrics: FleetMetrics | None, report: TickReport) -> None:
+                forecast: Forecast | None, report: TickReport) -> tuple[str, str] | None:
+    """Handle one claimed notice inside its transaction, adding what it did to
+    ``report``; returns the (provider, kind) it counts under, or None when it
+    does not count (a duplicate, a node this controller does not know)."""
     nodes = {n.node_id: n for n in store.nodes(include_gone=True)}
     node = nodes.get(event.node_id)
     if _already_handled(store, event):
         # The same reclaim through a second path (AWS: the EventBridge queue and
         # node-watch on the node): handled once, counted once.
         store.record("interruption_duplicate", now, event.node_id, event_id=event.event_id)
-        return
+        return None
     active = store.jobs(active_only=True)
     if node is None and not any(event.node_id in j.node_ids for j in active):
         # Not a node of this controller (another cluster's, a --node-id typo): nothing to drain or count.
@@ -163,21 +189,20 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
                      event_id=event.event_id, provider=event.provider)
         log.warning("%s notice %s names node %s, which this controller does not know: ignored",
                     event.kind.value, event.event_id, event.node_id)
-        return
+        return None
     provider = node.offer.provider if node is not None else event.provider  # the node's own, not the sender's word
     store.record("interruption", now, event.node_id, notice=event.kind.value, event_id=event.event_id,
                  deadline_utc=str(event.deadline_utc))
-    if metrics:
-        metrics.interruptions.labels(provider, event.kind.value).inc()
+    counted_as = (provider, event.kind.value)
     report.interruptions += 1
     gone = node is None or node.state is NodeState.GONE
     if gone and event.kind is InterruptionKind.REBALANCE:
-        return
+        return counted_as
     if event.kind is InterruptionKind.REBALANCE:
         risk = _risk(policy, forecast, node.offer.key, node.offer.market)
         if risk < policy.rebalance_drain_probability:
             store.record("rebalance_ignored", now, node.node_id, risk=risk)
-            return
+            return counted_as
     if not gone:
         store.put_node(replace(node, state=NodeState.DRAINING), now)  # type: ignore[arg-type]
     for job in active:
@@ -197,20 +222,14 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
                 after = runtime.checkpoint(job, deadline, now)
                 report.checkpoints += 1
                 checkpoint = "saved" if after.checkpointed_hours >= before.done_hours - 1e-9 else "missed"
-                if metrics:
-                    metrics.checkpoints.inc()
                 if checkpoint == "missed":
                     report.checkpoints_missed += 1
-                    if metrics:
-                        metrics.checkpoints_missed.inc()
             else:
                 after = runtime.stop(job, now)
             kept = after.checkpointed_hours
             lost = max(0.0, before.done_hours - kept)
         lost_gpu_hours = lost * job.gpus
         report.lost_gpu_hours += lost_gpu_hours
-        if metrics and lost_gpu_hours:
-            metrics.lost_gpu_hours.inc(lost_gpu_hours)
         avoid = node.offer.key if node is not None and node.offer.market is Market.SPOT else None
         store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True, work_lost=lost > _NO_LOSS_HOURS), now)
         left_behind(store, nodes, job, now, except_nodes={event.node_id})
@@ -219,6 +238,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
                      reason=Reason.INTERRUPTION.value, checkpoint=checkpoint)
         log.info("%s notice for node %s: job %s requeued (checkpoint %s, %.2f h of work kept, %.2f GPU-h lost)",
                  event.kind.value, event.node_id, job.job_id, checkpoint, kept, lost_gpu_hours)
+    return counted_as
 
 
 def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,

@@ -818,3 +818,46 @@ def test_an_offer_refused_for_capacity_is_planned_around_at_once_and_left_out_fo
     assert [e["subject"] for e in w.store.events("launch_refused")] == [SPOT_A.key]
     assert SPOT_A.key not in {o.key for o in observe(w.store, w.provider, T0 + timedelta(minutes=2)).offers}
     assert SPOT_A.key in {o.key for o in observe(w.store, w.provider, T0 + REFUSED_OFFER_TTL).offers}
+
+
+def test_a_notice_whose_handling_fails_part_way_is_counted_once_when_handled_again(world_factory):
+    """The handling of a notice is one store transaction; one that fails
+    part-way (the runtime's checkpoint call times out on the third job) is
+    rolled back and handled again by the next pass. The counters were
+    incremented inside the transaction, so the notice, the first jobs'
+    checkpoint and their lost GPU-hours were counted twice; they now count
+    what the store committed, once."""
+    from fleetctl.controller.runtime import SimRuntime
+
+    class TimesOutOnce(SimRuntime):
+        failures = 0
+
+        def checkpoint(self, job, deadline_utc, now):  # noqa: ANN001, ANN201
+            if job.job_id == "c" and self.failures:
+                self.failures -= 1
+                raise TimeoutError("runtime API timed out")
+            return super().checkpoint(job, deadline_utc, now)
+
+    w = world_factory(offers=OFFERS)
+    w.runtime = TimesOutOnce(checkpoint_seconds=30)
+    w.store.add_jobs([replace(job("a", gpus=2, duration_hours=5), checkpointable=True),
+                      replace(job("b", gpus=2, duration_hours=5), checkpointable=False),
+                      replace(job("c", gpus=2, duration_hours=5), checkpointable=True)], T0)
+    metrics = FleetMetrics()
+    run_tick(w, T0, metrics=metrics)
+    run_tick(w, T0 + timedelta(minutes=1), metrics=metrics)
+    (node,) = w.store.nodes()
+    assert {j.state for j in w.store.jobs()} == {JobState.RUNNING}
+    now = T0 + timedelta(hours=1)
+    w.provider.reclaim(node.node_id, now, lead_seconds=120)
+    w.runtime.failures = 1
+    with pytest.raises(TimeoutError):
+        run_tick(w, now, metrics=metrics)
+    assert w.store.events("requeue") == () and len(w.store.interruptions(unhandled_only=True)) == 1  # rolled back
+    run_tick(w, now + timedelta(seconds=10), metrics=metrics)
+    requeued = w.store.events("requeue")
+    assert sorted(e["subject"] for e in requeued) == ["a", "b", "c"]
+    assert _count(metrics, "fleetctl_interruptions_total") == 1
+    assert _count(metrics, "fleetctl_checkpoints_total") == 2  # a and c; b cannot checkpoint
+    lost = sum(e["payload"]["lost_gpu_hours"] for e in requeued)
+    assert lost > 0 and _count(metrics, "fleetctl_lost_gpu_hours_total") == pytest.approx(lost)
