@@ -30,6 +30,7 @@ from fleetctl.model import (
     Offer,
     Plan,
     Policy,
+    Reason,
     Terminate,
 )
 from fleetctl.codec import str_to_dt
@@ -46,13 +47,17 @@ class ApplyError(Exception):
     """A plan could not be carried out; the message says which action and why,
     and ``carried_out`` what was done before it (recorded in the store: a
     cloud's launches and terminations cannot be taken back). ``refused_offer``:
-    the offer whose launch the cloud refused for capacity, if that stopped it."""
+    the offer whose launch the cloud refused for capacity, if that stopped it.
+    ``launches``: the nodes bought before it, each with its launch's reason
+    (as ``ApplyResult.launches``)."""
 
-    def __init__(self, message: str, carried_out: tuple[str, ...] = (), refused_offer: str | None = None) -> None:
+    def __init__(self, message: str, carried_out: tuple[str, ...] = (), refused_offer: str | None = None, *,
+                 launches: tuple[tuple[Node, Reason], ...] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.carried_out = carried_out
         self.refused_offer = refused_offer
+        self.launches = launches
 
     def __str__(self) -> str:
         if not self.carried_out:
@@ -144,6 +149,7 @@ class ApplyResult:
     bound: tuple[str, ...]
     terminated: tuple[str, ...]
     checkpoints: int = 0  # jobs the runtime checkpointed to move them (migrations, preemptions)
+    launches: tuple[tuple[Node, Reason], ...] = ()  # each node launched, with the reason of the Launch that bought it
 
 
 _SUPPORTED = ("launch", "bind", "terminate", "preempt", "migrate")
@@ -271,7 +277,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
         raise
     except Exception as exc:  # not the cloud's answer: reported with what was carried out, the original chained
         raise ApplyInterrupted(f"{progress.step} failed: {type(exc).__name__}: {exc}",
-                               tuple(progress.carried)) from exc
+                               tuple(progress.carried), launches=tuple(progress.launches)) from exc
 
 
 @dataclass(slots=True)
@@ -280,6 +286,7 @@ class _Progress:
 
     carried: list[str] = field(default_factory=list)
     step: str = "the plan"
+    launches: list[tuple[Node, Reason]] = field(default_factory=list)  # each node bought, with its launch's reason
 
 
 def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
@@ -293,7 +300,7 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
     carried = progress.carried  # what was done, for an error part-way
 
     def failed(message: str, refused_offer: str | None = None) -> ApplyError:
-        return ApplyError(message, tuple(carried), refused_offer)
+        return ApplyError(message, tuple(carried), refused_offer, launches=tuple(progress.launches))
 
     for index, action, together in _launch_parts(plan):
         progress.step = f"launch of {action.count} x {action.offer.key}"
@@ -325,6 +332,7 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
             if got:
                 store.record("launch", now, action.offer.key, nodes=got, reason=action.reason.value)
         launched.extend(result.nodes)
+        progress.launches.extend((node, action.reason) for node in result.nodes)
         if got:
             carried.append(f"launched {len(got)} x {action.offer.key} ({', '.join(got)})")
         if not result.fulfilled:
@@ -409,4 +417,4 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
             store.record("terminate", now, action.node_id, reason=action.reason.value, detail=action.detail)
         terminated.append(action.node_id)
         carried.append(f"terminated {action.node_id}")
-    return ApplyResult(tuple(launched), tuple(bound), tuple(terminated), checkpoints)
+    return ApplyResult(tuple(launched), tuple(bound), tuple(terminated), checkpoints, tuple(progress.launches))

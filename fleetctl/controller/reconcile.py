@@ -34,6 +34,7 @@ from fleetctl.model import (
     Job,
     JobState,
     Market,
+    Node,
     NodeState,
     Plan,
     Policy,
@@ -358,6 +359,19 @@ def demand_by_model(jobs, nodes) -> dict[str, int]:  # noqa: ANN001 - Jobs and N
     return dict(sorted(out.items()))
 
 
+def _count_fallbacks(metrics: FleetMetrics | None, launches: tuple[tuple[Node, Reason], ...]) -> None:
+    """Count the on-demand fallbacks among the nodes an apply bought.
+
+    Design choice: counted from what was carried out, not from the plan. A
+    tick may apply several plans (one re-planned after each capacity refusal)
+    and stop on an error part-way; the nodes bought before a refusal or an
+    error are fallbacks as much as those of a plan applied whole, which alone
+    were counted."""
+    bought = sum(1 for _, reason in launches if reason is Reason.ON_DEMAND_FALLBACK)
+    if metrics and bought:
+        metrics.fallbacks.inc(bought)
+
+
 def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
          forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
          planner: Callable[..., Plan] = make_plan, refused_ttl: timedelta = REFUSED_OFFER_TTL) -> TickReport:
@@ -390,6 +404,7 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
             applied = execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy),
                               runtime=runtime)
         except ApplyError as exc:
+            _count_fallbacks(metrics, exc.launches)  # bought before the error: the next plan starts from them
             # The cloud refused an offer for capacity: plan again at once without it (at most once per
             # offer), from the fleet as it now is, as a controller retrying after an ICE error would.
             if (exc.refused_offer is None or exc.refused_offer in refused or refused_ttl <= timedelta(0)
@@ -399,6 +414,7 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
             report.refused_offers.append(exc.refused_offer)
             obs = observe(store, provider, now, refused_ttl)
             continue
+        _count_fallbacks(metrics, applied.launches)
         break
     if result.has_changes:
         report.checkpoints += applied.checkpoints
@@ -412,8 +428,6 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
                 metrics.migrations.inc()
             elif a.kind == "preempt":
                 metrics.preemptions.inc()
-            elif a.kind == "launch" and a.reason in (Reason.ON_DEMAND_FALLBACK,):
-                metrics.fallbacks.inc(a.count)  # type: ignore[union-attr]
         metrics.observe_state(provider.nodes(now), store.jobs(active_only=True))
         metrics.tick_seconds.observe(time.perf_counter() - started)
     return report

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from fleetctl.controller import ApplyError
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Forecast, InterruptionKind, JobState, Market, NodeState, OfferRisk
@@ -861,3 +862,49 @@ def test_a_notice_whose_handling_fails_part_way_is_counted_once_when_handled_aga
     assert _count(metrics, "fleetctl_checkpoints_total") == 2  # a and c; b cannot checkpoint
     lost = sum(e["payload"]["lost_gpu_hours"] for e in requeued)
     assert lost > 0 and _count(metrics, "fleetctl_lost_gpu_hours_total") == pytest.approx(lost)
+
+
+class _SpotRefused:
+    """The sandbox provider, with a cloud that refuses every spot launch with ``error``."""
+
+    def __init__(self, inner, error):  # noqa: ANN001
+        self._inner = inner
+        self._error = error
+        self.asked: list[str] = []
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        return getattr(self._inner, name)
+
+    def launch(self, request, now):  # noqa: ANN001, ANN201
+        self.asked.append(request.offer.key)
+        if request.offer.market is Market.SPOT:
+            raise self._error
+        return self._inner.launch(request, now)
+
+
+@pytest.mark.parametrize("error, tick_fails", [
+    ("InsufficientCapacity", False),
+    ("ProviderError", True),
+], ids=["spot-refused-for-capacity-re-planned", "spot-launch-failed-tick-fails"])
+def test_every_on_demand_fallback_launched_is_counted_once(world_factory, error, tick_fails):
+    """A job interrupted too often falls back to on-demand, and its launch comes
+    before the spot launch of another job, which the cloud refuses. The counter
+    counted the last plan's launches only, when it was applied whole: the
+    fallback bought before a capacity refusal was not counted (the re-plan's
+    own fallback was), nor one bought before an error that fails the tick."""
+    import providers.base
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([replace(job("x", gpus=8, spot=True), interruptions=5), job("y", gpus=8, spot=True)], T0)
+    provider = _SpotRefused(w.provider, getattr(providers.base, error)(f"{error} for spot"))
+    metrics = FleetMetrics()
+    if tick_fails:
+        with pytest.raises(ApplyError):
+            tick(store=w.store, provider=provider, runtime=w.runtime, policy=policy(), now=T0, metrics=metrics)
+    else:
+        tick(store=w.store, provider=provider, runtime=w.runtime, policy=policy(), now=T0, metrics=metrics)
+    assert provider.asked[:2] == [OD.key, SPOT_A.key]  # the fallback is bought first
+    fallbacks = [node for e in w.store.events("launch") if e["payload"]["reason"] == "on_demand_fallback"
+                 for node in e["payload"]["nodes"]]
+    assert len(fallbacks) == (1 if tick_fails else 2)
+    assert _count(metrics, "fleetctl_on_demand_fallbacks_total") == len(fallbacks)
