@@ -23,7 +23,7 @@ from fleetctl.cli.common import (
 )
 from fleetctl.cli.jobs import OutputFormat
 from fleetctl.codec import dt_to_str, node_to_dict
-from fleetctl.model import NodeState
+from fleetctl.model import InterruptionKind, NodeState, Policy
 
 
 def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption = "sim",
@@ -84,4 +84,22 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
     for e in pending:
         deadline = f", deadline {e.deadline_utc:%Y-%m-%d %H:%M:%S} UTC" if e.deadline_utc else ""
         console.print(f"Pending {e.kind.value} notice for {e.node_id} (received {e.received_at_utc:%Y-%m-%d %H:%M:%S} "
-                      f"UTC{deadline}): the next reconcile tick cordons it and requeues its jobs", markup=False)
+                      f"UTC{deadline}): {_what_happens(e.kind, pol)}", markup=False)
+
+
+def _what_happens(kind: InterruptionKind, pol: Policy | None) -> str:
+    """What the next pass (a reconcile tick, or the daemon's notice pass) does
+    with a pending notice of ``kind``, as ``reconcile.handle_interruptions`` does it."""
+    if kind is InterruptionKind.REBALANCE:
+        threshold = "interruptions.rebalance_drain_probability"
+        if pol is not None:
+            threshold += f" ({pol.rebalance_drain_probability:g})"
+        return ("a rebalance recommendation, not a reclaim: the next reconcile tick or notice pass cordons the "
+                "node and requeues its jobs "
+                f"only if its offer's interruption risk per hour is at least {threshold}; below that it is "
+                "recorded as ignored and the node keeps its jobs")
+    if kind is InterruptionKind.TERMINATED:
+        return ("the node is gone: the next reconcile tick or notice pass requeues its jobs with the work their "
+                "checkpoints kept")
+    return ("a reclaim: the next reconcile tick or notice pass cordons the node, asks its checkpointable jobs to "
+            "checkpoint before the deadline and requeues its jobs")

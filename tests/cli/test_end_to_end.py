@@ -620,6 +620,7 @@ def test_status_shows_a_reclaim_notice_until_a_tick_handles_it(workdir):
         store.close()
     text = fleetctl(workdir, "status").stdout
     assert f"Pending reclaim_warning notice for {node.node_id}" in text
+    assert "cordons the node, asks its checkpointable jobs to checkpoint before the deadline" in " ".join(text.split())
     (pending,) = json.loads(fleetctl(workdir, "status", "--format", "json").stdout)["pending_notices"]
     assert pending["node_id"] == node.node_id and pending["deadline_utc"]
     assert fleetctl(workdir, "reconcile", "--once").returncode == 0
@@ -627,6 +628,41 @@ def test_status_shows_a_reclaim_notice_until_a_tick_handles_it(workdir):
     moved = next(j for j in json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout)
                  if j["interruptions"])
     assert "reclaimed 1 time(s)" in fleetctl(workdir, "explain", moved["id"]).stdout  # its history, not just its place
+
+
+def test_status_says_a_rebalance_notice_drains_the_node_only_at_the_policys_risk(workdir):
+    """status said every pending notice means the next tick cordons the node
+    and requeues its jobs; a rebalance recommendation below the policy's
+    threshold is recorded as ignored and nothing is drained, as status now says."""
+    from datetime import datetime, timezone
+
+    from fleetctl.model import InterruptionKind, NodeState
+    from fleetctl.store import Store
+    from providers.sim import SimProvider
+
+    assert fleetctl(workdir, "jobs", "submit", "examples/jobs.yaml").returncode == 0
+    for _ in range(2):
+        assert fleetctl(workdir, "reconcile", "--once").returncode == 0
+    url = f"sqlite:///{workdir / '.fleetctl' / 'state.db'}"
+    store = Store(url)
+    try:
+        node = next(n for n in store.nodes() if n.offer.market.value == "spot")
+        SimProvider(store).reclaim(node.node_id, datetime.now(timezone.utc), kind=InterruptionKind.REBALANCE)
+    finally:
+        store.close()
+    text = " ".join(fleetctl(workdir, "status", "--policy", "policies/example.yaml").stdout.split())
+    assert f"Pending rebalance notice for {node.node_id}" in text
+    assert ("cordons the node and requeues its jobs only if its offer's interruption risk per hour is at least "
+            "interruptions.rebalance_drain_probability (0.2); below that it is recorded as ignored") in text
+    assert "asks its checkpointable jobs to checkpoint" not in text  # what a reclaim warning says
+    # ... and so the tick does: the sandbox's spot risk (0.05 per hour) is below 0.2
+    assert fleetctl(workdir, "reconcile", "--once").returncode == 0
+    store = Store(url)
+    try:
+        assert [e["subject"] for e in store.events("rebalance_ignored")] == [node.node_id]
+        assert next(n for n in store.nodes() if n.node_id == node.node_id).state is not NodeState.DRAINING
+    finally:
+        store.close()
 
 
 def test_plan_and_apply_with_the_daemons_models(workdir):
