@@ -165,7 +165,9 @@ def daemon(
     """Run the controller loop: reconcile every --interval seconds, handle reclaim notices every
     --interruption-interval seconds, refresh prices hourly, and serve /metrics. With --notice-addr
     it also takes reclaim notices posted by `fleetctl node-watch` (GCP and Azure announce them only
-    on the node). SIGTERM or Ctrl-C stops it after the current tick."""
+    on the node). SIGTERM or Ctrl-C stops it after the current tick; a forecast retrain under way
+    (--retrain-hours) first finishes the model it is refitting (minutes on a long history; a fit
+    cannot be cut short), and the next model is not started."""
     from fleetctl.controller.loop import Daemon, LoopContext
     from fleetctl.controller.runtime import SimRuntime
     from fleetctl.metrics import FleetMetrics, serve
@@ -206,7 +208,8 @@ def daemon(
                   retain_days=retain_days)
 
     def _stop(signum, _frame):  # noqa: ANN001
-        logging.getLogger("fleetctl.daemon").info("signal %d: stopping after the current tick", signum)
+        logging.getLogger("fleetctl.daemon").info(
+            "signal %d: stopping after the current tick (and the model refit under way, if a retrain runs)", signum)
         loop.stopped.set()
 
     signal.signal(signal.SIGTERM, _stop)

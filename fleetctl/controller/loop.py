@@ -18,7 +18,10 @@ that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
 the loop goes on. A tick refreshes the gauges when it succeeds; after one that
 fails, and after a notice pass that handled a notice (or failed), the daemon
 refreshes them from the store, so they follow what the store holds.
-``stop()`` (SIGTERM, SIGINT) lets the current tick finish.
+``stop()`` (SIGTERM, SIGINT) lets the current tick finish, and a retrain the
+model it is refitting (a scikit-learn fit cannot be cut short): a stop during
+a retrain waits for that refit, minutes on a long history, and starts no
+other.
 """
 
 from __future__ import annotations
@@ -248,7 +251,8 @@ class Daemon:
         self.scheduler.start()
 
     def stop(self) -> None:
-        """Stop after the current tick (waits for it), then return."""
+        """Stop after the current tick (waits for it, and for the model refit
+        under way if a retrain runs; the next model is not started), then return."""
         self.stopped.set()
         self.scheduler.shutdown(wait=True)
 

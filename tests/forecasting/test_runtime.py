@@ -297,3 +297,47 @@ def test_the_demand_model_is_refitted_on_recorded_demand_and_adopted_only_if_it_
             forecaster.retrain(store, now, "price")
     finally:
         store.close()
+
+
+def test_a_stop_during_a_retrain_waits_for_the_model_being_refitted_and_starts_no_other(tmp_path):
+    """A scikit-learn fit cannot be cut short: a stop (SIGTERM) asked for while
+    a model is refitted lets that refit finish (and keeps it), and the next
+    model is not started. The daemon's --help says so (it said the stop comes
+    after the current tick, which a retrain, minutes long, outlasts)."""
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.controller.loop import Daemon, LoopContext
+    from fleetctl.controller.runtime import SimRuntime
+    from fleetctl.metrics import FleetMetrics
+    from providers.sim import SimProvider
+    from tests.builders import policy
+
+    refitted = []
+
+    class StoppedDuringTheFirstRefit:
+        models = ("interruption", "demand")
+
+        def retrain(self, store, now, model):  # noqa: ANN001, ANN201
+            refitted.append(model)
+            daemon.stopped.set()  # SIGTERM arrives while this model is refitted
+            return True
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        metrics = FleetMetrics()
+        daemon = Daemon(LoopContext(store, SimProvider(store), SimRuntime(), policy(), metrics,
+                                    StoppedDuringTheFirstRefit()), retrain_seconds=3600)
+        daemon.retrain()
+    finally:
+        store.close()
+    assert refitted == ["interruption"]
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    retrains = {(s.labels["model"], s.labels["outcome"]): s.value
+                for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+                if f.name == "fleetctl_forecast_retrains" for s in f.samples if s.name.endswith("_total")}
+    assert retrains == {("interruption", "adopted"): 1.0}
+    shown = CliRunner().invoke(app, ["daemon", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None})
+    assert "first finishes the model it is refitting" in " ".join(shown.output.split())
