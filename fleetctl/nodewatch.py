@@ -172,8 +172,11 @@ class MetadataSource(Protocol):
     """One cloud's metadata service.
 
     * ``discover_node_id()``: this node's id as fleetctl knows it.
-    * ``poll(node_id, now)``: the notices announced now (the same notice comes
-      back on every poll while it stands; the watcher deduplicates).
+    * ``poll(node_id, clock)``: the notices announced now (the same notice
+      comes back on every poll while it stands; the watcher deduplicates).
+      ``clock()`` is read once the metadata service has answered, not before
+      the request: a GCE wait-for-change request blocks for up to its timeout,
+      and the 30 s of a preemption run from when ``TRUE`` came back.
     * ``approves``: whether the cloud waits for an approval (``drained``);
     * ``drained(notice)``: the controller has handled ``notice`` (the node's
       jobs are checkpointed and requeued): the cloud may take the node now.
@@ -184,7 +187,7 @@ class MetadataSource(Protocol):
 
     def discover_node_id(self) -> str: ...
 
-    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]: ...
+    def poll(self, node_id: str, clock: Callable[[], datetime]) -> tuple[Notice, ...]: ...
 
     def drained(self, notice: Notice) -> None: ...
 
@@ -230,7 +233,7 @@ class AwsImds:
             raise MetadataError(f"instance-id: HTTP {r.status} {r.text()[:200]}")
         return r.text().strip()
 
-    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]:
+    def poll(self, node_id: str, clock: Callable[[], datetime]) -> tuple[Notice, ...]:
         notices = []
         r = self._get("/latest/meta-data/spot/instance-action")
         if r.status == 200:
@@ -247,7 +250,7 @@ class AwsImds:
                 deadline = _parse_iso(when, "spot/instance-action time")
             except MetadataError as exc:
                 log.warning("%s; taken as %d s from now", exc, RECLAIM_NOTICE_SECONDS["aws"])
-                deadline = now + timedelta(seconds=RECLAIM_NOTICE_SECONDS["aws"])
+                deadline = clock() + timedelta(seconds=RECLAIM_NOTICE_SECONDS["aws"])
             action = action if isinstance(action, str) else "unreadable"
             when = when if isinstance(when, str) else r.text().strip()  # the document itself names the notice
             notices.append(Notice("aws", node_id, InterruptionKind.RECLAIM_WARNING, f"{action}@{when}", deadline,
@@ -313,7 +316,7 @@ class GceMetadata:
         zone = self._read("instance/zone").rsplit("/", 1)[-1]
         return f"{zone}/{self._read('instance/name')}"
 
-    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]:
+    def poll(self, node_id: str, clock: Callable[[], datetime]) -> tuple[Notice, ...]:
         if self._instance_id is None:
             # A MIG recreates a preempted VM under the same name with a new id:
             # the id tells one preemption from the next.
@@ -333,8 +336,11 @@ class GceMetadata:
             return ()
         if value != "TRUE":
             raise MetadataError(f"computeMetadata instance/preempted: expected TRUE or FALSE, got {r.text()[:50]!r}")
+        # The clock is read now, after the answer: a wait-for-change request may have blocked for up to
+        # wait_seconds before TRUE came back, and GCE's 30 s run from then (read before the request, the
+        # deadline was up to wait_seconds too early).
         return (Notice("gcp", node_id, InterruptionKind.RECLAIM_WARNING, f"preempted@{self._instance_id}",
-                       now + timedelta(seconds=RECLAIM_NOTICE_SECONDS["gcp"]), "GCE instance/preempted=TRUE"),)
+                       clock() + timedelta(seconds=RECLAIM_NOTICE_SECONDS["gcp"]), "GCE instance/preempted=TRUE"),)
 
     def drained(self, notice: Notice) -> None:
         """Nothing to approve: GCE stops the VM 30 s after the notice."""
@@ -366,9 +372,10 @@ class AzureScheduledEvents:
     def discover_node_id(self) -> str:
         return self.resource_name()
 
-    def poll(self, node_id: str, now: datetime) -> tuple[Notice, ...]:
+    def poll(self, node_id: str, clock: Callable[[], datetime]) -> tuple[Notice, ...]:
         me = self.resource_name()
         r = _request("GET", self.events_url, headers={"Metadata": "true"}, timeout=self.timeout)
+        now = clock()
         if r.status != 200:
             raise MetadataError(f"scheduledevents: HTTP {r.status} {r.text()[:200]}")
         doc = _json_object(r, "scheduledevents")
@@ -551,7 +558,7 @@ class NodeWatcher:
         ``MetadataError`` (the caller logs it and polls again) or
         ``DeliveryFailed`` (the retry bound was reached)."""
         new = []
-        for notice in self.source.poll(self.node_id, self.clock()):
+        for notice in self.source.poll(self.node_id, self.clock):
             if notice.key not in self.delivered:
                 self.delivered[notice.key] = self.deliver(notice)
                 new.append(self.delivered[notice.key])

@@ -50,12 +50,12 @@ def test_imdsv2_token_ttl_header_and_refresh_after_expiry():
         assert imds.discover_node_id() == "i-0abc"
         puts = [h for m, p, h in fake.requests if m == "PUT"]
         assert len(puts) == 1 and puts[0]["x-aws-ec2-metadata-token-ttl-seconds"] == "21600"
-        assert imds.poll("i-0abc", T0) == ()  # 404 on both: nothing announced
+        assert imds.poll("i-0abc", Clock(T0)) == ()  # 404 on both: nothing announced
         assert len([r for r in fake.requests if r[0] == "PUT"]) == 1  # the session token is reused
         fake.revoke_tokens()
         fake.instance_action = {"action": "stop", "time": "2026-11-02T09:02:00Z"}
         fake.rebalance = {"noticeTime": "2026-11-02T08:59:00Z"}
-        warning, hint = imds.poll("i-0abc", T0)
+        warning, hint = imds.poll("i-0abc", Clock(T0))
         assert len([r for r in fake.requests if r[0] == "PUT"]) == 2  # a 401 got a new token, once
     assert (warning.kind, warning.deadline_utc, warning.notice_id) == (
         InterruptionKind.RECLAIM_WARNING, T0 + timedelta(minutes=2), "stop@2026-11-02T09:02:00Z")
@@ -79,9 +79,9 @@ def test_gce_header_name_and_preemption():
         assert exc.value.code == 403  # no Metadata-Flavor: Google
         gce = GceMetadata(fake.url)
         assert gce.discover_node_id() == "us-central1-a/gpu-node-7"  # ZONE/NAME, as the GCP adapter names it
-        assert gce.poll("gpu-node-7", T0) == ()
+        assert gce.poll("gpu-node-7", Clock(T0)) == ()
         fake.preempt()
-        (notice,) = gce.poll("gpu-node-7", T0)
+        (notice,) = gce.poll("gpu-node-7", Clock(T0))
     assert notice.kind is InterruptionKind.RECLAIM_WARNING
     assert notice.deadline_utc == T0 + timedelta(seconds=30) and notice.notice_id == "preempted@99"
 
@@ -118,6 +118,26 @@ def test_gce_wait_for_change_sees_a_notice_that_stood_before_the_watcher_started
     assert not any("wait_for_change" in p for m, p, h in fake.requests)
 
 
+def test_gce_wait_for_change_deadline_runs_from_when_true_came_back(make_controller):
+    """The watcher read its clock before the blocking request, so a preemption
+    seen 8 s into the wait got a deadline 8 s too early (up to the 30 s wait)."""
+    c = make_controller("gcp")
+    with FakeGce("gpu-node-7") as fake:
+        source = GceMetadata(fake.url, wait_for_change=True, wait_seconds=600)
+        watcher = watcher_for(source, c.endpoint.url, clock=c.clock)
+        assert watcher.poll_once() == []  # FALSE, and its ETag
+        waiting = threading.Thread(target=watcher.poll_once)
+        waiting.start()
+        try:
+            assert fake.waiting.wait(10)  # blocked on wait_for_change
+            c.clock.now = T0 + timedelta(seconds=8)  # time passes during the wait
+            fake.preempt()
+        finally:
+            waiting.join(timeout=10)
+    (event,) = c.store.interruptions()
+    assert event.deadline_utc == T0 + timedelta(seconds=38)  # when TRUE came back + 30 s
+
+
 def watcher_delivered(watcher, timeout=10.0) -> bool:  # noqa: ANN001
     done = threading.Event()
 
@@ -140,9 +160,9 @@ def test_azure_preempt_for_this_vm_only_and_nothing_else():
         fake.schedule_preempt("ev-other", T0 + timedelta(seconds=30), resources=["vm-gpu-4"])
         fake.events.append({"EventId": "ev-reboot", "EventType": "Reboot", "Resources": ["vm-gpu-3"],
                             "EventStatus": "Scheduled", "NotBefore": "Mon, 02 Nov 2026 09:15:00 GMT"})
-        assert az.poll("vm-gpu-3", T0) == ()
+        assert az.poll("vm-gpu-3", Clock(T0)) == ()
         fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=45))
-        (notice,) = az.poll("vm-gpu-3", T0)
+        (notice,) = az.poll("vm-gpu-3", Clock(T0))
         assert not fake.acks  # polling never acknowledges
     assert (notice.notice_id, notice.deadline_utc) == ("ev-mine", T0 + timedelta(seconds=45))
     gets = [h for m, p, h in fake.requests if "scheduledevents" in p]
@@ -154,7 +174,7 @@ def test_azure_started_event_has_its_deadline_now():
     with FakeAzure("vm-gpu-3") as fake:
         fake.schedule_preempt("ev", T0 + timedelta(seconds=30))
         fake.events[0].update(EventStatus="Started", NotBefore="")
-        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0 + timedelta(seconds=5))
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", Clock(T0 + timedelta(seconds=5)))
     assert notice.deadline_utc == T0 + timedelta(seconds=5)
 
 
@@ -169,8 +189,8 @@ def test_a_malformed_azure_event_does_not_hide_this_vms_preempt(caplog):
         fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=45))
         az = AzureScheduledEvents(fake.url)
         with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
-            (notice,) = az.poll("vm-gpu-3", T0)
-            assert az.poll("vm-gpu-3", T0) == (notice,)
+            (notice,) = az.poll("vm-gpu-3", Clock(T0))
+            assert az.poll("vm-gpu-3", Clock(T0)) == (notice,)
     assert notice.notice_id == "ev-mine"
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 2 and "'vm-gpu-30', not a list of VM names" in warned[0], warned  # once per event
@@ -186,8 +206,8 @@ def test_an_azure_preempt_without_an_event_id_is_delivered_and_not_approved(even
         fake.events[0]["EventId"] = event_id
         az = AzureScheduledEvents(fake.url)
         with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
-            unnamed, mine = az.poll("vm-gpu-3", T0)
-            assert az.poll("vm-gpu-3", T0) == (unnamed, mine)
+            unnamed, mine = az.poll("vm-gpu-3", Clock(T0))
+            assert az.poll("vm-gpu-3", Clock(T0)) == (unnamed, mine)
         az.drained(unnamed)
         az.drained(mine)
         assert fake.acks == ["ev-mine"]  # StartRequests cannot name the unnamed one
@@ -201,7 +221,7 @@ def test_an_azure_preempt_with_an_unreadable_not_before_is_delivered_due_now(not
     with FakeAzure("vm-gpu-3") as fake:
         fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=45))
         fake.events[0]["NotBefore"] = not_before
-        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0)
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", Clock(T0))
     assert (notice.notice_id, notice.deadline_utc) == ("ev-mine", T0)
     assert "Preempt ev-mine taken as due now" in caplog.text
 
@@ -209,7 +229,7 @@ def test_an_azure_preempt_with_an_unreadable_not_before_is_delivered_due_now(not
 def test_an_aws_notice_with_an_unreadable_time_is_delivered_with_two_minutes():
     with FakeImds("i-0abc") as fake:
         fake.instance_action = {"action": "terminate", "time": "soon"}
-        (notice,) = AwsImds(fake.url).poll("i-0abc", T0)
+        (notice,) = AwsImds(fake.url).poll("i-0abc", Clock(T0))
     assert (notice.kind, notice.deadline_utc) == (InterruptionKind.RECLAIM_WARNING, T0 + timedelta(minutes=2))
 
 
@@ -233,8 +253,8 @@ def test_an_aws_notice_whose_document_cannot_be_read_is_delivered_with_two_minut
     with FakeImds("i-0abc") as fake:
         fake.instance_action, fake.rebalance = instance_action, rebalance
         imds = AwsImds(fake.url)
-        notices = imds.poll("i-0abc", T0)
-        assert imds.poll("i-0abc", T0) == notices  # the same notice on every poll: delivered once
+        notices = imds.poll("i-0abc", Clock(T0))
+        assert imds.poll("i-0abc", Clock(T0)) == notices  # the same notice on every poll: delivered once
     reclaim = notices[0]
     assert reclaim.kind is InterruptionKind.RECLAIM_WARNING
     readable = isinstance(instance_action, dict) and instance_action.get("time") == "2026-11-02T09:02:00Z"
@@ -250,7 +270,7 @@ def test_an_aws_notice_whose_document_cannot_be_read_is_delivered_with_two_minut
 def test_an_azure_event_id_the_endpoint_would_refuse_is_posted_as_its_digest(event_id):
     with FakeAzure("vm-gpu-3") as fake:
         fake.schedule_preempt(event_id, T0 + timedelta(seconds=30))
-        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0)
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", Clock(T0))
     assert notice.notice_id == event_id  # kept for the approval, which must name it
     posted = notice.to_json()["notice_id"]
     assert posted == "sha256:" + hashlib.sha256(event_id.encode()).hexdigest()
@@ -261,7 +281,7 @@ def test_an_azure_not_before_past_year_9999_is_due_now():
     with FakeAzure("vm-gpu-3") as fake:
         fake.schedule_preempt("ev-mine", T0 + timedelta(seconds=30))
         fake.events[0]["NotBefore"] = "Fri, 31 Dec 9999 23:59:59 -0500"  # was an OverflowError: node-watch died
-        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", T0)
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", Clock(T0))
     assert notice.deadline_utc == T0
     _accepted_by_the_endpoint(notice)
 
