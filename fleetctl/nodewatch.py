@@ -177,6 +177,9 @@ class MetadataSource(Protocol):
       ``clock()`` is read once the metadata service has answered, not before
       the request: a GCE wait-for-change request blocks for up to its timeout,
       and the 30 s of a preemption run from when ``TRUE`` came back.
+    * ``next_poll_waits``: the next ``poll`` blocks until the answer changes
+      (GCE wait-for-change with an ETag), so the watcher polls again at once
+      instead of sleeping its interval first;
     * ``approves``: whether the cloud waits for an approval (``drained``);
     * ``drained(notice)``: the controller has handled ``notice`` (the node's
       jobs are checkpointed and requeued): the cloud may take the node now.
@@ -184,6 +187,7 @@ class MetadataSource(Protocol):
 
     cloud: str
     approves: bool
+    next_poll_waits: bool
 
     def discover_node_id(self) -> str: ...
 
@@ -197,6 +201,7 @@ class AwsImds:
 
     cloud = "aws"
     approves = False
+    next_poll_waits = False
 
     def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0,
                  token_ttl_seconds: int = AWS_TOKEN_TTL_SECONDS) -> None:
@@ -286,7 +291,11 @@ class GceMetadata:
     (``last_etag``). A bare ``wait_for_change`` waits for the *next* change,
     so a watcher (re)started after the preemption would sit out the timeout
     with the notice already standing; with the ETag the server answers at once
-    when the value is not what the watcher last saw."""
+    when the value is not what the watcher last saw. For the same reason an
+    answer without an ETag is not followed by a bare wait (it would sit out
+    the timeout if the value changed between two requests) but by a plain
+    read after the watcher's usual interval (``next_poll_waits`` is false):
+    a wait that cannot block must not be retried in a tight loop."""
 
     cloud = "gcp"
     approves = False
@@ -299,6 +308,11 @@ class GceMetadata:
         self.wait_seconds = wait_seconds
         self._instance_id: str | None = None
         self._etag: str | None = None
+        self._warned_no_etag = False
+
+    @property
+    def next_poll_waits(self) -> bool:
+        return self.wait_for_change and bool(self._etag)
 
     def _get(self, path: str, timeout: float | None = None) -> Response:
         return _request("GET", f"{self.base}/computeMetadata/v1/{path}", headers={"Metadata-Flavor": "Google"},
@@ -331,6 +345,10 @@ class GceMetadata:
             self._etag = None
             raise MetadataError(f"computeMetadata instance/preempted: HTTP {r.status} {r.text()[:200]}")
         self._etag = r.headers.get("etag")
+        if self.wait_for_change and not self._etag and not self._warned_no_etag:
+            self._warned_no_etag = True
+            log.warning("computeMetadata instance/preempted answered without an ETag: cannot wait for a change; "
+                        "polling it every interval instead")
         value = r.text().strip().upper()
         if value == "FALSE":
             return ()
@@ -351,6 +369,7 @@ class AzureScheduledEvents:
 
     cloud = "azure"
     approves = True
+    next_poll_waits = False
 
     def __init__(self, base_url: str = DEFAULT_METADATA_URL, *, timeout: float = 2.0) -> None:
         self.base = base_url.rstrip("/")
@@ -639,9 +658,13 @@ class NodeWatcher:
             polls += 1
             if max_polls is not None and polls >= max_polls:
                 return
-            # After a failed poll, pause even when blocking polls (GCE wait-for-change) use no interval:
-            # an erroring metadata service must not be polled in a tight loop.
-            pause = max(self.interval_seconds, ERROR_PAUSE_SECONDS) if failed else self.interval_seconds
+            # A blocking poll comes next (GCE wait-for-change): it is the wait, so no pause before it.
+            # Otherwise the interval, and after a failed poll at least ERROR_PAUSE_SECONDS even with a
+            # zero interval: an erroring metadata service must not be polled in a tight loop.
+            if failed:
+                pause = max(self.interval_seconds, ERROR_PAUSE_SECONDS)
+            else:
+                pause = 0.0 if self.source.next_poll_waits else self.interval_seconds
             if pause > 0:
                 self._sleep(pause)
 

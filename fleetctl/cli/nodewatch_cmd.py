@@ -93,7 +93,9 @@ def node_watch(
         source=source,
         client=NoticeClient(controller, token),
         node_id=node,
-        interval_seconds=0.0 if gce_wait_for_change and cloud is Cloud.gcp else interval,
+        # With --gce-wait-for-change each poll blocks until preempted changes and the watcher does not sleep
+        # between them; the interval still applies when it cannot wait (an answer without an ETag).
+        interval_seconds=interval,
         backoff=Backoff(max_seconds=max_backoff, max_attempts=max_attempts),
     )
     console.print(f"fleetctl node-watch: {cloud.value} node {node}, notices to {watcher.client.url}", markup=False)

@@ -138,6 +138,47 @@ def test_gce_wait_for_change_deadline_runs_from_when_true_came_back(make_control
     assert event.deadline_utc == T0 + timedelta(seconds=38)  # when TRUE came back + 30 s
 
 
+class GceWithoutEtag(FakeGce):
+    """The same answers, without the ETag header."""
+
+    def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+        status, ctype, data, *_ = super().handle(method, path, query, headers, body)
+        return status, ctype, data
+
+
+def test_gce_wait_for_change_waits_instead_of_the_interval_and_polls_at_the_interval_without_an_etag(
+        make_controller, caplog):
+    """node-watch passed interval 0 with --gce-wait-for-change (the wait was to
+    be the pause), so an answer without an ETag, after which there is no wait,
+    had it read instance/preempted in a tight loop (3000 requests in 2 s). It
+    passes its interval now, which the watcher skips before a wait."""
+    c = make_controller("gcp")
+    with FakeGce("gpu-node-7") as fake:
+        sleeps = Sleeps()
+        watcher = watcher_for(GceMetadata(fake.url, wait_for_change=True, wait_seconds=600), c.endpoint.url,
+                              sleeps=sleeps, clock=c.clock)
+        watcher.interval_seconds = 5.0
+        thread = threading.Thread(target=lambda: watcher.run(max_polls=2))
+        thread.start()
+        try:
+            assert fake.waiting.wait(10)  # the second poll is the wait
+            fake.preempt()
+        finally:
+            thread.join(timeout=10)
+    assert sleeps == []  # with an ETag the next poll is the wait: no interval before it
+    assert len(c.store.interruptions()) == 1
+    with GceWithoutEtag("gpu-node-7") as fake, caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
+        sleeps = Sleeps()
+        watcher = watcher_for(GceMetadata(fake.url, wait_for_change=True, wait_seconds=600), "http://127.0.0.1:9",
+                              sleeps=sleeps, node_id="n1")
+        watcher.interval_seconds = 5.0
+        watcher.run(max_polls=3)
+    assert sleeps == [5.0, 5.0]  # the interval between plain reads
+    preempted = [p for m, p, h in fake.requests if "instance/preempted" in p]
+    assert len(preempted) == 3 and not any("wait_for_change" in p for p in preempted)
+    assert [r.getMessage().count("without an ETag") for r in caplog.records] == [1]
+
+
 def watcher_delivered(watcher, timeout=10.0) -> bool:  # noqa: ANN001
     done = threading.Event()
 
