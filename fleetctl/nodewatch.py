@@ -80,6 +80,14 @@ class DeliveryFailed(Exception):
     """A notice could not be delivered to the controller within the retry bound."""
 
 
+class DeliveryStopped(DeliveryFailed):
+    """The watcher was stopped (a signal) while it was still retrying a notice."""
+
+
+class Stopped(Exception):
+    """Raised by ``NodeWatcher.request_stop`` out of a blocking metadata wait."""
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
     """One notice as the metadata service announced it, in the endpoint's terms.
@@ -564,6 +572,7 @@ class NodeWatcher:
     delivered: dict[tuple[str, str, str, str], str] = field(default_factory=dict)  # notice key -> event id
     already_stored: set[str] = field(default_factory=set)  # event ids the controller had from an earlier post
     approved: set[tuple[str, str, str, str]] = field(default_factory=set)  # notice keys the source was told of
+    _in_wait: bool = field(default=False, init=False, repr=False)  # in a blocking metadata poll (GCE wait)
 
     def _sleep(self, seconds: float) -> None:
         if self.sleep is not None:
@@ -571,13 +580,36 @@ class NodeWatcher:
         else:
             self.stop.wait(seconds)
 
+    def request_stop(self) -> None:
+        """Stop the watcher: ``run`` returns after what it is doing. Meant for
+        a signal handler in the thread that runs the watcher: a blocking
+        metadata poll in progress (GCE wait-for-change, up to 30 s) is
+        abandoned at once by raising ``Stopped`` out of it (it only reads, so
+        nothing is lost), instead of being waited out; a delivery being
+        retried stops with ``DeliveryStopped``.
+
+        Design choice: the exception is raised only during the blocking poll
+        (``_in_wait``), never in the middle of a delivery or an approval,
+        whose effects must not be cut in half; those are bounded by their own
+        short timeouts (a shorter wait per request would instead cost a
+        metadata request every few seconds for the whole life of the node)."""
+        self.stop.set()
+        if self._in_wait:
+            raise Stopped("stopped during a blocking metadata poll")
+
     def poll_once(self) -> list[str]:
         """Read the metadata service once; deliver what is new. Returns the event
         ids the controller gave the notices delivered now. Raises
-        ``MetadataError`` (the caller logs it and polls again) or
-        ``DeliveryFailed`` (the retry bound was reached)."""
+        ``MetadataError`` (the caller logs it and polls again),
+        ``DeliveryFailed`` (the retry bound was reached; ``DeliveryStopped``:
+        stopped first) or ``Stopped`` (stopped during a blocking poll)."""
         new = []
-        for notice in self.source.poll(self.node_id, self.clock):
+        self._in_wait = self.source.next_poll_waits
+        try:
+            notices = self.source.poll(self.node_id, self.clock)
+        finally:
+            self._in_wait = False
+        for notice in notices:
             if notice.key not in self.delivered:
                 self.delivered[notice.key] = self.deliver(notice)
                 new.append(self.delivered[notice.key])
@@ -612,6 +644,11 @@ class NodeWatcher:
         retried."""
         last = ""
         for attempt in range(1, self.backoff.max_attempts + 1):
+            if self.stop.is_set() and attempt > 1:
+                raise DeliveryStopped(
+                    f"stopped by a signal before the {notice.kind.value} notice {notice.notice_id} for node "
+                    f"{notice.node_id} was delivered ({attempt - 1} attempt(s), the last: {last}); a restarted "
+                    "watcher posts it again")
             try:
                 r = self.client.post(notice)
             except OSError as exc:
@@ -631,7 +668,7 @@ class NodeWatcher:
                 if r.status in (401, 403):
                     hint = " (check --token-file against the daemon's --notice-token-file)"
                 last = f"HTTP {r.status} from {self.client.url}{hint}: {r.text()[:200]}"
-            if self.stop.is_set() or attempt == self.backoff.max_attempts:
+            if attempt == self.backoff.max_attempts:
                 break
             delay = self.backoff.delay(attempt, self.rng)
             log.warning("notice %s not delivered (attempt %d of %d): %s; retrying in %.1f s", notice.notice_id,
@@ -644,13 +681,16 @@ class NodeWatcher:
         """Poll every ``interval_seconds`` until ``stop`` is set (or ``max_polls``
         polls). A metadata hiccup is logged and the next poll tries again;
         ``DeliveryFailed`` propagates (the process exits non-zero and its
-        supervisor restarts it; the endpoint deduplicates the re-post)."""
+        supervisor restarts it; the endpoint deduplicates the re-post).
+        ``request_stop`` ends a blocking poll at once."""
         polls = 0
         while not self.stop.is_set():
             failed = True
             try:
                 self.poll_once()
                 failed = False
+            except Stopped:
+                return
             except MetadataError as exc:
                 log.warning("metadata: %s", exc)
             except OSError as exc:

@@ -11,7 +11,7 @@ import urllib.parse
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 
@@ -107,7 +107,7 @@ def node_watch(
                           + (f" ({len(known)} the controller had already: {', '.join(known)})" if known else ""),
                           markup=False)
         else:
-            with _stop_on_signals(watcher.stop):
+            with _stop_on_signals(watcher.request_stop):
                 watcher.run()
     except DeliveryFailed as exc:
         fail(str(exc))
@@ -116,16 +116,17 @@ def node_watch(
 
 
 @contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGTERM and SIGINT set ``stop`` (the watcher finishes its poll); the
-    previous handlers are put back afterwards."""
+def _stop_on_signals(request_stop: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT call ``request_stop`` (``NodeWatcher.request_stop``:
+    the watcher finishes what it is doing, but a blocking GCE wait ends at
+    once); the previous handlers are put back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.nodewatch").info("signal %d: stopping", signum)
-        stop.set()
+        request_stop()
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

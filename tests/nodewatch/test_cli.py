@@ -299,3 +299,27 @@ def test_node_watch_once_says_when_the_controller_had_the_notice_already(make_co
     assert "had already" not in first.output
     (event,) = c.store.interruptions()
     assert f"1 notice(s) delivered: {event.event_id} (1 the controller had already: {event.event_id})" in again.output
+
+
+def test_node_watch_stops_at_once_on_sigterm_during_a_gce_wait(token_file):
+    """The blocking wait_for_change request was not interrupted: SIGTERM took
+    up to its 30 s. The fake answers the wait only after its 30 s timeout, so a
+    watcher that exits while the wait is still open did not wait it out."""
+    with FakeGce("gpu-node-1") as fake:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleetctl", "node-watch", "--controller", f"http://127.0.0.1:{free_port()}",
+             "--token-file", str(token_file), "--cloud", "gcp", "--metadata-url", fake.url,
+             "--gce-wait-for-change"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert fake.waiting.wait(30), "the watcher never waited for a change"
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+            still_waiting = fake.waiting.is_set()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err
+    assert still_waiting  # exited with the wait still open: it was abandoned, not waited out
+    assert "signal 15: stopping" in err

@@ -25,6 +25,7 @@ from fleetctl.nodewatch import (
     AzureScheduledEvents,
     Backoff,
     DeliveryFailed,
+    DeliveryStopped,
     GceMetadata,
     MetadataError,
     Notice,
@@ -387,6 +388,7 @@ def test_an_invalid_notice_is_not_retried(make_controller):
     class Odd:
         cloud = "aws"
         approves = True
+        next_poll_waits = False
 
         def discover_node_id(self) -> str:
             return "n1"
@@ -504,3 +506,17 @@ def test_clock_is_used_for_the_gce_deadline(make_controller):
         watcher_for(GceMetadata(fake.url), c.endpoint.url, clock=Clock(T0 + timedelta(minutes=7))).poll_once()
     (event,) = c.store.interruptions()
     assert event.deadline_utc == T0 + timedelta(minutes=7, seconds=30)
+
+
+def test_a_stop_while_retrying_a_delivery_says_it_stopped_not_that_it_gave_up():
+    """SIGTERM during the retries read "gave up delivering ... after 2
+    attempt(s)", as if the retry bound had been reached."""
+    with FakeGce("n1") as fake:
+        fake.preempt()
+        watcher = watcher_for(GceMetadata(fake.url), f"http://127.0.0.1:{free_port()}", max_attempts=10)
+        watcher.sleep = Sleeps(then={1: watcher.request_stop})  # the signal comes during the first backoff
+        with pytest.raises(DeliveryStopped) as exc:
+            watcher.poll_once()
+    message = str(exc.value)
+    assert message.startswith("stopped by a signal before the reclaim_warning notice preempted@")
+    assert "(1 attempt(s), the last: controller unreachable" in message and "gave up" not in message
