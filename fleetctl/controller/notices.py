@@ -44,11 +44,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import ipaddress
 import json
 import logging
 import socket
 import threading
+import time
 import urllib.parse
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,7 +97,8 @@ def event_id_for(provider: str, node_id: str, kind: InterruptionKind, notice_id:
     return f"node-{provider}-{digest[:24]}"
 
 
-#: Seconds a client may take to send its request before the endpoint drops the connection.
+#: Seconds a client may take to send its whole request (line, headers and body) before the endpoint
+#: drops the connection.
 REQUEST_TIMEOUT_SECONDS = 10
 
 #: Connections served at once; more are closed at once (a fleet's watchers post a few notices a
@@ -125,10 +128,42 @@ class _BoundedServer(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
     def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
+        # socketserver's, with the slot given back before the connection is closed: a client that sees its
+        # connection end may connect again at once and find the slot free.
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:  # socketserver's boundary: handle_error reports it
+            self.handle_error(request, client_address)
         finally:
             self._slots.release()
+            self.shutdown_request(request)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The request side of one connection, read against one deadline for the
+    whole request. A socket timeout alone bounds each read, not the request: a
+    client sending a header line (or a byte) every few seconds held its
+    connection, and one of the ``MAX_CONNECTIONS`` slots, for as long as it
+    liked, so 64 such clients locked real notices out. Each read here waits
+    at most for what is left of the deadline, and none starts after it."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline  # time.monotonic()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # noqa: ANN001 - a writable buffer
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request did not arrive within {REQUEST_TIMEOUT_SECONDS} s")
+        self._sock.settimeout(left)
+        try:
+            return self._sock.recv_into(buffer)
+        finally:
+            self._sock.settimeout(REQUEST_TIMEOUT_SECONDS)  # what the answer's writes get
 
 
 def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEvent, NoticeBody]:
@@ -294,7 +329,15 @@ class NoticeServer:
 def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "fleetctl-notices/1"
-        timeout = REQUEST_TIMEOUT_SECONDS  # a client that stalls mid-request does not hold a thread for ever
+        timeout = REQUEST_TIMEOUT_SECONDS  # the socket's, for writing the answer; reads: _DeadlineReader
+
+        def setup(self) -> None:
+            super().setup()
+            # One deadline for the whole request (HTTP/1.0: one request per connection), so a client that
+            # dribbles it does not hold a thread and a connection slot for ever.
+            self.rfile.close()
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection,
+                                                           time.monotonic() + REQUEST_TIMEOUT_SECONDS))
 
         def _answer(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload, sort_keys=True).encode()

@@ -256,3 +256,38 @@ def test_connections_beyond_the_limit_are_closed_at_once(make_controller, monkey
             sock.close()
     time.sleep(0.3)
     assert post(c.endpoint.url, GOOD)[0] == 202  # slots come back when connections end
+
+
+def test_clients_dribbling_their_requests_are_dropped_at_the_request_deadline(make_controller, monkeypatch):
+    """The timeout bounded each read, not the request: clients sending a
+    header line (or a byte of one) more often than it held every connection
+    slot for ever, and real notices were refused."""
+    from fleetctl.controller import notices
+
+    monkeypatch.setattr(notices, "REQUEST_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(notices, "MAX_CONNECTIONS", 2)
+    c = make_controller()
+    host, port = c.endpoint.url.removeprefix("http://").rsplit(":", 1)
+    dribblers = [socket.create_connection((host, int(port)), timeout=5) for _ in range(2)]
+    try:
+        for sock in dribblers:
+            sock.sendall(b"POST /v1/notices HTTP/1.1\r\nX-Dribble: ")
+            sock.settimeout(0.25)  # a byte every 0.5 s, well within the per-read timeout
+        open_ = list(dribblers)
+        for _ in range(80):  # 40 s of dribbling at most
+            for sock in list(open_):
+                try:
+                    sock.sendall(b"1")
+                    if sock.recv(1024) == b"":
+                        open_.remove(sock)  # the endpoint hung up
+                except TimeoutError:
+                    pass  # still open, nothing said: dribble on
+                except OSError:
+                    open_.remove(sock)  # reset by the endpoint
+            if not open_:
+                break
+        assert open_ == []  # both dropped, though neither ever stalled for a whole timeout
+    finally:
+        for sock in dribblers:
+            sock.close()
+    assert post(c.endpoint.url, GOOD)[0] == 202  # their slots came back: a real notice gets in
