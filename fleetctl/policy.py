@@ -270,7 +270,7 @@ class InterruptionsSpec(StrictModel):
     checkpoint_grace_seconds: float = Field(
         _D.checkpoint_grace_seconds, ge=0, le=_YEAR_MINUTES * 60,
         description="Seconds a checkpointable job gets to write a checkpoint after a reclaim notice, never "
-                    "past the notice's deadline; a checkpoint that cannot finish by then is missed (counted in "
+                    "past the notice's deadline (a notice without one gets these seconds); a checkpoint that cannot finish by then is missed (counted in "
                     "fleetctl_checkpoints_missed_total) and the job keeps its last periodic checkpoint.",
     )
     max_interruptions_before_on_demand: int = Field(

@@ -199,6 +199,11 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
     gone = node is None or node.state is NodeState.GONE
     if gone and event.kind is InterruptionKind.REBALANCE:
         return counted_as
+    # A termination (AWS's state change, GCP's finished preemption, a posted 'terminated', a lost node) says
+    # the machine is gone already: there is nothing left to checkpoint on, whatever the store still says of
+    # the node or the notice's deadline (often null). Its jobs keep their last checkpoint and the work since
+    # is lost and counted; checkpointing them saved work that was never saved.
+    can_checkpoint = not gone and event.kind is not InterruptionKind.TERMINATED
     if event.kind is InterruptionKind.REBALANCE:
         risk = _risk(policy, forecast, node.offer.key, node.offer.market)
         if risk < policy.rebalance_drain_probability:
@@ -214,12 +219,14 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         checkpoint = "none"
         if job.state is JobState.RUNNING:
             before = runtime.progress(job, now)
-            if job.checkpointable and not gone:
-                # The job gets the policy's grace after the notice, never past the notice's deadline
-                # (a rebalance recommendation has none: the drain is fleetctl's own choice).
+            if job.checkpointable and can_checkpoint:
+                # The job gets the policy's grace after the notice, never past the notice's deadline; a
+                # reclaim warning without a deadline gets the grace (the cloud takes the node all the same).
+                # A rebalance recommendation has none: the drain is fleetctl's own choice.
                 deadline = event.deadline_utc
-                if deadline is not None:
-                    deadline = min(deadline, event.received_at_utc + timedelta(seconds=policy.checkpoint_grace_seconds))
+                if deadline is not None or event.kind is InterruptionKind.RECLAIM_WARNING:
+                    grace_end = event.received_at_utc + timedelta(seconds=policy.checkpoint_grace_seconds)
+                    deadline = grace_end if deadline is None else min(deadline, grace_end)
                 after = runtime.checkpoint(job, deadline, now)
                 report.checkpoints += 1
                 checkpoint = "saved" if after.checkpointed_hours >= before.done_hours - 1e-9 else "missed"

@@ -530,6 +530,52 @@ def test_a_checkpoint_that_cannot_finish_in_time_is_counted_as_missed(world_fact
         assert r.lost_gpu_hours == pytest.approx(0.0)
 
 
+@pytest.mark.parametrize("deadline_after", [None, 30], ids=["no-deadline", "a-deadline"])
+def test_a_terminated_node_is_not_checkpointed_its_work_since_the_last_checkpoint_is_lost(world_factory,
+                                                                                        deadline_after):
+    """AWS's state change and GCP's finished preemption come without a
+    deadline, so the job was 'checkpointed' with no limit: a node already gone
+    saved 19 minutes of work, and nothing was counted lost."""
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
+    w.provider.notify(InterruptionEvent(
+        "aws-state-change-1", "aws", node.node_id, InterruptionKind.TERMINATED, received_at_utc=now,
+        deadline_utc=None if deadline_after is None else now + timedelta(seconds=deadline_after)))
+    metrics = FleetMetrics()
+    r = run_tick(w, now, metrics=metrics)
+    assert r.requeued == ["j"] and r.checkpoints == 0  # nothing left to checkpoint on
+    assert r.lost_gpu_hours == pytest.approx(8 * 19 / 60)
+    assert _count(metrics, "fleetctl_lost_gpu_hours_total") == pytest.approx(8 * 19 / 60)
+    again = jobs(w)["j"]
+    assert again.checkpointed_work_hours == pytest.approx(0.5) and again.work_lost_interruptions == 1
+    (requeue,) = w.store.events("requeue")
+    assert requeue["payload"]["checkpoint"] == "none"
+
+
+def test_a_reclaim_warning_without_a_deadline_gets_the_policy_grace(world_factory):
+    """A null deadline skipped the grace cap: the checkpoint was given as long
+    as it took, though the cloud takes the node all the same."""
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=50)
+    w.provider.notify(InterruptionEvent("posted-1", "gcp", node.node_id, InterruptionKind.RECLAIM_WARNING,
+                                        received_at_utc=now, deadline_utc=None))
+    r = run_tick(w, now, pol=policy(checkpoint_grace_seconds=20))
+    assert r.checkpoints == 1 and r.checkpoints_missed == 1  # 30 s do not fit the 20-second grace
+    assert r.lost_gpu_hours == pytest.approx(8 * 19 / 60)
+    (requeue,) = w.store.events("requeue")
+    assert requeue["payload"]["checkpoint"] == "missed"
+
+
 def test_a_notice_for_a_node_this_controller_does_not_know_is_not_counted(world_factory):
     from fleetctl.model import InterruptionEvent
 

@@ -5,13 +5,15 @@ re-places it on capacity that does not fail with the lost node."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from datetime import timedelta
 
 import pytest
 
 from fleetctl.model import InterruptionKind, JobState, NodeState
 from fleetctl.nodewatch import metadata_source
-from tests.nodewatch.conftest import watcher_for
+from tests.nodewatch.conftest import TOKEN, watcher_for
 from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds
 
 AZURE_EVENT_ID = "602d9444-d2cd-49c7-8624-8643e7171297"
@@ -107,3 +109,23 @@ def test_a_standing_notice_from_a_restarted_watcher_is_one_event(make_controller
     assert len(c.store.interruptions(unhandled_only=False)) == 1
     received = c.store.events("notice_received")
     assert len(received) == 1 and received[0]["subject"] == node.node_id
+
+
+def test_a_posted_terminated_notice_loses_the_work_since_the_last_checkpoint(make_controller):
+    """The node is gone already: its job cannot checkpoint. It was
+    'checkpointed' all the same (a null deadline meant no limit), so the work
+    since its last periodic checkpoint counted as saved and never as lost."""
+    c = make_controller("gcp")
+    j, node = c.run_checkpointable_job()
+    now = j.started_at_utc + timedelta(minutes=100)  # 10 minutes after the periodic checkpoint at 90
+    c.clock.now = now
+    body = {"provider": "gcp", "node_id": node.node_id, "kind": "terminated", "notice_id": "stopped@1",
+            "deadline_utc": None}
+    req = urllib.request.Request(c.endpoint.url + "/v1/notices", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 202
+    r = c.tick()
+    assert r.requeued == ["j"] and r.checkpoints == 0
+    assert r.lost_gpu_hours == pytest.approx(8 * 10 / 60)
+    assert c.jobs()["j"].checkpointed_work_hours == pytest.approx(1.5)
