@@ -513,6 +513,26 @@ class Backoff:
         return rng.uniform(cap / 2, cap)
 
 
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be the notice endpoint's bearer token, or ``None``.
+
+    It travels in an HTTP header (``Authorization: Bearer ...``), which
+    ``http.client`` encodes as Latin-1 and refuses with a line break in it; a
+    token that broke that was accepted at startup and node-watch crashed with
+    a traceback only when it had a notice to deliver, losing the notice. So a
+    token must be one line of printable ASCII (spaces allowed inside; the
+    readers strip the whitespace around it). Shared by ``node-watch
+    --token-file`` and the daemon's ``--notice-token-file`` and
+    ``FLEETCTL_NOTICE_TOKEN``, so both sides refuse the same tokens."""
+    if "\n" in token or "\r" in token:
+        return "it holds more than one line; a token is one line of printable ASCII"
+    for i, ch in enumerate(token):
+        if not " " <= ch <= "~":
+            return (f"character {i + 1} is {ch!r} (U+{ord(ch):04X}), which is not printable ASCII; "
+                    "a token is one line of printable ASCII")
+    return None
+
+
 class NoticeClient:
     """Posts notices to ``{controller}/v1/notices`` with a bearer token."""
 

@@ -185,6 +185,34 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(_ERROR_EXIT.get() or code)
 
 
+def read_token_file(option: str, path: Path, logger: str) -> str:
+    """The notice endpoint's bearer token from ``path`` (``--token-file``,
+    ``--notice-token-file``): its text without the whitespace around it,
+    checked by ``fleetctl.nodewatch.token_problem``; exits with the reason if
+    it cannot be read or cannot be a token. Warns (on ``logger``) when others may read it."""
+    import logging
+
+    from fleetctl.nodewatch import token_problem
+
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        fail(f"{option} {path}: {exc.strerror or exc}")
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        fail(f"{option} {path} is not text: byte {raw[exc.start]:#04x} at offset {exc.start} is not UTF-8; "
+             "a token is one line of printable ASCII")
+    if not token:
+        fail(f"{option} {path} is empty")
+    problem = token_problem(token)
+    if problem:
+        fail(f"{option} {path}: {problem}")
+    if os.name == "posix" and path.stat().st_mode & 0o077:
+        logging.getLogger(logger).warning("%s is readable by other users; chmod 600 it", path)
+    return token
+
+
 def is_bug(exc: BaseException) -> bool:
     """An ``ApplyInterrupted`` whose cause is not the environment's error (a
     cloud unreachable, a store it cannot write: ``fleetctl.cli.main.known_error``)

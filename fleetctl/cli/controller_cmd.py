@@ -24,6 +24,7 @@ from fleetctl.cli.common import (
     load_policy_or_exit,
     make_provider,
     open_store,
+    read_token_file,
     stop_cleanly_on_sigterm,
     utcnow,
 )
@@ -245,6 +246,7 @@ def _check_notice_options(addr: str, path: Path | None) -> str | None:
     """The endpoint's bearer token (from ``path``, else ``$FLEETCTL_NOTICE_TOKEN``, else none),
     checked before anything starts: no token is allowed on a loopback address only."""
     from fleetctl.controller.notices import is_loopback, split_addr
+    from fleetctl.nodewatch import token_problem
 
     try:
         host, _ = split_addr(addr)
@@ -256,15 +258,11 @@ def _check_notice_options(addr: str, path: Path | None) -> str | None:
             # Every notice would be refused as "wrong bearer token" while node-watch sends the file's content.
             fail(f"FLEETCTL_NOTICE_TOKEN holds the token itself, not a file, but it names the file {token}: pass "
                  f"--notice-token-file {token} instead (or put the token in the variable)", 2)
+        problem = token_problem(token) if token is not None else None
+        if problem:
+            fail(f"FLEETCTL_NOTICE_TOKEN: {problem}", 2)
     else:
-        try:
-            token = path.read_text().strip()
-        except OSError as exc:
-            fail(f"--notice-token-file {path}: {exc.strerror or exc}")
-        if not token:
-            fail(f"--notice-token-file {path} is empty")
-        if os.name == "posix" and path.stat().st_mode & 0o077:
-            logging.getLogger("fleetctl.daemon").warning("%s is readable by other users; chmod 600 it", path)
+        token = read_token_file("--notice-token-file", path, "fleetctl.daemon")
     if token is not None and not is_loopback(host):
         logging.getLogger("fleetctl.daemon").warning(
             "the notice endpoint on %s is plain HTTP: the bearer token crosses the network in clear text; keep it "

@@ -4,7 +4,6 @@ instance metadata service to the daemon's notice endpoint (see docs/node-watch.m
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import urllib.parse
@@ -15,7 +14,7 @@ from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 
-from fleetctl.cli.common import console, fail
+from fleetctl.cli.common import console, fail, read_token_file
 
 
 class Cloud(str, Enum):
@@ -137,14 +136,4 @@ def _stop_on_signals(request_stop: Callable[[], None]) -> Iterator[None]:
 
 
 def _read_token(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        token = path.read_text().strip()
-    except OSError as exc:
-        fail(f"--token-file {path}: {exc.strerror or exc}")
-    if not token:
-        fail(f"--token-file {path} is empty")
-    if os.name == "posix" and path.stat().st_mode & 0o077:
-        logging.getLogger("fleetctl.nodewatch").warning("%s is readable by other users; chmod 600 it", path)
-    return token
+    return None if path is None else read_token_file("--token-file", path, "fleetctl.nodewatch")

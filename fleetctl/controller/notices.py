@@ -60,7 +60,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from fleetctl.codec import dt_to_str
 from fleetctl.model import RECLAIM_NOTICE_SECONDS, InterruptionEvent, InterruptionKind
-from fleetctl.nodewatch import MAX_DETAIL, MAX_NODE_ID, MAX_NOTICE_ID, NOTICES_PATH
+from fleetctl.nodewatch import MAX_DETAIL, MAX_NODE_ID, MAX_NOTICE_ID, NOTICES_PATH, token_problem
 from fleetctl.store import Store
 
 log = logging.getLogger("fleetctl.notices")
@@ -244,6 +244,9 @@ class NoticeServer:
     def __init__(self, store: Store, addr: str, *, token: str | None,
                  clock: Callable[[], datetime] = _utcnow) -> None:
         host, port = split_addr(addr)
+        problem = token_problem(token) if token else None
+        if problem:
+            raise ValueError(f"the notice token cannot be used: {problem}")
         if not token and not is_loopback(host):
             raise ValueError(
                 f"refusing to serve notices on {addr} without a token: pass --notice-token-file FILE "

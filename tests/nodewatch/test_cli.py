@@ -323,3 +323,56 @@ def test_node_watch_stops_at_once_on_sigterm_during_a_gce_wait(token_file):
     assert proc.returncode == 0, err
     assert still_waiting  # exited with the wait still open: it was abandoned, not waited out
     assert "signal 15: stopping" in err
+
+
+def refusal(args: list, capsys) -> tuple[int, str]:  # noqa: ANN001
+    """(exit code, output) of ``node-watch ... --once`` through the CLI, or of
+    the daemon's checks of its notice options: a daemon that accepted the token
+    would run on, so it is not started here."""
+    if args[0] == "node-watch":
+        result = runner.invoke(app, args)
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception  # no traceback
+        return result.exit_code, result.output
+    import typer
+
+    from fleetctl.cli.controller_cmd import _check_notice_options
+
+    with pytest.raises(typer.Exit) as exc:
+        _check_notice_options("127.0.0.1:0", args[1] if len(args) > 1 else None)
+    return exc.value.exit_code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, words", [
+    ("tok\u20acen\n".encode(), "character 4 is '€' (U+20AC), which is not printable ASCII"),  # not Latin-1 either
+    ("tök\n".encode(), "character 2 is 'ö' (U+00F6), which is not printable ASCII"),
+    (b"first-line\nsecond-line\n", "it holds more than one line"),
+    (b"tok\tx\n", "character 4 is '\\t' (U+0009)"),
+    (b"\xff\xfetoken\n", "is not text: byte 0xff at offset 0 is not UTF-8"),
+], ids=["euro", "umlaut", "two-lines", "tab", "not-utf8"])
+@pytest.mark.parametrize("command", ["node-watch", "daemon"])
+def test_a_token_that_cannot_travel_in_a_header_is_refused_at_startup(command, content, words, tmp_path,
+                                                                      monkeypatch, capsys):
+    """Such a token was accepted, and node-watch crashed with a traceback
+    (UnicodeEncodeError, 'Invalid header value') only when it posted a notice,
+    losing it; a non-UTF-8 file was a UnicodeDecodeError traceback in both."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "token"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    if command == "node-watch":
+        option = "--token-file"
+        args = ["node-watch", "--controller", "http://127.0.0.1:9", "--cloud", "aws", "--node-id", "i-1",
+                "--metadata-url", "http://127.0.0.1:9", "--once", "--token-file", str(path)]
+    else:
+        option = "--notice-token-file"
+        args = ["daemon", path]
+    code, output = refusal(args, capsys)
+    assert code == 1, output
+    assert f"{option} {path}" in output and words in output
+
+
+def test_the_daemon_refuses_a_token_variable_that_cannot_travel_in_a_header(monkeypatch, capsys):
+    monkeypatch.setenv("FLEETCTL_NOTICE_TOKEN", "s3cr\u00e9t")
+    code, output = refusal(["daemon"], capsys)
+    assert code == 2
+    assert "FLEETCTL_NOTICE_TOKEN: character 5 is 'é' (U+00E9), which is not printable ASCII" in output

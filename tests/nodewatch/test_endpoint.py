@@ -177,6 +177,13 @@ def test_a_tokenless_endpoint_only_on_loopback(make_controller):
         NoticeServer(c.endpoint_store, "9109", token=TOKEN)
 
 
+@pytest.mark.parametrize("token", ["two\nlines", "s3cr\u00e9t", "tok\u20ac"])
+def test_the_endpoint_refuses_a_token_no_watcher_could_send(make_controller, token):
+    c = make_controller(start=False)
+    with pytest.raises(ValueError, match="the notice token cannot be used: "):
+        NoticeServer(c.endpoint_store, "127.0.0.1:0", token=token)
+
+
 def test_an_ipv6_endpoint_serves_and_names_itself_with_brackets(make_controller):
     try:
         with socket.socket(socket.AF_INET6) as probe:
