@@ -270,7 +270,17 @@ class AwsImds:
                                   f"IMDS spot/instance-action {action} at {when}"))
         elif r.status != 404:
             raise MetadataError(f"spot/instance-action: HTTP {r.status} {r.text()[:200]}")
-        r = self._get("/latest/meta-data/events/recommendations/rebalance")
+        try:
+            r = self._get("/latest/meta-data/events/recommendations/rebalance")
+            if r.status not in (200, 404):
+                raise MetadataError(f"events/recommendations/rebalance: HTTP {r.status} {r.text()[:200]}")
+        except (MetadataError, OSError) as exc:
+            if not notices:
+                raise
+            # The reclaim notice read above stands whatever the rebalance path says: raising here held it
+            # back on every poll, and the node was never drained.
+            log.warning("%s; the spot/instance-action notice is delivered all the same", exc)
+            return tuple(notices)
         if r.status == 200:  # a recommendation stands (as above); raising here also held back a reclaim notice
             try:
                 when = _json_object(r, "events/recommendations/rebalance").get("noticeTime")
@@ -282,8 +292,6 @@ class AwsImds:
                 when = r.text().strip()
             notices.append(Notice("aws", node_id, InterruptionKind.REBALANCE, f"rebalance@{when}", None,
                                   f"IMDS rebalance recommendation at {when}"))
-        elif r.status != 404:
-            raise MetadataError(f"events/recommendations/rebalance: HTTP {r.status} {r.text()[:200]}")
         return tuple(notices)
 
     def drained(self, notice: Notice) -> None:

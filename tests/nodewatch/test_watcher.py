@@ -33,7 +33,7 @@ from fleetctl.nodewatch import (
 )
 from tests.builders import T0
 from tests.nodewatch.conftest import TOKEN, Clock, Sleeps, watcher_for
-from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds
+from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds, _text
 
 
 def free_port() -> int:
@@ -520,3 +520,49 @@ def test_a_stop_while_retrying_a_delivery_says_it_stopped_not_that_it_gave_up():
     message = str(exc.value)
     assert message.startswith("stopped by a signal before the reclaim_warning notice preempted@")
     assert "(1 attempt(s), the last: controller unreachable" in message and "gave up" not in message
+
+
+class ImdsWithABrokenRebalancePath(FakeImds):
+    """spot/instance-action as usual; events/recommendations/rebalance answers ``status``."""
+
+    def __init__(self, instance_id: str, status: int) -> None:
+        super().__init__(instance_id)
+        self.status = status
+
+    def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+        if path == "/latest/meta-data/events/recommendations/rebalance" and \
+                headers.get("x-aws-ec2-metadata-token") in self.tokens:
+            return _text(self.status, "Internal Server Error" if self.status == 500 else "Forbidden")
+        return super().handle(method, path, query, headers, body)
+
+
+@pytest.mark.parametrize("status", [500, 403])
+def test_an_aws_reclaim_notice_is_delivered_though_the_rebalance_path_fails(make_controller, status, caplog):
+    """The rebalance read raised after the instance-action notice was read, on
+    every poll: the reclaim notice was never delivered."""
+    c = make_controller("aws")
+    with ImdsWithABrokenRebalancePath("i-0abc", status) as fake:
+        fake.instance_action = {"action": "terminate", "time": "2026-11-02T09:02:00Z"}
+        with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
+            (event_id,) = watcher_for(AwsImds(fake.url), c.endpoint.url).poll_once()
+        fake.instance_action = None
+        with pytest.raises(MetadataError, match=f"rebalance: HTTP {status}"):  # nothing else to deliver: raised
+            AwsImds(fake.url).poll("i-0abc", Clock(T0))
+    (event,) = c.store.interruptions()
+    assert event.event_id == event_id and event.kind is InterruptionKind.RECLAIM_WARNING
+    assert f"rebalance: HTTP {status}" in caplog.text and "delivered all the same" in caplog.text
+
+
+def test_an_aws_reclaim_notice_is_delivered_though_the_rebalance_read_cannot_connect(make_controller):
+    c = make_controller("aws")
+
+    class Imds(AwsImds):
+        def _get(self, path):  # noqa: ANN001, ANN202 - the connection drops on the second read
+            if path.endswith("/rebalance"):
+                raise ConnectionResetError("connection reset by peer")
+            return super()._get(path)
+
+    with FakeImds("i-0abc") as fake:
+        fake.instance_action = {"action": "terminate", "time": "2026-11-02T09:02:00Z"}
+        assert len(watcher_for(Imds(fake.url), c.endpoint.url).poll_once()) == 1
+    assert len(c.store.interruptions()) == 1
