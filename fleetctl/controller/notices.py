@@ -183,11 +183,8 @@ def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEve
         deadline = body.deadline_utc.astimezone(timezone.utc) if body.deadline_utc else None
     except OverflowError:
         raise InvalidNotice([("deadline_utc", f"{body.deadline_utc.isoformat()} is out of range in UTC")]) from None
-    if body.provider == "gcp" and deadline is not None:
-        # GCE stops a preempted VM 30 s after the notice; the watcher's deadline for it is computed from the
-        # node's own clock, so it is capped at 30 s after the notice arrived here (a node clock running ahead
-        # would otherwise promise a checkpoint time the VM does not have).
-        deadline = min(deadline, received_at_utc + timedelta(seconds=RECLAIM_NOTICE_SECONDS["gcp"]))
+    if body.provider == "gcp":
+        deadline = _gcp_deadline(deadline, body.kind, received_at_utc)
     event = InterruptionEvent(
         event_id=event_id_for(body.provider, body.node_id, body.kind, body.notice_id),
         provider=body.provider,
@@ -197,6 +194,28 @@ def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEve
         deadline_utc=deadline,
     )
     return event, body
+
+
+def _gcp_deadline(deadline: datetime | None, kind: InterruptionKind, received_at_utc: datetime) -> datetime | None:
+    """GCE stops a preempted VM 30 s after the notice, and the watcher's
+    deadline for it (the moment it saw ``TRUE`` + 30 s) is on the node's own
+    clock. It is kept when it falls within the 30 s after the notice arrived
+    here (the node saw it a little before it was posted); outside them the
+    node's clock is off, and the deadline is taken as 30 s after the notice
+    arrived (so is a reclaim warning posted without one).
+
+    Design choice: a deadline already past on arrival is not clamped to the
+    arrival, but moved to 30 s after it. A node clock running behind cannot
+    be told from a late delivery (the watcher retried while the daemon was
+    down); taken as past, the first throws away a checkpoint window the job
+    really has. Taken as 30 s, the second costs nothing: the runtime reports
+    what a checkpoint actually saved, and a VM already gone saves nothing.
+    Capping only a clock that runs ahead (as before) left a clock 2 minutes
+    behind with a deadline already past."""
+    notice_end = received_at_utc + timedelta(seconds=RECLAIM_NOTICE_SECONDS["gcp"])
+    if deadline is None:
+        return notice_end if kind is InterruptionKind.RECLAIM_WARNING else None
+    return deadline if received_at_utc <= deadline <= notice_end else notice_end
 
 
 def is_loopback(host: str) -> bool:

@@ -218,6 +218,24 @@ def test_a_gcp_deadline_from_a_node_clock_that_runs_ahead_is_capped_at_the_30_se
     assert {e.provider: e.deadline_utc for e in c.store.interruptions()}["aws"] == T0 + timedelta(minutes=2)
 
 
+@pytest.mark.parametrize("posted, stored", [
+    ("2026-11-02T08:58:30Z", T0 + timedelta(seconds=30)),  # the node's clock 2 minutes behind: was already past
+    ("2026-11-02T08:59:59Z", T0 + timedelta(seconds=30)),  # a second before it arrived
+    ("2026-11-02T09:00:00Z", T0),  # within the 30 s after it arrived: the node saw it a little earlier
+    ("2026-11-02T09:00:21Z", T0 + timedelta(seconds=21)),
+    ("2026-11-02T09:00:31Z", T0 + timedelta(seconds=30)),  # a clock running ahead
+    (None, T0 + timedelta(seconds=30)),
+], ids=["2-min-behind", "1-s-behind", "at-arrival", "within", "1-s-ahead", "none"])
+def test_a_gcp_deadline_outside_the_30_seconds_after_arrival_is_30_seconds_after_arrival(make_controller, posted,
+                                                                                       stored):
+    """Only a node clock running ahead was corrected; one running behind gave
+    a deadline already past, so the job could not checkpoint."""
+    c = make_controller("gcp")
+    assert post(c.endpoint.url, {**GOOD, "deadline_utc": posted})[0] == 202
+    (event,) = c.store.interruptions()
+    assert event.deadline_utc == stored
+
+
 def test_a_negative_length_is_refused_and_a_stalled_client_is_dropped(make_controller, monkeypatch):
     import socket
 
