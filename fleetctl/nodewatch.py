@@ -482,11 +482,15 @@ def _json_object(r: Response, what: str) -> dict:
 
 
 def _parse_http_date(value: str) -> datetime:
-    """Azure's ``NotBefore`` is an HTTP date (``Mon, 19 Sep 2016 18:29:47 GMT``)."""
+    """Azure's ``NotBefore`` is an HTTP date (``Mon, 19 Sep 2016 18:29:47 GMT``).
+    One without a zone (none, or RFC 2822's ``-0000``: parsed as naive) is
+    taken as UTC, as ``_parse_iso`` takes an ISO time without an offset: HTTP
+    dates are GMT, and the node's local zone has nothing to do with it."""
     if not isinstance(value, str):
         raise MetadataError(f"scheduledevents NotBefore: not a time: {value!r}")
     try:
-        return parsedate_to_datetime(value).astimezone(timezone.utc)
+        dt = parsedate_to_datetime(value)
+        return dt.astimezone(timezone.utc) if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
     except (TypeError, ValueError, OverflowError):
         return _parse_iso(value, "scheduledevents NotBefore")
 

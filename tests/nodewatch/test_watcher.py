@@ -566,3 +566,27 @@ def test_an_aws_reclaim_notice_is_delivered_though_the_rebalance_read_cannot_con
         fake.instance_action = {"action": "terminate", "time": "2026-11-02T09:02:00Z"}
         assert len(watcher_for(Imds(fake.url), c.endpoint.url).poll_once()) == 1
     assert len(c.store.interruptions()) == 1
+
+
+@pytest.fixture
+def local_zone_five_hours_west(monkeypatch):
+    """The process's local time zone is UTC-5 for the test (a POSIX TZ: no tz database needed)."""
+    import time
+
+    monkeypatch.setenv("TZ", "EST5")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize("not_before", ["Mon, 02 Nov 2026 09:03:00 -0000", "Mon, 02 Nov 2026 09:03:00",
+                                        "Mon, 02 Nov 2026 09:03:00 GMT", "Mon, 02 Nov 2026 04:03:00 -0500"])
+def test_an_azure_not_before_without_a_zone_is_utc_not_the_nodes_local_time(not_before,
+                                                                          local_zone_five_hours_west):
+    """Read without a zone, it was taken as the node's local time: 5 hours off here."""
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-mine", T0)
+        fake.events[0]["NotBefore"] = not_before
+        (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", Clock(T0))
+    assert notice.deadline_utc == T0 + timedelta(minutes=3)
