@@ -49,6 +49,7 @@ import ipaddress
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -172,6 +173,13 @@ def parse_notice(raw: bytes, received_at_utc: datetime) -> tuple[InterruptionEve
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidNotice([("body", f"not JSON: {exc}")]) from exc
+    # Valid JSON all the same, but not what a notice can be; both were a 500 logged as a failed store, which
+    # the watcher retries: arrays or objects nested past the parser's recursion limit (64 KiB of '['), and
+    # an integer of over 4300 digits (Python's limit on converting one: a ValueError).
+    except RecursionError:
+        raise InvalidNotice([("body", "JSON nested too deeply for a notice")]) from None
+    except ValueError as exc:  # what else json.loads raises is a JSONDecodeError or a UnicodeDecodeError
+        raise InvalidNotice([("body", f"a JSON integer of over {sys.get_int_max_str_digits()} digits")]) from exc
     if not isinstance(data, dict):
         raise InvalidNotice([("body", "expected a JSON object")])
     try:

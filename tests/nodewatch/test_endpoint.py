@@ -4,6 +4,7 @@ and the event it writes (the same InterruptionEvent the provider path makes)."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import urllib.error
@@ -113,14 +114,20 @@ def test_a_non_bearer_scheme_is_refused(make_controller):
         # which the watcher retries for ever
         ({**GOOD, "deadline_utc": "9999-12-31T23:59:59-05:00"}, "deadline_utc", "out of range"),
         ({**GOOD, "deadline_utc": "0001-01-01T00:00:00+05:00"}, "deadline_utc", "out of range"),
+        # valid JSON the parser cannot take: were a 500 (RecursionError, ValueError), retried for ever
+        (b"[" * 30000 + b"]" * 30000, "body", "nested too deeply"),
+        (b'{"deadline_utc": ' + b"9" * 5000 + b"}", "body", "integer of over 4300 digits"),
     ],
     ids=["not-json", "not-object", "no-node", "empty-node", "bad-kind", "bad-provider", "naive-deadline",
-         "bad-deadline", "null-notice-id", "extra-field", "deadline-past-9999", "deadline-before-year-1"],
+         "bad-deadline", "null-notice-id", "extra-field", "deadline-past-9999", "deadline-before-year-1",
+         "nested-too-deeply", "5000-digits"],
 )
-def test_an_invalid_body_is_400_naming_the_field(make_controller, body, field, words):
+def test_an_invalid_body_is_400_naming_the_field(make_controller, body, field, words, caplog):
     c = make_controller()
     raw = body if isinstance(body, bytes) else None
-    status, answer, _ = post(c.endpoint.url, body, raw=raw)
+    with caplog.at_level(logging.ERROR, logger="fleetctl.notices"):
+        status, answer, _ = post(c.endpoint.url, body, raw=raw)
+    assert not caplog.records  # the client's mistake, not the endpoint's failure
     assert status == 400
     assert field in [i["field"] for i in answer["issues"]]
     assert f"{field}:" in answer["error"] and words.lower() in answer["error"].lower()
