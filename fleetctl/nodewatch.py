@@ -109,20 +109,31 @@ class Notice:
 
     def to_json(self) -> dict[str, object]:
         """The body to post, always one the endpoint accepts: a notice id
-        that is blank or over its 255 characters (the metadata service's own
-        text) is sent as its digest, and the detail is cut to 1000 characters;
-        the endpoint answered them with a 400, which is not retried."""
+        that is blank, over its 255 characters or not valid Unicode (the
+        metadata service's own text) is sent as its digest, an unpaired
+        surrogate elsewhere (a JSON escape such as ``\\ud800`` in the
+        metadata, or a --node-id that is not UTF-8) becomes U+FFFD, and the
+        detail is cut to 1000 characters; the endpoint answered them with a
+        400, which is not retried, so the notice was never delivered."""
         notice_id = self.notice_id.strip()
-        if not 0 < len(notice_id) <= MAX_NOTICE_ID:
-            notice_id = "sha256:" + hashlib.sha256(self.notice_id.encode("utf-8", "replace")).hexdigest()
+        if not 0 < len(notice_id) <= MAX_NOTICE_ID or _valid_unicode(notice_id) != notice_id:
+            # surrogatepass: two ids that differ only in their lone surrogates stay two notices
+            notice_id = "sha256:" + hashlib.sha256(self.notice_id.encode("utf-8", "surrogatepass")).hexdigest()
         return {
             "provider": self.provider,
-            "node_id": self.node_id,
+            "node_id": _valid_unicode(self.node_id),
             "kind": self.kind.value,
             "notice_id": notice_id,
             "deadline_utc": _iso(self.deadline_utc),
-            "detail": self.detail[:MAX_DETAIL],
+            "detail": _valid_unicode(self.detail)[:MAX_DETAIL],
         }
+
+
+def _valid_unicode(text: str) -> str:
+    """``text`` with each unpaired UTF-16 surrogate replaced by U+FFFD (a pair
+    left apart is joined): a string that holds one cannot be encoded, and the
+    endpoint refuses it."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _iso(dt: datetime | None) -> str | None:

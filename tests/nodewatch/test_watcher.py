@@ -590,3 +590,35 @@ def test_an_azure_not_before_without_a_zone_is_utc_not_the_nodes_local_time(not_
         fake.events[0]["NotBefore"] = not_before
         (notice,) = AzureScheduledEvents(fake.url).poll("vm-gpu-3", Clock(T0))
     assert notice.deadline_utc == T0 + timedelta(minutes=3)
+
+
+@pytest.mark.parametrize("cloud", ["aws", "azure"])
+def test_a_lone_surrogate_in_the_metadata_does_not_keep_the_notice_from_being_delivered(make_controller, cloud):
+    """A JSON escape such as \\ud800 in the metadata service's answer reads as
+    an unpaired surrogate, which the endpoint refuses with a 400 (not retried):
+    the notice was never delivered."""
+    c = make_controller(cloud)
+    if cloud == "aws":
+        fake = FakeImds("i-0abc")
+        fake.instance_action = {"action": "termin\ud800ate", "time": "2026-11-02T09:02:00Z"}
+        source, node_id = AwsImds, "i-0abc"
+    else:
+        fake = FakeAzure("vm-gpu-3")
+        fake.schedule_preempt("ev-\ud800", T0 + timedelta(seconds=30))
+        fake.schedule_preempt("ev-\udfff", T0 + timedelta(seconds=30))  # another one: not taken for the first
+        fake.events[0]["EventStatus"] = "Sched\udc00uled"
+        source, node_id = AzureScheduledEvents, "vm-gpu-3"
+    with fake:
+        delivered = watcher_for(source(fake.url), c.endpoint.url).poll_once()
+    events = c.store.interruptions()
+    assert len(delivered) == len(events) == (1 if cloud == "aws" else 2)
+    assert {e.node_id for e in events} == {node_id}
+    details = [e["payload"]["detail"] for e in c.store.events("notice_received")]
+    assert len(details) == len(events) and all("\ufffd" in d for d in details), details
+
+
+def test_a_node_id_that_is_not_valid_unicode_is_posted_with_a_replacement_character():
+    """--node-id from bytes that are not UTF-8 reaches Python as lone surrogates."""
+    notice = Notice("gcp", "z/n\udcff", InterruptionKind.RECLAIM_WARNING, "preempted@1", T0)
+    event, _ = parse_notice(json.dumps(notice.to_json()).encode(), T0)
+    assert event.node_id == "z/n\ufffd"
