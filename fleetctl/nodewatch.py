@@ -556,6 +556,17 @@ def token_problem(token: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class NoticeStatus:
+    """The controller's answer to ``GET /v1/notices/EVENT_ID``: ``handled``:
+    its interruptions pass has taken the notice; ``node_known``: it knew the
+    node, so handling it drained the node (false for a node it does not
+    know, another cluster's or a --node-id typo: nothing was drained)."""
+
+    handled: bool
+    node_known: bool | None
+
+
 class NoticeClient:
     """Posts notices to ``{controller}/v1/notices`` with a bearer token."""
 
@@ -572,9 +583,9 @@ class NoticeClient:
         return _request("POST", self.url, headers=headers, data=json.dumps(notice.to_json()).encode(),
                         timeout=self.timeout, direct=False)
 
-    def handled(self, event_id: str) -> bool:
-        """Whether the controller has handled (drained the node for) the notice
-        ``event_id``. Raises ``ConnectionError`` when it cannot say."""
+    def status(self, event_id: str) -> NoticeStatus:
+        """What the controller has done with the notice ``event_id``. Raises
+        ``ConnectionError`` when it cannot say."""
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -586,7 +597,10 @@ class NoticeClient:
             doc = json.loads(r.body)
         except ValueError as exc:
             raise ConnectionError(f"GET {url}: not JSON: {r.text()[:200]!r}") from exc
-        return isinstance(doc, dict) and doc.get("handled") is True
+        if not isinstance(doc, dict):
+            return NoticeStatus(False, None)
+        # node_known: absent from an older daemon's answer, which is taken as 'known' (as it was before)
+        return NoticeStatus(doc.get("handled") is True, doc.get("node_known") is not False)
 
 
 #: Seconds a watcher waits after a failed metadata poll, at least.
@@ -615,6 +629,7 @@ class NodeWatcher:
     delivered: dict[tuple[str, str, str, str], str] = field(default_factory=dict)  # notice key -> event id
     already_stored: set[str] = field(default_factory=set)  # event ids the controller had from an earlier post
     approved: set[tuple[str, str, str, str]] = field(default_factory=set)  # notice keys the source was told of
+    not_approved: set[tuple[str, str, str, str]] = field(default_factory=set)  # handled, but nothing drained
     _in_wait: bool = field(default=False, init=False, repr=False)  # in a blocking metadata poll (GCE wait)
 
     def _sleep(self, seconds: float) -> None:
@@ -640,8 +655,12 @@ class NodeWatcher:
         if self._in_wait:
             raise Stopped("stopped during a blocking metadata poll")
 
-    def poll_once(self) -> list[str]:
-        """Read the metadata service once; deliver what is new. Returns the event
+    def poll_once(self, *, approve: bool = True) -> list[str]:
+        """Read the metadata service once; deliver what is new; with
+        ``approve``, approve at the cloud what the controller has drained
+        (``--once`` does not: it never waits for the controller, so it never
+        approves, even a notice an earlier run delivered and the controller
+        has handled since). Returns the event
         ids the controller gave the notices delivered now. Raises
         ``MetadataError`` (the caller logs it and polls again),
         ``DeliveryFailed`` (the retry bound was reached; ``DeliveryStopped``:
@@ -656,7 +675,7 @@ class NodeWatcher:
             if notice.key not in self.delivered:
                 self.delivered[notice.key] = self.deliver(notice)
                 new.append(self.delivered[notice.key])
-            if self.source.approves and notice.key not in self.approved:
+            if approve and self.source.approves and notice.key not in self.approved | self.not_approved:
                 self._approve_if_drained(notice)
         return new
 
@@ -665,14 +684,25 @@ class NodeWatcher:
         it handled; until then (or when it cannot say) ask again at the next
         poll. The cloud takes the node at the notice's deadline regardless, so
         not approving only forgoes an earlier eviction. A failed approval is
-        tried again at the next poll; the notice is not posted again."""
+        tried again at the next poll; the notice is not posted again.
+
+        A notice the controller handled for a node it does not know drained
+        nothing (another cluster's node, or a --node-id typo: this node's jobs
+        were not checkpointed), so it is not approved: the error is logged
+        once and the cloud evicts at the deadline, as without the watcher."""
         event_id = self.delivered[notice.key]
         try:
-            handled = self.client.handled(event_id)
+            status = self.client.status(event_id)
         except OSError as exc:
             log.warning("notice %s: cannot ask the controller whether it is handled: %s", event_id, exc)
             return
-        if not handled:
+        if not status.handled:
+            return
+        if not status.node_known:
+            self.not_approved.add(notice.key)
+            log.error("notice %s: the controller does not know node %s (another cluster's node, or a wrong "
+                      "--node-id?), so nothing was drained: %s not approved at the cloud, which takes the node at "
+                      "the notice's deadline", event_id, notice.node_id, notice.notice_id)
             return
         self.source.drained(notice)
         self.approved.add(notice.key)

@@ -100,7 +100,7 @@ def node_watch(
     console.print(f"fleetctl node-watch: {cloud.value} node {node}, notices to {watcher.client.url}", markup=False)
     try:
         if once:
-            delivered = watcher.poll_once()
+            delivered = watcher.poll_once(approve=False)  # --once never waits for the controller: no approval
             known = [e for e in delivered if e in watcher.already_stored]
             console.print(f"{len(delivered)} notice(s) delivered" + (f": {', '.join(delivered)}" if delivered else "")
                           + (f" ({len(known)} the controller had already: {', '.join(known)})" if known else ""),

@@ -26,9 +26,10 @@ token; ``404``/``405`` for other paths and methods; ``413`` for a body over
 the limit; ``500`` if the store fails (the watcher retries).
 
 ``GET /v1/notices/EVENT_ID`` (same bearer token) answers ``200 {"event_id",
-"handled": bool, "handled_at_utc"}`` or ``404`` for a notice never stored.
-``handled`` turns true once the interruptions pass drained the node: its jobs
-checkpointed (within the notice) and requeued. The Azure watcher approves the
+"handled": bool, "handled_at_utc", "node_known"}`` or ``404`` for a notice never
+stored. ``handled`` turns true once the interruptions pass drained the node: its
+jobs checkpointed (within the notice) and requeued; ``node_known`` is then false
+if the controller did not know the node, so nothing was drained (null before). The Azure watcher approves the
 Scheduled Event (which lets Azure evict at once instead of at ``NotBefore``)
 only then, so an early approval never cuts a checkpoint short.
 
@@ -348,12 +349,18 @@ class NoticeServer:
         return 202, {"event_id": event.event_id, "duplicate": not new}
 
     def status(self, event_id: str) -> tuple[int, dict[str, Any]]:
-        """Whether a stored notice was handled yet; (status, JSON answer)."""
+        """Whether a stored notice was handled yet, and, once it is, whether
+        the controller knew its node (``node_known``: false when handling it
+        drained nothing, the node being unknown); (status, JSON answer)."""
         found, handled_at = self.store.interruption_handled_at(event_id)
         if not found:
             return 404, {"error": f"no notice {event_id!r} was stored"}
+        node_known = None
+        if handled_at is not None:  # the handling recorded interruption_unknown_node at handled_at, if at all
+            node_known = not any(e["payload"].get("event_id") == event_id
+                                 for e in self.store.events("interruption_unknown_node", since=handled_at))
         return 200, {"event_id": event_id, "handled": handled_at is not None,
-                     "handled_at_utc": dt_to_str(handled_at)}
+                     "handled_at_utc": dt_to_str(handled_at), "node_known": node_known}
 
 
 def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:

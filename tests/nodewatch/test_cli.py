@@ -376,3 +376,20 @@ def test_the_daemon_refuses_a_token_variable_that_cannot_travel_in_a_header(monk
     code, output = refusal(["daemon"], capsys)
     assert code == 2
     assert "FLEETCTL_NOTICE_TOKEN: character 5 is 'é' (U+00E9), which is not printable ASCII" in output
+
+
+def test_node_watch_once_never_approves_even_a_notice_the_controller_has_handled(make_controller, token_file):
+    """A second --once (cron) after the controller drained the node approved
+    the event at Azure, though --once is documented never to approve."""
+    c = make_controller("azure")
+    _, node = c.run_checkpointable_job()
+    with FakeAzure(node.node_id) as fake:
+        fake.schedule_preempt("ev-9", c.clock.now + timedelta(seconds=40))
+        args = ("--controller", c.endpoint.url, "--token-file", str(token_file), "--cloud", "azure",
+                "--metadata-url", fake.url, "--once")
+        first = node_watch(*args)
+        c.tick()  # drained: the notice is handled
+        assert c.store.interruptions() == () and c.jobs()["j"].interruptions == 1
+        again = node_watch(*args)
+    assert first.exit_code == again.exit_code == 0, again.output
+    assert fake.acks == []

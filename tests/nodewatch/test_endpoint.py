@@ -150,11 +150,16 @@ def test_a_notice_reads_unhandled_until_the_interruptions_pass_handled_it(make_c
     _, answer, _ = post(c.endpoint.url, GOOD)
     event_id = answer["event_id"]
     assert get_status(c.endpoint.url, event_id) == (
-        200, {"event_id": event_id, "handled": False, "handled_at_utc": None})
+        200, {"event_id": event_id, "handled": False, "handled_at_utc": None, "node_known": None})
     c.clock.now = T0 + timedelta(seconds=4)
     c.tick()  # the node is unknown to this controller: the notice is recorded and handled all the same
-    assert get_status(c.endpoint.url, event_id) == (
-        200, {"event_id": event_id, "handled": True, "handled_at_utc": "2026-11-02T09:00:04Z"})
+    assert get_status(c.endpoint.url, event_id) == (  # ... and the answer says nothing was drained
+        200, {"event_id": event_id, "handled": True, "handled_at_utc": "2026-11-02T09:00:04Z", "node_known": False})
+    c.run_checkpointable_job()
+    (node_id,) = c.nodes()
+    _, known, _ = post(c.endpoint.url, {**GOOD, "node_id": node_id})
+    c.tick()
+    assert get_status(c.endpoint.url, known["event_id"])[1]["node_known"] is True
     status, answer = get_status(c.endpoint.url, "no-such-event")
     assert status == 404 and "no-such-event" in answer["error"]
     assert get_status(c.endpoint.url, event_id, token="wrong")[0] == 401

@@ -407,10 +407,11 @@ def test_an_invalid_notice_is_not_retried(make_controller):
 
 def test_azure_is_approved_only_once_the_controller_drained_the_node(make_controller):
     c = make_controller("azure")
+    _, node = c.run_checkpointable_job()
     state_at_approval: list[tuple[int, int]] = []  # (notices stored, notices still unhandled)
-    with FakeAzure("vm-gpu-3", on_ack=lambda _id: state_at_approval.append(
+    with FakeAzure(node.node_id, on_ack=lambda _id: state_at_approval.append(
             (len(c.store.interruptions(unhandled_only=False)), len(c.store.interruptions())))) as fake:
-        fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
+        fake.schedule_preempt("ev-1", c.clock.now + timedelta(seconds=30))
         refused = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url, token="stale", max_attempts=2)
         with pytest.raises(DeliveryFailed):
             refused.poll_once()
@@ -446,8 +447,9 @@ def test_azure_is_not_approved_while_the_controller_cannot_say(make_controller):
 
 def test_a_failed_azure_approval_is_retried_without_re_posting(make_controller):
     c = make_controller("azure")
-    with FakeAzure("vm-gpu-3") as fake:
-        fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
+    _, node = c.run_checkpointable_job()
+    with FakeAzure(node.node_id) as fake:
+        fake.schedule_preempt("ev-1", c.clock.now + timedelta(seconds=30))
         watcher = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url)
         posts: list[str] = []
         original = watcher.client.post
@@ -622,3 +624,26 @@ def test_a_node_id_that_is_not_valid_unicode_is_posted_with_a_replacement_charac
     notice = Notice("gcp", "z/n\udcff", InterruptionKind.RECLAIM_WARNING, "preempted@1", T0)
     event, _ = parse_notice(json.dumps(notice.to_json()).encode(), T0)
     assert event.node_id == "z/n\ufffd"
+
+
+def test_azure_is_not_approved_for_a_node_the_controller_does_not_know(make_controller, caplog):
+    """The controller marks such a notice handled without draining anything
+    (another cluster's node, a --node-id typo), and the watcher approved it:
+    Azure then took the node early, with nothing checkpointed. Now it says so,
+    once, and leaves the eviction to NotBefore."""
+    c = make_controller("azure")
+    c.run_checkpointable_job()
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-1", c.clock.now + timedelta(seconds=30))
+        watcher = watcher_for(AzureScheduledEvents(fake.url), c.endpoint.url, node_id="vm-gpu-3-typo")
+        watcher.poll_once()
+        c.tick()  # handled: an unknown node, nothing drained
+        assert c.store.interruptions() == () and c.jobs()["j"].interruptions == 0
+        with caplog.at_level(logging.ERROR, logger="fleetctl.nodewatch"):
+            watcher.poll_once()
+            watcher.poll_once()
+        assert fake.acks == []
+    errors = [r.getMessage() for r in caplog.records if r.name == "fleetctl.nodewatch"]
+    assert len(errors) == 1, errors  # once, not at every poll
+    (error,) = errors
+    assert "does not know node vm-gpu-3-typo" in error and "ev-1 not approved" in error
