@@ -384,7 +384,8 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":  # an answer to HEAD has the headers of one to GET, and no body
+                self.wfile.write(data)
 
         def _authorized(self) -> bool:
             """True for the right bearer token; else answers 401."""
@@ -394,11 +395,32 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
                          {"WWW-Authenticate": 'Bearer realm="fleetctl-notices"'})
             return False
 
+        def _allowed(self) -> str | None:
+            """The one method the path takes (``POST /v1/notices``, ``GET
+            /v1/notices/EVENT_ID``), or ``None`` for a path that is not the endpoint's."""
+            path = self.path.split("?", 1)[0]
+            if path == NOTICES_PATH:
+                return "POST"
+            event_id = path.removeprefix(NOTICES_PATH + "/") if path.startswith(NOTICES_PATH + "/") else ""
+            return "GET" if event_id and "/" not in event_id else None
+
+        def _refuse(self) -> bool:
+            """Answer 404 for another path, 405 (with ``Allow``) for another method
+            on one of the endpoint's paths, as the docs say; True if refused."""
+            allowed = self._allowed()
+            if allowed == self.command:
+                return False
+            path = self.path.split("?", 1)[0]
+            if allowed is None:
+                self._answer(404, {"error": f"no such endpoint: {path} (notices go to POST {NOTICES_PATH}, their "
+                                            f"state is GET {NOTICES_PATH}/EVENT_ID)"})
+            else:
+                self._answer(405, {"error": f"{self.command} is not allowed on {path}: use {allowed}"},
+                             {"Allow": allowed})
+            return True
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path.split("?", 1)[0] != NOTICES_PATH:
-                self._answer(404, {"error": f"no such endpoint: {self.path} (notices go to POST {NOTICES_PATH})"})
-                return
-            if not self._authorized():
+            if self._refuse() or not self._authorized():
                 return
             try:
                 length = int(self.headers.get("Content-Length") or "0")
@@ -423,26 +445,23 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
             self._answer(status, payload)
 
         def do_GET(self) -> None:  # noqa: N802
-            path = self.path.split("?", 1)[0]
-            prefix = NOTICES_PATH + "/"
-            if not path.startswith(prefix) or not path[len(prefix):] or "/" in path[len(prefix):]:
-                self._not_allowed()
+            if self._refuse() or not self._authorized():
                 return
-            if not self._authorized():
-                return
+            event_id = self.path.split("?", 1)[0].removeprefix(NOTICES_PATH + "/")
             try:
-                status, payload = server.status(urllib.parse.unquote(path[len(prefix):]))
+                status, payload = server.status(urllib.parse.unquote(event_id))
             except Exception as exc:  # the request boundary: the watcher asks again on its next poll
                 log.exception("reading a notice's state failed")
                 self._answer(500, {"error": f"cannot read the notice: {type(exc).__name__}: {exc}"})
                 return
             self._answer(status, payload)
 
-        def _not_allowed(self) -> None:
-            self._answer(405, {"error": f"use POST {NOTICES_PATH} (or GET {NOTICES_PATH}/EVENT_ID)"},
-                         {"Allow": "POST, GET"})
+        def _other_method(self) -> None:
+            self._refuse()
 
-        do_PUT = do_DELETE = do_PATCH = _not_allowed  # noqa: N815
+        # Every other method HTTP defines: without a do_ method, http.server answered 501 (a method it does
+        # not know) where the docs say 405. A word that is not an HTTP method still gets its 501.
+        do_HEAD = do_OPTIONS = do_PUT = do_DELETE = do_PATCH = do_TRACE = do_CONNECT = _other_method  # noqa: N815
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
             log.debug("%s - %s", self.address_string(), format % args)

@@ -328,3 +328,36 @@ def test_clients_dribbling_their_requests_are_dropped_at_the_request_deadline(ma
         for sock in dribblers:
             sock.close()
     assert post(c.endpoint.url, GOOD)[0] == 202  # their slots came back: a real notice gets in
+
+
+@pytest.mark.parametrize("method, path, status, allow", [
+    ("GET", "/metrics", 404, None),  # were 405
+    ("GET", "/nope", 404, None),
+    ("PUT", "/nope", 404, None),
+    ("GET", "/v1/notices/", 404, None),
+    ("HEAD", "/v1/notices/x", 405, "GET"),  # were 501
+    ("OPTIONS", "/v1/notices", 405, "POST"),
+    ("TRACE", "/v1/notices", 405, "POST"),
+    ("DELETE", "/v1/notices", 405, "POST"),
+    ("GET", "/v1/notices", 405, "POST"),
+    ("POST", "/v1/notices/x", 405, "GET"),
+    ("PATCH", "/v1/notices/x", 405, "GET"),
+])
+def test_another_path_is_404_and_another_method_405_as_the_docs_say(make_controller, method, path, status, allow):
+    import http.client
+
+    c = make_controller()
+    host, port = c.endpoint.url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        conn.request(method, path, headers={"Authorization": f"Bearer {TOKEN}"})
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    assert (resp.status, resp.getheader("Allow")) == (status, allow)
+    if method == "HEAD":
+        assert body == b""
+    else:
+        assert (path if status == 404 else f"use {allow}") in json.loads(body)["error"]
+    assert c.store.interruptions(unhandled_only=False) == ()
