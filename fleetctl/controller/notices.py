@@ -56,9 +56,9 @@ import time
 import urllib.parse
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from fleetctl.codec import dt_to_str
 from fleetctl.model import RECLAIM_NOTICE_SECONDS, InterruptionEvent, InterruptionKind
@@ -68,6 +68,23 @@ from fleetctl.store import Store
 log = logging.getLogger("fleetctl.notices")
 
 MAX_BODY_BYTES = 64 * 1024
+
+
+def _time_text(value: object) -> object:
+    """``deadline_utc`` is a time with a zone, written as ISO 8601; pydantic
+    alone also took a number, or a string of one, as seconds since 1970."""
+    if value is None:
+        return value
+    numeric = not isinstance(value, str)
+    if not numeric:
+        try:
+            float(value)
+            numeric = True
+        except ValueError:
+            pass
+    if numeric:
+        raise ValueError(f"expected an ISO 8601 time with a zone, e.g. 2026-11-02T09:00:30Z, not {value!r}")
+    return value
 
 
 class NoticeBody(BaseModel):
@@ -80,7 +97,7 @@ class NoticeBody(BaseModel):
     node_id: str = Field(min_length=1, max_length=MAX_NODE_ID)
     kind: InterruptionKind
     notice_id: str = Field(min_length=1, max_length=MAX_NOTICE_ID)
-    deadline_utc: AwareDatetime | None = None
+    deadline_utc: Annotated[AwareDatetime | None, BeforeValidator(_time_text)] = None
     detail: str = Field(default="", max_length=MAX_DETAIL)
 
 

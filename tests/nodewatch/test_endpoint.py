@@ -117,10 +117,14 @@ def test_a_non_bearer_scheme_is_refused(make_controller):
         # valid JSON the parser cannot take: were a 500 (RecursionError, ValueError), retried for ever
         (b"[" * 30000 + b"]" * 30000, "body", "nested too deeply"),
         (b'{"deadline_utc": ' + b"9" * 5000 + b"}", "body", "integer of over 4300 digits"),
+        # seconds since 1970, which pydantic alone took for a time: the docs say a time with a zone
+        ({**GOOD, "deadline_utc": 1767225630}, "deadline_utc", "ISO 8601 time with a zone"),
+        ({**GOOD, "deadline_utc": "1767225630"}, "deadline_utc", "ISO 8601 time with a zone"),
+        ({**GOOD, "deadline_utc": 1.7e9}, "deadline_utc", "ISO 8601 time with a zone"),
     ],
     ids=["not-json", "not-object", "no-node", "empty-node", "bad-kind", "bad-provider", "naive-deadline",
          "bad-deadline", "null-notice-id", "extra-field", "deadline-past-9999", "deadline-before-year-1",
-         "nested-too-deeply", "5000-digits"],
+         "nested-too-deeply", "5000-digits", "epoch-number", "epoch-string", "epoch-float"],
 )
 def test_an_invalid_body_is_400_naming_the_field(make_controller, body, field, words, caplog):
     c = make_controller()
