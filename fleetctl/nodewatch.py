@@ -605,6 +605,8 @@ class NoticeClient:
 
 #: Seconds a watcher waits after a failed metadata poll, at least.
 ERROR_PAUSE_SECONDS = 1.0
+#: Seconds a watcher waits before a poll that does not block, at least (node-watch's smallest --interval).
+MIN_PAUSE_SECONDS = 0.1
 
 
 @dataclass
@@ -772,12 +774,12 @@ class NodeWatcher:
             if max_polls is not None and polls >= max_polls:
                 return
             # A blocking poll comes next (GCE wait-for-change): it is the wait, so no pause before it.
-            # Otherwise the interval, and after a failed poll at least ERROR_PAUSE_SECONDS even with a
-            # zero interval: an erroring metadata service must not be polled in a tight loop.
+            # Otherwise the interval, at least MIN_PAUSE_SECONDS, and after a failed poll at least
+            # ERROR_PAUSE_SECONDS: whatever the interval, the metadata service is never polled in a tight loop.
             if failed:
                 pause = max(self.interval_seconds, ERROR_PAUSE_SECONDS)
             else:
-                pause = 0.0 if self.source.next_poll_waits else self.interval_seconds
+                pause = 0.0 if self.source.next_poll_waits else max(self.interval_seconds, MIN_PAUSE_SECONDS)
             if pause > 0:
                 self._sleep(pause)
 

@@ -180,6 +180,18 @@ def test_gce_wait_for_change_waits_instead_of_the_interval_and_polls_at_the_inte
     assert [r.getMessage().count("without an ETag") for r in caplog.records] == [1]
 
 
+def test_a_watcher_with_a_zero_interval_never_polls_in_a_tight_loop():
+    """The auditor's setup: the watcher as node-watch configured it for
+    --gce-wait-for-change (interval 0), against answers without an ETag."""
+    with GceWithoutEtag("gpu-node-7") as fake:
+        sleeps = Sleeps()
+        watcher = watcher_for(GceMetadata(fake.url, wait_for_change=True), "http://127.0.0.1:9", sleeps=sleeps,
+                              node_id="n1")
+        assert watcher.interval_seconds == 0.0
+        watcher.run(max_polls=3)
+    assert sleeps == [0.1, 0.1]
+
+
 def watcher_delivered(watcher, timeout=10.0) -> bool:  # noqa: ANN001
     done = threading.Event()
 
