@@ -559,12 +559,12 @@ def token_problem(token: str) -> str | None:
 @dataclass(frozen=True, slots=True)
 class NoticeStatus:
     """The controller's answer to ``GET /v1/notices/EVENT_ID``: ``handled``:
-    its interruptions pass has taken the notice; ``node_known``: it knew the
-    node, so handling it drained the node (false for a node it does not
-    know, another cluster's or a --node-id typo: nothing was drained)."""
+    its interruptions pass has taken the notice; ``node_known``: false only
+    when the controller says it did not know the node (another cluster's, a
+    --node-id typo), so handling the notice drained nothing."""
 
     handled: bool
-    node_known: bool | None
+    node_known: bool
 
 
 class NoticeClient:
@@ -598,7 +598,7 @@ class NoticeClient:
         except ValueError as exc:
             raise ConnectionError(f"GET {url}: not JSON: {r.text()[:200]!r}") from exc
         if not isinstance(doc, dict):
-            return NoticeStatus(False, None)
+            return NoticeStatus(False, True)
         # node_known: absent from an older daemon's answer, which is taken as 'known' (as it was before)
         return NoticeStatus(doc.get("handled") is True, doc.get("node_known") is not False)
 
