@@ -312,7 +312,7 @@ def test_node_watch_stops_at_once_on_sigterm_during_a_gce_wait(token_file):
              "--token-file", str(token_file), "--cloud", "gcp", "--metadata-url", fake.url,
              "--gce-wait-for-change"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            assert fake.waiting.wait(30), "the watcher never waited for a change"
+            assert fake.waiting.wait(120), "the watcher never waited for a change"  # a loaded machine starts it slowly
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=60)
             still_waiting = fake.waiting.is_set()
