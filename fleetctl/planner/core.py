@@ -436,6 +436,10 @@ class _Pass:
             self.index.add(slot)
             self._charge_offer(node.offer, gang=self.slot_gang.get(node.node_id))
         queued = []
+        # Only jobs that hold their nodes now may be preempted: a bound or running job whose node is
+        # gone is placed again in this pass like any queued job, and a job placed in this pass is
+        # never a victim (it was preempted onto a node it had just been bound to, over-committing it).
+        self.active_jobs = {}
         for job in self.jobs:
             if job.state is JobState.QUEUED:
                 queued.append(job)
@@ -447,10 +451,10 @@ class _Pass:
                 for slot in slots:
                     self.index.take(slot, job)  # type: ignore[arg-type]
                 self.usage.setdefault(job.team, TeamUsage()).add(job)
+                self.active_jobs[job.job_id] = job
             else:
                 queued.append(job)
                 self._note(job, "its nodes are gone: placed again")
-        self.active_jobs = {j.job_id: j for j in self.jobs if j.state in (JobState.BOUND, JobState.RUNNING)}
         preemptible = {jid for jid, j in self.active_jobs.items() if self.policy.priority_class(j.priority).preemptible}
         self.victim_slots = [s for s in self.index.slots.values() if any(j in preemptible for j in s.jobs)]
         return queued
