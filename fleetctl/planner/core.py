@@ -1561,6 +1561,8 @@ class _Pass:
         for _, _, slot in candidates:
             if len(terminations) >= p.disruption_budget_nodes:
                 break
+            if slot.touched:
+                continue  # it received a job moved from a node emptied before it: that job moves once per pass
             jobs = [by_id[j] for j in sorted(slot.jobs)]
             if any((not j.checkpointable) or j.workers > 1 for j in jobs):
                 continue
@@ -1601,6 +1603,7 @@ class _Pass:
                 continue
             for j, target in moves:
                 self.index.give_back(slot, j)
+                target.touched = True  # received work in this pass: not emptied, nor its job moved to spot
                 migrations.append(Migrate(j.job_id, (slot.name,), (target.name,), Reason.CONSOLIDATION,
                     f"frees {slot.name} (${saving:.2f}/h); migration costs ${cost:.2f}, pays back in {payback:.1f} h"))
             terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,

@@ -45,6 +45,43 @@ def case_a_job_placed_again_in_this_pass_is_never_preempted():
     assert [u.job_id for u in p.unplaced] == ["high"]
 
 
+# ----------------------------------------------------------------------------- moves
+
+def checkpointed(j, node_id, started=T0 - timedelta(hours=5)):
+    """A checkpointable job running on ``node_id`` since ``started``, checkpointed 2 minutes ago."""
+    return replace(running(j, node_id, started=started), checkpointable=True, checkpoint_interval_minutes=30,
+                   first_started_at_utc=started, last_checkpoint_utc=T0 - timedelta(minutes=2))
+
+
+def moves(p):
+    return [(m.job_id, m.from_node_ids, m.to_node_ids) for m in p.of_kind("migrate")]
+
+
+def case_consolidation_moves_a_job_once_per_plan():
+    # Three under-used on-demand nodes, dearest first: emptying A moves "a" into B; B, which just received
+    # "a", must not be emptied in the same plan (that moved "a" again, into C).
+    a8, b8, c8 = (offer(n, price=pr, market=Market.ON_DEMAND) for n, pr in (("a8", 10.0), ("b8", 8.0), ("c8", 6.0)))
+    queue = [checkpointed(job(name, gpus=gpus, duration_hours=20), name.upper())
+             for name, gpus in (("a", 1), ("b", 4), ("c", 2))]
+    p = run(queue=queue, fleet=[node("A", a8), node("B", b8), node("C", c8)], pol=policy(disruption_budget_nodes=2))
+    assert moves(p) == [("a", ("A",), ("B",))]
+    assert [t.node_id for t in p.of_kind("terminate")] == ["A"]
+
+
+def case_a_job_consolidation_moved_is_not_moved_to_spot_in_the_same_plan():
+    # Consolidation moves "ck" from the dear on-demand node to the cheap one; the move back to spot must not
+    # then move it again (a second restart in one plan).
+    od_dear = offer("od-dear", price=10.0, market=Market.ON_DEMAND)
+    od_cheap = offer("od-cheap", price=6.0, market=Market.ON_DEMAND)
+    spot = offer("sp", price=2.0)
+    ck = checkpointed(job("ck", gpus=1, duration_hours=20), "a", started=T0 - timedelta(hours=3))
+    fleet = [node("a", od_dear), node("b", od_cheap, ready_at=T0 - timedelta(minutes=2))]
+    p = run(queue=[ck], fleet=fleet, offers=[od_dear, od_cheap, spot],
+            pol=policy(replace_on_demand_with_spot=True, disruption_budget_nodes=2))
+    assert moves(p) == [("ck", ("a",), ("b",))]
+    assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["a"]
+
+
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
