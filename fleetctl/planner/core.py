@@ -1692,11 +1692,7 @@ class _Pass:
                 payback = cost / saving
                 if payback > p.consolidation_payback_hours or payback >= left:
                     break
-                gpus = option.nodes * offer.instance_type.gpu_count
-                if self._market_rule(offer, gpus, gpus) is not None:
-                    continue
-                if p.max_usd_per_hour is not None and \
-                        self.usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                if self._move_breaks_rules(slots, option):
                     continue
                 targets = [self._new_slot(offer) for _ in range(option.nodes)]
                 gang = job.job_id if len(targets) > 1 else None
@@ -1728,6 +1724,32 @@ class _Pass:
                                     for sl in slots)
                 break
         return migrations, terminations
+
+    def _move_breaks_rules(self, slots: list[Slot], option: _Option) -> bool:
+        """Whether replacing the on-demand ``slots`` with ``option``'s new spot
+        nodes breaks a rule of the fleet after the move (the on-demand nodes
+        gone): the spot share, the type and zone spread, ``min_distinct_offers``
+        (one unit: a node or a gang's nodes) and ``max_gpus``; the budget counts
+        both until the old nodes go, as before."""
+        p = self.policy
+        offer = option.offer
+        gpus = option.nodes * offer.instance_type.gpu_count
+        if p.max_usd_per_hour is not None and \
+                self.usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+            return True
+        for sl in slots:
+            self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
+        try:
+            if self._market_rule(offer, gpus, gpus) is not None:
+                return True
+            if p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
+                return True
+            want = self._min_distinct()
+            fresh = offer.key not in self.spot_nodes_by_offer
+            return self.spot_units + 1 >= want and len(self.spot_nodes_by_offer) + fresh < want
+        finally:
+            for sl in slots:
+                self._charge_offer(sl.offer, 1, self.slot_gang.get(sl.name))
 
     def _new_slot(self, offer: Offer) -> Slot:
         """A node of ``offer`` bought in this step (a launch name, an empty slot)."""

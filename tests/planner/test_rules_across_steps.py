@@ -82,6 +82,48 @@ def case_a_job_consolidation_moved_is_not_moved_to_spot_in_the_same_plan():
     assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["a"]
 
 
+
+# ----------------------------------------------------------------------------- back to spot: the policy's caps
+
+def _alone_on_demand(job_id="ck", gpus=8, node_id="n1"):
+    return checkpointed(job(job_id, gpus=gpus, duration_hours=20), node_id, started=T0 - timedelta(hours=3))
+
+
+def case_back_to_spot_keeps_the_spot_share_of_the_fleet_after_the_move():
+    # The on-demand node is the whole fleet; moving its job to spot leaves a fleet that is all spot, which
+    # max_spot_share 0.5 forbids (the check counted the node being terminated as on-demand capacity).
+    od, sp = offer("g8od", price=30.0, market=Market.ON_DEMAND), offer("g8sp", price=5.0)
+    fleet, queue = [node("n1", od)], [_alone_on_demand()]
+    pol = policy(replace_on_demand_with_spot=True)
+    assert moves(run(queue=queue, fleet=fleet, offers=[od, sp], pol=pol))  # no cap: it moves
+    p = run(queue=queue, fleet=fleet, offers=[od, sp], pol=replace(pol, max_spot_share=0.5))
+    assert not p.actions
+
+
+def case_back_to_spot_keeps_max_gpus():
+    # A 1-GPU on-demand node swapped for a 4-GPU spot node: 4 GPUs under a cap of 2.
+    od = offer("g1od", gpus=1, price=10.0, market=Market.ON_DEMAND, vcpus=12, memory_gib=128)
+    sp = offer("g4sp", gpus=4, price=2.0)
+    fleet, queue = [node("n1", od)], [_alone_on_demand(gpus=1)]
+    pol = policy(replace_on_demand_with_spot=True)
+    assert moves(run(queue=queue, fleet=fleet, offers=[od, sp], pol=pol))  # no cap: it moves
+    assert not run(queue=queue, fleet=fleet, offers=[od, sp], pol=replace(pol, max_gpus=2)).actions
+
+
+def case_back_to_spot_keeps_min_distinct_offers():
+    # One spot node on offer s1 already; a second spot node must sit on another offer (s2, dearer).
+    od = offer("g8od", price=30.0, market=Market.ON_DEMAND)
+    s1, s2 = offer("g8", price=5.0, zone="z1"), offer("g8", price=6.0, zone="z2")
+    queue = [_alone_on_demand("on-spot", node_id="n1"), _alone_on_demand("on-od", node_id="n2")]
+    fleet = [node("n1", s1), node("n2", od)]
+    p = run(queue=queue, fleet=fleet, offers=[od, s1, s2], pol=policy(replace_on_demand_with_spot=True))
+    assert [l.offer.key for l in p.of_kind("launch")] == [s1.key]  # no rule: the cheapest
+    p = run(queue=queue, fleet=fleet, offers=[od, s1, s2],
+            pol=policy(replace_on_demand_with_spot=True, min_distinct_offers=2))
+    assert [l.offer.key for l in p.of_kind("launch")] == [s2.key]
+    assert moves(p) == [("on-od", ("n2",), (p.of_kind("launch")[0].node_names[0],))]
+
+
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
