@@ -1060,12 +1060,14 @@ class _Pass:
         total_projected = self.gpus + sum(job.gpus for job, _ in admitted)
         self.strict = False
         self.spread_premium = _SPREAD_PREMIUM
+        done = False
         for round_ in range(_PROJECTION_ROUNDS + 1):
             self.projected_spot_gpus = projected
             self.projected_total_gpus = total_projected
             self._buy_pass(ordered, kinds_of, dict(demand))
             if not self._diversification_broken():
-                return
+                done = True
+                break
             self._restore(snapshot)
             if round_ == 0:
                 # First, spread harder: any new spot offer beats reusing one.
@@ -1076,9 +1078,12 @@ class _Pass:
             projected = min(int(projected * 0.9), self.spot_gpus)
             if projected <= 0:
                 break
+        # The projections are this step's alone: every later purchase (after-the-step admissions,
+        # headroom, moves back to spot) is checked against what the fleet holds then.
         self.strict = True
         self.projected_spot_gpus = self.projected_total_gpus = 0
-        self._buy_pass(ordered, kinds_of, dict(demand))
+        if not done:
+            self._buy_pass(ordered, kinds_of, dict(demand))
 
     @staticmethod
     def _likely_kinds(kinds: tuple[Kind, ...], spot_ok: bool) -> tuple[Kind, ...]:

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import JobState, Market, PriorityClass
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, PriorityClass, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -122,6 +122,30 @@ def case_back_to_spot_keeps_min_distinct_offers():
             pol=policy(replace_on_demand_with_spot=True, min_distinct_offers=2))
     assert [l.offer.key for l in p.of_kind("launch")] == [s2.key]
     assert moves(p) == [("on-od", ("n2",), (p.of_kind("launch")[0].node_names[0],))]
+
+
+
+# ----------------------------------------------------------------------------- forecast headroom: the policy's caps
+
+def spot_share(p):
+    launched = [(l.offer.market, l.offer.instance_type.gpu_count * l.count) for l in p.of_kind("launch")]
+    return sum(g for m, g in launched if m is Market.SPOT) / sum(g for _, g in launched)
+
+
+def case_headroom_after_purchases_keeps_the_spot_share():
+    # The step buys an on-demand A100 node and one L4 spot node (50% spot) and C cannot have more spot. The
+    # headroom purchase after the step was checked against the step's projected totals (which counted C's
+    # 8 GPUs), so 4 more spot GPUs went through: 12 of 20 spot under a 50% cap.
+    od = offer("a100od", gpus=8, price=20.0, market=Market.ON_DEMAND)
+    l8 = offer("l4x8", gpus=8, price=8.0, model="L4", gpu_memory_gib=24)
+    l4 = offer("l4x4", gpus=4, price=3.0, model="L4", gpu_memory_gib=24)
+    queue = [job("A", gpus=8, spot=False, models=("A100-80GB",)),
+             job("B", gpus=8, models=("L4",), submitted=T0 + timedelta(seconds=1)),
+             job("C", gpus=8, models=("L4",), submitted=T0 + timedelta(seconds=2))]
+    demand = Forecast(demand=(DemandForecast("L4", 60, 40.0, 40.0),))
+    p = run(queue=queue, offers=[od, l8, l4], forecast=demand, pol=policy(max_spot_share=0.5, max_headroom_gpus=4))
+    assert spot_share(p) <= 0.5
+    assert not [l for l in p.of_kind("launch") if l.reason is Reason.FORECAST_HEADROOM]
 
 
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
