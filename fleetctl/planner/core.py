@@ -1426,6 +1426,16 @@ class _Pass:
                 return f"zone {offer.region}/{offer.zone or '*'} would pass {p.max_share_per_zone:.0%} of spot GPUs (diversification)"
         return None
 
+    def _too_few_offers(self, offer: Offer) -> bool:
+        """``min_distinct_offers``, checked at one purchase (one unit: a node,
+        or a gang's nodes) of ``offer``: once the fleet holds that many spot
+        units, they sit on at least that many distinct spot offers."""
+        if offer.market is not Market.SPOT:
+            return False
+        want = self._min_distinct()
+        fresh = offer.key not in self.spot_nodes_by_offer
+        return self.spot_units + 1 >= want and len(self.spot_nodes_by_offer) + fresh < want
+
     def _buy_one(self, job: Job, spot_ok: bool, demand: dict[Kind, float]) -> None:
         if not self._try_buy(job, spot_ok, demand, short=True, final=False):
             self._try_buy(job, spot_ok, demand, short=False, final=True)
@@ -1460,7 +1470,7 @@ class _Pass:
                 fresh = offer.key not in self.spot_nodes_by_offer
                 if best_unused is not None and not fresh and best_unused <= option.score * self.spread_premium:
                     why = f"at least {min_distinct} distinct spot offers wanted (diversification)"
-                elif self.strict and spot_units + 1 >= min_distinct and distinct + fresh < min_distinct:
+                elif self.strict and self._too_few_offers(offer):
                     # one purchase is one unit: a node, or a gang's nodes
                     why = (f"{spot_units + 1} spot nodes (a gang's counting once) would sit "
                            f"on fewer than {min_distinct} distinct offers (diversification)")
@@ -1749,9 +1759,7 @@ class _Pass:
                 return True
             if p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
                 return True
-            want = self._min_distinct()
-            fresh = offer.key not in self.spot_nodes_by_offer
-            return self.spot_units + 1 >= want and len(self.spot_nodes_by_offer) + fresh < want
+            return self._too_few_offers(offer)
         finally:
             for sl in slots:
                 self._charge_offer(sl.offer, 1, self.slot_gang.get(sl.name))
@@ -1801,8 +1809,11 @@ class _Pass:
             for offer in offers:
                 gpus = offer.instance_type.gpu_count
                 while want > 0 and gpus <= want:
-                    if self._market_rule(offer, gpus) is not None:
+                    if self._market_rule(offer, gpus) is not None or self._too_few_offers(offer):
                         break
+                    if offer.market is Market.SPOT and \
+                            self.on_demand_gpus < min(self.policy.on_demand_base_gpus, self.gpus + gpus):
+                        break  # the first on_demand_base_gpus GPUs are on demand
                     if self.policy.max_gpus is not None and self.gpus + gpus > self.policy.max_gpus:
                         break
                     if self.policy.max_usd_per_hour is not None and \

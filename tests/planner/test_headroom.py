@@ -60,3 +60,23 @@ def test_the_cap_holds_across_passes_idle_gpus_held_count_against_it():
     # one of them taken by a new job: one more idle GPU may be bought, back to the cap
     p = run(queue=[*running, job("new", gpus=1)], fleet=busy + bought, pol=pol, fc=forecast(25.0))
     assert sum(l.count for l in p.of_kind("launch") if l.reason is Reason.FORECAST_HEADROOM) == 1
+
+
+def test_headroom_keeps_min_distinct_offers():
+    # 8 GPUs wanted ahead, two 4-GPU spot offers: the second node sits on the other offer, as it would for jobs.
+    a = offer("g4a", gpus=4, price=4.0, zone="z1")
+    b = offer("g4b", gpus=4, price=6.0, zone="z2")
+    p = run(offers=(a, b), pol=policy(max_headroom_gpus=8), fc=forecast(8.0))
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(a.key, 2)]  # no rule: the cheapest
+    p = run(offers=(a, b), pol=policy(max_headroom_gpus=8, min_distinct_offers=2), fc=forecast(8.0))
+    assert sorted((l.offer.key, l.count) for l in p.of_kind("launch")) == [(a.key, 1), (b.key, 1)]
+
+
+def test_headroom_keeps_the_on_demand_base():
+    # The fleet's first 8 GPUs are on demand, whether jobs or the forecast buy them.
+    spot = offer("g4s", gpus=4, price=4.0)
+    od = offer("g4o", gpus=4, price=9.0, market=Market.ON_DEMAND)
+    p = run(offers=(spot, od), pol=policy(max_headroom_gpus=8), fc=forecast(8.0))
+    assert [(l.offer.market, l.count) for l in p.of_kind("launch")] == [(Market.SPOT, 2)]  # no base: spot
+    p = run(offers=(spot, od), pol=policy(max_headroom_gpus=8, on_demand_base_gpus=8), fc=forecast(8.0))
+    assert [(l.offer.market, l.count) for l in p.of_kind("launch")] == [(Market.ON_DEMAND, 2)]
