@@ -1116,6 +1116,7 @@ class _Pass:
         cheapest offer that holds the same jobs (risk included), dearest first,
         unless that breaks a rule. A node holding part of a gang stays in its zone."""
         bind_at = {b.job_id: i for i, b in enumerate(self.actions_bind)}
+        max_gpus = self.policy.max_gpus
         for slot in sorted(self.new_index.slots.values(), key=lambda sl: (-sl.offer.usd_per_hour, sl.name)):
             held = [jobs.get(jid) for jid in slot.jobs]
             if not held or any(j is None for j in held):
@@ -1141,6 +1142,8 @@ class _Pass:
                     continue
                 if it.gpu_count < used_g or it.vcpus < used_v or it.memory_gib < used_m:
                     continue
+                if max_gpus is not None and self.gpus + it.gpu_count - slot.offer.instance_type.gpu_count > max_gpus:
+                    continue  # a cheaper but bigger node would pass the GPU cap
                 if used_g and (it.gpu_model is None or it.gpu_memory_gib < min_mem):
                     continue
                 if any(j.gpu_models and it.gpu_model not in j.gpu_models for j in held):  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import DemandForecast, Forecast, JobState, Market, PriorityClass, Reason
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, OfferRisk, PriorityClass, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -146,6 +146,23 @@ def case_headroom_after_purchases_keeps_the_spot_share():
     p = run(queue=queue, offers=[od, l8, l4], forecast=demand, pol=policy(max_spot_share=0.5, max_headroom_gpus=4))
     assert spot_share(p) <= 0.5
     assert not [l for l in p.of_kind("launch") if l.reason is Reason.FORECAST_HEADROOM]
+
+
+
+# ----------------------------------------------------------------------------- the step's local improvement
+
+def case_a_node_is_not_swapped_for_a_bigger_one_past_max_gpus():
+    # Under max_gpus 4 the job buys the 4-GPU on-demand node (the spot one is too risky, the 8-GPU one too
+    # big); the swap for the cheapest node that holds the same jobs must not then pick the 8-GPU node.
+    risky = offer("x4", gpus=4, price=2.0, market=Market.SPOT)
+    y4 = offer("y4", gpus=4, price=6.0, market=Market.ON_DEMAND)
+    z8 = offer("z8", gpus=8, price=5.0, market=Market.ON_DEMAND)
+    storm = Forecast(interruption=(OfferRisk(risky.key, 60, 0.5),))
+    j = job("j", gpus=4, duration_hours=10)
+    p = run(queue=[j], offers=[risky, y4, z8], forecast=storm)
+    assert [l.offer.key for l in p.of_kind("launch")] == [z8.key]  # no cap: the cheapest
+    p = run(queue=[j], offers=[risky, y4, z8], forecast=storm, pol=policy(max_gpus=4))
+    assert [l.offer.key for l in p.of_kind("launch")] == [y4.key] and binds(p) == {"j": ("new-1",)}
 
 
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
