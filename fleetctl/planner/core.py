@@ -455,6 +455,12 @@ class _Pass:
             else:
                 queued.append(job)
                 self._note(job, "its nodes are gone: placed again")
+        # A draining node that holds nothing is terminated by this plan (step 4, `idle`) and takes no
+        # work: it is not capacity the rules may count (as on-demand, it let the step buy spot only).
+        for node in self.fleet:
+            slot = self.index.slots.get(node.node_id)
+            if node.state is NodeState.DRAINING and slot is not None and not slot.jobs:
+                self._charge_offer(node.offer, -1, gang=self.slot_gang.get(node.node_id))
         preemptible = {jid for jid, j in self.active_jobs.items() if self.policy.priority_class(j.priority).preemptible}
         self.victim_slots = [s for s in self.index.slots.values() if any(j in preemptible for j in s.jobs)]
         return queued

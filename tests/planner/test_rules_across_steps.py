@@ -9,7 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import DemandForecast, Forecast, JobState, Market, OfferRisk, PriorityClass, Reason
+from fleetctl.model import (DemandForecast, Forecast, JobState, Market, NodeState, OfferRisk, PriorityClass,
+                            Reason)
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -171,3 +172,18 @@ CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswi
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_rule(case):
     case()
+
+
+
+# ----------------------------------------------------------------------------- nodes the plan terminates
+
+@pytest.mark.parametrize("rule", [{"max_spot_share": 0.5}, {"on_demand_base_gpus": 8}], ids=str)
+def test_an_empty_draining_node_the_plan_terminates_is_not_on_demand_capacity(rule):
+    # The drained on-demand node is terminated by this very plan; counted as on-demand capacity, it let the
+    # new job go to spot, leaving a fleet that is all spot.
+    sp, od = offer("g8", price=5.0), offer("g8", price=15.0, market=Market.ON_DEMAND)
+    drained = node("n1", od, state=NodeState.DRAINING)
+    p = run(queue=[job("j", gpus=8)], fleet=[drained], offers=[sp, od], pol=policy(**rule))
+    assert [l.offer.market for l in p.of_kind("launch")] == [Market.ON_DEMAND]
+    assert [t.node_id for t in p.of_kind("terminate")] == ["n1"]
+    assert p.usd_per_hour_after == pytest.approx(15.0)
