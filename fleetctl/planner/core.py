@@ -582,9 +582,11 @@ class _Pass:
                 self.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
                 continue
             placed = self.place_existing(job, kinds)
-            if placed is not None and spot_ok and self._idle_dearer(job, placed, spot_ok, committed_usd):
+            idle = None  # the idle node(s) it skipped for a purchase
+            if placed is not None and spot_ok and self._idle_dearer(job, placed, spot_ok, committed_usd,
+                                                                    committed_gpus):
                 self.idle_fallback.add(job.job_id)
-                placed = None
+                idle, placed = placed, None
             if placed is not None:
                 self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
                 continue
@@ -613,6 +615,10 @@ class _Pass:
                 committed_gpus += estimate.nodes * estimate.offer.instance_type.gpu_count  # type: ignore[union-attr]
                 order.charge(job)  # fair share counts what the team is about to get
                 admitted.append((job, spot_ok))
+                continue
+            if idle is not None:  # refused the purchase after all: the idle node, not someone else's
+                self.idle_fallback.discard(job.job_id)
+                self.commit(job, idle, Reason.FITS_FREE_CAPACITY, order)
                 continue
             if self.try_preempt(job, kinds, order):
                 continue
@@ -651,14 +657,16 @@ class _Pass:
                 f"{_describe_need(job)}; no spot offer available now: waits for spot up to "
                 f"{self.policy.max_wait_for_spot_minutes:g} min (waited {waited * 60:.0f}) before on-demand")
 
-    def _idle_dearer(self, job: Job, placed: list[tuple[Slot, int]], spot_ok: bool, committed_usd: float) -> bool:
+    def _idle_dearer(self, job: Job, placed: list[tuple[Slot, int]], spot_ok: bool, committed_usd: float,
+                     committed_gpus: int) -> bool:
         """An idle node is not a sunk cost: binding a job to it keeps it, at its
         price, for the job's whole run. Design choice: a spot-eligible job skips
         idle existing nodes (typically on-demand bought while spot was short)
         when new spot capacity, risk-adjusted, saves more over the job's
         remaining hours than the idle node costs until its idle timeout ends
-        it. If the purchase then fails, the job still takes the idle node
-        (``_fallback_to_idle``)."""
+        it, if the budget and the GPU cap allow the purchase. If the purchase
+        then fails, the job still takes the idle node (at admission, rather
+        than preempting anyone; after the step, ``_fallback_to_idle``)."""
         if not self.policy.replace_on_demand_with_spot:
             return False
         if any(slot.new or slot.jobs or slot.offer.market is not Market.ON_DEMAND for slot, _ in placed):
@@ -668,6 +676,9 @@ class _Pass:
             return False
         if self.policy.max_usd_per_hour is not None and \
                 committed_usd + estimate.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
+            return False
+        if self.policy.max_gpus is not None and \
+                committed_gpus + estimate.nodes * estimate.offer.instance_type.gpu_count > self.policy.max_gpus:
             return False
         held = sum(slot.offer.usd_per_hour for slot, _ in placed)
         saved = (held - estimate.cost) * job.remaining_hours

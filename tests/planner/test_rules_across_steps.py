@@ -166,6 +166,24 @@ def case_a_node_is_not_swapped_for_a_bigger_one_past_max_gpus():
     assert [l.offer.key for l in p.of_kind("launch")] == [y4.key] and binds(p) == {"j": ("new-1",)}
 
 
+
+# ----------------------------------------------------------------------------- idle nodes
+
+def case_a_job_that_skipped_an_idle_node_takes_it_rather_than_preempting():
+    # "urgent" would skip the idle on-demand node for new spot (replace_on_demand_with_spot), but max_gpus
+    # allows no purchase: it takes the idle node; it must not preempt "low" on the busy node instead.
+    od, sp = offer("g8od", price=30.0, market=Market.ON_DEMAND), offer("g8sp", price=5.0)
+    low = running(job("low", gpus=8, team="b"), "busy", started=T0 - timedelta(hours=2))
+    urgent = job("urgent", gpus=8, priority="high", duration_hours=10)
+    fleet = [node("idle", od), node("busy", sp)]
+    pol = policy(replace_on_demand_with_spot=True, priority_classes=HIGH)
+    p = run(queue=[low, urgent], fleet=fleet, offers=[od, sp], pol=pol)
+    assert [l.offer.key for l in p.of_kind("launch")] == [sp.key]  # no cap: it buys spot
+    p = run(queue=[low, urgent], fleet=fleet, offers=[od, sp], pol=replace(pol, max_gpus=16))
+    assert binds(p) == {"urgent": ("idle",)}
+    assert not p.of_kind("preempt") and not p.of_kind("launch") and not p.of_kind("terminate")
+
+
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
