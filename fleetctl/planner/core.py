@@ -709,9 +709,8 @@ class _Pass:
                 self._admit_after_all(job, spot_ok, waiting)
                 continue
             self.unplaced.remove(waiting)
-            self.usage.setdefault(job.team, TeamUsage()).add(job)
             self._note(job, "took room left on a node bought in this step (nothing more to buy)")
-            self.commit(job, placed, Reason.FITS_NEW_CAPACITY, self.order)
+            self.commit(job, placed, Reason.FITS_NEW_CAPACITY, self.order)  # charges its team
 
     def _admit_after_all(self, job: Job, spot_ok: bool, waiting: Unplaced) -> None:
         """Admission charged each admitted job its cheapest node of its own;

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from fleetctl.model import (DemandForecast, Forecast, JobState, Market, NodeState, OfferRisk, PriorityClass,
-                            Reason)
+                            Reason, Team)
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -182,6 +182,18 @@ def case_a_job_that_skipped_an_idle_node_takes_it_rather_than_preempting():
     p = run(queue=[low, urgent], fleet=fleet, offers=[od, sp], pol=replace(pol, max_gpus=16))
     assert binds(p) == {"urgent": ("idle",)}
     assert not p.of_kind("preempt") and not p.of_kind("launch") and not p.of_kind("terminate")
+
+
+
+# ----------------------------------------------------------------------------- team usage
+
+def case_a_job_taking_room_the_step_bought_is_charged_to_its_team_once():
+    # Under a $8 budget admission lets one 1-GPU job buy the 8-GPU node; the other two take its room after
+    # the step. Team a may burst to 3 GPUs: all three fit (each charged once, not twice).
+    o = offer("g8", gpus=8, price=8.0, market=Market.ON_DEMAND)
+    queue = [job(f"j{i}", gpus=1, team="a", submitted=T0 + timedelta(seconds=i)) for i in range(3)]
+    p = run(queue=queue, offers=[o], pol=policy(max_usd_per_hour=8.0, teams=(Team("a", burst_gpus=3),)))
+    assert binds(p) == {"j0": ("new-1",), "j1": ("new-1",), "j2": ("new-1",)} and not p.unplaced
 
 
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
