@@ -816,10 +816,13 @@ class _Pass:
             return (not v.checkpointable, v.work_since_checkpoint_hours(self.now), -v.gpus, v.job_id)
 
         kind_set = set(kinds)
+        ends_at = self.now + timedelta(hours=job.remaining_hours)
         best: tuple | None = None
         for slot in self.victim_slots:
             if not slot.schedulable or slot.kind not in kind_set:
                 continue
+            if slot.reserved_until is not None and ends_at > slot.reserved_until:
+                continue  # a waiting gang's: only work that ends before the gang starts (backfill)
             victims = sorted((active[j] for j in slot.jobs if victim_ok(j)), key=victim_key)
             if not victims:
                 continue

@@ -46,6 +46,29 @@ def case_a_job_placed_again_in_this_pass_is_never_preempted():
     assert [u.job_id for u in p.unplaced] == ["high"]
 
 
+
+def case_preemption_keeps_a_waiting_gangs_reservation():
+    # The gang waits for n1 (batch, 5 h left) and n2 (production, 1 h left) and reserves both until then.
+    # A later job may preempt onto a reserved node only if it ends before the gang starts.
+    pol = policy(priority_classes=(PriorityClass("production", 1000, preemptible=False), *HIGH))
+
+    def left(j, node_id, hours):
+        return replace(running(j, node_id), duration_hours=1 + hours)
+
+    queue = [left(job("batch-on-n1", gpus=8, team="b"), "n1", 5),
+             left(job("prod-on-n2", gpus=8, priority="production", team="b"), "n2", 1),
+             job("gang", workers=2, gpus=8, priority="high", team="a")]
+
+    def later(hours):
+        return job("later", gpus=8, priority="high", team="a", submitted=T0 + timedelta(seconds=1),
+                   duration_hours=hours)
+
+    p = run(queue=[*queue, later(10)], fleet=[node("n1"), node("n2")], pol=pol)
+    assert not p.of_kind("preempt") and {u.job_id for u in p.unplaced} == {"gang", "later"}
+    p = run(queue=[*queue, later(2)], fleet=[node("n1"), node("n2")], pol=pol)  # backfill: ends first
+    assert [(x.job_id, x.by_job_id) for x in p.of_kind("preempt")] == [("batch-on-n1", "later")]
+
+
 # ----------------------------------------------------------------------------- moves
 
 def checkpointed(j, node_id, started=T0 - timedelta(hours=5)):
