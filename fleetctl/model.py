@@ -176,6 +176,20 @@ class Node:
     def schedulable(self) -> bool:
         return self.state in (NodeState.LAUNCHING, NodeState.READY)
 
+    @property
+    def placement_domain(self) -> tuple[str, str, str]:
+        """Provider, region and zone of the machine: nodes in one domain may hold one gang.
+
+        A node bought from a regional offer (zone ``""``) sits in the zone the
+        provider picked at launch; a provider that names its nodes
+        ``<zone>/<name>`` (GCP) says which, and nodes of one regional offer in
+        two zones are two domains. Without a zone in the id, the offer's
+        domain (the region)."""
+        provider, region, zone = self.offer.placement_domain
+        if not zone and "/" in self.node_id:
+            zone = self.node_id.split("/", 1)[0]
+        return (provider, region, zone)
+
 
 @dataclass(frozen=True, slots=True)
 class Job:

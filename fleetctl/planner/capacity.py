@@ -44,10 +44,12 @@ class Slot:
     bin: tuple[int, int] = (0, 0)  # where the index filed it: (vCPU bin, memory bin)
 
     @classmethod
-    def of(cls, name: str, offer: Offer, *, new: bool, schedulable: bool = True) -> "Slot":
+    def of(cls, name: str, offer: Offer, *, new: bool, schedulable: bool = True,
+           domain: Domain | None = None) -> "Slot":
+        """``domain``: the node's own (``Node.placement_domain``), else the offer's."""
         it = offer.instance_type
         return cls(name, offer, new, schedulable, it.gpu_count, float(it.vcpus), it.memory_gib,
-                   kind=kind_of(offer), domain=offer.placement_domain)
+                   kind=kind_of(offer), domain=offer.placement_domain if domain is None else domain)
 
     def workers_fit(self, job: Job) -> int:
         """How many workers of ``job`` fit in the free capacity."""

@@ -432,7 +432,8 @@ class _Pass:
         for node in self.fleet:
             if node.state not in _HELD:
                 continue
-            slot = Slot.of(node.node_id, node.offer, new=False, schedulable=node.schedulable)
+            slot = Slot.of(node.node_id, node.offer, new=False, schedulable=node.schedulable,
+                           domain=node.placement_domain)
             self.index.add(slot)
             self._charge_offer(node.offer, gang=self.slot_gang.get(node.node_id))
         queued = []

@@ -228,6 +228,23 @@ def test_rule(case):
 
 
 
+
+# ----------------------------------------------------------------------------- placement
+
+@pytest.mark.parametrize("zones, placed", [(("us-central1-a", "us-central1-b"), False),
+                                           (("us-central1-a", "us-central1-a"), True)], ids=["two-zones", "one-zone"])
+def test_a_gang_never_spans_the_zones_of_nodes_bought_from_a_regional_offer(zones, placed):
+    # A regional offer (zone "", as GCP's and Azure's prices are) has nodes in whatever zone the provider
+    # picked; a node named <zone>/<name> says which. Two such nodes in two zones are not one placement domain.
+    regional = offer("a2-ultragpu-8g", gpus=8, price=20.0, provider="gcp", region="us-central1", zone="",
+                     market=Market.ON_DEMAND)
+    fleet = [node(f"{z}/fleetctl-{i}", regional) for i, z in enumerate(zones)]
+    p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet, offers=[])
+    assert ("gang" in binds(p)) is placed
+    if placed:
+        assert sorted(binds(p)["gang"]) == [n.node_id for n in fleet]
+
+
 # ----------------------------------------------------------------------------- nodes the plan terminates
 
 @pytest.mark.parametrize("rule", [{"max_spot_share": 0.5}, {"on_demand_base_gpus": 8}], ids=str)
