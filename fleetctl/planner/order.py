@@ -31,7 +31,9 @@ def effective_band(job: Job, policy: Policy, now: datetime, class_values: tuple[
     own = policy.priority_class(job.priority).value
     if policy.aging_priority_per_hour <= 0 and not job.priority_boost:
         return own
-    waited_hours = max(0.0, (now - job.submitted_at_utc).total_seconds() / 3600)
+    # Hours waited since the job last entered the queue (its submission, or its last requeue): a job
+    # requeued after running for days has not waited those days.
+    waited_hours = max(0.0, (now - job.queued_since_utc).total_seconds() / 3600)
     effective = own + policy.aging_priority_per_hour * waited_hours + job.priority_boost
     band = own
     for value in class_values:  # ascending

@@ -31,6 +31,22 @@ def binds(p):
 HIGH = (PriorityClass("high", 500), PriorityClass("batch", 100))
 
 
+
+# ----------------------------------------------------------------------------- queue order
+
+def case_aging_counts_the_hours_waited_since_the_last_requeue():
+    # Submitted 48 h ago, requeued a minute ago (it ran in between): it has waited a minute, so it stays in
+    # the batch band and does not preempt a batch job of another team. A job that has waited 48 h does.
+    pol = policy(aging_priority_per_hour=10.0, priority_classes=HIGH)
+    victim = running(job("victim", gpus=8, team="b"), "n1", started=T0 - timedelta(hours=2))
+    waited = job("waiting", gpus=8, team="a", submitted=T0 - timedelta(hours=48))
+    requeued = replace(waited, requeued_at_utc=T0 - timedelta(minutes=1), interruptions=1)
+    p = run(queue=[victim, requeued], fleet=[node("n1")], pol=pol)
+    assert not p.of_kind("preempt") and [u.job_id for u in p.unplaced] == ["waiting"]
+    p = run(queue=[victim, waited], fleet=[node("n1")], pol=pol)
+    assert [(x.job_id, x.by_job_id) for x in p.of_kind("preempt")] == [("victim", "waiting")]
+
+
 # ----------------------------------------------------------------------------- preemption
 
 def case_a_job_placed_again_in_this_pass_is_never_preempted():
