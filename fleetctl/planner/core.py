@@ -510,7 +510,8 @@ class _Pass:
         # Design choice: the cache key rounds vCPUs and memory up to a power of
         # two, so the many slightly different shapes of a real queue share one
         # estimate; it is conservative (a bigger shape costs at least as much),
-        # and the exact shape is tried when the rounded one fits nowhere.
+        # and the exact shape is tried when the rounded one fits nowhere, and
+        # before the rounded one's price refuses a job (_admission).
         rounded = replace(job, vcpus_per_worker=_pow2(job.vcpus_per_worker),
                           memory_gib_per_worker=_pow2(job.memory_gib_per_worker))
         key = (job.workers, job.gpus_per_worker, rounded.vcpus_per_worker, rounded.memory_gib_per_worker,
@@ -518,6 +519,35 @@ class _Pass:
         if key not in self._estimates:
             self._estimates[key] = self._cheapest(rounded, spot_ok)
         return self._estimates[key] or self._cheapest(job, spot_ok)
+
+    def _admission(self, job: Job, spot_ok: bool, usd: float,
+                   gpus: int) -> tuple[_Option | None, tuple[Reason, str] | None]:
+        """The purchase admission counts for ``job`` with the fleet at ``usd``
+        and ``gpus``, and what refuses it (the GPU cap, the budget), if
+        anything. The cached estimate is conservative (its shape is rounded
+        up): before a refusal, the job's exact shape is priced."""
+        estimate = self.estimate(job, spot_ok)
+        if estimate is None:
+            return None, self._no_offer(job, spot_ok)
+        blocked = self._limit_blocks(job, estimate, usd, gpus)
+        if blocked is not None:
+            exact = self._cheapest(job, spot_ok)
+            if exact is not None and self._limit_blocks(job, exact, usd, gpus) is None:
+                return exact, None
+        return estimate, blocked
+
+    def _limit_blocks(self, job: Job, option: _Option, usd: float, gpus: int) -> tuple[Reason, str] | None:
+        p = self.policy
+        more = option.nodes * option.offer.instance_type.gpu_count
+        if p.max_gpus is not None and gpus + more > p.max_gpus:
+            return (Reason.CAPACITY_LIMIT,
+                    f"{_describe_need(job)}; {more} more GPUs would pass the policy's max of {p.max_gpus}")
+        if p.max_usd_per_hour is not None and usd + option.usd_per_hour > p.max_usd_per_hour + 1e-9:
+            return (Reason.BUDGET_EXCEEDED,
+                    f"{_describe_need(job)}; the cheapest fit ({option.offer.instance_type.name}, "
+                    f"${option.usd_per_hour:.2f}/h) would take the fleet to "
+                    f"${usd + option.usd_per_hour:.2f}/h, above the budget of ${p.max_usd_per_hour:.2f}/h")
+        return None
 
     def _cheapest(self, job: Job, spot_ok: bool) -> _Option | None:
         options = self.options(job, spot_ok, short=True) or self.options(job, spot_ok)
@@ -593,19 +623,7 @@ class _Pass:
                 continue
             if job.job_id not in self.idle_fallback:
                 self._note(job, "free capacity: no node (or zone) with room for it")
-            estimate = self.estimate(job, spot_ok)
-            blocked: tuple[Reason, str] | None = None
-            if estimate is None:
-                blocked = self._no_offer(job, spot_ok)
-            elif self.policy.max_gpus is not None and committed_gpus + estimate.nodes * estimate.offer.instance_type.gpu_count > self.policy.max_gpus:
-                blocked = (Reason.CAPACITY_LIMIT,
-                           f"{_describe_need(job)}; {estimate.nodes * estimate.offer.instance_type.gpu_count} more GPUs "
-                           f"would pass the policy's max of {self.policy.max_gpus}")
-            elif self.policy.max_usd_per_hour is not None and committed_usd + estimate.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
-                blocked = (Reason.BUDGET_EXCEEDED,
-                           f"{_describe_need(job)}; the cheapest fit ({estimate.offer.instance_type.name}, "
-                           f"${estimate.usd_per_hour:.2f}/h) would take the fleet to "
-                           f"${committed_usd + estimate.usd_per_hour:.2f}/h, above the budget of ${self.policy.max_usd_per_hour:.2f}/h")
+            estimate, blocked = self._admission(job, spot_ok, committed_usd, committed_gpus)
             if blocked is None and spot_ok:
                 waiting = self._waits_for_spot(job)
                 if waiting is not None:
@@ -720,15 +738,10 @@ class _Pass:
         spent (before, it waited a pass with a reason quoting a fleet cost
         the plan did not reach). Not while the scale-up cooldown defers
         purchases; the diversification rules are checked after the purchase."""
-        p = self.policy
         if self.scale_up_wait is not None:
             return
-        estimate = self.estimate(job, spot_ok)
-        if estimate is None:
-            return
-        if p.max_gpus is not None and self.gpus + estimate.nodes * estimate.offer.instance_type.gpu_count > p.max_gpus:
-            return
-        if p.max_usd_per_hour is not None and self.usd + estimate.usd_per_hour > p.max_usd_per_hour + 1e-9:
+        estimate, blocked = self._admission(job, spot_ok, self.usd, self.gpus)
+        if estimate is None or blocked is not None:
             return
         self.unplaced.remove(waiting)
         self.order.charge(job)  # type: ignore[union-attr]

@@ -47,6 +47,18 @@ def case_aging_counts_the_hours_waited_since_the_last_requeue():
     assert [(x.job_id, x.by_job_id) for x in p.of_kind("preempt")] == [("victim", "waiting")]
 
 
+
+# ----------------------------------------------------------------------------- admission
+
+def case_admission_prices_the_jobs_own_shape_before_refusing_it():
+    # 5 vCPUs fit the $1 6-vCPU node; admission priced a shape rounded up to 8 vCPUs ($3) and refused the job
+    # under a $2 budget.
+    small = offer("g1-6cpu", gpus=1, price=1.0, vcpus=6, memory_gib=64, market=Market.ON_DEMAND)
+    big = offer("g1-8cpu", gpus=1, price=3.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)
+    p = run(queue=[job("j", gpus=1, vcpus=5, memory_gib=16)], offers=[small, big], pol=policy(max_usd_per_hour=2.0))
+    assert not p.unplaced and [l.offer.key for l in p.of_kind("launch")] == [small.key]
+
+
 # ----------------------------------------------------------------------------- preemption
 
 def case_a_job_placed_again_in_this_pass_is_never_preempted():
