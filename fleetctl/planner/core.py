@@ -525,13 +525,17 @@ class _Pass:
         """The purchase admission counts for ``job`` with the fleet at ``usd``
         and ``gpus``, and what refuses it (the GPU cap, the budget), if
         anything. The cached estimate is conservative (its shape is rounded
-        up): before a refusal, the job's exact shape is priced."""
+        up, and the cheapest in dollars may be a node bigger than the GPU cap
+        leaves room for): before a refusal, the cheapest purchase of the job's
+        exact shape within the cap is priced."""
         estimate = self.estimate(job, spot_ok)
         if estimate is None:
             return None, self._no_offer(job, spot_ok)
         blocked = self._limit_blocks(job, estimate, usd, gpus)
         if blocked is not None:
-            exact = self._cheapest(job, spot_ok)
+            # the cheapest purchase in dollars may be a node bigger than the GPU cap leaves room for
+            left = None if self.policy.max_gpus is None else self.policy.max_gpus - gpus
+            exact = self._cheapest(job, spot_ok, left) if left is None or left >= job.gpus else None
             if exact is not None and self._limit_blocks(job, exact, usd, gpus) is None:
                 return exact, None
         return estimate, blocked
@@ -549,8 +553,14 @@ class _Pass:
                     f"${usd + option.usd_per_hour:.2f}/h, above the budget of ${p.max_usd_per_hour:.2f}/h")
         return None
 
-    def _cheapest(self, job: Job, spot_ok: bool) -> _Option | None:
-        options = self.options(job, spot_ok, short=True) or self.options(job, spot_ok)
+    def _cheapest(self, job: Job, spot_ok: bool, max_gpus: int | None = None) -> _Option | None:
+        """The cheapest purchase in dollars for ``job`` alone (``max_gpus``: of
+        those that add at most that many GPUs)."""
+        def fits(o: _Option) -> bool:
+            return max_gpus is None or o.nodes * o.offer.instance_type.gpu_count <= max_gpus
+
+        options = [o for o in self.options(job, spot_ok, short=True) if fits(o)] or \
+            [o for o in self.options(job, spot_ok) if fits(o)]
         return min(options, key=lambda o: (o.usd_per_hour, self.offer_key[id(o.offer)])) if options else None
 
     def options(self, job: Job, spot_ok: bool, short: bool = False, demand: dict[Kind, float] | None = None) -> list[_Option]:

@@ -59,6 +59,17 @@ def case_admission_prices_the_jobs_own_shape_before_refusing_it():
     assert not p.unplaced and [l.offer.key for l in p.of_kind("launch")] == [small.key]
 
 
+
+def case_admission_under_max_gpus_finds_a_node_that_fits_the_cap():
+    # The cheapest purchase in dollars is an 8-GPU node, past max_gpus 4; a dearer 4-GPU node fits the cap.
+    g4 = offer("g4", gpus=4, price=10.0, market=Market.ON_DEMAND)
+    g8 = offer("g8", gpus=8, price=6.0, market=Market.ON_DEMAND)
+    p = run(queue=[job("j", gpus=4)], offers=[g4, g8], pol=policy(max_gpus=4))
+    assert not p.unplaced and [l.offer.key for l in p.of_kind("launch")] == [g4.key]
+    p = run(queue=[job("j", gpus=4)], offers=[g4, g8], pol=policy(max_gpus=3))
+    assert [u.reason for u in p.unplaced] == [Reason.CAPACITY_LIMIT] and not p.actions
+
+
 # ----------------------------------------------------------------------------- preemption
 
 def case_a_job_placed_again_in_this_pass_is_never_preempted():
