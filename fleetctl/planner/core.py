@@ -2013,7 +2013,8 @@ class PlannedFleet:
     pass's working state, so ``place(job)`` answers for one new job in the time
     of one placement instead of a whole pass: free capacity first (existing
     nodes, then those the plan buys), else a purchase under the same market,
-    diversification, GPU-cap and budget rules, else the reason it waits.
+    diversification, GPU-cap and budget rules (and the scale-up cooldown),
+    else the reason it waits.
     It is pure like ``plan``: nothing outside the object changes.
     """
 
@@ -2044,7 +2045,9 @@ class PlannedFleet:
                 p.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
             else:
                 p.usage.setdefault(job.team, TeamUsage()).add(job)  # _buy_one uncharges if it fails
-                p._buy_one(job, spot_ok, {})
+                # within the scale-up cooldown it waits (uncharged), as in a full pass, unless its deadline cannot
+                if p.scale_up_wait is None or p._defer_purchases([(job, spot_ok)]):
+                    p._buy_one(job, spot_ok, {})
         launches = []
         for key, names in p.launch_names.items():
             fresh = tuple(names[launches_before.get(key, 0):])

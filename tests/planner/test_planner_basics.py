@@ -196,6 +196,24 @@ def test_scale_up_cooldown_defers_purchases_but_not_free_capacity():
                    offers=offers, pol=pol, now=T0 - timedelta(seconds=20)).of_kind("launch")  # slack: it waits
 
 
+def test_planned_fleet_place_keeps_the_scale_up_cooldown():
+    from dataclasses import replace as _replace
+
+    from fleetctl.planner import PlannedFleet
+
+    pol = policy(scale_up_cooldown_seconds=600)
+    fresh = node("n1", offer(price=3.0), ready_at=T0 - timedelta(seconds=30))  # launched 90 s before T0
+    offers = [offer(price=3.0), offer(price=9.0, market=Market.ON_DEMAND)]
+    pf = PlannedFleet(now=T0, queue=[job("busy", gpus=8)], fleet=[fresh], offers=offers, forecast=None, policy=pol)
+    step = pf.place(job("late", gpus=8, submitted=T0 + timedelta(seconds=1)))
+    assert not step.actions and [u.reason for u in step.unplaced] == [Reason.WAITING_FOR_CAPACITY]
+    assert "scale-up cooldown" in step.unplaced[0].detail and step.usd_per_hour_after == step.usd_per_hour_before
+    # as in a full pass, a job whose deadline cannot afford the wait buys at once
+    pressed = _replace(job("pressed", gpus=8), deadline_utc=T0 + timedelta(hours=1, seconds=10))  # 30 s of slack
+    step = pf.place(pressed)
+    assert [a.kind for a in step.actions] == ["launch", "bind"] and not step.unplaced
+
+
 def test_scale_down_cooldown_after_a_launch_or_a_termination():
     pol = policy(idle_timeout_minutes=10, scale_down_cooldown_minutes=5)
     idle = node("old", ready_at=T0 - timedelta(minutes=30))
