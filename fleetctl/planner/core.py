@@ -202,6 +202,10 @@ class _Pass:
         self.launch_reason: dict[str, Reason] = {}
         self.usd = 0.0
         self.gpus = 0
+        # Empty draining nodes this plan terminates: no capacity for the market rules, but held (and billed)
+        # until they go, so the budget and the GPU cap still count them (as they count idle nodes it ends).
+        self.leaving_usd = 0.0
+        self.leaving_gpus = 0
         self.spot_gpus = 0
         self.on_demand_gpus = 0
         self.spot_by_type: dict[str, int] = {}
@@ -462,6 +466,8 @@ class _Pass:
             slot = self.index.slots.get(node.node_id)
             if node.state is NodeState.DRAINING and slot is not None and not slot.jobs:
                 self._charge_offer(node.offer, -1, gang=self.slot_gang.get(node.node_id))
+                self.leaving_usd += node.offer.usd_per_hour
+                self.leaving_gpus += node.offer.instance_type.gpu_count
         preemptible = {jid for jid, j in self.active_jobs.items() if self.policy.priority_class(j.priority).preemptible}
         self.victim_slots = [s for s in self.index.slots.values() if any(j in preemptible for j in s.jobs)]
         return queued
@@ -610,8 +616,8 @@ class _Pass:
         order = QueueOrder(queued, self.policy, self.now, self.usage, tuple(totals))
         self.order = order
         admitted: list[tuple[Job, bool]] = []
-        committed_usd = self.usd
-        committed_gpus = self.gpus
+        committed_usd = self.usd + self.leaving_usd
+        committed_gpus = self.gpus + self.leaving_gpus
         for job in order:
             spot_ok, why_not_spot = self._spot_ok(job)
             if why_not_spot and job.spot_eligible is not False:
@@ -750,7 +756,7 @@ class _Pass:
         purchases; the diversification rules are checked after the purchase."""
         if self.scale_up_wait is not None:
             return
-        estimate, blocked = self._admission(job, spot_ok, self.usd, self.gpus)
+        estimate, blocked = self._admission(job, spot_ok, self.usd + self.leaving_usd, self.gpus + self.leaving_gpus)
         if estimate is None or blocked is not None:
             return
         self.unplaced.remove(waiting)
@@ -760,7 +766,7 @@ class _Pass:
         self.strict = True
         self.projected_spot_gpus = self.projected_total_gpus = 0
         self._note(job, f"admitted after the step's purchases: they cost less than admission counted "
-                        f"(fleet ${self.usd:.2f}/h before this job)")
+                        f"(fleet ${self.usd + self.leaving_usd:.2f}/h before this job)")
         self._buy_one(job, spot_ok, {})
 
     def _fallback_to_idle(self) -> None:
@@ -1185,7 +1191,8 @@ class _Pass:
                     continue
                 if it.gpu_count < used_g or it.vcpus < used_v or it.memory_gib < used_m:
                     continue
-                if max_gpus is not None and self.gpus + it.gpu_count - slot.offer.instance_type.gpu_count > max_gpus:
+                if max_gpus is not None and \
+                        self.gpus + self.leaving_gpus + it.gpu_count - slot.offer.instance_type.gpu_count > max_gpus:
                     continue  # a cheaper but bigger node would pass the GPU cap
                 if used_g and (it.gpu_model is None or it.gpu_memory_gib < min_mem):
                     continue
@@ -1520,10 +1527,11 @@ class _Pass:
                     # one purchase is one unit: a node, or a gang's nodes
                     why = (f"{spot_units + 1} spot nodes (a gang's counting once) would sit "
                            f"on fewer than {min_distinct} distinct offers (diversification)")
-            if why is None and p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
+            if why is None and p.max_gpus is not None and self.gpus + self.leaving_gpus + gpus > p.max_gpus:
                 gpu_block = gpu_block or option
                 why = f"{gpus} more GPUs would pass the max of {p.max_gpus}"
-            if why is None and p.max_usd_per_hour is not None and self.usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+            if why is None and p.max_usd_per_hour is not None and \
+                    self.usd + self.leaving_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
                 budget_block = budget_block or option
                 why = "over budget"
             if why is not None:
@@ -1546,7 +1554,7 @@ class _Pass:
             o = budget_block
             self._unadmit(job, Reason.BUDGET_EXCEEDED,
                 f"{_describe_need(job)}; {o.offer.instance_type.name} (${o.nodes * o.offer.usd_per_hour:.2f}/h) would take the "
-                f"fleet to ${self.usd + o.nodes * o.offer.usd_per_hour:.2f}/h, above the budget of ${p.max_usd_per_hour:.2f}/h")
+                f"fleet to ${self.usd + self.leaving_usd + o.nodes * o.offer.usd_per_hour:.2f}/h, above the budget of ${p.max_usd_per_hour:.2f}/h")
         elif gpu_block is not None:
             self._unadmit(job, Reason.CAPACITY_LIMIT,
                 f"{_describe_need(job)}; more GPUs would pass the policy's max of {p.max_gpus}")
@@ -1796,14 +1804,14 @@ class _Pass:
         offer = option.offer
         gpus = option.nodes * offer.instance_type.gpu_count
         if p.max_usd_per_hour is not None and \
-                self.usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                self.usd + self.leaving_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
             return True
         for sl in slots:
             self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
         try:
             if self._market_rule(offer, gpus, gpus) is not None:
                 return True
-            if p.max_gpus is not None and self.gpus + gpus > p.max_gpus:
+            if p.max_gpus is not None and self.gpus + self.leaving_gpus + gpus > p.max_gpus:
                 return True
             return self._too_few_offers(offer)
         finally:
@@ -1860,10 +1868,11 @@ class _Pass:
                     if offer.market is Market.SPOT and \
                             self.on_demand_gpus < min(self.policy.on_demand_base_gpus, self.gpus + gpus):
                         break  # the first on_demand_base_gpus GPUs are on demand
-                    if self.policy.max_gpus is not None and self.gpus + gpus > self.policy.max_gpus:
+                    if self.policy.max_gpus is not None and \
+                            self.gpus + self.leaving_gpus + gpus > self.policy.max_gpus:
                         break
                     if self.policy.max_usd_per_hour is not None and \
-                            self.usd + offer.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
+                            self.usd + self.leaving_usd + offer.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
                         break
                     self._new_slot(offer)
                     self.launch_reason.setdefault(offer.key, Reason.FORECAST_HEADROOM)

@@ -296,3 +296,13 @@ def test_an_empty_draining_node_the_plan_terminates_is_not_on_demand_capacity(ru
     assert [l.offer.market for l in p.of_kind("launch")] == [Market.ON_DEMAND]
     assert [t.node_id for t in p.of_kind("terminate")] == ["n1"]
     assert p.usd_per_hour_after == pytest.approx(15.0)
+
+
+def test_an_empty_draining_node_still_counts_against_the_budget_and_the_gpu_cap_until_it_goes():
+    # It is held (and billed) until the plan's terminations run, as an idle node the plan ends is.
+    sp, od = offer("g8", price=5.0), offer("g8", price=15.0, market=Market.ON_DEMAND)
+    drained = node("n1", od, state=NodeState.DRAINING)
+    for pol in (policy(max_spot_share=0.5, max_usd_per_hour=20.0), policy(max_spot_share=0.5, max_gpus=8)):
+        p = run(queue=[job("j", gpus=8)], fleet=[drained], offers=[sp, od], pol=pol)
+        assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["n1"]
+        assert [u.reason for u in p.unplaced] in ([Reason.BUDGET_EXCEEDED], [Reason.CAPACITY_LIMIT])
