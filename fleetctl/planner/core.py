@@ -1797,21 +1797,22 @@ class _Pass:
     def _move_breaks_rules(self, slots: list[Slot], option: _Option) -> bool:
         """Whether replacing the on-demand ``slots`` with ``option``'s new spot
         nodes breaks a rule of the fleet after the move (the on-demand nodes
-        gone): the spot share, the type and zone spread, ``min_distinct_offers``
-        (one unit: a node or a gang's nodes) and ``max_gpus``; the budget counts
-        both until the old nodes go, as before."""
+        gone): the spot share, the type and zone spread and
+        ``min_distinct_offers`` (one unit: a node or a gang's nodes). The
+        budget and ``max_gpus`` count both: the new nodes are up before the
+        old ones go."""
         p = self.policy
         offer = option.offer
         gpus = option.nodes * offer.instance_type.gpu_count
         if p.max_usd_per_hour is not None and \
                 self.usd + self.leaving_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
             return True
+        if p.max_gpus is not None and self.gpus + self.leaving_gpus + gpus > p.max_gpus:
+            return True
         for sl in slots:
             self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
         try:
             if self._market_rule(offer, gpus, gpus) is not None:
-                return True
-            if p.max_gpus is not None and self.gpus + self.leaving_gpus + gpus > p.max_gpus:
                 return True
             return self._too_few_offers(offer)
         finally:

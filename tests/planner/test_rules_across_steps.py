@@ -171,6 +171,9 @@ def case_back_to_spot_keeps_max_gpus():
     pol = policy(replace_on_demand_with_spot=True)
     assert moves(run(queue=queue, fleet=fleet, offers=[od, sp], pol=pol))  # no cap: it moves
     assert not run(queue=queue, fleet=fleet, offers=[od, sp], pol=replace(pol, max_gpus=2)).actions
+    # the new node is up before the old one goes: both count (1 + 4 GPUs)
+    assert not run(queue=queue, fleet=fleet, offers=[od, sp], pol=replace(pol, max_gpus=4)).actions
+    assert moves(run(queue=queue, fleet=fleet, offers=[od, sp], pol=replace(pol, max_gpus=5)))
 
 
 def case_back_to_spot_keeps_min_distinct_offers():
