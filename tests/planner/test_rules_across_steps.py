@@ -301,6 +301,19 @@ def test_an_empty_draining_node_the_plan_terminates_is_not_on_demand_capacity(ru
     assert p.usd_per_hour_after == pytest.approx(15.0)
 
 
+def test_an_empty_draining_spot_node_still_counts_as_spot_for_the_market_rules():
+    # Design choice (fleetctl/planner/core.py, load_fleet): only a leaving on-demand node is dropped from the
+    # market rules; a leaving spot node errs on the safe side. Counted, the fleet would hold 8 + 4 spot GPUs
+    # of 20 (60% > 50%), so the new job goes on-demand; dropped, it would take spot (4 of 12).
+    sp4, od4 = offer("g4", gpus=4, price=2.5), offer("g4", gpus=4, price=7.5, market=Market.ON_DEMAND)
+    sp8, od8 = offer("g8", price=5.0), offer("g8", price=15.0, market=Market.ON_DEMAND)
+    busy, leaving = node("busy", od8), node("leaving", sp8, state=NodeState.DRAINING)
+    running = replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("busy",), started_at_utc=T0)
+    p = run(queue=[running, job("j", gpus=4)], fleet=[busy, leaving], offers=[sp4, od4],
+            pol=policy(max_spot_share=0.5))
+    assert [l.offer.market for l in p.of_kind("launch")] == [Market.ON_DEMAND]
+
+
 def test_an_empty_draining_node_still_counts_against_the_budget_and_the_gpu_cap_until_it_goes():
     # It is held (and billed) until the plan's terminations run, as an idle node the plan ends is.
     sp, od = offer("g8", price=5.0), offer("g8", price=15.0, market=Market.ON_DEMAND)
