@@ -473,12 +473,9 @@ def _handler_for(server: NoticeServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._answer(status, payload)
 
-        def _other_method(self) -> None:
-            self._refuse()
-
         # Every other method HTTP defines: without a do_ method, http.server answered 501 (a method it does
         # not know) where the docs say 405. A word that is not an HTTP method still gets its 501.
-        do_HEAD = do_OPTIONS = do_PUT = do_DELETE = do_PATCH = do_TRACE = do_CONNECT = _other_method  # noqa: N815
+        do_HEAD = do_OPTIONS = do_PUT = do_DELETE = do_PATCH = do_TRACE = do_CONNECT = _refuse  # noqa: N815
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
             log.debug("%s - %s", self.address_string(), format % args)

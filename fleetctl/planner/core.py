@@ -530,6 +530,18 @@ class _Pass:
             self._estimates[key] = self._cheapest(rounded, spot_ok)
         return self._estimates[key] or self._cheapest(job, spot_ok)
 
+    @property
+    def held_usd(self) -> float:
+        """USD per hour of what the fleet holds until this plan's terminations
+        run: its nodes, the new ones, and the empty draining on-demand nodes the
+        market rules no longer count. The budget is checked against this."""
+        return self.usd + self.leaving_usd
+
+    @property
+    def held_gpus(self) -> int:
+        """GPUs of the same nodes; ``max_gpus`` is checked against this."""
+        return self.gpus + self.leaving_gpus
+
     def _admission(self, job: Job, spot_ok: bool, usd: float,
                    gpus: int) -> tuple[_Option | None, tuple[Reason, str] | None]:
         """The purchase admission counts for ``job`` with the fleet at ``usd``
@@ -620,8 +632,8 @@ class _Pass:
         order = QueueOrder(queued, self.policy, self.now, self.usage, tuple(totals))
         self.order = order
         admitted: list[tuple[Job, bool]] = []
-        committed_usd = self.usd + self.leaving_usd
-        committed_gpus = self.gpus + self.leaving_gpus
+        committed_usd = self.held_usd
+        committed_gpus = self.held_gpus
         for job in order:
             spot_ok, why_not_spot = self._spot_ok(job)
             if why_not_spot and job.spot_eligible is not False:
@@ -760,7 +772,7 @@ class _Pass:
         purchases; the diversification rules are checked after the purchase."""
         if self.scale_up_wait is not None:
             return
-        estimate, blocked = self._admission(job, spot_ok, self.usd + self.leaving_usd, self.gpus + self.leaving_gpus)
+        estimate, blocked = self._admission(job, spot_ok, self.held_usd, self.held_gpus)
         if estimate is None or blocked is not None:
             return
         self.unplaced.remove(waiting)
@@ -770,7 +782,7 @@ class _Pass:
         self.strict = True
         self.projected_spot_gpus = self.projected_total_gpus = 0
         self._note(job, f"admitted after the step's purchases: they cost less than admission counted "
-                        f"(fleet ${self.usd + self.leaving_usd:.2f}/h before this job)")
+                        f"(fleet ${self.held_usd:.2f}/h before this job)")
         self._buy_one(job, spot_ok, {})
 
     def _fallback_to_idle(self) -> None:
@@ -1196,7 +1208,7 @@ class _Pass:
                 if it.gpu_count < used_g or it.vcpus < used_v or it.memory_gib < used_m:
                     continue
                 if max_gpus is not None and \
-                        self.gpus + self.leaving_gpus + it.gpu_count - slot.offer.instance_type.gpu_count > max_gpus:
+                        self.held_gpus + it.gpu_count - slot.offer.instance_type.gpu_count > max_gpus:
                     continue  # a cheaper but bigger node would pass the GPU cap
                 if used_g and (it.gpu_model is None or it.gpu_memory_gib < min_mem):
                     continue
@@ -1531,11 +1543,11 @@ class _Pass:
                     # one purchase is one unit: a node, or a gang's nodes
                     why = (f"{spot_units + 1} spot nodes (a gang's counting once) would sit "
                            f"on fewer than {min_distinct} distinct offers (diversification)")
-            if why is None and p.max_gpus is not None and self.gpus + self.leaving_gpus + gpus > p.max_gpus:
+            if why is None and p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
                 gpu_block = gpu_block or option
                 why = f"{gpus} more GPUs would pass the max of {p.max_gpus}"
             if why is None and p.max_usd_per_hour is not None and \
-                    self.usd + self.leaving_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                    self.held_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
                 budget_block = budget_block or option
                 why = "over budget"
             if why is not None:
@@ -1558,7 +1570,7 @@ class _Pass:
             o = budget_block
             self._unadmit(job, Reason.BUDGET_EXCEEDED,
                 f"{_describe_need(job)}; {o.offer.instance_type.name} (${o.nodes * o.offer.usd_per_hour:.2f}/h) would take the "
-                f"fleet to ${self.usd + self.leaving_usd + o.nodes * o.offer.usd_per_hour:.2f}/h, above the budget of ${p.max_usd_per_hour:.2f}/h")
+                f"fleet to ${self.held_usd + o.nodes * o.offer.usd_per_hour:.2f}/h, above the budget of ${p.max_usd_per_hour:.2f}/h")
         elif gpu_block is not None:
             self._unadmit(job, Reason.CAPACITY_LIMIT,
                 f"{_describe_need(job)}; more GPUs would pass the policy's max of {p.max_gpus}")
@@ -1809,9 +1821,9 @@ class _Pass:
         offer = option.offer
         gpus = option.nodes * offer.instance_type.gpu_count
         if p.max_usd_per_hour is not None and \
-                self.usd + self.leaving_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                self.held_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
             return True
-        if p.max_gpus is not None and self.gpus + self.leaving_gpus + gpus > p.max_gpus:
+        if p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
             return True
         for sl in slots:
             self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
@@ -1874,10 +1886,10 @@ class _Pass:
                             self.on_demand_gpus < min(self.policy.on_demand_base_gpus, self.gpus + gpus):
                         break  # the first on_demand_base_gpus GPUs are on demand
                     if self.policy.max_gpus is not None and \
-                            self.gpus + self.leaving_gpus + gpus > self.policy.max_gpus:
+                            self.held_gpus + gpus > self.policy.max_gpus:
                         break
                     if self.policy.max_usd_per_hour is not None and \
-                            self.usd + self.leaving_usd + offer.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
+                            self.held_usd + offer.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
                         break
                     self._new_slot(offer)
                     self.launch_reason.setdefault(offer.key, Reason.FORECAST_HEADROOM)
