@@ -88,7 +88,9 @@ class Samples:
     ``times[i]`` (seconds since the market's start), ``y[i]`` the label (-1:
     unknown, the horizon reaches the trace's end or the time is before its
     start), ``available[i]`` whether the offer had capacity then, ``recent[i]``
-    the recent-rate baseline's probability."""
+    the recent-rate baseline's probability. ``fraction``: the share of the
+    usable rows kept (1.0: every row, usable or not; below 1: a seeded sample of
+    the usable rows only, see :func:`build_samples`)."""
 
     X: np.ndarray
     y: np.ndarray
@@ -99,6 +101,7 @@ class Samples:
     offer_index: np.ndarray
     start_utc: datetime
     end_utc: datetime
+    fraction: float = 1.0
 
 
 #: The longest market the model samples: a grid point every STEP for every offer costs about a
@@ -247,30 +250,51 @@ class MarketIndex:
         self.origin = market.start_utc
         self.traces = [_TraceIndex(t, market.start_utc) for t in market.traces]
         self.keys = tuple(t.offer_spot.key for t in market.traces)
-        zones = [t.offer_spot.placement_domain for t in market.traces]
-        types = [(t.offer_spot.provider, t.offer_spot.instance_type.name) for t in market.traces]
-        n = len(self.traces)
-        self.same_zone = np.array([[j != k and zones[j] == zones[k] for j in range(n)] for k in range(n)], float)
-        self.same_type = np.array([[j != k and types[j] == types[k] and zones[j] != zones[k] for j in range(n)]
-                                   for k in range(n)], float)
-        self.others = 1.0 - np.eye(n)
+        # The cross-offer features are sums over groups of offers (the same zone; the same type in
+        # another zone; the whole market), so they are kept per group: memory grows with the groups
+        # and the times asked for, not with the square of the offers.
+        self.zone_of = [t.offer_spot.placement_domain for t in market.traces]
+        self.type_of = [(t.offer_spot.provider, t.offer_spot.instance_type.name) for t in market.traces]
 
-    def features(self, t: np.ndarray) -> np.ndarray:
-        """Shape ``(offers, len(t), len(FEATURES))``: every offer's features at the
-        times ``t`` (seconds since the market's start), from data at or before ``t``."""
+    def _losses(self, k: int, t: np.ndarray, hours: int) -> np.ndarray:
+        tr = self.traces[k]
+        return tr.losses_upto(t) - tr.losses_upto(t - hours * 3600)
+
+    def _group_losses(self, t: np.ndarray) -> dict:
+        """Losses in the last 1 and 6 hours summed per zone, per type in a zone, per type and over
+        the market: ``{(group, key, hours): array}``. Counts are whole numbers, so the sums are exact
+        whatever their order."""
+        sums: dict = {}
+        for k in range(len(self.traces)):
+            for w in (1, 6):
+                c = self._losses(k, t, w)
+                for key in (("zone", self.zone_of[k]), ("type_zone", (self.type_of[k], self.zone_of[k])),
+                            ("type", self.type_of[k]), ("market", None)):
+                    prev = sums.get((*key, w))
+                    sums[(*key, w)] = c if prev is None else prev + c
+        return sums
+
+    def features(self, t: np.ndarray, offers: Iterable[int] | None = None, *,
+                 groups: dict | None = None) -> np.ndarray:
+        """Shape ``(offers, len(t), len(FEATURES))``: the features of the offers numbered ``offers``
+        (default: every offer, in trace order) at the times ``t`` (seconds since the market's
+        start), from data at or before ``t``. ``groups``: :meth:`_group_losses` of the same ``t``,
+        when the caller asks for several sets of offers at the same times."""
         t = np.asarray(t, dtype=float)
-        counts = {w: np.stack([tr.losses_upto(t) - tr.losses_upto(t - w * 3600) for tr in self.traces])
-                  for w in (1, 6, 24)}
-        cross = {}
-        for w in (1, 6):
-            cross[("zone", w)] = self.same_zone @ counts[w]
-            cross[("type", w)] = self.same_type @ counts[w]
-            cross[("market", w)] = self.others @ counts[w]
+        wanted = range(len(self.traces)) if offers is None else list(offers)
+        groups = self._group_losses(t) if groups is None else groups
         stamps = [self.origin + timedelta(seconds=float(s)) for s in t]
         hours = np.array([s.hour + s.minute / 60 for s in stamps])
         days = np.array([s.weekday() for s in stamps], dtype=float)
-        out = np.empty((len(self.traces), len(t), len(FEATURES)))
-        for k, tr in enumerate(self.traces):
+        out = np.empty((len(wanted), len(t), len(FEATURES)))
+        for row, k in enumerate(wanted):
+            tr = self.traces[k]
+            zone, kind = self.zone_of[k], self.type_of[k]
+            counts = {w: self._losses(k, t, w) for w in (1, 6, 24)}
+            # others of the zone; the same type in other zones; every other offer
+            zone_other = {w: groups[("zone", zone, w)] - counts[w] for w in (1, 6)}
+            type_other = {w: groups[("type", kind, w)] - groups[("type_zone", (kind, zone), w)] for w in (1, 6)}
+            market_other = {w: groups[("market", None, w)] - counts[w] for w in (1, 6)}
             cap = tr.capacity(t)
             peak = tr.peak(t, 24 * 3600)
             if len(tr.loss_times):
@@ -284,22 +308,23 @@ class MarketIndex:
                 "avail_24h": tr.availability(t, 24 * 3600),
                 "capacity_rel_24h": np.where(peak > 0, cap / np.maximum(peak, 1e-9), 0.0),
                 "hours_since_loss": np.minimum(since, _CAP_HOURS), "hours_available": tr.hours_available(t),
-                "losses_1h": counts[1][k], "losses_6h": counts[6][k], "losses_24h": counts[24][k],
-                "zone_other_losses_1h": cross[("zone", 1)][k], "zone_other_losses_6h": cross[("zone", 6)][k],
-                "type_other_losses_1h": cross[("type", 1)][k], "type_other_losses_6h": cross[("type", 6)][k],
-                "market_other_losses_1h": cross[("market", 1)][k],
-                "market_other_losses_6h": cross[("market", 6)][k],
+                "losses_1h": counts[1], "losses_6h": counts[6], "losses_24h": counts[24],
+                "zone_other_losses_1h": zone_other[1], "zone_other_losses_6h": zone_other[6],
+                "type_other_losses_1h": type_other[1], "type_other_losses_6h": type_other[6],
+                "market_other_losses_1h": market_other[1], "market_other_losses_6h": market_other[6],
                 "price_ratio": ratio, "price_ratio_change_6h": ratio - tr.price_ratio(t - 6 * 3600),
                 "hour_of_day": hours, "day_of_week": days,
             }
-            out[k] = np.column_stack([f[name] for name in FEATURES])
+            out[row] = np.column_stack([f[name] for name in FEATURES])
         return out
 
-    def recent_rate(self, t: np.ndarray, horizon_s: float) -> np.ndarray:
+    def recent_rate(self, t: np.ndarray, horizon_s: float, offers: Iterable[int] | None = None) -> np.ndarray:
         """The baseline: each offer's losses in the last 24 h per available hour
-        (at least one hour), as a probability over the horizon, ``(offers, len(t))``."""
+        (at least one hour), as a probability over the horizon, ``(offers, len(t))``
+        (``offers``: their numbers, default every offer)."""
         out = []
-        for tr in self.traces:
+        for k in range(len(self.traces)) if offers is None else offers:
+            tr = self.traces[k]
             losses = tr.losses_upto(t) - tr.losses_upto(t - 24 * 3600)
             up_hours = (tr.up_seconds(t) - tr.up_seconds(t - 24 * 3600)) / 3600
             rate = losses / np.maximum(up_hours, 1.0)
@@ -307,22 +332,66 @@ class MarketIndex:
         return np.stack(out)
 
 
+#: The most rows :func:`build_samples` keeps of one market: beyond it, a seeded uniform sample of
+#: the rows the model can use (an offer with capacity, a known label). A row costs about 0.2 kB with
+#: its features, so this bounds a market's samples to about 200 MB: the daemon's 30-day retrain of
+#: the shipped catalog (1,596 spot offers, 6.9 million rows) took about 5 GB without it
+#: (``benchmarks/results/interruption_memory.md``). The V100 markets have under 60,000 rows.
+MAX_SAMPLE_ROWS = 1_000_000
+#: (offer, time) rows whose features are computed at once while sampling.
+_CHUNK_ROWS = 200_000
+
+
 def build_samples(market: Market, horizon: timedelta = timedelta(hours=1),
-                  index: MarketIndex | None = None) -> Samples:
+                  index: MarketIndex | None = None, *, max_rows: int | None = MAX_SAMPLE_ROWS,
+                  seed: int = 0) -> Samples:
     """Every (offer, grid time) of ``market`` with its features and label (see the module docstring);
-    ``ValueError`` for a market longer than ``MAX_MARKET_SPAN`` (:func:`check_span`)."""
+    ``ValueError`` for a market longer than ``MAX_MARKET_SPAN`` (:func:`check_span`).
+
+    When more than ``max_rows`` rows are usable (capacity, and a known label), only a uniform
+    sample of them is kept, drawn with ``seed`` (``Samples.fraction`` says which share), and the
+    features are computed a few offers at a time, so memory stays bounded whatever the number of
+    offers. Rows are in offer order, then time order, either way."""
     check_span(market)
     index = index or MarketIndex(market)
     grid = _grid(market)
     H = horizon.total_seconds()
-    X = index.features(grid)
-    recent = index.recent_rate(grid, H)
     n_off = len(index.traces)
-    y = np.stack([tr.label(grid, H) for tr in index.traces])
-    avail = np.stack([tr.capacity(grid) > 0 for tr in index.traces])
-    return Samples(X.reshape(n_off * len(grid), len(FEATURES)), y.ravel(), avail.ravel(), recent.ravel(),
-                   np.tile(grid, n_off), index.keys, np.repeat(np.arange(n_off), len(grid)),
-                   market.start_utc, market.end_utc)
+    usable = [int(((tr.capacity(grid) > 0) & (tr.label(grid, H) >= 0)).sum()) for tr in index.traces]
+    if max_rows is None or sum(usable) <= max_rows:
+        X = index.features(grid)
+        recent = index.recent_rate(grid, H)
+        y = np.stack([tr.label(grid, H) for tr in index.traces])
+        avail = np.stack([tr.capacity(grid) > 0 for tr in index.traces])
+        return Samples(X.reshape(n_off * len(grid), len(FEATURES)), y.ravel(), avail.ravel(), recent.ravel(),
+                       np.tile(grid, n_off), index.keys, np.repeat(np.arange(n_off), len(grid)),
+                       market.start_utc, market.end_utc)
+    share = max_rows / sum(usable)
+    rng = np.random.default_rng(seed)
+    keep = []
+    for tr in index.traces:  # the draws first, so the rows kept are known before any feature is computed
+        mask = (tr.capacity(grid) > 0) & (tr.label(grid, H) >= 0)
+        mask[mask] = rng.random(int(mask.sum())) < share
+        keep.append(mask)
+    rows = int(sum(int(mask.sum()) for mask in keep))
+    X = np.empty((rows, len(FEATURES)))
+    y, recent, times, offer = np.empty(rows), np.empty(rows), np.empty(rows), np.empty(rows, dtype=np.int64)
+    groups = index._group_losses(grid)
+    per_chunk = max(1, _CHUNK_ROWS // max(len(grid), 1))
+    at = 0
+    for first in range(0, n_off, per_chunk):
+        chunk = range(first, min(first + per_chunk, n_off))
+        features = index.features(grid, chunk, groups=groups)
+        for row, k in enumerate(chunk):
+            mask, n = keep[k], int(keep[k].sum())
+            X[at:at + n] = features[row][mask]
+            y[at:at + n] = index.traces[k].label(grid, H)[mask]
+            recent[at:at + n] = index.recent_rate(grid[mask], H, offers=(k,))[0]
+            times[at:at + n] = grid[mask]
+            offer[at:at + n] = k
+            at += n
+    return Samples(X, y, np.ones(rows, dtype=bool), recent, times, index.keys, offer,
+                   market.start_utc, market.end_utc, fraction=share)
 
 
 def split_time(market: Market, train_fraction: float) -> float:
@@ -364,20 +433,22 @@ class InterruptionModel:
 
     @classmethod
     def train(cls, markets: Iterable[Market], *, horizon: timedelta = timedelta(hours=1),
-              train_fraction: float = 0.7, seed: int = 0,
+              train_fraction: float = 0.7, seed: int = 0, max_rows: int | None = MAX_SAMPLE_ROWS,
               progress: Callable[[str], None] | None = None) -> "InterruptionModel":
-        """Fit on the first ``train_fraction`` of each market's period (see the module docstring)."""
+        """Fit on the first ``train_fraction`` of each market's period (see the module docstring);
+        ``max_rows``: per market, the most rows used (a seeded uniform sample beyond it; :func:`build_samples`)."""
         from sklearn.calibration import CalibratedClassifierCV
         from sklearn.ensemble import HistGradientBoostingClassifier
         from sklearn.frozen import FrozenEstimator
 
         from threadpoolctl import threadpool_limits
 
-        Xs, ys, ts, reach, windows = [], [], [], [], []
+        Xs, ys, ts, reach, windows, shares = [], [], [], [], [], []
         for market in markets:
             if progress:
                 progress(f"features of {len(market.traces)} offers")
-            s = build_samples(market, horizon)
+            s = build_samples(market, horizon, max_rows=max_rows, seed=seed)
+            shares.append(round(s.fraction, 6))
             split = split_time(market, train_fraction)
             m = training_mask(s, split, horizon)
             Xs.append(s.X[m])
@@ -388,6 +459,7 @@ class InterruptionModel:
         if not Xs:
             raise ValueError("no market to train on")
         X, y, pos, end = np.vstack(Xs), np.concatenate(ys), np.concatenate(ts), np.concatenate(reach)
+        del Xs, s  # the features are in X now; a second copy is what bounds the markets one can train on
         if len(y) == 0 or y.sum() == 0 or y.sum() == len(y):
             raise ValueError("the training window has no losses (or nothing but losses): nothing to learn from")
         # Inner time splits of the training window only: [0, 0.6) fit / [0.6, 0.8) choose the
@@ -426,6 +498,8 @@ class InterruptionModel:
             "train_fraction": train_fraction,
             "training_windows_utc": windows,
             "samples": int(len(y)),
+            # per market, the share of its usable rows sampled (1.0: all; see MAX_SAMPLE_ROWS)
+            "sampled_share": shares,
             "positives": int(y.sum()),
             "base_rate": float(y.mean()),
             "training_metrics": scores(y, train_p),

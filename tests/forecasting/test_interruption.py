@@ -352,3 +352,83 @@ def test_planner_choice_changes_when_risk_changes():
 
     assert chosen(0.01, 0.01) == "us-east-1a"  # cheaper
     assert chosen(0.40, 0.01) == "us-east-1b"  # a is about to be reclaimed
+
+
+def _mixed_market(seed: int = 11) -> Market:
+    """Offers of two types in shared zones, one regional offer, each with its own losses."""
+    rng = random.Random(seed)
+    v100 = fm.InstanceType("aws", "p3.2xlarge", 8, 61.0, "V100-16GB", 1, 16.0)
+    t4 = fm.InstanceType("aws", "g4dn.xlarge", 4, 16.0, "T4", 1, 16.0)
+    l4 = fm.InstanceType("gcp", "g2-standard-4", 4, 16.0, "L4", 1, 24.0)
+    shapes = [(v100, "us-east-1", "a"), (v100, "us-east-1", "b"), (t4, "us-east-1", "a"), (t4, "us-east-1", "b"),
+              (t4, "us-east-1", "c"), (l4, "us-central1", ""), (l4, "us-east4", "")]
+    traces = []
+    for it, region, zone in shapes:
+        n = 5 * 288
+        cap = tuple(1 if rng.random() > 0.08 else 0 for _ in range(n))
+        traces.append(MarketTrace(fm.Offer(it, region, zone, fm.Market.SPOT, 0.5),
+                                  fm.Offer(it, region, zone, fm.Market.ON_DEMAND, 1.5), T0, 300.0, cap))
+    return Market(tuple(traces), T0)
+
+
+def test_cross_offer_features_are_the_pairwise_definition():
+    """Losses of others in the same zone, of the same type in other zones and of the whole market,
+    against a plain loop over every pair of offers (the grouped sums must give the same numbers)."""
+    from forecasting.interruption import MarketIndex
+
+    m = _mixed_market()
+    index = MarketIndex(m)
+    t = np.arange(0.0, 5 * 86400, 600.0)
+    X = index.features(t)
+    col = {name: i for i, name in enumerate(FEATURES)}
+    own = {w: [index._losses(k, t, w) for k in range(len(m.traces))] for w in (1, 6)}
+    for k, tk in enumerate(m.traces):
+        zk, yk = tk.offer_spot.placement_domain, tk.offer_spot.instance_type.name
+        for w in (1, 6):
+            zone = sum((own[w][j] for j, tj in enumerate(m.traces)
+                        if j != k and tj.offer_spot.placement_domain == zk), np.zeros(len(t)))
+            kind = sum((own[w][j] for j, tj in enumerate(m.traces)
+                        if j != k and tj.offer_spot.instance_type.name == yk
+                        and tj.offer_spot.placement_domain != zk), np.zeros(len(t)))
+            market = sum((own[w][j] for j in range(len(m.traces)) if j != k), np.zeros(len(t)))
+            assert np.array_equal(X[k, :, col[f"zone_other_losses_{w}h"]], zone)
+            assert np.array_equal(X[k, :, col[f"type_other_losses_{w}h"]], kind)
+            assert np.array_equal(X[k, :, col[f"market_other_losses_{w}h"]], market)
+        assert X[k, :, col["market_other_losses_6h"]].sum() > 0  # the test can fail: others do lose capacity
+    # asked for some offers only, the rows are those of the whole market
+    assert np.array_equal(index.features(t, (5, 2)), X[[5, 2]])
+
+
+def test_a_market_larger_than_the_row_budget_is_sampled_uniformly_and_reproducibly():
+    m = _mixed_market()
+    full = build_samples(m, H)
+    usable = full.available & (full.y >= 0)
+    budget = int(usable.sum() * 0.3)
+    a = build_samples(m, H, max_rows=budget, seed=3)
+    assert a.fraction == pytest.approx(0.3, rel=0.01)
+    assert 0.8 * budget < len(a.y) < 1.2 * budget
+    assert a.available.all() and (a.y >= 0).all()
+    # every kept row is the row of the full build for that offer and time
+    where = {(int(o), float(t)): i for i, (o, t) in enumerate(zip(full.offer_index, full.times))}
+    rows = [where[(int(o), float(t))] for o, t in zip(a.offer_index, a.times)]
+    assert np.array_equal(a.X, full.X[rows]) and np.array_equal(a.y, full.y[rows])
+    assert np.array_equal(a.recent, full.recent[rows])
+    # each offer keeps about its share, and the positives keep theirs (the labels are not skewed)
+    for k in range(len(m.traces)):
+        assert (a.offer_index == k).sum() == pytest.approx(0.3 * (usable & (full.offer_index == k)).sum(), rel=0.35)
+    assert a.y.mean() == pytest.approx(full.y[usable].mean(), rel=0.25)
+    b = build_samples(m, H, max_rows=budget, seed=3)
+    assert np.array_equal(a.X, b.X) and np.array_equal(a.times, b.times)
+    assert not np.array_equal(build_samples(m, H, max_rows=budget, seed=4).times, a.times)
+    # within the budget, nothing is sampled
+    assert build_samples(m, H, max_rows=int(usable.sum())).fraction == 1.0
+
+
+def test_training_on_a_sampled_market_records_the_share():
+    m = synthetic(days=14, seed=7)
+    full = build_samples(m, H)
+    usable = int((full.available & (full.y >= 0)).sum())
+    assert InterruptionModel.train([m], train_fraction=0.7).metadata["sampled_share"] == [1.0]
+    model = InterruptionModel.train([m], train_fraction=0.7, max_rows=usable // 2)
+    assert model.metadata["sampled_share"][0] == pytest.approx(0.5, rel=0.01)
+    assert model.metadata["samples"] < usable * 0.7
