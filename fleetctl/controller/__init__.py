@@ -43,21 +43,40 @@ if TYPE_CHECKING:  # pragma: no cover
     from fleetctl.controller.runtime import Runtime
 
 
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What ``execute`` carried out and the store committed: all of a plan, or
+    (``ApplyError.applied``) what was done before an error stopped it."""
+
+    launched: tuple[Node, ...] = ()
+    bound: tuple[str, ...] = ()
+    terminated: tuple[str, ...] = ()
+    checkpoints: int = 0  # jobs the runtime checkpointed to move them (migrations, preemptions)
+    launches: tuple[tuple[Node, Reason], ...] = ()  # each node launched, with the reason of the Launch that bought it
+    migrated: tuple[str, ...] = ()  # jobs moved to other nodes
+    preempted: tuple[str, ...] = ()  # jobs preempted (requeued) for higher-priority work
+
+
 class ApplyError(Exception):
     """A plan could not be carried out; the message says which action and why,
     and ``carried_out`` what was done before it (recorded in the store: a
     cloud's launches and terminations cannot be taken back). ``refused_offer``:
     the offer whose launch the cloud refused for capacity, if that stopped it.
-    ``launches``: the nodes bought before it, each with its launch's reason
-    (as ``ApplyResult.launches``)."""
+    ``applied``: what was carried out and committed before it, as an
+    ``ApplyResult`` (the nodes bought, the jobs moved, their checkpoints), for
+    the metrics; ``launches`` is its ``launches``."""
 
     def __init__(self, message: str, carried_out: tuple[str, ...] = (), refused_offer: str | None = None, *,
-                 launches: tuple[tuple[Node, Reason], ...] = ()) -> None:
+                 applied: ApplyResult = ApplyResult()) -> None:
         super().__init__(message)
         self.message = message
         self.carried_out = carried_out
         self.refused_offer = refused_offer
-        self.launches = launches
+        self.applied = applied
+
+    @property
+    def launches(self) -> tuple[tuple[Node, Reason], ...]:
+        return self.applied.launches
 
     def __str__(self) -> str:
         if not self.carried_out:
@@ -141,15 +160,6 @@ def fingerprint(obs: Observation, policy: Policy) -> str:
         "policy": repr(policy),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    launched: tuple[Node, ...]
-    bound: tuple[str, ...]
-    terminated: tuple[str, ...]
-    checkpoints: int = 0  # jobs the runtime checkpointed to move them (migrations, preemptions)
-    launches: tuple[tuple[Node, Reason], ...] = ()  # each node launched, with the reason of the Launch that bought it
 
 
 _SUPPORTED = ("launch", "bind", "terminate", "preempt", "migrate")
@@ -277,30 +287,38 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
         raise
     except Exception as exc:  # not the cloud's answer: reported with what was carried out, the original chained
         raise ApplyInterrupted(f"{progress.step} failed: {type(exc).__name__}: {exc}",
-                               tuple(progress.carried), launches=tuple(progress.launches)) from exc
+                               tuple(progress.carried), applied=progress.result()) from exc
 
 
 @dataclass(slots=True)
 class _Progress:
-    """What ``_carry_out`` did so far (``carried``) and is doing (``step``), for an error part-way."""
+    """What ``_carry_out`` did so far (``carried``, and the rest once the store
+    committed it) and is doing (``step``), for its result or an error part-way."""
 
     carried: list[str] = field(default_factory=list)
     step: str = "the plan"
     launches: list[tuple[Node, Reason]] = field(default_factory=list)  # each node bought, with its launch's reason
+    bound: list[str] = field(default_factory=list)
+    migrated: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    checkpoints: int = 0
+    terminated: list[str] = field(default_factory=list)
+
+    def result(self) -> ApplyResult:
+        return ApplyResult(launched=tuple(node for node, _ in self.launches), bound=tuple(self.bound),
+                           terminated=tuple(self.terminated), checkpoints=self.checkpoints,
+                           launches=tuple(self.launches), migrated=tuple(self.migrated),
+                           preempted=tuple(self.preempted))
 
 
 def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
                runtime: "Runtime | None", progress: _Progress) -> ApplyResult:
     """``execute`` once the job actions are checked."""
-    launched: list[Node] = []
-    checkpoints = 0
-    bound: list[str] = []
-    terminated: list[str] = []
     names: dict[str, str] = {}
     carried = progress.carried  # what was done, for an error part-way
 
     def failed(message: str, refused_offer: str | None = None) -> ApplyError:
-        return ApplyError(message, tuple(carried), refused_offer, launches=tuple(progress.launches))
+        return ApplyError(message, tuple(carried), refused_offer, applied=progress.result())
 
     for index, action, together in _launch_parts(plan):
         progress.step = f"launch of {action.count} x {action.offer.key}"
@@ -331,7 +349,6 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
             store.finish_launch(key, got, "done" if result.fulfilled else "partial")
             if got:
                 store.record("launch", now, action.offer.key, nodes=got, reason=action.reason.value)
-        launched.extend(result.nodes)
         progress.launches.extend((node, action.reason) for node in result.nodes)
         if got:
             carried.append(f"launched {len(got)} x {action.offer.key} ({', '.join(got)})")
@@ -342,7 +359,9 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
     moves = [a for a in plan.actions if isinstance(a, (Preempt, Bind, Migrate))]
     if moves:
         progress.step = "the job moves (preempt, bind, migrate)"
-        with store.transaction():
+        checkpoints = 0
+        bound: list[str] = []
+        with store.transaction():  # all the moves or none: each goes into progress once it has committed
             jobs = {j.job_id: j for j in store.jobs(active_only=True)}
             for action in moves:
                 if isinstance(action, Bind):
@@ -397,6 +416,10 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
                 nodes = {n.node_id: n for n in provider.nodes(now)}
                 for victim in vacated:
                     left_behind(store, nodes, victim, now, except_nodes=terminating)
+        progress.bound.extend(bound)
+        progress.migrated.extend(a.job_id for a in moves if isinstance(a, Migrate))
+        progress.preempted.extend(a.job_id for a in moves if isinstance(a, Preempt))
+        progress.checkpoints += checkpoints
         counts = {word: sum(a.kind == kind for a in moves)
                   for kind, word in (("preempt", "preempted"), ("bind", "bound"), ("migrate", "migrated"))}
         carried.append(", ".join(f"{word} {n} job(s)" for word, n in counts.items() if n))
@@ -415,6 +438,6 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
             except ProviderError as exc:
                 raise failed(f"terminate of {action.node_id} failed: {exc}") from exc
             store.record("terminate", now, action.node_id, reason=action.reason.value, detail=action.detail)
-        terminated.append(action.node_id)
+        progress.terminated.append(action.node_id)
         carried.append(f"terminated {action.node_id}")
-    return ApplyResult(tuple(launched), tuple(bound), tuple(terminated), checkpoints, tuple(progress.launches))
+    return progress.result()

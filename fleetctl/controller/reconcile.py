@@ -24,7 +24,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Callable
 
-from fleetctl.controller import REFUSED_OFFER_TTL, ApplyError, execute, fingerprint, left_behind, observe
+from fleetctl.controller import (
+    REFUSED_OFFER_TTL,
+    ApplyError,
+    ApplyResult,
+    execute,
+    fingerprint,
+    left_behind,
+    observe,
+)
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import (
@@ -34,7 +42,6 @@ from fleetctl.model import (
     Job,
     JobState,
     Market,
-    Node,
     NodeState,
     Plan,
     Policy,
@@ -366,17 +373,25 @@ def demand_by_model(jobs, nodes) -> dict[str, int]:  # noqa: ANN001 - Jobs and N
     return dict(sorted(out.items()))
 
 
-def _count_fallbacks(metrics: FleetMetrics | None, launches: tuple[tuple[Node, Reason], ...]) -> None:
-    """Count the on-demand fallbacks among the nodes an apply bought.
+def _count_applied(metrics: FleetMetrics | None, report: TickReport, applied: ApplyResult) -> None:
+    """Count what one apply carried out and the store committed: the
+    on-demand fallbacks among the nodes it bought, the jobs it migrated and
+    preempted, and the checkpoints it asked for to move them.
 
     Design choice: counted from what was carried out, not from the plan. A
     tick may apply several plans (one re-planned after each capacity refusal)
-    and stop on an error part-way; the nodes bought before a refusal or an
-    error are fallbacks as much as those of a plan applied whole, which alone
-    were counted."""
-    bought = sum(1 for _, reason in launches if reason is Reason.ON_DEMAND_FALLBACK)
-    if metrics and bought:
-        metrics.fallbacks.inc(bought)
+    and stop on an error part-way (a termination refused after the job moves
+    committed); what was done before a refusal or an error happened as much as
+    what a plan applied whole did, which alone was counted. The next tick
+    plans from the store, so it does not do (or count) it again."""
+    report.checkpoints += applied.checkpoints
+    if not metrics:
+        return
+    bought = sum(1 for _, reason in applied.launches if reason is Reason.ON_DEMAND_FALLBACK)
+    for counter, n in ((metrics.fallbacks, bought), (metrics.migrations, len(applied.migrated)),
+                       (metrics.preemptions, len(applied.preempted)), (metrics.checkpoints, applied.checkpoints)):
+        if n:
+            counter.inc(n)
 
 
 def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
@@ -411,7 +426,7 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
             applied = execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy),
                               runtime=runtime)
         except ApplyError as exc:
-            _count_fallbacks(metrics, exc.launches)  # bought before the error: the next plan starts from them
+            _count_applied(metrics, report, exc.applied)  # done before the error: the next plan starts from it
             # The cloud refused an offer for capacity: plan again at once without it (at most once per
             # offer), from the fleet as it now is, as a controller retrying after an ICE error would.
             if (exc.refused_offer is None or exc.refused_offer in refused or refused_ttl <= timedelta(0)
@@ -421,20 +436,12 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
             report.refused_offers.append(exc.refused_offer)
             obs = observe(store, provider, now, refused_ttl)
             continue
-        _count_fallbacks(metrics, applied.launches)
+        _count_applied(metrics, report, applied)
         break
     if result.has_changes:
-        report.checkpoints += applied.checkpoints
-        if metrics and applied.checkpoints:
-            metrics.checkpoints.inc(applied.checkpoints)
         store.record("plan_applied", now, "", summary=f"{len(result.actions)} actions",
                      usd_per_hour=result.usd_per_hour_after)
     if metrics:
-        for a in result.actions:
-            if a.kind == "migrate":
-                metrics.migrations.inc()
-            elif a.kind == "preempt":
-                metrics.preemptions.inc()
         metrics.observe_state(provider.nodes(now), store.jobs(active_only=True))
         metrics.tick_seconds.observe(time.perf_counter() - started)
     return report

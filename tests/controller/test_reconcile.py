@@ -954,3 +954,87 @@ def test_every_on_demand_fallback_launched_is_counted_once(world_factory, error,
                  for node in e["payload"]["nodes"]]
     assert len(fallbacks) == (1 if tick_fails else 2)
     assert _count(metrics, "fleetctl_on_demand_fallbacks_total") == len(fallbacks)
+
+
+class _TerminateFails:
+    """The sandbox provider, with a cloud whose terminate calls fail with ``error`` while ``failing``."""
+
+    def __init__(self, inner, error):  # noqa: ANN001
+        self._inner = inner
+        self._error = error
+        self.failing = True
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        return getattr(self._inner, name)
+
+    def terminate(self, node_id, now):  # noqa: ANN001, ANN201
+        if self.failing:
+            raise self._error
+        return self._inner.terminate(node_id, now)
+
+
+def _consolidation_migrates(w):  # noqa: ANN001, ANN202
+    """Two half-used spot nodes: the tick that starts their jobs moves one job and terminates its node."""
+    from fleetctl.controller import execute
+    from fleetctl.model import Bind, Launch, Plan, Reason
+
+    w.store.add_jobs([replace(job(name, gpus=4, duration_hours=8.0, spot=True), checkpointable=True,
+                              checkpoint_interval_minutes=30.0) for name in ("a", "b")], T0)
+    execute(Plan((Launch(SPOT_A, ("n-1", "n-2"), Reason.CHEAPEST_OFFER, "test"),
+                  Bind("a", ("n-1",), Reason.FITS_NEW_CAPACITY, "test"),
+                  Bind("b", ("n-2",), Reason.FITS_NEW_CAPACITY, "test")), (), 0.0, 16.0),
+            store=w.store, provider=w.provider, now=T0, plan_id="9" * 64)
+    # One checkpoint: the moved job's. A later plan terminates the emptied node once the idle timeout has
+    # passed (10 min, counted from when it became ready: a migration does not reset it).
+    return policy(), T0 + timedelta(minutes=1), "migrate", 1, timedelta(minutes=11)
+
+
+def _reclaim_preempts(w):  # noqa: ANN001, ANN202
+    """Two spot nodes at the budget: a reclaim of the urgent job's node preempts the batch job for it, and the
+    drained node is terminated in the same plan."""
+    from fleetctl.model import PriorityClass
+
+    pol = policy(priority_classes=(*policy().priority_classes, PriorityClass("urgent", 500, preemptible=False)),
+                 max_usd_per_hour=16.0)
+    w.store.add_jobs([replace(job(name, gpus=8, duration_hours=8.0, priority=priority), checkpointable=True,
+                              checkpoint_interval_minutes=30.0) for name, priority in (("u", "urgent"), ("b", "batch"))],
+                     T0)
+    run_tick(w, T0, pol=pol)
+    run_tick(w, T0 + timedelta(minutes=1), pol=pol)
+    now = T0 + timedelta(minutes=20)
+    w.provider.reclaim(jobs(w)["u"].node_ids[0], now)
+    # Two checkpoints: the reclaimed job's and the preempted job's. The drained node is terminated at once.
+    return pol, now, "preempt", 2, timedelta(seconds=30)
+
+
+@pytest.mark.parametrize("error", [Throttled("rate exceeded"), ConnectionResetError(104, "Connection reset by peer")],
+                         ids=["cloud-refuses", "no-answer"])
+@pytest.mark.parametrize("scenario", [_consolidation_migrates, _reclaim_preempts], ids=["migrate", "preempt"])
+def test_moves_carried_out_before_an_apply_stops_are_counted_once(world_factory, scenario, error):
+    """The job moves land in one transaction before the terminations; a
+    termination that fails stops the apply with the moves committed. The
+    migrations, preemptions and their checkpoints were counted from the plan,
+    and only when it was applied whole: the store recorded a move that
+    fleetctl_migrations_total / _preemptions_total / _checkpoints_total did
+    not count. The next tick, which carries out the termination, must not
+    count them again."""
+    w = world_factory(offers=(SPOT_A,))
+    pol, now, kind, checkpoints, later = scenario(w)
+    provider = _TerminateFails(w.provider, error)
+    metrics = FleetMetrics()
+    with pytest.raises(ApplyError) as caught:
+        tick(store=w.store, provider=provider, runtime=w.runtime, policy=pol, now=now, metrics=metrics)
+    said = {"migrate": "migrated 1 job(s)", "preempt": "preempted 1 job(s)"}[kind]
+    assert any(said in step for step in caught.value.carried_out), caught.value.carried_out
+    moved = {kind: len(w.store.events(kind)) for kind in ("migrate", "preempt")}
+    assert moved[kind] == 1
+    assert _count(metrics, "fleetctl_migrations_total") == moved["migrate"]
+    assert _count(metrics, "fleetctl_preemptions_total") == moved["preempt"]
+    assert _count(metrics, "fleetctl_checkpoints_total") == checkpoints
+    provider.failing = False
+    r = tick(store=w.store, provider=provider, runtime=w.runtime, policy=pol, now=now + later,
+             metrics=metrics)
+    assert r.plan.of_kind("terminate") and not r.plan.of_kind(kind)
+    assert _count(metrics, "fleetctl_migrations_total") == moved["migrate"]
+    assert _count(metrics, "fleetctl_preemptions_total") == moved["preempt"]
+    assert _count(metrics, "fleetctl_checkpoints_total") == checkpoints
