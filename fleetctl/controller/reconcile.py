@@ -328,7 +328,10 @@ def apply_cancellations(*, store: Store, provider: Provider, runtime: Runtime, n
 def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,
                  metrics: FleetMetrics | None = None, report: TickReport | None = None) -> None:
     """Passive transitions: bound jobs start once all their nodes are ready;
-    running jobs finish when their work is done (their nodes become idle)."""
+    running jobs finish when their work is done (their nodes become idle).
+    Each job's transition is one store transaction, counted once it has
+    committed: a write that fails part-way leaves the job as it was, and the
+    next pass starts (or finishes) it again and counts it then."""
     report = report or TickReport()
     nodes = {n.node_id: n for n in provider.nodes(now)}
     for job in store.jobs(active_only=True):
@@ -337,9 +340,10 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
         ):
             runtime.start(job, job.node_ids, now)
             first = job.first_started_at_utc is None
-            store.put_job(replace(job, state=JobState.RUNNING, started_at_utc=now,
-                                  first_started_at_utc=job.first_started_at_utc or now), now)
-            store.record("start", now, job.job_id, nodes=list(job.node_ids))
+            with store.transaction():
+                store.put_job(replace(job, state=JobState.RUNNING, started_at_utc=now,
+                                      first_started_at_utc=job.first_started_at_utc or now), now)
+                store.record("start", now, job.job_id, nodes=list(job.node_ids))
             report.started.append(job.job_id)
             if metrics and first:  # the wait is submission to first start; restarts are not waits again
                 metrics.job_wait.observe(max(0.0, (now - job.submitted_at_utc).total_seconds()))
@@ -347,12 +351,14 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
             progress = runtime.progress(job, now)
             if progress.finished:
                 runtime.stop(job, now)
-                store.put_job(replace(job, state=JobState.SUCCEEDED, checkpointed_work_hours=job.duration_hours), now)
-                store.record("complete", now, job.job_id)
+                with store.transaction():
+                    store.put_job(replace(job, state=JobState.SUCCEEDED, checkpointed_work_hours=job.duration_hours),
+                                  now)
+                    store.record("complete", now, job.job_id)
+                    left_behind(store, nodes, job, now)
                 report.completed.append(job.job_id)
                 if metrics:
                     metrics.completed.inc()
-                left_behind(store, nodes, job, now)
             elif progress.last_checkpoint_utc != job.last_checkpoint_utc:
                 store.put_job(replace(job, last_checkpoint_utc=progress.last_checkpoint_utc), now)
 

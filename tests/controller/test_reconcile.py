@@ -1038,3 +1038,41 @@ def test_moves_carried_out_before_an_apply_stops_are_counted_once(world_factory,
     assert _count(metrics, "fleetctl_migrations_total") == moved["migrate"]
     assert _count(metrics, "fleetctl_preemptions_total") == moved["preempt"]
     assert _count(metrics, "fleetctl_checkpoints_total") == checkpoints
+
+
+@pytest.mark.parametrize("fails", ["start", "complete"])
+def test_a_start_or_completion_whose_record_fails_is_counted_once_when_done_again(world_factory, monkeypatch, fails):
+    """A job's start (or completion) wrote the job and then its audit event,
+    each committed on its own, and was observed (counted) after both. A write
+    that failed in between (SQLite's lock timeout, a lost PostgreSQL
+    connection) failed the tick with the job committed as running (or
+    succeeded): its wait was never observed (fleetctl_jobs_completed_total
+    never counted it), since the job was never started (or finished) again."""
+    import sqlalchemy as sa
+
+    w = world_factory(offers=OFFERS)
+    metrics = FleetMetrics()
+    w.store.add_jobs([job("j", gpus=8, duration_hours=0.25)], T0)
+    run_tick(w, T0, metrics=metrics)
+    real = w.store.record
+    failures = [fails]
+
+    def record_fails_once(kind, now, subject="", **payload):  # noqa: ANN001, ANN202
+        if kind in failures:
+            failures.remove(kind)
+            raise sa.exc.OperationalError("INSERT INTO events", {}, Exception("database is locked"))
+        return real(kind, now, subject, **payload)
+
+    monkeypatch.setattr(w.store, "record", record_fails_once)
+    at = {"start": T0 + timedelta(minutes=1), "complete": T0 + timedelta(minutes=20)}
+    if fails == "complete":
+        run_tick(w, at["start"], metrics=metrics)
+    with pytest.raises(sa.exc.OperationalError):
+        run_tick(w, at[fails], metrics=metrics)
+    run_tick(w, at[fails] + timedelta(seconds=30), metrics=metrics)
+    if fails == "start":
+        run_tick(w, at["complete"], metrics=metrics)
+    assert jobs(w)["j"].state is JobState.SUCCEEDED
+    assert _count(metrics, "fleetctl_job_wait_seconds_count") == 1
+    assert _count(metrics, "fleetctl_jobs_completed_total") == 1
+    assert [len(w.store.events(kind)) for kind in ("start", "complete")] == [1, 1]  # the audit log is whole too
