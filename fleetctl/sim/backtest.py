@@ -12,9 +12,9 @@
 
 **Lower bound.** ``lower_bound_cost_usd`` = sum over jobs of
 ``duration_hours x workers x gpus_per_worker x c(job)``, where ``c(job)`` is the
-lowest USD per GPU-hour of any offer of the market (spot or on-demand, at any
-of its prices over the market window, spot only where the trace ever has
-capacity) that the policy allows and whose instance type holds one worker of
+lowest USD per GPU-hour of any offer of the market (on-demand at its price;
+spot at any price it takes at a tick with capacity, over the market window)
+that the policy allows and whose instance type holds one worker of
 the job (GPU model, GPU count, vCPUs, memory). It is the cost of the useful
 GPU-hours alone at the best price ever seen: no idle time, no launch delay,
 no interruptions, no capacity limits. A job no offer holds adds 0 and is
@@ -74,9 +74,10 @@ def _market_offers(market: Market) -> list[Offer]:
     for t in market.traces:
         out.append(t.offer_on_demand)
         if any(c > 0 for c in t.capacity):
-            prices = {t.offer_spot.usd_per_hour}
-            if t.prices is not None:
-                prices.update(p for p, c in zip(t.prices, t.capacity) if c > 0)
+            # With per-tick prices, only those of ticks with capacity: offer_spot holds the price of tick 0,
+            # which could not be paid when tick 0 had none.
+            prices = ({t.offer_spot.usd_per_hour} if t.prices is None
+                      else {p for p, c in zip(t.prices, t.capacity) if c > 0})
             out.extend(Offer(t.offer_spot.instance_type, t.offer_spot.region, t.offer_spot.zone, OfferMarket.SPOT, p)
                        for p in sorted(prices))
     return out

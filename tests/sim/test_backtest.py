@@ -200,3 +200,20 @@ def test_cli_refuses_jobs_submitted_after_the_simulation_ends(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "1 job(s) are submitted after" in out.stderr and "only on-demand" in out.stderr
     assert all(m["jobs_lost"] == 0 for m in json.loads(out.stdout)["policies"].values())
+
+
+def test_lower_bound_prices_spot_only_when_it_could_be_bought():
+    """A spot price is in the bound only at ticks with capacity: the price at tick 0 (``offer_spot``'s)
+    counts only if tick 0 had capacity, as for every other tick."""
+    from fleetctl.sim.market import Market, MarketTrace
+
+    base = market({"z1": (0,) + (1,) * 35}).traces[0]
+    # cheap (0.5) only at tick 0, when nothing can be bought; 2.0 whenever there is capacity
+    trace = replace(base, offer_spot=replace(base.offer_spot, usd_per_hour=0.5), prices=(0.5,) + (2.0,) * 35)
+    js = jobs(2)
+    hours = sum(j.duration_hours for j in js)
+    assert lower_bound_cost(js, Market((trace,), T0), sim_policy()) == pytest.approx(hours * 2.0)
+    # with capacity at tick 0, its price counts
+    open_at_0 = replace(trace, capacity=(1,) * 36)
+    assert lower_bound_cost(js, Market((open_at_0,), T0), sim_policy()) == pytest.approx(hours * 0.5)
+
