@@ -14,8 +14,9 @@
 ``duration_hours x workers x gpus_per_worker x c(job)``, where ``c(job)`` is the
 lowest USD per GPU-hour of any offer of the market (on-demand at its price;
 spot at any price it takes at a tick with capacity, over the market window)
-that the policy allows and whose instance type holds one worker of
-the job (GPU model, GPU count, vCPUs, memory). It is the cost of the useful
+that the policy allows, the job may use (spot only for a spot-eligible job:
+its own ``spot_eligible``, else its priority class's) and whose instance type
+holds one worker of the job (GPU model, GPU count, vCPUs, memory). It is the cost of the useful
 GPU-hours alone at the best price ever seen: no idle time, no launch delay,
 no interruptions, no capacity limits. A job no offer holds adds 0 and is
 reported by :func:`exclusions`.
@@ -140,7 +141,8 @@ def lower_bound_cost(jobs: tuple[Job, ...] | list[Job], market: Market, policy: 
     offers = [o for o in _market_offers(market) if _allowed(o, policy) is None and o.instance_type.gpu_count > 0]
     total = 0.0
     for j in jobs:
-        prices = [o.usd_per_gpu_hour for o in offers if _holds(j, o)]
+        spot_ok = j.spot_eligible if j.spot_eligible is not None else policy.priority_class(j.priority).spot_eligible
+        prices = [o.usd_per_gpu_hour for o in offers if _holds(j, o) and (spot_ok or o.market is OfferMarket.ON_DEMAND)]
         if prices and j.gpus:
             total += j.duration_hours * j.gpus * min(p for p in prices if p is not None)
     return total

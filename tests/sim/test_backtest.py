@@ -217,3 +217,17 @@ def test_lower_bound_prices_spot_only_when_it_could_be_bought():
     open_at_0 = replace(trace, capacity=(1,) * 36)
     assert lower_bound_cost(js, Market((open_at_0,), T0), sim_policy()) == pytest.approx(hours * 0.5)
 
+
+@pytest.mark.parametrize("spot_eligible, by_class, per_gpu_hour", [
+    (False, True, 3.0),  # the job opts out of spot: on-demand is the cheapest it may use
+    (None, False, 3.0),  # its priority class is not spot-eligible
+    (None, True, 1.0),
+    (True, False, 1.0),
+], ids=["job-opts-out", "class-not-eligible", "class-eligible", "job-opts-in"])
+def test_lower_bound_prices_a_job_only_on_markets_it_may_use(spot_eligible, by_class, per_gpu_hour):
+    from fleetctl.model import PriorityClass
+
+    pol = sim_policy(priority_classes=(PriorityClass("production", 1000, preemptible=False, spot_eligible=False),
+                                       PriorityClass("batch", 100, preemptible=True, spot_eligible=by_class)))
+    js = [replace(j, spot_eligible=spot_eligible) for j in jobs(3)]
+    assert lower_bound_cost(js, market(), pol) == pytest.approx(sum(j.duration_hours for j in js) * per_gpu_hour)
