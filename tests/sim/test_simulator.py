@@ -163,6 +163,53 @@ def test_policies_meet_a_tight_deadline_on_the_same_launch_delays():
         assert len({r.deadline_misses for r in runs}) == 1
 
 
+
+@pytest.mark.parametrize("checkpointable", [True, False], ids=["checkpointable", "not-checkpointable"])
+@pytest.mark.parametrize("name", sorted(PLANNERS))
+def test_every_policy_gets_the_same_reclaim_handling(name, checkpointable):
+    """Reclaims are the controller's, not the planner's: under every policy a
+    job restarted twice (z1 reclaimed at 30 min, z2 at 60 min) checkpoints on
+    each 2-minute notice when it can (nothing lost) and loses each run when it
+    cannot; the drained node is let go at the notice (no drain time billed);
+    the wait ends at the first start, not at a restart."""
+    m = market({"z1": (1,) * 3 + (0,) * 33, "z2": (1,) * 6 + (0,) * 30, "z3": (1,) * 36})
+    j = replace(job("a", gpus=1, duration_hours=2.0, vcpus=4, memory_gib=16), checkpointable=checkpointable,
+                checkpoint_interval_minutes=20.0 if checkpointable else None)
+    pol = sim_policy(on_demand_base_gpus=0, max_spot_share=1.0)
+    seen = {}
+
+    def hook(now, world):
+        seen["events"] = world.store.events()
+        seen["nodes"] = world.store.nodes(include_gone=True)
+
+    r = simulate([j], m, pol, planner=PLANNERS[name], config=SimConfig(launch_delay_seconds=60), on_event=hook)
+    starts = [_at(e) for e in seen["events"] if e["kind"] == "start"]
+    requeues = [e["payload"] for e in seen["events"] if e["kind"] == "requeue"]
+    assert r.jobs_completed == 1 and r.useful_gpu_hours == pytest.approx(2.0)
+    if name == "on-demand":
+        assert r.interruptions == 0 and not requeues and r.lost_gpu_hours < 1e-3
+        return
+    assert r.interruptions == 2 and len(requeues) == 2 and len(starts) == 3
+    assert r.wait_hours == ((starts[0] - T0).total_seconds() / 3600,)
+    runs = [(T0 + timedelta(minutes=30) - starts[0]), (T0 + timedelta(minutes=60) - starts[1])]
+    run_hours = sum(d.total_seconds() for d in runs) / 3600
+    if checkpointable:
+        assert [q["checkpoint"] for q in requeues] == ["saved", "saved"]
+        assert requeues[-1]["kept_hours"] == pytest.approx(run_hours) and r.lost_gpu_hours < 1e-3
+    else:
+        assert [q["kept_hours"] for q in requeues] == [0.0, 0.0]
+        assert r.lost_gpu_hours == pytest.approx(run_hours, abs=1e-3)
+    terminated = {e["subject"]: _at(e) for e in seen["events"] if e["kind"] == "terminate"}
+    reclaimed = [n for n in seen["nodes"] if n.offer.zone in ("z1", "z2")]
+    assert [terminated[n.node_id] for n in sorted(reclaimed, key=lambda n: n.offer.zone)] == [
+        T0 + timedelta(minutes=30), T0 + timedelta(minutes=60)]
+
+
+def _at(event):
+    from fleetctl.codec import str_to_dt
+
+    return str_to_dt(event["at_utc"])
+
 def test_bad_input_is_refused():
     js = jobs(2)
     with pytest.raises(ValueError, match="unique"):
