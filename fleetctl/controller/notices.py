@@ -353,11 +353,12 @@ class NoticeServer:
             return 400, {"error": f"invalid notice: {exc}",
                          "issues": [{"field": f, "message": m} for f, m in exc.issues]}
         with self._write_lock:
-            new = self.store.add_interruption(event)
-            if new:
-                self.store.record("notice_received", now, event.node_id, event_id=event.event_id,
-                                  provider=event.provider, notice=event.kind.value, notice_id=body.notice_id,
-                                  deadline_utc=str(event.deadline_utc), detail=body.detail)
+            # The audit entry in the notice's own transaction: written after it, a failed entry (500) left
+            # the notice stored, so the watcher's retry was a "duplicate" and the entry never came.
+            new = self.store.add_interruption(
+                event, audit="notice_received", event_id=event.event_id, provider=event.provider,
+                notice=event.kind.value, notice_id=body.notice_id, deadline_utc=str(event.deadline_utc),
+                detail=body.detail)
         if new and event.deadline_utc is not None and event.deadline_utc <= now:
             log.warning("notice %s for %s arrived after its deadline (%s): its jobs cannot checkpoint; the node "
                         "may be gone already", event.event_id, event.node_id, event.deadline_utc)

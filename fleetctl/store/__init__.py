@@ -523,8 +523,15 @@ class Store:
 
     # ------------------------------------------------------------------ interruptions
 
-    def add_interruption(self, event: InterruptionEvent) -> bool:
-        """Record a notice; False if it was already recorded (notices may be delivered twice)."""
+    def add_interruption(self, event: InterruptionEvent, *, audit: str | None = None, **payload: Any) -> bool:
+        """Record a notice; False if it was already recorded (notices may be delivered twice).
+
+        With ``audit``, a new notice's audit entry of that kind (subject its
+        node, at its ``received_at_utc``, ``payload``) is written in the same
+        transaction: both land or neither does, so a caller whose audit write
+        failed is not told "already recorded" when it retries. Done here, not
+        with ``transaction()``, because that keeps its connection on the handle
+        and the notice endpoint's threads share one."""
         with self._tx() as conn:
             t = tables.interruptions
             if conn.execute(sa.select(t.c.event_id).where(t.c.event_id == event.event_id)).first():
@@ -534,6 +541,8 @@ class Store:
                 received_at_utc=dt_to_str(event.received_at_utc), deadline_utc=dt_to_str(event.deadline_utc),
                 handled_at_utc=None,
             ))
+            if audit is not None:
+                self._insert_event(conn, audit, event.received_at_utc, event.node_id, payload)
             return True
 
     def interruptions(self, *, unhandled_only: bool = True, node_id: str | None = None) -> tuple[InterruptionEvent, ...]:
@@ -670,14 +679,18 @@ class Store:
     def record(self, kind: str, now: datetime, subject: str = "", **payload: Any) -> None:
         """Append to the audit log: what happened, to what, when."""
         with self._tx() as conn:
-            conn.execute(
-                tables.events.insert().values(
-                    at_utc=dt_to_str(now),
-                    kind=kind,
-                    subject=subject,
-                    payload=json.dumps(payload, sort_keys=True, default=str),
-                )
+            self._insert_event(conn, kind, now, subject, payload)
+
+    @staticmethod
+    def _insert_event(conn: Connection, kind: str, now: datetime, subject: str, payload: dict[str, Any]) -> None:
+        conn.execute(
+            tables.events.insert().values(
+                at_utc=dt_to_str(now),
+                kind=kind,
+                subject=subject,
+                payload=json.dumps(payload, sort_keys=True, default=str),
             )
+        )
 
     def events(self, kind: str | None = None, since: datetime | None = None) -> tuple[dict[str, Any], ...]:
         query = sa.select(tables.events).order_by(tables.events.c.seq)

@@ -66,6 +66,32 @@ def test_a_re_post_is_idempotent(make_controller):
     assert other[1]["event_id"] != first[1]["event_id"] and len(c.store.interruptions()) == 2
 
 
+def test_a_notice_whose_audit_entry_fails_is_not_kept_so_the_retry_stores_both(make_controller):
+    """The notice was committed before its ``notice_received`` audit entry:
+    when that write failed (500), node-watch's retry got ``duplicate: true``
+    and the audit entry was never written. A real SQLite failure of the audit
+    insert (a trigger that aborts it), then the retry once it is gone."""
+    import sqlalchemy as sa
+
+    c = make_controller("gcp")
+    engine = sa.create_engine(c.store.url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TRIGGER no_audit BEFORE INSERT ON events WHEN NEW.kind = 'notice_received' "
+                             "BEGIN SELECT RAISE(ABORT, 'audit log unwritable'); END"))
+    failed = post(c.endpoint.url, GOOD)
+    assert failed[0] == 500 and "audit log unwritable" in failed[1]["error"], failed
+    assert c.store.interruptions() == () and c.store.events("notice_received") == ()  # neither, not half
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TRIGGER no_audit"))
+    engine.dispose()
+    status, answer, _ = post(c.endpoint.url, GOOD)  # node-watch retries a 500
+    assert status == 202 and answer["duplicate"] is False, answer
+    (event,) = c.store.interruptions()
+    (audit,) = c.store.events("notice_received")
+    assert audit["payload"]["event_id"] == event.event_id == answer["event_id"]
+    assert post(c.endpoint.url, GOOD)[1]["duplicate"] is True  # and a later re-post is a duplicate again
+
+
 def test_concurrent_posts_of_one_notice_store_one_event(make_controller):
     c = make_controller()
     answers: list[tuple] = []
