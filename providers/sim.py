@@ -72,8 +72,11 @@ class SimProvider:
         return self._offers
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
-        """Nodes of the sandbox; passive transition launching -> ready when due."""
+        """Nodes of the sandbox; passive transition launching -> ready when due
+        (recorded in the store, unless it is opened read-only: then derived
+        again on each call until a command that writes records it)."""
         result = []
+        record = self._store.put_node if not getattr(self._store, "read_only", False) else lambda *_: None
         # The cloud takes a reclaimed node at the notice's deadline, handled or not.
         taken = {
             e.node_id
@@ -84,10 +87,10 @@ class SimProvider:
         for node in self._store.nodes(include_gone=True):
             if node.node_id in taken and node.state is not NodeState.GONE:
                 node = replace(node, state=NodeState.GONE)
-                self._store.put_node(node, now)
+                record(node, now)
             if node.state is NodeState.LAUNCHING and node.ready_at_utc is not None and node.ready_at_utc <= now:
                 node = replace(node, state=NodeState.READY, idle_since_utc=node.idle_since_utc or node.ready_at_utc)
-                self._store.put_node(node, now)
+                record(node, now)
             result.append(node)
         return tuple(result)
 

@@ -253,12 +253,14 @@ def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Pat
         fail(f"{path}: {len(exc.issues)} policy error(s)", code)
 
 
-def open_store(option: str | None, *, must_exist: bool = False) -> Store:
+def open_store(option: str | None, *, must_exist: bool = False, read_only: bool = False) -> Store:
     """The state store (``--state``, else ``$FLEETCTL_STATE``, else ``.fleetctl/state.db``
     here). ``must_exist``: a command that only reads or changes what is stored
     (``status``, ``jobs list``, ``explain``, ...) refuses a SQLite store that does
     not exist yet instead of creating an empty one (run from another directory,
-    it would report an empty fleet)."""
+    it would report an empty fleet). ``read_only`` (with ``must_exist``): a
+    command that only reads opens it so, and can then read a store where this
+    user may not write (``Store``)."""
     url = option or default_url()
     if "://" not in url and not url.startswith("sqlite:"):
         from fleetctl.model import JobState
@@ -281,7 +283,7 @@ def open_store(option: str | None, *, must_exist: bool = False) -> Store:
         fail(f"no state store at {database} ({where}): nothing has been planned or submitted with it. Run fleetctl "
              "from the directory you use it in, or pass --state / set FLEETCTL_STATE", 1)
     try:
-        return Store(url)
+        return Store(url, read_only=read_only)
     except StoreError as exc:
         if os.environ.get("FLEETCTL_DEBUG"):
             raise

@@ -208,7 +208,7 @@ def list_jobs(
     job whose cancel is requested shows as `running, cancel requested` (or `bound, ...`) (JSON:
     "cancel_requested": true) until the next reconcile tick stops it."""
     wanted = set(only or ())
-    store = open_store(state, must_exist=True)
+    store = open_store(state, must_exist=True, read_only=True)
     try:
         jobs = store.jobs(active_only=not all_ and all(s.active for s in wanted))
         cancelling = set(store.pending_cancellations())

@@ -38,7 +38,8 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
     $FLEETCTL_POLICY names one."""
     named = policy is not None or bool(os.environ.get("FLEETCTL_POLICY"))
     pol = load_policy_or_exit(policy)[0] if cloud != "sim" or named else None
-    store = open_store(state, must_exist=cloud == "sim")  # the sandbox's nodes live in the store
+    # The sandbox's nodes live in the store, which is only read then; a cloud's nodes are recorded in it.
+    store = open_store(state, must_exist=cloud == "sim", read_only=cloud == "sim")
     try:
         provider = make_provider(store, seed, cloud, pol)
         now = utcnow()

@@ -118,30 +118,76 @@ def _row(decode: Any, text: str, what: str) -> Any:
         raise StoreError(f"the state store is damaged: {what} does not decode ({type(exc).__name__}: {exc})") from exc
 
 
-def _make_engine(url: str) -> Engine:
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, future=True)
+def _make_engine(url: str, read_only: bool = False) -> Engine:
+    database = sa.engine.make_url(url).database if url.startswith("sqlite:") else None
+    on_file = database not in (None, "", ":memory:") and not str(database).startswith("file:")
+    if read_only and on_file:
+        engine = sa.create_engine(url, future=True, creator=lambda: _connect_read_only(str(database)))
+    else:
+        if on_file:
+            Path(str(database)).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, future=True)
     if engine.dialect.name == "sqlite":
 
         @sa.event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:  # pragma: no cover - trivial
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA busy_timeout=10000")
-            cur.execute("PRAGMA journal_mode=WAL")
+            if not read_only:  # setting it writes the file's header (a store of an old fleetctl may not be WAL)
+                cur.execute("PRAGMA journal_mode=WAL")
             cur.close()
 
     return engine
 
 
+def _connect_read_only(database: str) -> Any:
+    """A SQLite connection that cannot write ``database`` (``mode=ro``).
+
+    Design choice: a WAL-mode database is read through ``DATABASE-shm``,
+    which SQLite creates beside it; in a directory this user cannot write
+    (a copy of the daemon's store, a read-only mount) and without that file,
+    even ``mode=ro`` fails ("attempt to write a readonly database"). Then,
+    and only when no ``-wal`` file holds changes the main file lacks, it is
+    opened ``immutable=1``: read as it is, without the shared-memory file.
+    No writer is running on it then (a running one keeps its ``-shm`` there);
+    one starting during this short read is not guarded against. With changes
+    in a ``-wal`` (or a rollback ``-journal``) the open fails naming the files
+    and the fix: those changes would otherwise be skipped without a word."""
+    import sqlite3
+    from urllib.parse import quote
+
+    uri = "file:" + quote(os.path.abspath(database))
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads: needs -shm on a WAL database
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN) \
+                or not Path(database).is_file():
+            raise
+        for log in (Path(f"{database}-wal"), Path(f"{database}-journal")):
+            if log.exists() and log.stat().st_size > 0:
+                raise StoreError(
+                    f"cannot read state store {database}: it has changes in {log} that SQLite cannot read here: "
+                    f"it cannot create its files beside them in {Path(database).parent} ({exc}); copy {database} "
+                    f"and {log} into a writable directory and pass --state sqlite:///COPY") from None
+    return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+
+
 class Store:
     """A handle on the state store. Cheap to create; close() when done."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        """``read_only``: for commands that only read (``status``, ``jobs list``);
+        a SQLite file is opened so that nothing can be written to it, and it can
+        be read where this user may not write (``_connect_read_only``). Its
+        schema must be current then: an upgrade would write."""
         self.url = url
+        self.read_only = read_only
         shown = safe_url(url)
         try:
-            self._engine = _make_engine(url)
+            self._engine = _make_engine(url, read_only)
         except ImportError as exc:
             raise StoreError(f"cannot open state store {shown}: its database driver is not installed ({exc})") from exc
         except sa.exc.SQLAlchemyError as exc:
@@ -186,6 +232,12 @@ class Store:
                 return
             if current not in {rev.revision for rev in script.walk_revisions()}:  # a newer fleetctl's: no lock needed
                 raise alembic_util.CommandError(f"Can't locate revision identified by '{current}'")
+        if self.read_only:
+            what = "holds no fleetctl state" if current is None else \
+                f"has schema revision {current}, older than this fleetctl's ({script.get_current_head()})"
+            raise StoreError(f"cannot read state store {safe_url(self.url)}: it {what}, and this command only reads; "
+                             "run a command that writes (fleetctl jobs submit, reconcile --once) on it first "
+                             "where it is writable")
         with self._migration_lock(), signals.deferred(), self._engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Not serialised by PostgreSQL itself: processes opening a fresh database together each

@@ -1,0 +1,118 @@
+"""A store this user can only read: a copy of a WAL-mode ``state.db``, without
+its ``-wal`` and ``-shm`` files, in a directory nobody here may write.
+
+SQLite reads a WAL database through ``state.db-shm``, which it must create,
+so every open failed there, ``mode=ro`` too ("attempt to write a readonly
+database"), and ``status`` and ``jobs list`` could not show the copy. The
+commands run in a subprocess: as root (the tests' user) permission bits are
+ignored, so there the subprocess runs without the capabilities that ignore
+them (``setpriv``), as root; elsewhere it runs as this user."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetctl.store import Store
+from tests.builders import T0, job
+
+REPO = Path(__file__).resolve().parents[2]
+CAPS = "-dac_override,-dac_read_search,-fowner"
+
+
+def _unprivileged() -> list[str]:
+    """The command prefix that makes permission bits apply to a subprocess."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    prefix = [setpriv, f"--inh-caps={CAPS}", f"--bounding-set={CAPS}"] if setpriv else []
+    if not prefix or subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("as root, permission bits apply only without CAP_DAC_OVERRIDE, and setpriv cannot drop it here")
+    return prefix
+
+
+def _run(prefix: list[str], *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    return subprocess.run([*prefix, sys.executable, *args], cwd=REPO, env={**env, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def read_only_copy(tmp_path):
+    """(the copy's path, the subprocess prefix); the copy holds jobs a and b."""
+    prefix = _unprivileged()
+    live = Store(f"sqlite:///{tmp_path / 'live' / 'state.db'}")
+    live.add_jobs([job("a"), job("b")], T0)
+    live.close()
+    copy = tmp_path / "ro" / "state.db"
+    copy.parent.mkdir()
+    shutil.copy(tmp_path / "live" / "state.db", copy)
+    assert copy.read_bytes()[18:20] == b"\x02\x02"  # WAL mode, recorded in the file's header
+    copy.chmod(0o444)
+    copy.parent.chmod(0o555)
+    # The situation is real: SQLite alone cannot read it, mode=ro or not.
+    probe = _run(prefix, "-c", f"import sqlite3; sqlite3.connect('file:{copy}?mode=ro', uri=True)"
+                               ".execute('SELECT count(*) FROM jobs').fetchall()")
+    assert probe.returncode != 0 and "readonly database" in probe.stderr, probe.stderr
+    yield copy, prefix
+    copy.parent.chmod(0o755)
+
+
+def test_status_and_jobs_list_read_a_wal_store_in_a_read_only_directory(read_only_copy):
+    copy, prefix = read_only_copy
+    url = f"sqlite:///{copy}"
+    listed = _run(prefix, "-m", "fleetctl", "jobs", "list", "--format", "json", "--state", url)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(j["id"] for j in json.loads(listed.stdout)) == ["a", "b"]
+    status = _run(prefix, "-m", "fleetctl", "status", "--format", "json", "--state", url)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["jobs"] == {"queued": 2}
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["state.db"]  # nothing created, nothing changed
+
+
+def test_changes_only_in_the_wal_file_are_refused_naming_the_files_and_the_fix(tmp_path):
+    """With a ``-wal`` beside the copy, reading without ``-shm`` would skip
+    the changes in it: refused, saying what to copy where."""
+    prefix = _unprivileged()
+    live = Store(f"sqlite:///{tmp_path / 'live' / 'state.db'}")
+    live.add_jobs([job("a")], T0)
+    live.close()
+    held = sqlite3.connect(tmp_path / "live" / "state.db")  # a daemon's connection: its changes stay in -wal
+    held.execute("PRAGMA wal_autocheckpoint=0")
+    held.execute("INSERT INTO events (at_utc, kind, subject, payload) VALUES ('2026-11-02T09:00:00Z', 'x', '', '{}')")
+    held.commit()
+    copy = tmp_path / "ro" / "state.db"
+    copy.parent.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copy(tmp_path / "live" / f"state.db{suffix}", tmp_path / "ro" / f"state.db{suffix}")
+    held.close()
+    assert (tmp_path / "ro" / "state.db-wal").stat().st_size > 0
+    copy.parent.chmod(0o555)
+    try:
+        listed = _run(prefix, "-m", "fleetctl", "jobs", "list", "--state", f"sqlite:///{copy}")
+    finally:
+        copy.parent.chmod(0o755)
+    text = " ".join(listed.stderr.split())
+    assert listed.returncode == 1 and "Traceback" not in text, listed.stderr
+    assert f"{copy}-wal" in text and "copy" in text and "writable directory" in text, text
+
+
+def test_a_read_only_store_refuses_writes_and_keeps_the_file_as_it_was(tmp_path):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    Store(url).close()
+    before = (tmp_path / "state.db").read_bytes()
+    store = Store(url, read_only=True)
+    try:
+        assert store.read_only and store.jobs() == ()
+        with pytest.raises(Exception, match="readonly"):
+            store.add_jobs([job("a")], T0)
+    finally:
+        store.close()
+    assert (tmp_path / "state.db").read_bytes() == before
