@@ -12,11 +12,13 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fleetctl.files import cannot_create_reason, umask
 
@@ -124,38 +126,190 @@ def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Pat
     directory beside it and swapped in by renames, so a failed save (a full
     disk, Ctrl-C) leaves the previous model as it was. An existing model is
     replaced, but not one of another kind than ``metadata["kind"]``; a
-    directory holding other files is refused (``ModelError``)."""
+    directory holding other files is refused (``ModelError``).
+
+    A save killed between its two renames (SIGKILL, power loss) leaves the
+    previous model in ``.NAME-old-*/model`` beside ``directory`` and no
+    ``directory``: the next load or save puts it back (:func:`recover`), and
+    a save removes what killed saves left beside it. The files are synced
+    before the renames and the renames after, so after a power loss there is
+    one whole model, the new one or the previous (put back if need be)."""
     import joblib
 
+    recover(directory)
     path = check_target(directory, metadata.get("kind"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-new-", dir=path.parent))
-    os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 hid models from the daemon's or CI's user
+    with _lock(path.parent):  # created and locked at once: another save removes only unlocked ones
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-new-", dir=path.parent))
+        held = _acquire(staging)  # until this save ends, by returning, raising or dying
     old = None
     try:
+        os.chmod(staging, 0o777 & ~umask())  # mkdtemp's 0700 hid models from the daemon's or CI's user
         joblib.dump(estimator, staging / "model.joblib")
         meta = dict(metadata)
         meta["digest"] = _digest((staging / "model.joblib").read_bytes(), meta)
         (staging / "model.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
-            path.rename(old / "model")
-        staging.rename(path)
+        for name in MODEL_FILES:
+            _fsync(staging / name)
+        _fsync(staging)
+        with _lock(path.parent):  # no load or save sees the model directory missing between the renames
+            try:
+                _remove_leftovers(path)
+                if path.exists():
+                    old = Path(tempfile.mkdtemp(prefix=f".{path.name}-old-", dir=path.parent))
+                    path.rename(old / "model")
+                staging.rename(path)
+                _fsync(path.parent)
+            except BaseException:
+                if old is not None and not path.exists():
+                    (old / "model").rename(path)  # put the previous model back
+                raise
     except BaseException:
-        if old is not None and not path.exists():
-            (old / "model").rename(path)  # put the previous model back
         shutil.rmtree(staging, ignore_errors=True)
         raise
     finally:
+        _release(held)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return path
 
 
+def recover(directory: str | Path) -> Path | None:
+    """Put back the model a save killed between its two renames left in
+    ``.NAME-old-*/model`` when ``directory`` is missing (a warning says so);
+    the path it was put back at, or None when there was nothing to do.
+
+    Design choice: the previous model is put back, not the new one complete
+    in ``.NAME-new-*``: a save that did not finish is a failed save, which
+    keeps the previous model (its caller never heard it had succeeded), and
+    a staging directory cannot be told from one another process's save is
+    still writing. Done under the lock ``save`` holds across its renames, so
+    a save in progress is waited for rather than taken for a killed one.
+    ``ModelError`` naming both directories when the model cannot be moved
+    back (a directory this user may not write)."""
+    path = Path(directory)
+    if path.is_symlink():
+        try:
+            path = path.resolve()
+        except (OSError, RuntimeError):
+            return None
+    if path.exists() or not path.parent.is_dir():
+        return None
+    with _lock(path.parent):
+        if path.exists():  # a save finished while we waited
+            return None
+        candidates = sorted(_leftovers(path, "old"), key=_recency, reverse=True)
+        found = next((c / "model" for c in candidates if (c / "model").is_dir()), None)
+        if found is None:
+            return None
+        try:
+            found.rename(path)
+            _fsync(path.parent)
+        except OSError as exc:
+            raise ModelError(f"{path}: missing: a save killed midway left the previous model in {found}, and it "
+                             f"cannot be moved back ({exc.strerror or exc}); move it back (mv {found} {path})"
+                             ) from None
+        shutil.rmtree(found.parent, ignore_errors=True)
+    warnings.warn(f"{path}: a save was interrupted (killed between its renames); the previous model it had moved "
+                  f"to {found} is put back", stacklevel=2)
+    return path
+
+
+def _leftovers(path: Path, which: str) -> list[Path]:
+    """The ``.NAME-old-*`` (``which`` "old") or ``.NAME-new-*`` ("new") directories
+    saves of ``path`` made beside it (only those: ``.a-old-x-old-*`` is ``a-old-x``'s)."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}-{which}-[a-z0-9_]{{8}}")
+    try:
+        return [p for p in path.parent.iterdir() if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def _recency(directory: Path) -> float:
+    try:
+        return directory.stat().st_mtime
+    except OSError:
+        return float("-inf")
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Remove what killed saves of ``path`` left beside it. Called under the
+    parent's lock, where no save is between its renames: every ``.NAME-old-*``
+    is a killed save's (or a finished one's, being removed by it). A
+    ``.NAME-new-*`` is removed only when no save holds its lock: a live save
+    holds it from the moment it made it (under the same parent's lock)."""
+    for leftover in _leftovers(path, "old"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in _leftovers(path, "new"):
+        fd = _acquire(leftover, wait=False)
+        if fd is not None:
+            try:
+                shutil.rmtree(leftover, ignore_errors=True)
+            finally:
+                _release(fd)
+
+
+def _acquire(directory: Path, *, wait: bool = True) -> int | None:
+    """An exclusive ``flock`` on ``directory``: the descriptor holding it, or
+    None where it cannot be taken (no ``fcntl``, a file system without locks;
+    there the renames are as safe as before, not more), or, without ``wait``,
+    when another holds it. The kernel releases it when the process dies, so a
+    killed save leaves no stale lock."""
+    try:
+        import fcntl
+
+        fd = os.open(directory, os.O_RDONLY)
+    except (ImportError, OSError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # releases the lock
+
+
+@contextmanager
+def _lock(directory: Path) -> Iterator[None]:
+    """:func:`_acquire` (waiting) while inside."""
+    fd = _acquire(directory)
+    try:
+        yield
+    finally:
+        _release(fd)
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file, or a directory's entries) to the disk; a
+    directory whose file system cannot sync it is left as it is."""
+    is_dir = path.is_dir()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        if is_dir:  # Windows opens no directory
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not is_dir:
+            raise
+    finally:
+        os.close(fd)
+
+
 def read_metadata(directory: str | Path) -> tuple[Path, dict[str, Any]]:
-    """The directory and its ``model.json`` as a dict; ``ModelError`` naming the path otherwise."""
+    """The directory and its ``model.json`` as a dict; ``ModelError`` naming the path otherwise.
+    A model a killed save left beside a missing directory is put back first (:func:`recover`)."""
     path = Path(directory)
     meta_path = path / "model.json"
+    if not path.is_dir():
+        recover(path)
     if not path.is_dir():
         raise ModelError(f"{path}: no such model directory")
     try:

@@ -33,6 +33,7 @@ from pathlib import Path
 from fleetctl.controller.forecast import recent_reclaims
 from fleetctl.model import DemandForecast, OfferRisk
 from fleetctl.store import Store
+from forecasting import modelfiles
 from forecasting.interruption import InterruptionModel, ModelError, load_for_planning, market_from_observations
 
 log = logging.getLogger("fleetctl.forecast")
@@ -54,6 +55,8 @@ class ModelForecaster:
             raise ModelError(f"{self.directory}: no such model directory")
         self.interruption_model: InterruptionModel | None = None
         self.demand_model = None
+        for name in ("interruption", "demand"):  # a model a killed save left beside its directory: put back
+            modelfiles.recover(self.directory / name)
         if (self.directory / "interruption").is_dir():
             self.interruption_model = load_for_planning(self.directory / "interruption",
                                                         allow_version_mismatch=allow_version_mismatch)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,72 @@ def test_a_failed_save_keeps_the_previous_model_and_leaves_nothing_behind(tmp_pa
     modelfiles.save(target, {"weights": [4]}, META)  # a model is replaced whole
     assert _load(target) == {"weights": [4]} and sorted(p.name for p in target.iterdir()) == ["model.joblib",
                                                                                               "model.json"]
+
+
+def _killed_between_the_renames(target: Path, new: dict) -> tuple[Path, Path]:
+    """The directory a save killed (SIGKILL, power loss) between its two renames
+    leaves: the model moved into ``.NAME-old-*/model``, the new one complete in
+    its ``.NAME-new-*`` staging directory, and no ``target``. Made by the same
+    steps as ``save``, stopped where the kill stops it."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-new-", dir=target.parent))
+    modelfiles.save(target.parent / "elsewhere", new, META)
+    for name in modelfiles.MODEL_FILES:
+        (target.parent / "elsewhere" / name).rename(staging / name)
+    (target.parent / "elsewhere").rmdir()
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+    target.rename(old / "model")
+    return old, staging
+
+
+def test_a_save_killed_between_its_renames_is_recovered_by_the_next_load(tmp_path):
+    """Safe against exceptions and Ctrl-C, not against a kill between the two
+    renames: the model was left only in a hidden .NAME-old-* directory, and a
+    load (the daemon's, a plan's) found no model."""
+    target = tmp_path / "model"
+    modelfiles.save(target, {"weights": [1]}, META)
+    old, staging = _killed_between_the_renames(target, {"weights": [2]})
+    assert not target.exists()
+    with pytest.warns(UserWarning, match=rf"{target}: a save was interrupted .* the previous model .*{old.name}.* "
+                                         r"is put back"):
+        assert _load(target) == {"weights": [1]}  # the previous model: the save never finished
+    assert sorted(p.name for p in target.iterdir()) == ["model.joblib", "model.json"]
+    assert not old.exists()
+    assert staging.exists()  # another process's save may still be writing it: left to saves
+    modelfiles.save(target, {"weights": [3]}, META)
+    assert _load(target) == {"weights": [3]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # the next save removes what is left
+
+
+def test_a_save_killed_between_its_renames_is_recovered_by_the_next_save(tmp_path):
+    """The next save puts the previous model back first, so its checks (a
+    model of another kind is not replaced) see it."""
+    target = tmp_path / "model"
+    modelfiles.save(target, {"w": 1}, {**META, "kind": "interruption"})
+    _killed_between_the_renames(target, {"w": 2})
+    with pytest.warns(UserWarning, match="a save was interrupted"), \
+            pytest.raises(ModelError, match="holds an interruption model"):
+        modelfiles.save(target, {"w": 3}, {**META, "kind": "demand"})
+    assert modelfiles.read_metadata(target)[1]["kind"] == "interruption"
+    modelfiles.save(target, {"w": 4}, {**META, "kind": "interruption"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_save_removes_a_killed_saves_staging_directory_but_not_one_a_live_save_holds(tmp_path):
+    import fcntl
+
+    target = tmp_path / "model"
+    live = Path(tempfile.mkdtemp(prefix=".model-new-", dir=tmp_path))
+    dead = Path(tempfile.mkdtemp(prefix=".model-new-", dir=tmp_path))
+    (tmp_path / ".model-old-x-new-abcdefgh").mkdir()  # model-old-x's, not model's
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what a save in another process holds while it writes
+        modelfiles.save(target, {"w": 1}, META)
+        assert live.exists() and not dead.exists() and (tmp_path / ".model-old-x-new-abcdefgh").exists()
+    finally:
+        os.close(fd)
+    modelfiles.save(target, {"w": 2}, META)
+    assert not live.exists() and _load(target) == {"w": 2}
 
 
 def test_a_directory_with_other_files_is_refused(tmp_path):

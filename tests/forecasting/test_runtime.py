@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +65,19 @@ def test_unusable_model_directories_are_refused(tmp_path):
     (tmp_path / "m").mkdir()
     with pytest.raises(ModelError, match="neither interruption/ nor demand/"):
         ModelForecaster(tmp_path / "m")
+
+
+def test_the_daemon_puts_back_a_model_a_killed_save_left_beside_its_directory(tmp_path):
+    """A save killed between its two renames left the interruption model only in
+    models/.interruption-old-*/model: the daemon started without it ("neither
+    interruption/ nor demand/ holds a model")."""
+    InterruptionModel.train([synthetic(days=6, seed=7)]).save(tmp_path / "models" / "interruption")
+    old = Path(tempfile.mkdtemp(prefix=".interruption-old-", dir=tmp_path / "models"))
+    (tmp_path / "models" / "interruption").rename(old / "model")  # the first rename; killed before the second
+    with pytest.warns(UserWarning, match="a save was interrupted"):
+        forecaster = ModelForecaster(tmp_path / "models")
+    assert forecaster.interruption_model is not None and forecaster.interruption_model.horizon_minutes == 60
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["interruption"]
 
 
 def test_a_model_of_another_horizon_than_an_hour_is_refused(tmp_path):
