@@ -277,8 +277,8 @@ def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, pol
         event = InterruptionEvent(
             event_id=f"fleetctl-lost-{node_id}-{now.isoformat()}", provider=node.offer.provider if node else "unknown",
             node_id=node_id, kind=InterruptionKind.TERMINATED, received_at_utc=now, deadline_utc=now)
-        store.add_interruption(event)
-        store.record("node_lost", now, node_id, detail="gone without a notice while jobs were on it")
+        # the notice and its audit entry land together (a failed write leaves neither, for the next tick)
+        store.add_interruption(event, audit="node_lost", detail="gone without a notice while jobs were on it")
         _handle_and_mark(event, store=store, runtime=runtime, policy=policy, now=now, forecast=forecast,
                          metrics=metrics, report=report)
         report.lost_nodes.append(node_id)

@@ -447,6 +447,36 @@ def test_a_node_gone_without_a_notice_is_handled_as_a_reclaim_and_a_late_notice_
     invariants(w, now + timedelta(minutes=1))
 
 
+def test_a_lost_node_whose_audit_entry_fails_is_recorded_with_it_by_the_next_tick(world_factory):
+    """The controller's own notice for a node gone without one, and its ``node_lost`` audit entry,
+    land in one transaction: a failed audit write leaves neither, and the next tick records both
+    and handles the node once."""
+    import sqlalchemy as sa
+
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=31)
+    w.provider.terminate(node.node_id, now)  # behind fleetctl's back: no notice
+    engine = sa.create_engine(w.store.url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TRIGGER no_audit BEFORE INSERT ON events WHEN NEW.kind = 'node_lost' "
+                             "BEGIN SELECT RAISE(ABORT, 'audit log unwritable'); END"))
+    with pytest.raises(sa.exc.IntegrityError, match="audit log unwritable"):
+        run_tick(w, now)
+    assert w.store.interruptions(unhandled_only=False) == () and w.store.events("node_lost") == ()  # neither
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TRIGGER no_audit"))
+    engine.dispose()
+    later = now + timedelta(minutes=1)
+    r = run_tick(w, later)
+    assert r.lost_nodes == [node.node_id] and r.requeued == ["j"] and r.interruptions == 1
+    (event,) = w.store.interruptions(unhandled_only=False)
+    (audit,) = w.store.events("node_lost")
+    assert event.node_id == audit["subject"] == node.node_id
+    invariants(w, later)
+
+
 def test_a_gang_survivor_is_idle_from_the_reclaim_not_from_an_older_idle_time(world_factory):
     od = offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND)
     w = world_factory(offers=(od,))
