@@ -130,6 +130,7 @@ def node_to_dict(node: Node) -> dict[str, Any]:
         "launched_at_utc": dt_to_str(node.launched_at_utc),
         "ready_at_utc": dt_to_str(node.ready_at_utc),
         "idle_since_utc": dt_to_str(node.idle_since_utc),
+        "zone": node.zone,
     }
 
 
@@ -141,6 +142,7 @@ def node_from_dict(d: dict[str, Any]) -> Node:
         launched_at_utc=str_to_dt(d["launched_at_utc"]),  # type: ignore[arg-type]
         ready_at_utc=str_to_dt(d.get("ready_at_utc")),
         idle_since_utc=str_to_dt(d.get("idle_since_utc")),
+        zone=_text(d, "zone", ""),  # absent from nodes an older fleetctl wrote: unknown
     )
 
 

@@ -163,7 +163,13 @@ class Offer:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One machine bought from an Offer."""
+    """One machine bought from an Offer.
+
+    ``zone`` is the zone the machine runs in, as the provider reports it
+    (``""`` when unknown). It matters for a node bought from a regional offer
+    (offer zone ``""``): the provider picked its zone at launch, and only the
+    provider adapter knows where to read it.
+    """
 
     node_id: str
     offer: Offer
@@ -171,6 +177,7 @@ class Node:
     launched_at_utc: datetime
     ready_at_utc: datetime | None = None  # when it became (or becomes) ready
     idle_since_utc: datetime | None = None  # last time the node held no job
+    zone: str = ""  # where the provider placed it; "" when unknown (then the offer's zone)
 
     @property
     def schedulable(self) -> bool:
@@ -186,6 +193,8 @@ class Node:
         two zones are two domains. Without a zone in the id, the offer's
         domain (the region)."""
         provider, region, zone = self.offer.placement_domain
+        if self.zone:
+            return (provider, region, self.zone)
         if not zone and "/" in self.node_id:
             zone = self.node_id.split("/", 1)[0]
         return (provider, region, zone)

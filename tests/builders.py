@@ -43,10 +43,12 @@ def job(job_id: str = "j1", workers: int = 1, gpus: int = 1, models: tuple[str, 
 
 
 def node(node_id: str = "n1", of: Offer | None = None, state: NodeState = NodeState.READY,
-         ready_at: datetime | None = None) -> Node:
+         ready_at: datetime | None = None, zone: str = "") -> Node:
+    """``zone``: where the provider placed it (``""``: unknown, so the offer's zone)."""
     of = of or offer()
     ready = ready_at or T0 - timedelta(hours=1)
-    return Node(node_id=node_id, offer=of, state=state, launched_at_utc=ready - timedelta(minutes=1), ready_at_utc=ready)
+    return Node(node_id=node_id, offer=of, state=state, launched_at_utc=ready - timedelta(minutes=1), ready_at_utc=ready,
+                zone=zone)
 
 
 def policy(**overrides) -> Policy:

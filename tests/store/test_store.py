@@ -90,6 +90,25 @@ def test_nodes_and_transactions(store):
     assert store.nodes() == () and len(store.nodes(include_gone=True)) == 1
 
 
+def test_a_node_keeps_the_zone_its_provider_placed_it_in(store):
+    """A node of a regional offer (zone "") carries the zone its provider
+    reported; the store gives it back, and it is the node's placement domain."""
+    from fleetctl.codec import node_from_dict, node_to_dict
+    from fleetctl.model import Market
+    from tests.builders import offer
+
+    regional = offer("a2-ultragpu-8g", provider="gcp", region="us-central1", zone="", market=Market.ON_DEMAND)
+    placed, unknown = node("vm-1", regional, zone="us-central1-b"), node("vm-2", regional)
+    store.put_node(placed, T0)
+    store.put_node(unknown, T0)
+    assert store.nodes() == (placed, unknown)
+    assert [n.zone for n in store.nodes()] == ["us-central1-b", ""]
+    assert [n.placement_domain for n in store.nodes()] == [("gcp", "us-central1", "us-central1-b"),
+                                                            ("gcp", "us-central1", "")]
+    older = {k: v for k, v in node_to_dict(placed).items() if k != "zone"}  # written before Node had a zone
+    assert node_from_dict(older) == replace(placed, zone="")
+
+
 def test_launch_intent_is_recorded_once(store):
     assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is True
     assert store.begin_launch("key", "aws/r/z/t/spot", 2, T0) is False
