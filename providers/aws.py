@@ -10,7 +10,8 @@ What it does, in the words of :class:`providers.base.Provider`:
   Spot offers are zonal and named by zone **id** (``use1-az1``), like the
   snapshot, because zone names differ between accounts.
 * ``nodes``: every instance tagged ``fleetctl:cluster=<cluster>``, its Offer
-  recovered from instance type, zone and lifecycle.
+  recovered from instance type, zone and lifecycle; its ``zone`` is the zone
+  id of its placement (also for a regional on-demand offer's node).
 * ``launch``: one ``CreateFleet`` of type ``instant`` from the pool's launch
   template (``fleetctl-<cluster>-<pool>``, declared by Terraform) with the
   planner's chosen override: instance type x zone (as the subnet of that zone)
@@ -531,7 +532,8 @@ class AwsProvider:
             where = f"zone {offer.zone}" if offer.zone else offer.region
             raise InsufficientCapacity(f"{offer.key}: no subnet of cluster {self._config.cluster} in {where}")
         response = self._call("ec2", offer.region, "create_fleet", **self.fleet_request(request, token, subnets))
-        ids = [i for group in response.get("Instances", []) for i in group.get("InstanceIds", [])]
+        groups = response.get("Instances", [])
+        ids = [i for group in groups for i in group.get("InstanceIds", [])]
         errors = response.get("Errors", [])
         if not ids:
             coded = [e for e in errors if e.get("ErrorCode")]
@@ -542,14 +544,28 @@ class AwsProvider:
                 raise ProviderError(f"{offer.key}: CreateFleet (EC2 Fleet {response.get('FleetId')}) returned no "
                                     f"instances and errors without an error code{': ' + messages if messages else ''}")
             raise InsufficientCapacity(f"{offer.key}: EC2 Fleet {response.get('FleetId')} launched nothing")
+        zones = {i: offer.zone or self._launched_zone(cache, group) for group in groups
+                 for i in group.get("InstanceIds", [])}
         nodes = tuple(
-            Node(node_id=i, offer=offer, state=NodeState.LAUNCHING, launched_at_utc=now) for i in sorted(ids)
+            Node(node_id=i, offer=offer, state=NodeState.LAUNCHING, launched_at_utc=now, zone=zones[i])
+            for i in sorted(ids)
         )
         error = None
         if len(ids) < request.count:
             codes = sorted({str(e.get("ErrorCode") or "no error code") for e in errors}) or ["no error given"]
             error = f"EC2 Fleet {response.get('FleetId')} launched {len(ids)} of {request.count}: {', '.join(codes)}"
         return LaunchResult(request, nodes, error=error)
+
+    @staticmethod
+    def _launched_zone(cache: _RegionCache, group: Mapping[str, Any]) -> str:
+        """The zone id a CreateFleet instance group landed in (a regional offer's
+        launch picks one of the cluster's subnets): its override's subnet, else
+        its override's zone name; ``""`` if the answer names neither (the next
+        ``nodes`` listing reads the instance's placement)."""
+        overrides = group.get("LaunchTemplateAndOverrides", {}).get("Overrides", {})
+        subnet = overrides.get("SubnetId")
+        zone = next((z for z, ids in cache.subnets.items() if subnet in ids), "") if subnet else ""
+        return zone or cache.zone_ids.get(overrides.get("AvailabilityZone", ""), "")
 
     def fleet_request(self, request: LaunchRequest, token: str, subnets: tuple[str, ...]) -> dict[str, Any]:
         """The ``CreateFleet`` parameters of one launch (public so tests can
@@ -794,7 +810,7 @@ class AwsProvider:
         launched = _utc(instance.get("LaunchTime") or now, f"instance {instance_id} in {region}: LaunchTime")
         state = _state(instance, region)
         return Node(node_id=instance_id, offer=offer, state=state, launched_at_utc=launched,
-                    ready_at_utc=launched if state is NodeState.READY else None)
+                    ready_at_utc=launched if state is NodeState.READY else None, zone=zone)
 
     def _queue_url(self, region: str) -> str:
         url = self._queue_urls.get(region)

@@ -9,7 +9,8 @@ What it does, in the words of :class:`providers.base.Provider`:
   Offers are regional (zone ``""``).
 * ``nodes``: every VM in the resource group tagged ``fleetctl-cluster=<cluster>``,
   its Offer recovered from size, location and priority, compared without case
-  as ARM compares them (``EastUS`` is ``eastus``). A VM listed without its
+  as ARM compares them (``EastUS`` is ``eastus``); its ``zone`` is the VM's
+  availability zone when ARM lists one (``"2"``), else ``""``. A VM listed without its
   size or location is a ``ProviderError`` naming it; a resource SKU without a
   name is skipped with a warning.
 * ``launch``: one ``PUT virtualMachines/{name}`` per node, Spot as
@@ -508,8 +509,12 @@ class AzureProvider:
             raise ProviderError(f"azure: VM {vm.name} has timeCreated {created!r}, which this fleetctl cannot "
                                 "read as a time")
         created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
+        # A VM pinned to one availability zone lists it ("zones": ["2"]); a
+        # regional VM (no zone) lists none, and its zone stays unknown.
+        zones = [str(z) for z in vm.zones or ()]
         return Node(node_id=vm.name, offer=offer, state=state, launched_at_utc=created,
-                    ready_at_utc=created if state is NodeState.READY else None)
+                    ready_at_utc=created if state is NodeState.READY else None,
+                    zone=zones[0] if len(zones) == 1 else "")
 
 
 def azure_instance_type_or_unknown(size: str) -> InstanceType:

@@ -95,7 +95,11 @@ class Provider(Protocol):
 
     * ``offers(now)``: every offer this provider can sell now, with prices.
     * ``nodes(now)``: every node this provider holds for fleetctl, any state
-      but GONE nodes may be omitted once forgotten.
+      but GONE nodes may be omitted once forgotten. A node's ``zone`` is where
+      it runs, in the offers' zone names: a zonal offer's zone; for a regional
+      offer the zone the cloud picked, ``""`` if the cloud does not say. The
+      nodes ``launch`` returns say the zone ``nodes`` lists (or ``""`` when
+      the launch's answer does not name it yet).
     * ``launch(request, now)``: buy nodes; idempotent by ``request.idempotency_key``;
       raises ``InsufficientCapacity``/``QuotaExceeded``/``Throttled`` when
       nothing was bought, returns a partial ``LaunchResult`` otherwise.

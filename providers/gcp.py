@@ -9,7 +9,8 @@ What it does, in the words of :class:`providers.base.Provider`:
   Offers are regional (zone ``""``): GCE picks the zone at launch.
 * ``nodes``: every instance labelled ``fleetctl-managed=true`` and
   ``fleetctl-cluster=<cluster>`` (``instances.aggregatedList``), its Offer
-  recovered from machine type, attached GPUs, region and provisioning model.
+  recovered from machine type, attached GPUs, region and provisioning model,
+  its ``zone`` the instance's (the node id is ``<zone>/<name>``).
 * ``launch``: one regional ``instances.bulkInsert`` with ``count`` and
   ``min_count = count`` (a gang is all or nothing) in ONE zone
   (``locationPolicy.targetShape = ANY_SINGLE_ZONE``); spot as
@@ -801,7 +802,7 @@ class GcpProvider:
         state = _node_state(instance.status)
         ready = _timestamp(instance.last_start_timestamp) if state is NodeState.READY else None
         return Node(node_id=f"{zone}/{instance.name}", offer=offer, state=state, launched_at_utc=launched,
-                    ready_at_utc=ready)
+                    ready_at_utc=ready, zone=zone)
 
     def _preemption_event(self, op: Any, now: datetime) -> InterruptionEvent | None:
         if op.operation_type != PREEMPTED_OPERATION_TYPE or not op.target_link:

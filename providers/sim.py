@@ -115,6 +115,7 @@ class SimProvider:
                 state=NodeState.LAUNCHING,
                 launched_at_utc=now,
                 ready_at_utc=now + timedelta(seconds=delay),
+                zone=offer.zone,
             )
             self._store.put_node(node, now, idempotency_key=request.idempotency_key)
             nodes.append(node)

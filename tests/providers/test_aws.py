@@ -275,6 +275,23 @@ def test_regional_on_demand_launch_may_use_every_zone_but_stays_in_one(provider:
     assert node.offer == offer and node.state is NodeState.READY
 
 
+def test_a_node_carries_the_zone_id_ec2_put_it_in_also_from_a_regional_offer(provider: AwsProvider,
+                                                                            world: MotoWorld) -> None:
+    """Node.zone is the zone id (the offers' zone namespace): a spot offer's
+    own, and for a regional on-demand offer the one EC2 picked, read from the
+    fleet's answer at launch and from the instance's placement when listed."""
+    [od] = provider.launch(LaunchRequest(on_demand(provider), 1, "od-1"), NOW).nodes
+    [instance] = [i for r in world.client("ec2").describe_instances(InstanceIds=[od.node_id])["Reservations"]
+                  for i in r["Instances"]]
+    [picked] = [z for z, subnet in world.subnets.items() if subnet == instance["SubnetId"]]
+    assert od.offer.zone == "" and od.zone == picked
+    [sp] = provider.launch(LaunchRequest(spot(provider, zone="use1-az6"), 1, "spot-1"), NOW).nodes
+    assert sp.zone == "use1-az6"
+    assert {n.node_id: n.zone for n in provider.nodes(NOW)} == {od.node_id: picked, sp.node_id: "use1-az6"}
+    assert {n.node_id: n.placement_domain for n in provider.nodes(NOW)} == {
+        od.node_id: ("aws", "us-east-1", picked), sp.node_id: ("aws", "us-east-1", "use1-az6")}
+
+
 def test_a_retried_launch_after_a_crash_finds_the_first_instances(world: MotoWorld) -> None:
     first = world.provider().launch(LaunchRequest(spot(world.provider()), 2, "k"), NOW)
     restarted = world.provider()  # a new process: nothing in memory

@@ -195,6 +195,19 @@ def test_a_vm_on_two_pages_is_one_node(server: ArmServer, fake: FakeArm, monkeyp
     assert provider.nodes(NOW) == (node,)
 
 
+def test_a_vm_in_an_availability_zone_is_a_node_of_that_zone(server: ArmServer, fake: FakeArm) -> None:
+    """Azure offers are regional: a VM ARM lists in one availability zone is a
+    node of that zone (its placement domain); a regional VM's zone is unknown."""
+    provider = make(server)
+    regional = offer(provider)
+    pinned, loose = provider.launch(LaunchRequest(regional, 2, "k"), NOW).nodes
+    assert regional.zone == "" and (pinned.zone, loose.zone) == ("", "")
+    fake.vms[("fleet", pinned.node_id)]["zones"] = ["2"]
+    assert {n.node_id: n.zone for n in provider.nodes(NOW)} == {pinned.node_id: "2", loose.node_id: ""}
+    assert {n.node_id: n.placement_domain for n in provider.nodes(NOW)} == {
+        pinned.node_id: ("azure", "eastus", "2"), loose.node_id: ("azure", "eastus", "")}
+
+
 @pytest.mark.parametrize(("field", "value"), [("location", "EastUS"), ("priority", "spot"),
                                               ("vmSize", "standard_nc4as_t4_v3")])
 def test_a_listing_in_another_case_is_the_same_offer(server: ArmServer, fake: FakeArm, field: str,

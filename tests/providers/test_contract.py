@@ -222,6 +222,15 @@ def test_launched_nodes_show_up_in_nodes(harness: Harness) -> None:
     assert {n.node_id for n in result.nodes} <= listed
 
 
+def test_a_node_says_the_same_zone_launched_and_listed_and_a_zonal_offers_own(harness: Harness) -> None:
+    offer = harness.offer()
+    result = harness.provider.launch(LaunchRequest(offer, 2, "contract-zone"), harness.now)
+    listed = {n.node_id: n.zone for n in harness.provider.nodes(harness.now)}
+    assert {n.node_id: n.zone for n in result.nodes} == {n.node_id: listed[n.node_id] for n in result.nodes}
+    if offer.zone:
+        assert {n.zone for n in result.nodes} == {offer.zone}
+
+
 def test_launch_is_idempotent_by_key(harness: Harness) -> None:
     first = harness.provider.launch(LaunchRequest(harness.offer(), 2, "contract-2"), harness.now)
     again = harness.provider.launch(LaunchRequest(harness.offer(), 2, "contract-2"), harness.now)

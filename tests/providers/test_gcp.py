@@ -421,6 +421,27 @@ def test_the_gang_goes_to_the_zone_that_holds_all_of_it(fake: FakeGce, provider:
     assert {n.node_id.split("/")[0] for n in result.nodes} == {"us-central1-b"}
 
 
+def test_a_node_of_a_regional_offer_carries_the_zone_gce_put_it_in(fake: FakeGce, provider: GcpProvider) -> None:
+    """GCP offers are regional (zone ""); GCE picks the zone. The adapter says
+    which on Node.zone, when it launches and when it lists, so nodes of one
+    offer in two zones are two placement domains without anyone reading ids."""
+    fake.capacity[("us-central1-a", "a2-highgpu-8g")] = 0
+    fake.capacity[("us-central1-b", "a2-highgpu-8g")] = 2
+    regional = offer(provider, "a2-highgpu-8g")
+    assert regional.zone == ""
+    first = provider.launch(LaunchRequest(regional, 2, "k1"), NOW).nodes
+    assert [n.zone for n in first] == ["us-central1-b", "us-central1-b"]
+    fake.capacity[("us-central1-a", "a2-highgpu-8g")] = 1  # b is full now: the next one goes to a
+    [second] = provider.launch(LaunchRequest(regional, 1, "k2"), NOW).nodes
+    assert second.zone == "us-central1-a"
+
+    listed = {n.node_id: n for n in provider.nodes(NOW)}
+    assert {i: n.zone for i, n in listed.items()} == {n.node_id: n.zone for n in (*first, second)}
+    assert {n.offer for n in listed.values()} == {regional}
+    assert {n.placement_domain for n in listed.values()} == {("gcp", "us-central1", "us-central1-a"),
+                                                             ("gcp", "us-central1", "us-central1-b")}
+
+
 @pytest.mark.parametrize("code", ["ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"])
 def test_stockout_is_insufficient_capacity_and_buys_nothing(fake: FakeGce, provider: GcpProvider,
                                                             code: str) -> None:
