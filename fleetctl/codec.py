@@ -142,7 +142,7 @@ def node_from_dict(d: dict[str, Any]) -> Node:
         launched_at_utc=str_to_dt(d["launched_at_utc"]),  # type: ignore[arg-type]
         ready_at_utc=str_to_dt(d.get("ready_at_utc")),
         idle_since_utc=str_to_dt(d.get("idle_since_utc")),
-        zone=_text(d, "zone", ""),  # absent from nodes an older fleetctl wrote: unknown
+        zone=_text(d, "zone", ""),  # absent from nodes an older fleetctl wrote (the store backfills: 0007)
     )
 
 

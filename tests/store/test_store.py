@@ -31,9 +31,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0006"
+    assert store.schema_revision() == "0007"
     again = Store(store.url)
-    assert again.schema_revision() == "0006"
+    assert again.schema_revision() == "0007"
     again.close()
 
 
@@ -196,10 +196,59 @@ def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfil
     assert store.schema_revision() == "0003"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0006"
+        assert upgraded.schema_revision() == "0007"
         assert upgraded.record_offers([a], T0 + timedelta(minutes=10)) == 0  # nothing changed
         assert upgraded.record_offers([a, b], T0 + timedelta(minutes=15)) == 1  # b is back
         assert upgraded.record_offers([a, b, offer("c1", market=Market.ON_DEMAND)], T0 + timedelta(minutes=20)) == 0
+    finally:
+        upgraded.close()
+
+
+def test_an_0006_store_upgrades_with_each_nodes_zone_backfilled_from_the_old_rule(store):
+    """Revision 0006 stored nodes without a zone, and the model read the zone
+    of a regional offer's node from a <zone>/<name> id (GCP's naming).
+    Migration 0007 writes that zone into each stored node, so an upgraded
+    store keeps its placement domains; downgrading takes it out again."""
+    import json
+
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.model import Market
+    from fleetctl.store import MIGRATIONS
+    from tests.builders import offer
+
+    gcp = offer("a2-ultragpu-8g", provider="gcp", region="us-central1", zone="", market=Market.ON_DEMAND)
+    azure = offer("Standard_NC24ads_A100_v4", provider="azure", region="eastus", zone="", market=Market.SPOT)
+    aws = offer("p4d.24xlarge", provider="aws", region="us-east-1", zone="use1-az2")
+    nodes = [node("us-central1-b/fleetctl-1", gcp), node("us-central1-a/fleetctl-2", gcp),
+             node("fl-research-1", azure), node("i-0abc", aws),
+             node("us-central1-c/fleetctl-0", gcp, state=NodeState.GONE)]
+    for n in nodes:
+        store.put_node(n, T0)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store._engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0006")
+        docs = [json.loads(d) for (d,) in conn.execute(sa.text("SELECT doc FROM nodes"))]
+    assert len(docs) == 5 and not [d for d in docs if "zone" in d]  # as fleetctl of revision 0006 wrote them
+    assert store.schema_revision() == "0006"
+    upgraded = Store(store.url)
+    try:
+        assert upgraded.schema_revision() == "0007"
+        zones = {n.node_id: n.zone for n in upgraded.nodes(include_gone=True)}
+        assert zones == {"us-central1-b/fleetctl-1": "us-central1-b", "us-central1-a/fleetctl-2": "us-central1-a",
+                         "fl-research-1": "", "i-0abc": "use1-az2", "us-central1-c/fleetctl-0": "us-central1-c"}
+        assert {n.node_id: n.placement_domain for n in upgraded.nodes(include_gone=True)} == {  # as the old rule said
+            "us-central1-b/fleetctl-1": ("gcp", "us-central1", "us-central1-b"),
+            "us-central1-a/fleetctl-2": ("gcp", "us-central1", "us-central1-a"),
+            "fl-research-1": ("azure", "eastus", ""), "i-0abc": ("aws", "us-east-1", "use1-az2"),
+            "us-central1-c/fleetctl-0": ("gcp", "us-central1", "us-central1-c")}
+        upgraded.put_node(replace(nodes[2], zone="2"), T0)  # what the adapter says now is kept
+        again = Store(store.url)
+        assert [n.zone for n in again.nodes() if n.node_id == "fl-research-1"] == ["2"]
+        again.close()
     finally:
         upgraded.close()
 
@@ -281,7 +330,7 @@ def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path
             for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in runs]
     assert [p.returncode for p in runs] == [0] * 6, [err for _, err in outs]
-    assert {out.strip() for out, _ in outs} == {"0006"}
+    assert {out.strip() for out, _ in outs} == {"0007"}
 
 
 def _open_together(url: str, count: int) -> list[str]:
@@ -314,7 +363,7 @@ def _open_together(url: str, count: int) -> list[str]:
     return [out.strip() for out, _ in outs]
 
 
-@pytest.mark.parametrize("start_at", [None, "0001", "0005"])
+@pytest.mark.parametrize("start_at", [None, "0001", "0005", "0006"])
 def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once(postgres_url, start_at):
     """Several processes open a PostgreSQL store at the same moment, fresh or
     at an older revision (cron beside a restarted daemon): PostgreSQL does not
@@ -334,7 +383,7 @@ def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, start_at)
     engine.dispose()
-    assert _open_together(postgres_url, 8) == ["0006"] * 8
+    assert _open_together(postgres_url, 8) == ["0007"] * 8
 
 
 def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_path):
@@ -355,7 +404,7 @@ def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_pa
     lock.unlink()
     again = Store(f"sqlite:///{db}")
     try:
-        assert again.schema_revision() == "0006"
+        assert again.schema_revision() == "0007"
         assert not lock.exists()
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
