@@ -188,16 +188,16 @@ class Node:
         """Provider, region and zone of the machine: nodes in one domain may hold one gang.
 
         A node bought from a regional offer (zone ``""``) sits in the zone the
-        provider picked at launch; a provider that names its nodes
-        ``<zone>/<name>`` (GCP) says which, and nodes of one regional offer in
-        two zones are two domains. Without a zone in the id, the offer's
-        domain (the region)."""
+        provider picked at launch, which its adapter reports as ``zone``: nodes
+        of one regional offer in two zones are two domains. With the zone
+        unknown, the offer's domain (the region).
+
+        Design choice: the zone is a field the adapter fills, not something
+        read from the node id, so the model knows no cloud's id format (GCP's
+        ids happen to be ``<zone>/<name>``; store migration 0007 carried the
+        zones read that way into stored nodes)."""
         provider, region, zone = self.offer.placement_domain
-        if self.zone:
-            return (provider, region, self.zone)
-        if not zone and "/" in self.node_id:
-            zone = self.node_id.split("/", 1)[0]
-        return (provider, region, zone)
+        return (provider, region, self.zone or zone)
 
 
 @dataclass(frozen=True, slots=True)

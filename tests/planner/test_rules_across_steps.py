@@ -277,14 +277,32 @@ def test_rule(case):
                                            (("us-central1-a", "us-central1-a"), True)], ids=["two-zones", "one-zone"])
 def test_a_gang_never_spans_the_zones_of_nodes_bought_from_a_regional_offer(zones, placed):
     # A regional offer (zone "", as GCP's and Azure's prices are) has nodes in whatever zone the provider
-    # picked; a node named <zone>/<name> says which. Two such nodes in two zones are not one placement domain.
+    # picked; the adapter says which (Node.zone). Two such nodes in two zones are not one placement domain.
     regional = offer("a2-ultragpu-8g", gpus=8, price=20.0, provider="gcp", region="us-central1", zone="",
                      market=Market.ON_DEMAND)
-    fleet = [node(f"{z}/fleetctl-{i}", regional) for i, z in enumerate(zones)]
+    fleet = [node(f"{z}/fleetctl-{i}", regional, zone=z) for i, z in enumerate(zones)]
     p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet, offers=[])
     assert ("gang" in binds(p)) is placed
     if placed:
         assert sorted(binds(p)["gang"]) == [n.node_id for n in fleet]
+
+
+@pytest.mark.parametrize("names, zones, placed", [
+    (("vm-0", "vm-1"), ("1", "2"), False),
+    (("vm-0", "vm-1"), ("1", "1"), True),
+    (("vm-0", "vm-1"), ("", ""), True),
+    (("us-central1-a/fleetctl-0", "us-central1-b/fleetctl-1"), ("", ""), True),
+], ids=["two-zones", "one-zone", "zones-unknown", "ids-are-not-read"])
+def test_the_zone_of_a_regional_offers_node_is_the_one_its_provider_reported(names, zones, placed):
+    # The planner takes the zone from Node.zone whatever the ids look like (Azure's VM names say no zone),
+    # and reads no cloud's id format: with the zone unknown, the offer's domain (the region) holds the gang.
+    regional = offer("Standard_ND96asr_v4", gpus=8, price=20.0, provider="azure", region="eastus", zone="",
+                     market=Market.ON_DEMAND)
+    fleet = [node(name, regional, zone=z) for name, z in zip(names, zones, strict=True)]
+    p = run(queue=[job("gang", workers=2, gpus=8)], fleet=fleet, offers=[])
+    assert ("gang" in binds(p)) is placed
+    if placed:
+        assert sorted(binds(p)["gang"]) == sorted(names)
 
 
 # ----------------------------------------------------------------------------- nodes the plan terminates
