@@ -19,6 +19,8 @@ same thing whatever later versions of the model say.
 """
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -31,7 +33,7 @@ depends_on = None
 _nodes = sa.table("nodes", sa.column("node_id", sa.String), sa.column("doc", sa.Text))
 
 
-def _zone_by_the_old_rule(node_id: str, doc: dict) -> str:
+def _zone_by_the_old_rule(node_id: str, doc: dict[str, Any]) -> str:
     offer_zone = (doc.get("offer") or {}).get("zone") or ""
     if offer_zone:
         return offer_zone
@@ -40,7 +42,9 @@ def _zone_by_the_old_rule(node_id: str, doc: dict) -> str:
     return ""
 
 
-def _rewrite(change) -> None:  # noqa: ANN001 - change(node_id, doc) -> the new doc, or None to keep it
+def _rewrite(change: Callable[[str, dict[str, Any]], dict[str, Any] | None]) -> None:
+    """Each stored node's document through ``change(node_id, doc)``: the new
+    document, or None to leave the row as it is."""
     bind = op.get_bind()
     rows = bind.execute(sa.select(_nodes.c.node_id, _nodes.c.doc).order_by(_nodes.c.node_id)).all()
     for node_id, text in rows:
