@@ -21,7 +21,9 @@ read like ``teams.ml-research.guaranteed_gpus`` or ``jobs[2].workers``; the
 document itself is ``(root)``. A problem in content reached through an alias
 (``*name``) is reported at the alias (at its key for ``key: *name``), where the
 path leads, and the message names the anchor (``&name``) where the content is
-written: the same text reached twice is two problems, at two places.
+written: the same text reached twice is two problems, at two places. A key
+merged into a mapping by ``<<: *name`` (or ``<<: [*a, *b]``) is likewise
+reported at that ``<<`` key, naming the alias that supplied it and its anchor.
 """
 
 from __future__ import annotations
@@ -134,8 +136,12 @@ class Alias:
     name: str
     position: Position
     anchor: Position
+    #: Reached through a merge key (``<<: *name``): ``position`` is the ``<<``.
+    merged: bool = False
 
     def note(self) -> str:
+        if self.merged:
+            return f"(merged in by <<: *{self.name}; the anchor &{self.name} is at line {self.anchor.line})"
         return f"(reached through the alias *{self.name}; the anchor &{self.name} is at line {self.anchor.line})"
 
 
@@ -513,6 +519,7 @@ def parse_document(text: str, file: str = "<string>") -> Document:
         issues.extend(_duplicate_keys(file, node))
         converter.reported.update(_duplicate_paths(node))
         converter.aliases = _alias_sites(node, composing.composer.alias_marks)
+        converter.merges = _merge_sites(node, composing.composer.alias_marks)
     try:
         plain = converter.convert(data, (), _root_position(data))
     except _TooLarge as exc:
@@ -640,6 +647,94 @@ def _alias_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -
     return sites
 
 
+@dataclass(frozen=True, slots=True)
+class _Merged:
+    """Where a key merged into a mapping by ``<<`` is reported: at the ``<<``
+    key with the alias that supplied it (``via``), or, for an inline mapping
+    (``<<: {k: v}``), at the key and value as written."""
+
+    key: Position
+    value: Position
+    via: Alias | None
+
+
+def _is_merge(key: Node) -> bool:
+    return str(key.tag) == _YAML_CORE_TAG_PREFIX + "merge"
+
+
+def _mark(node: Node) -> Position:
+    return Position(node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def _merge_sources(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str, Any]]
+                   ) -> list[tuple[Node, Node, tuple[str, Any] | None]]:
+    """``(merge key, source, alias or None)`` for every mapping merged into
+    ``mapping``, earliest (winning) first, as YAML's merge rules order them."""
+    sources = []
+    for key, value in mapping.value:
+        if not _is_merge(key):
+            continue
+        if isinstance(value, SequenceNode):
+            sources.extend((key, item, marks.get((id(value), index))) for index, item in enumerate(value.value))
+        else:
+            sources.append((key, value, marks.get((id(mapping), id(key)))))
+    return [(key, source, alias) for key, source, alias in sources if isinstance(source, MappingNode)]
+
+
+def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str, Any]],
+                 seen: frozenset[int] = frozenset()) -> dict[str, _Merged]:
+    """The keys ``mapping`` gets through its merge keys (not its own), each
+    with where to report it."""
+    if id(mapping) in seen:  # a merge loop: ruamel refuses it, but never recurse forever
+        return {}
+    seen = seen | {id(mapping)}
+    own = {str(k.value) for k, _ in mapping.value if isinstance(k, ScalarNode) and not _is_merge(k)}
+    merged: dict[str, _Merged] = {}
+    for merge_key, source, alias in _merge_sources(mapping, marks):
+        at = _mark(merge_key)
+        if alias is not None:
+            via = Alias(alias[0], at, _mark(source), merged=True)
+            names = [str(k.value) for k, _ in source.value if isinstance(k, ScalarNode) and not _is_merge(k)]
+            names += list(_merged_keys(source, marks, seen))
+            for name in names:
+                if name not in own:
+                    merged.setdefault(name, _Merged(at, at, via))
+            continue
+        for k, v in source.value:
+            if isinstance(k, ScalarNode) and not _is_merge(k) and str(k.value) not in own:
+                merged.setdefault(str(k.value), _Merged(_mark(k), _mark(v), None))
+        for name, where in _merged_keys(source, marks, seen).items():
+            if name not in own:
+                merged.setdefault(name, where)
+    return merged
+
+
+def _merge_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -> dict[FieldPath, dict[str, _Merged]]:
+    """For every mapping outside aliased content that has merge keys (``<<``),
+    its merged keys and where to report each (see :func:`_merged_keys`). The
+    walk is that of :func:`_alias_sites`: content reached through an alias is
+    reported at the alias, merges inside it included."""
+    sites: dict[FieldPath, dict[str, _Merged]] = {}
+    stack: list[tuple[Node, FieldPath]] = [(node, ())]
+    while stack:
+        current, where = stack.pop()
+        if isinstance(current, MappingNode):
+            if any(_is_merge(key) for key, _ in current.value):
+                merged = _merged_keys(current, marks)
+                if merged:
+                    sites[where] = merged
+            children = [(str(key.value), value, id(key)) for key, value in current.value
+                        if isinstance(key, ScalarNode) and not _is_merge(key)]
+        elif isinstance(current, SequenceNode):
+            children = [(index, item, index) for index, item in enumerate(current.value)]
+        else:
+            continue
+        for elem, child, slot in children:
+            if (id(current), slot) not in marks:
+                stack.append((child, where + (elem,)))
+    return sites
+
+
 # --------------------------------------------------------------------------- ruamel -> plain python
 
 
@@ -683,6 +778,8 @@ class _Converter:
     active: set[int] = field(default_factory=set)  # ids of collections being converted (cycle check)
     #: The aliases outside aliased content, by path (see ``_alias_sites``).
     aliases: dict[FieldPath, Alias] = field(default_factory=dict)
+    #: Keys merged in by ``<<``, by the path of their mapping (see ``_merge_sites``).
+    merges: dict[FieldPath, dict[str, _Merged]] = field(default_factory=dict)
     #: The alias through which the value being converted was reached: every
     #: position below it is the alias's.
     via: Alias | None = None
@@ -693,13 +790,16 @@ class _Converter:
         self.issues.append(ValidationIssue(self.file, pos.line, pos.column, format_path(path), message))
         self.reported.add(path)
 
-    def convert(self, obj: Any, path: FieldPath, pos: Position, key: Position | None = None) -> Any:
+    def convert(self, obj: Any, path: FieldPath, pos: Position, key: Position | None = None,
+                merged: Alias | None = None) -> Any:
         alias = self.aliases.get(path) if self.via is None and obj is not None else None
+        if merged is not None and self.via is None:
+            alias = merged  # positioned at the ``<<`` key already
         if alias is None:
             return self._convert(obj, path, pos, key)
         # ``key: *name`` points at the key (on the alias's line), as a key's
         # value does; a sequence item at the alias itself.
-        self.via = Alias(alias.name, key or alias.position, alias.anchor)
+        self.via = Alias(alias.name, key or alias.position, alias.anchor, alias.merged)
         try:
             return self._convert(obj, path, self.via.position, key)
         finally:
@@ -749,14 +849,19 @@ class _Converter:
 
     def _mapping(self, obj: CommentedMap, path: FieldPath, pos: Position) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        merges = self.merges.get(path, {}) if self.via is None else {}
         for k in list(obj.keys()):
             key_pos, value_pos = (pos, pos) if self.via is not None else self._entry(obj, k, pos)
+            merged = merges.get(k) if isinstance(k, str) else None
+            if merged is not None:
+                key_pos, value_pos = merged.key, merged.value
             if not isinstance(k, str):
                 self._issue(path + (describe_value(k),), key_pos,
                             f"mapping keys must be strings (got {describe_value(k)}); quote the key")
                 continue
             key = str(k)
-            out[key] = self.convert(obj[k], path + (key,), value_pos, key=key_pos)
+            out[key] = self.convert(obj[k], path + (key,), value_pos, key=key_pos,
+                                    merged=merged.via if merged is not None else None)
         return out
 
     def _entry(self, obj: CommentedMap, k: Any, fallback: Position) -> tuple[Position, Position]:

@@ -355,6 +355,30 @@ def test_an_error_in_anchored_content_is_reported_at_the_anchor_and_at_each_alia
     ], rendered
 
 
+def test_an_error_merged_in_from_shared_job_settings_is_reported_at_the_merge_key(tmp_path: Path) -> None:
+    """Shared settings merged into a job with ``<<: *name``: a bad one is
+    reported at the ``<<`` of each job that pulls it in, naming the anchor."""
+    path = write(tmp_path, """
+        jobs:
+          - &defaults
+            id: a
+            team: ml-research
+            priority: batch
+            gpus_per_worker: 1
+            vcpus_per_worker: 1
+            memory_gib_per_worker: 1
+            duration_hours: -1
+          - id: b
+            <<: *defaults
+    """)
+    rendered = [str(i).removeprefix(f"{path}:") for i in issues_of(path)]
+    assert rendered == [
+        "9:21: jobs[0].duration_hours: must be greater than 0 (got -1)",
+        "11:5: jobs[1].duration_hours: must be greater than 0 (got -1) (merged in by <<: *defaults; the anchor "
+        "&defaults is at line 2)",
+    ], rendered
+
+
 def test_a_job_can_ask_for_every_gpu_model_the_catalog_sells(tmp_path: Path) -> None:
     from providers.catalog import load_catalog
 

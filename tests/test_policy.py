@@ -134,6 +134,49 @@ def test_anchors_and_aliases_are_allowed(tmp_path: Path) -> None:
     assert teams["c"] == model.Team("c", 8, 32, 3.0)
 
 
+def test_an_error_merged_in_with_a_merge_key_is_reported_at_the_merge_key(tmp_path: Path) -> None:
+    """A bad value pulled in by ``<<: *name`` is reported at that ``<<`` line
+    (the place that brought it into this mapping), naming the anchor's line;
+    with a list of aliases, the one that supplied the key is named."""
+    path = write(tmp_path, """
+        budget: {max_usd_per_hour: 100, max_gpus: 64}
+        teams:
+          a: &team {guaranteed_gpus: 8, burst_gpus: -1}
+          base: &base {weight: 2}
+          c:
+            weight: 3
+            <<: *team
+          d:
+            weight: 1
+            <<: [*base, *team]
+          e:
+            burst_gpus: 16
+            <<: *team
+    """)
+    assert [str(i).removeprefix(f"{path}:") for i in issues_of(path)] == [
+        "3:45: teams.a.burst_gpus: must be greater than or equal to 0 (got -1)",
+        "7:5: teams.c.burst_gpus: must be greater than or equal to 0 (got -1) (merged in by <<: *team; the "
+        "anchor &team is at line 3)",
+        "10:5: teams.d.burst_gpus: must be greater than or equal to 0 (got -1) (merged in by <<: *team; the "
+        "anchor &team is at line 3)",
+    ]
+
+
+def test_a_cross_field_error_from_a_merged_value_is_reported_at_the_merge_key(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        budget: {max_usd_per_hour: 100, max_gpus: 64}
+        teams:
+          a: &defaults {guaranteed_gpus: 8}
+          c:
+            burst_gpus: 4
+            <<: *defaults
+    """)
+    assert [str(i).removeprefix(f"{path}:") for i in issues_of(path)] == [
+        "6:5: teams.c.guaranteed_gpus: guaranteed_gpus 8 is above burst_gpus 4: a team cannot be guaranteed more "
+        "than it may use (merged in by <<: *defaults; the anchor &defaults is at line 3)",
+    ]
+
+
 def test_an_error_reached_through_an_alias_is_reported_at_the_alias(tmp_path: Path) -> None:
     path = write(tmp_path, """
         budget: {max_usd_per_hour: 100, max_gpus: 64}
