@@ -71,10 +71,14 @@ FieldPath = tuple[Union[str, int], ...]
 #: multi-megabyte "YAML" file is almost certainly the wrong file.
 MAX_FILE_BYTES = 8 * 1024 * 1024
 
-#: How many values a document may expand to (after aliases). Design choice:
-#: aliases are allowed (they are handy for shared team settings), so this cap
-#: keeps an alias bomb ("billion laughs") from eating the machine.
-MAX_VALUES = 200_000
+#: How many values aliases may add to a document: each use of an alias (``*name``
+#: or ``<<: *name``) copies the anchored content, and every value of every copy
+#: counts. Design choice: aliases are allowed (they are handy for shared team
+#: settings), so this cap keeps an alias bomb ("billion laughs", a few lines
+#: that expand to billions of values) from eating the machine. Values written
+#: out in the file do not count: ``MAX_FILE_BYTES`` already bounds them, and a
+#: big alias-free policy (150,000 teams) is not a bomb.
+MAX_ALIAS_VALUES = 200_000
 
 #: How deeply values may nest. Real policies nest four levels.
 MAX_DEPTH = 64
@@ -478,17 +482,28 @@ def _yaml() -> YAML:
     return yaml
 
 
-def parse_document(text: str, file: str = "<string>") -> Document:
+def parse_document(text: str, file: str = "<string>", *, max_alias_values: int = MAX_ALIAS_VALUES) -> Document:
     """Parse YAML/JSON ``text`` (named ``file`` in messages) into a
-    :class:`Document`; raise :class:`SpecError` if it has no usable content."""
+    :class:`Document`; raise :class:`SpecError` if it has no usable content,
+    or if aliases copy more than ``max_alias_values`` values into it."""
+    converter = _Converter(file, max_alias_values=max_alias_values)
+    issues: list[ValidationIssue] = []
     try:
         with warnings.catch_warnings():
             # ruamel warns about re-used anchors, which YAML allows (the later
             # one wins); nothing for a person to fix, so no stderr noise.
             warnings.simplefilter("ignore")
-            composing = _yaml()
-            node = composing.compose(text)
-            data = _yaml().load(text)
+            # One parse: the node tree gives the positions of aliases and
+            # duplicate keys, then becomes the data. The tables are read first,
+            # since constructing the data removes the merge keys (<<) from it.
+            yaml = _yaml()
+            node = yaml.compose(text)
+            if node is not None:
+                issues.extend(_duplicate_keys(file, node))
+                converter.reported.update(_duplicate_paths(node))
+                converter.aliases = _alias_sites(node, yaml.composer.alias_marks)
+                converter.merges = _merge_sites(node, yaml.composer.alias_marks)
+            data = None if node is None else yaml.constructor.construct_document(node)
     except MarkedYAMLError as exc:
         raise SpecError([_syntax_issue(file, exc)]) from None
     except ReaderError as exc:
@@ -513,17 +528,10 @@ def parse_document(text: str, file: str = "<string>") -> Document:
         message = "file is empty" if node is None else "the document is null; expected content"
         raise SpecError([ValidationIssue(file, 1, 1, "", message)])
 
-    converter = _Converter(file)
-    issues: list[ValidationIssue] = []
-    if node is not None:
-        issues.extend(_duplicate_keys(file, node))
-        converter.reported.update(_duplicate_paths(node))
-        converter.aliases = _alias_sites(node, composing.composer.alias_marks)
-        converter.merges = _merge_sites(node, composing.composer.alias_marks)
     try:
         plain = converter.convert(data, (), _root_position(data))
     except _TooLarge as exc:
-        raise SpecError([ValidationIssue(file, 1, 1, "", str(exc))]) from None
+        raise SpecError([exc.issue]) from None
     issues.extend(converter.issues)
     return Document(
         file=file,
@@ -682,12 +690,14 @@ def _merge_sources(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[s
 
 
 def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str, Any]],
-                 seen: frozenset[int] = frozenset()) -> dict[str, _Merged]:
+                 memo: dict[int, dict[str, _Merged]]) -> dict[str, _Merged]:
     """The keys ``mapping`` gets through its merge keys (not its own), each
-    with where to report it."""
-    if id(mapping) in seen:  # a merge loop: ruamel refuses it, but never recurse forever
-        return {}
-    seen = seen | {id(mapping)}
+    with where to report it. ``memo`` holds the answers so far, so a chain of
+    merges (``<<: [*a, *a]``, then ``<<: [*b, *b]``, ...) is walked once per
+    mapping, not once per path through it."""
+    if id(mapping) in memo:  # answered, or being answered (a merge loop: ruamel refuses it later)
+        return memo[id(mapping)]
+    memo[id(mapping)] = {}
     own = {str(k.value) for k, _ in mapping.value if isinstance(k, ScalarNode) and not _is_merge(k)}
     merged: dict[str, _Merged] = {}
     for merge_key, source, alias in _merge_sources(mapping, marks):
@@ -695,7 +705,7 @@ def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str
         if alias is not None:
             via = Alias(alias[0], at, _mark(source), merged=True)
             names = [str(k.value) for k, _ in source.value if isinstance(k, ScalarNode) and not _is_merge(k)]
-            names += list(_merged_keys(source, marks, seen))
+            names += list(_merged_keys(source, marks, memo))
             for name in names:
                 if name not in own:
                     merged.setdefault(name, _Merged(at, at, via))
@@ -703,9 +713,10 @@ def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str
         for k, v in source.value:
             if isinstance(k, ScalarNode) and not _is_merge(k) and str(k.value) not in own:
                 merged.setdefault(str(k.value), _Merged(_mark(k), _mark(v), None))
-        for name, where in _merged_keys(source, marks, seen).items():
+        for name, where in _merged_keys(source, marks, memo).items():
             if name not in own:
                 merged.setdefault(name, where)
+    memo[id(mapping)] = merged
     return merged
 
 
@@ -715,12 +726,13 @@ def _merge_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -
     walk is that of :func:`_alias_sites`: content reached through an alias is
     reported at the alias, merges inside it included."""
     sites: dict[FieldPath, dict[str, _Merged]] = {}
+    memo: dict[int, dict[str, _Merged]] = {}
     stack: list[tuple[Node, FieldPath]] = [(node, ())]
     while stack:
         current, where = stack.pop()
         if isinstance(current, MappingNode):
             if any(_is_merge(key) for key, _ in current.value):
-                merged = _merged_keys(current, marks)
+                merged = _merged_keys(current, marks, memo)
                 if merged:
                     sites[where] = merged
             children = [(str(key.value), value, id(key)) for key, value in current.value
@@ -739,7 +751,11 @@ def _merge_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -
 
 
 class _TooLarge(Exception):
-    pass
+    """Aliases copy too many values into the document; ``issue`` says where."""
+
+    def __init__(self, issue: ValidationIssue) -> None:
+        super().__init__(str(issue))
+        self.issue = issue
 
 
 def _lc_position(obj: Any) -> Position | None:
@@ -774,7 +790,9 @@ class _Converter:
     positions: dict[FieldPath, Located] = field(default_factory=dict)
     issues: list[ValidationIssue] = field(default_factory=list)
     reported: set[FieldPath] = field(default_factory=set)
-    count: int = 0
+    #: Values copied in through aliases so far, and the most allowed.
+    alias_values: int = 0
+    max_alias_values: int = MAX_ALIAS_VALUES
     active: set[int] = field(default_factory=set)  # ids of collections being converted (cycle check)
     #: The aliases outside aliased content, by path (see ``_alias_sites``).
     aliases: dict[FieldPath, Alias] = field(default_factory=dict)
@@ -783,6 +801,8 @@ class _Converter:
     #: The alias through which the value being converted was reached: every
     #: position below it is the alias's.
     via: Alias | None = None
+    #: Where that alias is (the path of the value it stands for).
+    via_path: FieldPath = ()
 
     def _issue(self, path: FieldPath, pos: Position, message: str) -> None:
         if self.via is not None:
@@ -800,15 +820,21 @@ class _Converter:
         # ``key: *name`` points at the key (on the alias's line), as a key's
         # value does; a sequence item at the alias itself.
         self.via = Alias(alias.name, key or alias.position, alias.anchor, alias.merged)
+        self.via_path = path
         try:
             return self._convert(obj, path, self.via.position, key)
         finally:
             self.via = None
 
     def _convert(self, obj: Any, path: FieldPath, pos: Position, key: Position | None = None) -> Any:
-        self.count += 1
-        if self.count > MAX_VALUES:
-            raise _TooLarge(f"the document expands to more than {MAX_VALUES} values (an alias loop or bomb?)")
+        if self.via is not None:
+            self.alias_values += 1
+            if self.alias_values > self.max_alias_values:
+                message = (f"aliases copy more than {self.max_alias_values} values into the document (each use of "
+                           "an alias copies its anchored content; an alias bomb?); use fewer aliases or write the "
+                           f"values out {self.via.note()}")
+                at = self.via.position
+                raise _TooLarge(ValidationIssue(self.file, at.line, at.column, format_path(self.via_path), message))
         self.positions.setdefault(path, Located(key=key, value=pos, via=self.via))
         if len(path) > MAX_DEPTH:
             self._issue(path, pos, f"nested more than {MAX_DEPTH} levels deep")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
-from fleetctl import model
+from fleetctl import model, yamlerrors
 from fleetctl.policy import GPU_MODELS, PROVIDERS, load_policy, policy_json_schema
 from fleetctl.yamlerrors import SpecError, ValidationIssue
 
@@ -175,6 +175,38 @@ def test_a_cross_field_error_from_a_merged_value_is_reported_at_the_merge_key(tm
         "6:5: teams.c.guaranteed_gpus: guaranteed_gpus 8 is above burst_gpus 4: a team cannot be guaranteed more "
         "than it may use (merged in by <<: *defaults; the anchor &defaults is at line 3)",
     ]
+
+
+def test_an_alias_bomb_is_refused_at_the_alias_that_expands_it(tmp_path: Path) -> None:
+    """Seven lines that expand to over a million values ("billion laughs")
+    are refused once aliases have copied MAX_ALIAS_VALUES values, at the alias
+    doing it, in words that say aliases are the cause."""
+    lines = ["budget: {max_usd_per_hour: 100}", "l0: &l0 [" + ", ".join(["x"] * 10) + "]"]
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 7)]
+    path = tmp_path / "policy.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (issue,) = issues_of(path)
+    assert (issue.line, issue.column, issue.field_path) == (7, 10, "l5[0]"), issue
+    assert issue.message.startswith(
+        f"aliases copy more than {yamlerrors.MAX_ALIAS_VALUES} values into the document (each use of an alias copies its "
+        "anchored content; an alias bomb?); use fewer aliases or write the values out (reached through the alias "
+        "*l4; the anchor &l4 is at line 6)"), issue
+
+
+def test_values_written_out_do_not_count_toward_the_alias_limit() -> None:
+    """Only copies made by aliases count: a big alias-free document (a policy
+    of 150,000 teams) is not an alias bomb, however many values it has."""
+    teams = "".join(f"  t{i}: {{burst_gpus: 4, weight: 1}}\n" for i in range(100))
+    text = "budget: {max_usd_per_hour: 100}\nteams:\n" + teams
+    assert len(yamlerrors.parse_document(text, "big.yaml", max_alias_values=50).data["teams"]) == 100
+
+    aliased = "budget: {max_usd_per_hour: 100}\nteams:\n  a: &t {burst_gpus: 4, weight: 1}\n" + "".join(
+        f"  t{i}: *t\n" for i in range(20))
+    assert len(yamlerrors.parse_document(aliased, "ok.yaml", max_alias_values=60).data["teams"]) == 21
+    with pytest.raises(SpecError) as info:
+        yamlerrors.parse_document(aliased, "bomb.yaml", max_alias_values=50)
+    (issue,) = info.value.issues
+    assert str(issue).startswith("bomb.yaml:20:3: teams.t16: aliases copy more than 50 values into the document"), issue
 
 
 def test_an_error_reached_through_an_alias_is_reported_at_the_alias(tmp_path: Path) -> None:
