@@ -42,7 +42,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema
 
 from fleetctl import model
-from fleetctl.policy import GpuModelName, Name, StrictModel
+from fleetctl.policy import GpuModelName, Name, StrictModel, note_integers
 from fleetctl.yamlerrors import (
     Document,
     FieldPath,
@@ -419,4 +419,4 @@ def load_job_sources(
 
 def jobs_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one job spec."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **JobSpec.model_json_schema()}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **note_integers(JobSpec.model_json_schema())}

@@ -46,6 +46,7 @@ __all__ = [
     "PolicySpec",
     "StrictModel",
     "load_policy",
+    "note_integers",
     "policy_json_schema",
     "policy_from_document",
 ]
@@ -661,8 +662,40 @@ def load_policy(path: str | os.PathLike[str]) -> model.Policy:
     return policy_from_document(read_document(path))
 
 
+#: Said of every integer field in the JSON Schemas (see :func:`note_integers`).
+INTEGER_NOTE = "Written without a decimal point: 8, not 8.0."
+
+
+def note_integers(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with :data:`INTEGER_NOTE` added to the description of every
+    integer field (in place; returned for convenience).
+
+    Design choice: the loader refuses ``8.0`` where an integer is required
+    (strict, like ``"8"`` for a number: a GPU count written as a decimal is
+    more often a slip than a count), but JSON Schema cannot say so: its
+    ``"type": "integer"`` is any number with a zero fractional part, so a
+    schema validator (and an editor using one) accepts ``8.0``. The schema
+    keeps ``"integer"``, the truest type it has, and says the rest in words
+    where an editor shows them.
+    """
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            for prop in node.get("properties", {}).values():
+                types = [prop.get("type")] + [alt.get("type") for alt in prop.get("anyOf", [])]
+                if "integer" in types and INTEGER_NOTE not in prop.get("description", ""):
+                    prop["description"] = f"{prop.get('description', '')} {INTEGER_NOTE}".strip()
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(schema)
+    return schema
+
+
 def policy_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of the policy file, for editors."""
-    schema = PolicySpec.model_json_schema()
+    schema = note_integers(PolicySpec.model_json_schema())
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 

@@ -346,7 +346,11 @@ def humanize(msg: str, kind: str, value: Any) -> str:
     elif kind == "bool_type" and isinstance(value, str):
         return f"must be true or false (got {describe_value(value)}; YAML 1.2 reads yes/no/on/off as strings)"
     elif kind == "int_type" and isinstance(value, float) and not isinstance(value, bool):
-        return f"must be a whole number (got {describe_value(value)})"
+        if value.is_integer():
+            # The JSON Schema calls 8.0 an integer (see policy.note_integers); say why it is refused.
+            return (f"must be an integer written without a decimal point (got {describe_value(value)}; "
+                    f"write {int(value)})")
+        return f"must be an integer (got {describe_value(value)})"
     else:
         text = re.sub(r"^(Input|String|List|Dictionary|Value|Tuple|Number|Float|Integer) should ", "must ", msg)
         text = text[:1].lower() + text[1:]

@@ -379,6 +379,26 @@ def test_an_error_merged_in_from_shared_job_settings_is_reported_at_the_merge_ke
     ], rendered
 
 
+@pytest.mark.parametrize(("field", "value", "message"), [
+    (field, value, message)
+    for field in ("workers", "gpus_per_worker")
+    for value, message in [("8.0", "must be an integer written without a decimal point (got 8.0; write 8)"),
+                           ("8.5", "must be an integer (got 8.5)")]
+])
+def test_an_integer_field_refuses_a_decimal(tmp_path: Path, field: str, value: str, message: str) -> None:
+    """The job schema says "integer" (which a JSON Schema validator reads as
+    taking 8.0) and notes that 8.0 is refused; the loader refuses it."""
+    fields = {"id": "a", "team": "ml-research", "priority": "batch", "workers": "1", "gpus_per_worker": "1",
+              "vcpus_per_worker": "1", "memory_gib_per_worker": "1", "duration_hours": "1", field: value}
+    path = write(tmp_path, "jobs:\n" + "".join(
+        f"{'  - ' if i == 0 else '    '}{k}: {v}\n" for i, (k, v) in enumerate(fields.items())))
+    line = list(fields).index(field) + 2
+    column = 5 + len(field) + 2
+    assert [str(i) for i in issues_of(path)] == [f"{path}:{line}:{column}: jobs[0].{field}: {message}"]
+    assert jobs_json_schema()["properties"][field]["description"].endswith(
+        "Written without a decimal point: 8, not 8.0.")
+
+
 def test_a_job_can_ask_for_every_gpu_model_the_catalog_sells(tmp_path: Path) -> None:
     from providers.catalog import load_catalog
 

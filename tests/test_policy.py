@@ -270,7 +270,7 @@ BROKEN = [
     ),
     pytest.param(
         _OK + "markets:\n  on_demand_base_gpus: 8.0\n",
-        4, 24, "markets.on_demand_base_gpus", "must be a whole number (got 8.0)",
+        4, 24, "markets.on_demand_base_gpus", "must be an integer written without a decimal point (got 8.0; write 8)",
         id="wrong-type-float-for-int",
     ),
     pytest.param(
@@ -487,6 +487,70 @@ TRAILING_NEWLINE = [
     pytest.param(f"subnet_id: {_AZURE_SUBNET}", _AZURE_SUBNET, "infrastructure.azure.regions.eastus.subnet_id",
                  "invalid Azure resource id", id="azure-resource-id"),
 ]
+
+
+def integer_fields(schema: dict) -> list[tuple[str, ...]]:
+    """The paths of every field a JSON Schema types as integer; ``*`` stands
+    for any name (``teams.*.guaranteed_gpus``)."""
+    defs = schema.get("$defs", {})
+    found: list[tuple[str, ...]] = []
+
+    def walk(node: dict, path: tuple[str, ...]) -> None:
+        if "$ref" in node:
+            return walk(defs[node["$ref"].rsplit("/", 1)[-1]], path)
+        if node.get("type") == "integer" or any(alt.get("type") == "integer" for alt in node.get("anyOf", [])):
+            found.append(path)
+        for name, prop in node.get("properties", {}).items():
+            walk(prop, path + (name,))
+        for prop in node.get("patternProperties", {}).values():
+            walk(prop, path + ("*",))
+        for alt in node.get("anyOf", []):
+            walk(alt, path)
+
+    walk(schema, ())
+    return found
+
+
+POLICY_INTEGERS = integer_fields(policy_json_schema())
+
+
+def test_the_schema_types_every_count_as_an_integer() -> None:
+    assert {".".join(p) for p in POLICY_INTEGERS} >= {
+        "markets.on_demand_base_gpus", "budget.max_gpus", "teams.*.guaranteed_gpus", "teams.*.burst_gpus",
+        "priority_classes.*.value", "diversification.min_distinct_offers"}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("8.0", "must be an integer written without a decimal point (got 8.0; write 8)"),
+    ("8.5", "must be an integer (got 8.5)"),
+])
+@pytest.mark.parametrize("field", POLICY_INTEGERS, ids=[".".join(p) for p in POLICY_INTEGERS])
+def test_every_integer_field_of_the_schema_refuses_a_decimal(
+    tmp_path: Path, field: tuple[str, ...], value: str, message: str
+) -> None:
+    """The schema says "integer", and a JSON Schema validator takes 8.0 for
+    one; the loader refuses 8.0 (and 8.5) for every such field, saying where
+    and why, and the schema's description says so for editors."""
+    keys = [("a" if k == "*" else k) for k in field]
+    lines = [] if keys[0] == "budget" else ["budget: {max_usd_per_hour: 100}"]
+    for depth, key in enumerate(keys[:-1]):
+        lines.append("  " * depth + f"{key}:")
+        if key == "budget":
+            lines.append("  max_usd_per_hour: 100")
+    lines.append("  " * (len(keys) - 1) + f"{keys[-1]}: {value}")
+    path = tmp_path / "policy.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    column = 2 * (len(keys) - 1) + len(keys[-1]) + 3
+    assert [str(i) for i in issues_of(path)] == [f"{path}:{len(lines)}:{column}: {'.'.join(keys)}: {message}"]
+    schema = policy_json_schema()
+    node: dict = schema
+    for key in field:
+        node = node["properties"][key] if key != "*" else node["patternProperties"]
+        if key == "*":
+            node = next(iter(node.values()))
+        if "$ref" in node:
+            node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    assert node["description"].endswith("Written without a decimal point: 8, not 8.0."), node
 
 
 @pytest.mark.parametrize(("text", "value", "field_path", "message"), TRAILING_NEWLINE)
