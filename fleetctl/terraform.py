@@ -57,6 +57,10 @@ class UnexpectedDestroy(TerraformError):
     """Terraform proposes to destroy or replace something fleetctl did not ask for."""
 
 
+class ReservedModuleName(TerraformError):
+    """A module of the user's own in the directory has a name reserved for fleetctl's modules."""
+
+
 # =========================================================================== rendering
 
 
@@ -355,6 +359,8 @@ class TerraformPlan:
     plan_file: Path
     sha256: str  # of the plan file: `fleetctl apply` refuses a plan file that changed
     changes: tuple[ResourceChange, ...]
+    #: The names of the module calls in the root module (fleetctl's and the user's), as Terraform read them.
+    module_calls: tuple[str, ...] = ()
 
     @property
     def has_changes(self) -> bool:
@@ -430,7 +436,9 @@ class Terraform:
             if rc.get("mode", "managed") == "managed"
             and (tuple(rc["change"]["actions"]) != ("no-op",) or rc.get("previous_address"))
         )
-        return TerraformPlan(self.directory, plan_file, sha256_of(plan_file), changes)
+        root = (doc.get("configuration") or {}).get("root_module") or {}
+        calls = tuple(sorted(root.get("module_calls") or {}))
+        return TerraformPlan(self.directory, plan_file, sha256_of(plan_file), changes, calls)
 
     def apply(self, plan: TerraformPlan) -> None:
         """Apply exactly the saved plan (refused if the file changed since it was read)."""
@@ -463,7 +471,11 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
     else in a module that stays (a queue, a launch template, a scale set);
     anything of the user's own in the directory (their modules and resources);
     and IAM roles an older fleetctl kept in the controller module of a region
-    the policy drops (see :func:`legacy_iam_moves`)."""
+    the policy drops (see :func:`legacy_iam_moves`).
+
+    Whose a module is, is decided by its name, so first the names are checked
+    (:func:`check_module_names`)."""
+    check_module_names(plan, document)
     kept = set(document.get("module", {}))
     in_kept: list[ResourceChange] = []
     not_ours: list[ResourceChange] = []
@@ -510,6 +522,56 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
                      "yours, and fleetctl apply never destroys or replaces it:\n" + _change_lines(not_ours))
     parts.append("Undo the change, or make it with terraform yourself in the directory, then plan again.")
     raise UnexpectedDestroy("\n".join(parts))
+
+
+#: The reserved names, as docs/terraform.md and the messages spell them.
+RESERVED_MODULE_NAMES: Final[str] = f"{IAM_MODULE}, aws_controller_*, aws_pool_*, gcp_pool_*, azure_pool_*"
+
+
+def check_module_names(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
+    """Refuse a directory whose own Terraform files call a module by a name
+    reserved for fleetctl's (:data:`FLEETCTL_MODULE`; docs/terraform.md).
+
+    Design choice: :func:`check_destroys` lets a module that left the
+    rendered document be destroyed when its name is one of fleetctl's, so a
+    module of the user's named ``aws_pool_...`` would be destroyed by
+    `fleetctl apply` once the user removed it, and one named exactly like a
+    rendered pool would clash with it the day the policy allows that pool.
+    Names are the only record of whose a module is (the state keeps no
+    source), so they are kept apart here, before anything is applied. The
+    names come from Terraform's own reading of the directory (``terraform
+    show -json``), so ``.tf`` and ``.tf.json`` files count alike."""
+    rendered = set(document.get("module", {}))
+    taken = [name for name in plan.module_calls if FLEETCTL_MODULE.fullmatch(name) and name not in rendered]
+    if not taken:
+        return
+    lines = []
+    for name in taken:
+        files = _files_naming(plan.directory, name)
+        where = f" (in {', '.join(files)})" if files else ""
+        prefix = IAM_MODULE if name == IAM_MODULE else re.sub(r"^((?:aws|gcp|azure)_(?:pool|controller)_).*$", r"\1",
+                                                              name)
+        reserved = f"the name {IAM_MODULE}" if name == IAM_MODULE else f"the prefix {prefix}"
+        lines.append(f'  module "{name}"{where}: {reserved} is reserved for fleetctl\'s modules')
+    raise ReservedModuleName(
+        f"Your Terraform files in {plan.directory} call modules by names fleetctl reserves for the modules it "
+        f"renders ({RESERVED_MODULE_NAMES}); fleetctl would take them for its own, and destroy them once they "
+        "leave the configuration. Nothing was applied.\n" + "\n".join(lines)
+        + "\nRename them (with a `moved` block if they are already applied), then plan again.")
+
+
+def _files_naming(directory: Path, name: str) -> list[str]:
+    """The user's Terraform files in ``directory`` that mention the module ``name`` (for the message only)."""
+    found = []
+    for path in sorted([*directory.glob("*.tf"), *directory.glob("*.tf.json")]):
+        if path.name == ROOT_FILE:
+            continue
+        try:
+            if re.search(rf'"{re.escape(name)}"', path.read_text(errors="replace")):
+                found.append(path.name)
+        except OSError:
+            continue
+    return found
 
 
 def _change_lines(changes: Iterable[ResourceChange]) -> str:

@@ -172,6 +172,25 @@ def test_destroys_are_allowed_only_for_modules_the_policy_dropped() -> None:
         check_destroys(_plan(("aws_instance.stray", ("delete",))), doc)
 
 
+def test_a_users_module_with_a_reserved_name_is_refused_before_any_destroy_is_judged(tmp_path: Path) -> None:
+    """Whose a module is, is decided by its name; a user's module named like
+    fleetctl's (aws_iam, aws_controller_*, aws_pool_*, gcp_pool_*,
+    azure_pool_*) is refused, so it can never be destroyed as a dropped pool."""
+    from fleetctl.terraform import ReservedModuleName
+
+    doc = render(EXAMPLE, load_catalog())
+    (tmp_path / "mine.tf.json").write_text('{"module": {"azure_pool_mine": {"source": "./mine"}}}')
+    ours = tuple(doc["module"])
+    check_destroys(TerraformPlan(tmp_path, tmp_path / "p", "0" * 64, (), (*ours, "mine", "aws_pools")), doc)
+    plan = TerraformPlan(tmp_path, tmp_path / "p", "0" * 64,
+                         (ResourceChange("module.azure_pool_mine.azurerm_x.y", "azurerm_x", ("delete",)),),
+                         (*ours, "azure_pool_mine"))
+    with pytest.raises(ReservedModuleName) as refused:
+        check_destroys(plan, doc)
+    assert 'module "azure_pool_mine" (in mine.tf.json): the prefix azure_pool_ is reserved' in str(refused.value)
+    assert isinstance(refused.value, TerraformError)
+
+
 @pytest.mark.parametrize("address", [
     "module.mine.aws_sqs_queue.jobs",  # the user's own module in the directory
     "module.mine.module.inner.aws_sqs_queue.jobs",

@@ -288,6 +288,34 @@ def test_apply_never_destroys_a_module_of_the_users_own_in_the_directory(tf_env:
     assert sorted(p.name for p in infra.glob("*.tfplan")) == before  # nor a refused saved plan's
 
 
+@pytest.mark.parametrize(("name", "prefix"), [
+    ("aws_pool_team_queue", "aws_pool_"), ("gcp_pool_x", "gcp_pool_"), ("aws_controller_mine", "aws_controller_")])
+def test_plan_refuses_a_module_of_the_users_own_with_a_reserved_name(name: str, prefix: str, tf_env: dict,
+                                                                     tmp_path: Path) -> None:
+    """docs/terraform.md reserves the module names fleetctl renders (aws_iam,
+    aws_controller_*, aws_pool_*, gcp_pool_*, azure_pool_*): a module of the
+    user's so named would be taken for fleetctl's, and `fleetctl apply` would
+    destroy it once the user removed it. `fleetctl plan` refuses it, naming the
+    module, its file and what is reserved, and leaves no plan to apply. (A
+    name equal to one fleetctl renders, aws_iam say, Terraform refuses itself:
+    "Duplicate module call", naming both files.)"""
+    runner = CliRunner()
+    env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
+    infra = tmp_path / "infra"
+    (infra / "mine").mkdir(parents=True)
+    (infra / "mine.tf").write_text(f'module "{name}" {{\n  source = "./mine"\n}}\n')
+    (infra / "mine" / "main.tf").write_text(
+        'terraform {\n  required_providers {\n    aws = { source = "hashicorp/aws" }\n  }\n}\n\n'
+        'resource "aws_sqs_queue" "jobs" {\n  name = "team-jobs"\n}\n')
+    common = ["--terraform-dir", str(infra), "--terraform-init", "get"]
+    refused = runner.invoke(app, ["plan", *common, "-out", str(tmp_path / "plan.json")], env=env)
+    assert refused.exit_code == 1, refused.output
+    text = " ".join(refused.output.split())
+    assert f'module "{name}" (in mine.tf): the prefix {prefix} is reserved for fleetctl\'s modules' in text, text
+    assert "Nothing was applied" in text and "Rename them" in text
+    assert not (tmp_path / "plan.json").exists() and not list(infra.glob("*.tfplan"))
+
+
 # ---------------------------------------------------------------- fleetctl plan/apply, both halves
 
 
