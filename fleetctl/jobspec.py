@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema
 
@@ -61,7 +61,9 @@ __all__ = [
     "jobs_json_schema",
     "load_job_sources",
     "load_jobs",
+    "TimestampError",
     "parse_utc_timestamp",
+    "utc_time",
 ]
 
 # Anchored for the JSON Schema; used with fullmatch (``$`` accepts a trailing newline).
@@ -90,31 +92,57 @@ def _check_job_id(value: str) -> str:
     )
 
 
-def parse_utc_timestamp(value: Any) -> datetime:
-    """ISO-8601 text with a time zone -> aware UTC ``datetime``.
+class TimestampError(ValueError):
+    """Text that is not a time in UTC. ``reason`` says why: ``"syntax"`` (not
+    ISO-8601), ``"naive"`` (no time zone) or ``"range"`` (out of range once in
+    UTC); callers word the message for their file."""
 
-    Naive timestamps are rejected: fleetctl keeps time in UTC and will not
-    guess which zone a person meant.
+    def __init__(self, reason: Literal["syntax", "naive", "range"]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def utc_time(value: str | datetime) -> datetime:
+    """ISO-8601 text with a time zone (or an aware ``datetime``) -> aware UTC
+    ``datetime``; :class:`TimestampError` otherwise.
+
+    The one parse behind job deadlines (:func:`parse_utc_timestamp`), trace
+    times and demand-series times (``forecasting.series``), so a text is a
+    time in all of them or in none. Naive timestamps are rejected: fleetctl
+    keeps time in UTC and will not guess which zone a person meant.
     """
     if isinstance(value, datetime):
         parsed = value
-    elif isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ValueError(
-                f"invalid timestamp {value!r}: use ISO-8601 with a time zone, e.g. 2030-01-31T18:00:00Z"
-            ) from None
     else:
-        raise ValueError(
-            f"must be an ISO-8601 timestamp with a time zone, e.g. 2030-01-31T18:00:00Z (got {describe_value(value)})"
-        )
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise TimestampError("syntax") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise ValueError(f"timestamp {value!r} has no time zone; add 'Z' or an offset like +00:00")
+        raise TimestampError("naive")
     try:
         return parsed.astimezone(timezone.utc)
     except OverflowError:  # e.g. 0001-01-01T00:00:00+05:00 is before datetime.min in UTC
-        raise ValueError(f"timestamp {value!r} is out of range") from None
+        raise TimestampError("range") from None
+
+
+def parse_utc_timestamp(value: Any) -> datetime:
+    """ISO-8601 text with a time zone (spaces around it ignored), or an aware
+    ``datetime`` -> aware UTC ``datetime``; ``ValueError`` with a message for
+    a job or trace field otherwise (see :func:`utc_time`)."""
+    if not isinstance(value, (datetime, str)):
+        raise ValueError(
+            f"must be an ISO-8601 timestamp with a time zone, e.g. 2030-01-31T18:00:00Z (got {describe_value(value)})"
+        )
+    try:
+        return utc_time(value.strip() if isinstance(value, str) else value)
+    except TimestampError as exc:
+        reason = exc.reason
+    if reason == "syntax":
+        raise ValueError(f"invalid timestamp {value!r}: use ISO-8601 with a time zone, e.g. 2030-01-31T18:00:00Z")
+    if reason == "naive":
+        raise ValueError(f"timestamp {value!r} has no time zone; add 'Z' or an offset like +00:00")
+    raise ValueError(f"timestamp {value!r} is out of range")
 
 
 JobId = Annotated[

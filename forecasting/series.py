@@ -42,6 +42,7 @@ import numpy as np
 
 from fleetctl.policy import GPU_MODELS
 from fleetctl.files import write_text_atomic
+from fleetctl.jobspec import TimestampError, utc_time
 from fleetctl.sim.traces import CellError, cell_value, format_utc, parse_csv, parse_int, parse_number, \
     read_text_file
 from fleetctl.yamlerrors import SpecError, ValidationIssue, describe_value, did_you_mean
@@ -121,19 +122,19 @@ def parse_offset(text: str) -> timezone:
 
 
 def _aware_time(text: str) -> datetime:
+    """A time cell: parsed as a job's deadline is (``fleetctl.jobspec.utc_time``),
+    worded for a cell (``time_utc: has no time zone ...``)."""
     if text == "":
         raise CellError("required value is missing (the cell is empty)")
     try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise CellError(f"must be an ISO-8601 time with a zone, e.g. 2020-05-01T00:00:00Z "
-                        f"(got {describe_value(text)})") from None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        return utc_time(text)
+    except TimestampError as exc:
+        reason = exc.reason
+    if reason == "syntax":
+        raise CellError(f"must be an ISO-8601 time with a zone, e.g. 2020-05-01T00:00:00Z (got {describe_value(text)})")
+    if reason == "naive":
         raise CellError(f"has no time zone ({describe_value(text)}); add 'Z' or an offset like +00:00")
-    try:
-        return parsed.astimezone(timezone.utc)
-    except OverflowError:
-        raise CellError(f"is out of range once in UTC (got {describe_value(text)})") from None
+    raise CellError(f"is out of range once in UTC (got {describe_value(text)})")
 
 
 def _wall_time(zone: timezone):  # noqa: ANN202 - a cell parser

@@ -460,3 +460,28 @@ def test_a_series_too_short_to_train_on_is_left_out_and_named():
     # Measured inside the training window: three days, but only one before --until.
     with pytest.raises(ValueError, match="inside the training window"):
         DemandModel.train([long], horizons_minutes=(60,), until_utc=T0 + timedelta(days=1), candidates=FAST)
+
+
+@pytest.mark.parametrize("text", [
+    "2020-05-01T00:00:00Z", "2020-05-01T05:30:00+05:30", "2020-05-01 00:00:00.5-07:00", "2020-05-01T00:00Z",
+    "2020-05-01T00:00:00", "2020-05-01", "yesterday", "2020-13-01T00:00:00Z", "0001-01-01T00:00:00+05:00",
+    "9999-12-31T23:59:59-01:00", "1e9",
+])
+def test_a_demand_series_time_is_a_job_spec_timestamp(text: str) -> None:
+    """A demand series' time_utc and a job's deadline_utc are one kind of
+    value: both parse with the same function (their messages differ, each
+    worded for its file); a text is a time in both or in neither, the same
+    instant."""
+    from fleetctl.jobspec import parse_utc_timestamp
+
+    try:
+        expected = parse_utc_timestamp(text).timestamp()
+    except ValueError:
+        expected = None
+    try:
+        (series,) = parse_demand_series(f"time_utc,gpu_model,gpus\n{text},A100-80GB,4\n", "d.csv")
+        got = float(series.times_s[0])
+    except SpecError as exc:
+        assert exc.issues[0].field_path == "time_utc", exc
+        got = None
+    assert got == expected
