@@ -60,7 +60,8 @@ def alibaba_2023(
     """Convert the Alibaba GPU cluster trace v2023 pod list into a job trace.
 
     One pod is one job of one worker. GPU pods only unless --include-cpu;
-    Running pods are kept with the duration observed (right-censored); Pending
+    a pod still Running at the trace's end (its last deletion_time) is kept
+    with the duration observed (right-censored); Pending
     pods are dropped unless --pending-duration-hours; fractional GPUs are
     rounded up to one GPU; G2/G3 GPU codes (undisclosed models) are removed from
     the GPU constraint. Every rule is in docs/traces.md. Bad input is reported
@@ -164,7 +165,7 @@ def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an 
     for reason, count in s.dropped.items():
         table.add_row("dropped", str(count), DROP_REASONS[reason])
     notes = (
-        ("censored", s.censored, "Running at trace end: duration = time observed so far"),
+        ("censored", s.censored, "Running at trace end (last deletion_time): duration = time observed so far"),
         ("pending kept", s.pending_with_assumed_duration, "never scheduled: duration assumed"),
         ("fractional GPU", s.fractional_gpu_rounded_up, "gpu_milli < 1000: rounded up to 1 GPU"),
         ("CPU-only", s.cpu_only, "kept with --include-cpu"),

@@ -446,6 +446,23 @@ def test_importer_default_options_exact_output() -> None:
     assert (s.first_submit_utc, s.last_submit_utc) == (T0, T0 + timedelta(minutes=90))
 
 
+def test_importer_counts_as_censored_only_running_pods_deleted_at_the_trace_end() -> None:
+    """``pod_phase`` is the phase at deletion: a pod deleted while it ran is ``Running`` too. Only a Running pod
+    whose ``deletion_time`` is the pod list's last one was still running when the trace ended (right-censored).
+    In the published trace 5,193 pods are Running, but 34 have the last second (12,902,960) as deletion_time; the
+    others were deleted at 4,940 different times over days 115-149, and their run time is complete. The summary
+    called all of them censored (4,149 of the 6,202 jobs imported by default instead of 32)."""
+    text = PODS + "p-killed,4000,8192,1,1000,,BE,Running,600,7200,600\n"
+    result = convert_alibaba_pods(parse_alibaba_pods(text, "pods.csv"), options())
+    by_id = {j.job_id: j for j in result.jobs}
+    assert by_id["p-killed"].duration_hours == (7200 - 600) / 3600  # the job itself is unchanged
+    assert result.summary.kept == 5
+    assert result.summary.censored == 1  # p-run, deleted at 86400, the last deletion_time; not p-killed
+    # The end is that of the whole pod list, whatever is filtered: here the CPU-only pod ends last.
+    later = text + "p-cpu-late,1000,2048,0,0,,BE,Succeeded,60,90000,60\n"
+    assert convert_alibaba_pods(parse_alibaba_pods(later), options()).summary.censored == 0
+
+
 def test_importer_keeps_cpu_and_pending_pods_when_asked() -> None:
     pods = parse_alibaba_pods(PODS)
     result = convert_alibaba_pods(pods, options(include_cpu=True, pending_duration_hours=2.0))
