@@ -15,8 +15,10 @@ What is taken from the trace (GPU pods only, ``num_gpu >= 1``):
   names by :data:`GPU_MODEL_MAP`. Fractional GPU pods (``gpu_milli < 1000``)
   count as one whole GPU: fleetctl places whole GPUs only.
 * **runtimes**: percentiles of ``deletion_time - scheduled_time`` (hours) per
-  priority class (pods never scheduled are left out; pods still running at the
-  end of the trace are right-censored at that end, as in the trace's README).
+  priority class (pods never scheduled are left out). ``pod_phase`` is the phase
+  at deletion: only the few Running pods deleted at the trace's last second are
+  cut off by its end (right-censored there); the trace's README says every
+  Running pod is, which the data does not bear out (docs/traces.md).
 
 What is synthetic (the trace has no gangs and no checkpoint data), stored in
 the file's ``synthetic`` section so the benchmarks read one source:
