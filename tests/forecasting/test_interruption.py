@@ -432,3 +432,18 @@ def test_training_on_a_sampled_market_records_the_share():
     model = InterruptionModel.train([m], train_fraction=0.7, max_rows=usable // 2)
     assert model.metadata["sampled_share"][0] == pytest.approx(0.5, rel=0.01)
     assert model.metadata["samples"] < usable * 0.7
+
+
+@pytest.mark.parametrize("which", ["min", "max"])
+def test_window_extremes_are_those_of_the_values_in_the_window(which):
+    from forecasting.interruption import _window_extreme
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 50, 333):
+        values = rng.integers(0, 9, n).astype(float)
+        lo = rng.integers(0, n, 400)
+        hi = np.minimum(lo + rng.integers(0, 40, 400), n - 1)  # all lengths, clipped at both ends too
+        lo = np.concatenate([lo, [0, n - 1, 0]])
+        hi = np.concatenate([hi, [n - 1, n - 1, 0]])
+        want = [values[a:b + 1].min() if which == "min" else values[a:b + 1].max() for a, b in zip(lo, hi)]
+        assert np.array_equal(_window_extreme(values, lo, hi, which), want)
