@@ -42,7 +42,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, StrictStr, WithJsonSchema
 
 from fleetctl import model
-from fleetctl.policy import GpuModelName, Name, StrictModel, note_integers
+from fleetctl.policy import GpuModelName, Name, StrictModel, close_named_maps, note_integers
 from fleetctl.yamlerrors import (
     Document,
     FieldPath,
@@ -447,4 +447,4 @@ def load_job_sources(
 
 def jobs_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of one job spec."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **note_integers(JobSpec.model_json_schema())}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **close_named_maps(note_integers(JobSpec.model_json_schema()))}

@@ -47,6 +47,7 @@ __all__ = [
     "StrictModel",
     "load_policy",
     "note_integers",
+    "close_named_maps",
     "policy_json_schema",
     "policy_from_document",
 ]
@@ -694,8 +695,28 @@ def note_integers(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def close_named_maps(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with ``"additionalProperties": false`` on every map keyed by
+    names (``patternProperties`` and no ``properties``: teams, priority
+    classes, regions), in place; returned for convenience. pydantic writes
+    the name pattern but leaves other keys allowed, so an editor accepted a
+    team named ``a.b`` that the loader refuses."""
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            if "patternProperties" in node and "properties" not in node:
+                node.setdefault("additionalProperties", False)
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(schema)
+    return schema
+
+
 def policy_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of the policy file, for editors."""
-    schema = note_integers(PolicySpec.model_json_schema())
+    schema = close_named_maps(note_integers(PolicySpec.model_json_schema()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 

@@ -900,3 +900,23 @@ def test_committed_schema_is_current():
 
     committed = json.loads((Path(__file__).resolve().parents[1] / "policies" / "schema.json").read_text())
     assert committed == json.loads(json.dumps(policy_json_schema()))
+
+
+@pytest.mark.parametrize("where", ["teams", "priority_classes"])
+def test_the_editor_schema_refuses_a_name_the_loader_refuses(where):
+    """A map keyed by names allows no other keys in the schema: an editor flags ``a.b`` as the loader does."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+    from ruamel.yaml import YAML
+
+    repo = Path(__file__).resolve().parents[1]
+    schema = json.loads((repo / "policies" / "schema.json").read_text())
+    for shipped in ("example.yaml", "backtest-spot.yaml"):  # what is shipped still validates
+        jsonschema.validate(json.loads(json.dumps(YAML(typ="safe").load(repo / "policies" / shipped))), schema)
+    doc = json.loads(json.dumps(YAML(typ="safe").load(repo / "policies" / "example.yaml")))
+    name = next(iter(doc[where]))
+    doc[where]["a.b"] = doc[where][name]
+    with pytest.raises(jsonschema.ValidationError, match="a.b"):
+        jsonschema.validate(doc, schema)
