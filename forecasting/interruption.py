@@ -343,9 +343,9 @@ class MarketIndex:
 
 
 #: The most rows :func:`build_samples` keeps of one market: beyond it, a seeded uniform sample of
-#: the rows the model can use (an offer with capacity, a known label). A row costs about 0.2 kB with
-#: its features, so this bounds a market's samples to about 200 MB: the daemon's 30-day retrain of
-#: the shipped catalog (1,596 spot offers, 6.9 million rows) took about 5 GB without it
+#: the rows the model can use (an offer with capacity, a known label). The daemon's 30-day retrain
+#: on the shipped catalog (1,396 spot offers with an on-demand twin, 5-minute ticks) used 5.2 GB and
+#: 291 s with every row (3.5 million in training); with this budget, 1.2 GB and 66 s
 #: (``benchmarks/results/interruption_memory.md``). The V100 markets have under 60,000 rows.
 MAX_SAMPLE_ROWS = 1_000_000
 #: (offer, time) rows whose features are computed at once while sampling.
