@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Iterator, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema
 
@@ -679,19 +679,11 @@ def note_integers(schema: dict[str, Any]) -> dict[str, Any]:
     keeps ``"integer"``, the truest type it has, and says the rest in words
     where an editor shows them.
     """
-    def visit(node: Any) -> None:
-        if isinstance(node, dict):
-            for prop in node.get("properties", {}).values():
-                types = [prop.get("type")] + [alt.get("type") for alt in prop.get("anyOf", [])]
-                if "integer" in types and INTEGER_NOTE not in prop.get("description", ""):
-                    prop["description"] = f"{prop.get('description', '')} {INTEGER_NOTE}".strip()
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    visit(schema)
+    for node in _schema_objects(schema):
+        for prop in node.get("properties", {}).values():
+            types = [prop.get("type")] + [alt.get("type") for alt in prop.get("anyOf", [])]
+            if "integer" in types and INTEGER_NOTE not in prop.get("description", ""):
+                prop["description"] = f"{prop.get('description', '')} {INTEGER_NOTE}".strip()
     return schema
 
 
@@ -701,18 +693,21 @@ def close_named_maps(schema: dict[str, Any]) -> dict[str, Any]:
     classes, regions), in place; returned for convenience. pydantic writes
     the name pattern but leaves other keys allowed, so an editor accepted a
     team named ``a.b`` that the loader refuses."""
-    def visit(node: Any) -> None:
-        if isinstance(node, dict):
-            if "patternProperties" in node and "properties" not in node:
-                node.setdefault("additionalProperties", False)
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    visit(schema)
+    for node in _schema_objects(schema):
+        if "patternProperties" in node and "properties" not in node:
+            node.setdefault("additionalProperties", False)
     return schema
+
+
+def _schema_objects(node: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in ``node`` (a JSON Schema), outermost first."""
+    if isinstance(node, dict):
+        yield node
+        for value in list(node.values()):
+            yield from _schema_objects(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _schema_objects(value)
 
 
 def policy_json_schema() -> dict[str, Any]:
