@@ -156,5 +156,5 @@ def serve(metrics: FleetMetrics, addr: str):  # noqa: ANN201 - returns (server, 
     """Serve ``/metrics`` on ``HOST:PORT``; returns the server to shut down."""
     from fleetctl.controller.notices import split_addr
 
-    host, port = split_addr(addr, "--metrics-addr")
+    host, port = split_addr(addr, "--metrics-addr", "127.0.0.1:9108")
     return start_http_server(port, addr=host, registry=metrics.registry)

@@ -30,6 +30,8 @@ from fleetctl.cli.common import (
 )
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
 
+DEFAULT_METRICS_ADDR = "127.0.0.1:9108"  # docs/metrics.md; the notice endpoint's usual port is 9109
+
 
 def reconcile(
     once: Annotated[bool, typer.Option("--once", help="Run one tick and exit (for cron). Required: for a loop, "
@@ -136,7 +138,7 @@ def daemon(
     price_interval: Annotated[float, typer.Option("--price-interval", help="Seconds between price refreshes (at most a week).", min=1, max=604800)] = 3600.0,
     metrics_addr: Annotated[
         str, typer.Option("--metrics-addr", help="Where to serve Prometheus /metrics (HOST:PORT).")
-    ] = "127.0.0.1:9108",
+    ] = DEFAULT_METRICS_ADDR,
     notice_addr: Annotated[Optional[str], typer.Option(
         "--notice-addr", envvar="FLEETCTL_NOTICE_ADDR", show_default=False,
         help="Serve POST /v1/notices for `fleetctl node-watch` on HOST:PORT (e.g. 127.0.0.1:9109, or the "
@@ -180,7 +182,7 @@ def daemon(
     from fleetctl.controller.notices import host_port, split_addr
 
     try:
-        split_addr(metrics_addr, "--metrics-addr")
+        split_addr(metrics_addr, "--metrics-addr", DEFAULT_METRICS_ADDR)
     except ValueError as exc:
         fail(str(exc), 2)
     if notice_token_file is not None and not notice_addr:  # was ignored: node-watch then met a closed port

@@ -254,12 +254,14 @@ def is_loopback(host: str) -> bool:
         return False  # a name other than localhost may resolve anywhere
 
 
-def split_addr(addr: str, option: str = "--notice-addr") -> tuple[str, int]:
+def split_addr(addr: str, option: str = "--notice-addr", example: str = "127.0.0.1:9109") -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT``; ``ValueError`` naming ``option`` and
+    citing ``example`` (that option's usual value) otherwise."""
     host, _, port = addr.rpartition(":")
     # ASCII digits only: str.isdigit() also takes '²' (then int() failed with a bare "invalid literal")
     # and other scripts' digits ('٩١٠٨' served on 9108)
     if not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
-        raise ValueError(f"{option} {addr!r}: expected HOST:PORT with a port up to 65535, e.g. 127.0.0.1:9109")
+        raise ValueError(f"{option} {addr!r}: expected HOST:PORT with a port up to 65535, e.g. {example}")
     return host.strip("[]"), int(port)
 
 

@@ -144,6 +144,11 @@ def test_daemon_refuses_a_token_variable_that_names_a_file(tmp_path, monkeypatch
     (["daemon", "--metrics-addr", "127.0.0.1:٩١٠٨"], "--metrics-addr '127.0.0.1:٩١٠٨': expected HOST:PORT"),
     (["daemon", "--notice-addr", "127.0.0.1:٩١٠٩"], "--notice-addr '127.0.0.1:٩١٠٩': expected HOST:PORT"),
     (["daemon", "--notice-addr", "127.0.0.1:70000"], "--notice-addr '127.0.0.1:70000': expected HOST:PORT"),
+    # each option's example is its own usual address: --metrics-addr cited the notice endpoint's 9109
+    (["daemon", "--metrics-addr", "localhost"], "--metrics-addr 'localhost': expected HOST:PORT with a port up "
+     "to 65535, e.g. 127.0.0.1:9108"),
+    (["daemon", "--notice-addr", "localhost"], "--notice-addr 'localhost': expected HOST:PORT with a port up "
+     "to 65535, e.g. 127.0.0.1:9109"),
     (["daemon", "--interval", "inf"], "--interval"),
     (["daemon", "--interruption-interval", "1e308"], "--interruption-interval"),
     (["daemon", "--price-interval", "inf"], "--price-interval"),
