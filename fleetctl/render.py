@@ -154,7 +154,10 @@ def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
     naming what is wrong."""
     if not isinstance(doc, dict):
         raise PlanFileError(f"{source}: expected a JSON object, found {type(doc).__name__}")
-    version = doc.get("format_version")
+    if "format_version" not in doc:  # was "format_version None is not supported": say what the file is not
+        raise PlanFileError(f"{source}: not a plan file: it has no format_version (a plan file is what "
+                            "`fleetctl plan -out FILE` saves)")
+    version = doc["format_version"]
     if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:  # not true, not 1.0
         raise PlanFileError(
             f"{source}: format_version {version!r} is not supported (this fleetctl reads the number "

@@ -123,6 +123,14 @@ def test_only_the_integer_1_is_format_version_1(version):
         plan_from_document({**copy.deepcopy(DOC), "format_version": version}, "p.json")
 
 
+@pytest.mark.parametrize("doc", [{}, {"nodes": [], "jobs": {}}], ids=["empty", "status-json"])
+def test_a_json_object_without_format_version_is_named_as_not_a_plan_file(doc):
+    """``{}`` (or `fleetctl status --format json` output) said "format_version None is not supported"."""
+    with pytest.raises(PlanFileError, match=r"^p.json: not a plan file: it has no format_version \(a plan file is "
+                                            r"what `fleetctl plan -out FILE` saves\)$"):
+        plan_from_document(doc, "p.json")
+
+
 def test_a_plan_without_actions_but_with_waiting_jobs_does_not_say_the_fleet_matches_the_queue():
     from fleetctl.render import render_text
 
