@@ -189,7 +189,10 @@ class Store:
         try:
             self._engine = _make_engine(url, read_only)
         except ImportError as exc:
-            raise StoreError(f"cannot open state store {shown}: its database driver is not installed ({exc})") from exc
+            # psycopg (3) is what postgresql:// and postgresql+psycopg:// load; it ships in the [postgres] extra
+            hint = "; install it with: pip install 'fleetctl[postgres]'" if exc.name == "psycopg" else ""
+            raise StoreError(f"cannot open state store {shown}: its database driver is not installed ({exc}){hint}") \
+                from exc
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"cannot open state store {shown}: {_sa_text(exc)}") from exc
         except ValueError as exc:  # make_url's int(port): "http://[::1", "host:abc"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from datetime import timedelta
 
+import sys
 import threading
 
 import pytest
@@ -523,3 +524,15 @@ def test_an_unparseable_url_is_a_store_error_that_hides_the_password(url, shown)
     with pytest.raises(StoreError, match="not a valid database URL") as info:
         Store(url)
     assert shown in str(info.value) and "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["postgresql://fleet@127.0.0.1:1/fleet",
+                                 "postgresql+psycopg://fleet@127.0.0.1:1/fleet"])
+def test_a_missing_postgresql_driver_names_the_extra_that_installs_it(url, monkeypatch):
+    """Without psycopg (a plain `pip install fleetctl`), a PostgreSQL URL said only "No module named 'psycopg'"."""
+    from fleetctl.store import StoreError
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` now raises ModuleNotFoundError
+    with pytest.raises(StoreError, match=r"database driver is not installed \(.*psycopg.*\); install it with: "
+                                         r"pip install 'fleetctl\[postgres\]'$"):
+        Store(url)
