@@ -9,7 +9,7 @@ import typer
 from fleetctl.cli.common import CloudOption, PolicyOption, SeedOption, StateOption, fail
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption
 from fleetctl.cli.plan_apply import _compute
-from fleetctl.model import Bind, Launch, Migrate, Preempt
+from fleetctl.model import Bind, JobState, Launch, Migrate, Preempt
 
 
 def explain(
@@ -37,14 +37,14 @@ def explain(
     print(f"job {job.job_id}: {job.state.value}, team {job.team}, priority {job.priority}, "
           f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
     if job.node_ids:
-        print(f"  now on: {', '.join(job.node_ids)}")
+        print(f"  {'now on' if job.state.active else 'ran on'}: {', '.join(job.node_ids)}")
     if job.interruptions:
         avoid = f"; avoids {', '.join(job.avoid_offer_keys)}" if job.avoid_offer_keys else ""
         print(f"  reclaimed {job.interruptions} time(s) ({job.work_lost_interruptions} cost it work); "
               f"{job.checkpointed_work_hours:.2f} h of {job.duration_hours:.2f} h kept by checkpoints{avoid}")
     if not job.state.active:
-        print(f"  nothing to plan: the job is {job.state.value}; the planner only places queued, bound and "
-              "running jobs")
+        ended = {JobState.SUCCEEDED: "has succeeded", JobState.FAILED: "has failed"}.get(job.state, "is cancelled")
+        print(f"  nothing to plan: the job {ended}; the planner only places queued, bound and running jobs")
         return
     decided = False
     for action in result.actions:
