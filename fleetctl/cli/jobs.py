@@ -200,7 +200,8 @@ def list_jobs(
     state: StateOption = None,
     all_: Annotated[bool, typer.Option("--all", help="Include finished jobs.")] = False,
     only: Annotated[Optional[list[JobState]], typer.Option(
-        "--only", help="Only jobs in this state (repeatable); finished states imply --all.",
+        "--only", help=f"Only jobs in this state: {', '.join(s.value for s in JobState)} (repeatable); "
+                       "finished states (succeeded, failed, cancelled) imply --all.",
         case_sensitive=False, show_default=False, metavar="STATE")] = None,
     output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
 ) -> None:

@@ -42,3 +42,12 @@ def test_help_fits_the_terminal_and_cuts_nothing(path, columns):
     if "Commands:" in lines:  # each subcommand's summary is whole, not a first sentence cut to "..."
         listed = lines[lines.index("Commands:") + 1:]
         assert listed and not any(line.rstrip().endswith("...") for line in listed), shown.output
+
+
+def test_jobs_list_help_names_the_states_only_takes():
+    """--only's metavar is STATE; the help did not say which states there are."""
+    shown = CliRunner().invoke(app, ["jobs", "list", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
+                               prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    assert "Only jobs in this state: queued, bound, running, succeeded, failed, cancelled (repeatable)" \
+        in " ".join(shown.output.split()), shown.output
