@@ -107,7 +107,10 @@ def prune(
     """Delete what every reconcile pass writes, older than --older-than-days: the demand and
     spot-market history (each offer's state at the cut is kept), the pass markers in the
     audit log, and handled reclaim notices. Decisions (launches, binds, terminations, ...),
-    jobs and nodes are kept. The daemon does this daily (--retain-days)."""
+    jobs and nodes are kept, and so are the reclaim notices the planner still reads, even
+    when older than the cut (those within the policy's interruptions.reclaimed_offer_ttl_minutes:
+    what --policy is read for).
+    The daemon does this daily (--retain-days)."""
     from datetime import timedelta
 
     pol, _ = load_policy_or_exit(policy)

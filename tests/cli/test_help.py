@@ -51,3 +51,13 @@ def test_jobs_list_help_names_the_states_only_takes():
     assert shown.exit_code == 0, shown.output
     assert "Only jobs in this state: queued, bound, running, succeeded, failed, cancelled (repeatable)" \
         in " ".join(shown.output.split()), shown.output
+
+
+def test_prune_help_says_what_it_reads_the_policy_for():
+    """prune takes --policy; its help did not say why (the README did: reclaims the policy still avoids)."""
+    shown = CliRunner().invoke(app, ["prune", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
+                               prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    assert "the reclaim notices the planner still reads, even when older than the cut (those within the " \
+           "policy's interruptions.reclaimed_offer_ttl_minutes: what --policy is read for)" \
+        in " ".join(shown.output.split())
