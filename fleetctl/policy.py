@@ -449,7 +449,8 @@ class PolicySpec(StrictModel):
     budget: BudgetSpec = Field(description="Hard limits on spend (USD per hour) and size (GPUs). Required.")
     teams: dict[Name, TeamSpec] = Field(
         default_factory=dict,
-        description="Teams by name with their guaranteed and burst GPUs; jobs of other teams get no guarantee.",
+        description="Teams by name with their guaranteed and burst GPUs; when any are listed, `fleetctl jobs "
+                    "submit` refuses jobs of other teams (those already queued get no guarantee).",
     )
     priority_classes: dict[Name, PriorityClassSpec] = Field(
         default_factory=_default_classes, min_length=1,
