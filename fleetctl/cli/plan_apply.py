@@ -380,7 +380,8 @@ def apply(
             if not auto_approve:
                 if not sys.stdin.isatty():
                     fail("refusing to apply without confirmation: stdin is not a terminal; pass -auto-approve")
-                answer = typer.prompt("\nDo you want to perform these actions? Only 'yes' will be accepted", default="")
+                answer = typer.prompt("\nDo you want to perform these actions? Only 'yes' will be accepted", default="",
+                                      show_default=False)  # else click shows the empty default as "[]"
                 if answer.strip() != "yes":
                     fail("Apply cancelled; nothing was changed.")
         if not to_apply.has_changes and not (tf_plan is not None and tf_plan.has_changes):
