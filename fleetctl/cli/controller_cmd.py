@@ -171,9 +171,10 @@ def daemon(
     """Run the controller loop: reconcile every --interval seconds, handle reclaim notices every
     --interruption-interval seconds, refresh prices hourly, and serve /metrics. With --notice-addr
     it also takes reclaim notices posted by `fleetctl node-watch` (GCP and Azure announce them only
-    on the node). SIGTERM or Ctrl-C stops it after the current tick; a forecast retrain under way
-    (--retrain-hours) first finishes the model it is refitting (minutes on a long history; a fit
-    cannot be cut short), and the next model is not started."""
+    on the node). The policy is read once, at start: after editing it, restart the daemon (a
+    cron `reconcile --once` reads it on every run). SIGTERM or Ctrl-C stops it after the current
+    tick; a forecast retrain under way (--retrain-hours) first finishes the model it is refitting
+    (minutes on a long history; a fit cannot be cut short), and the next model is not started."""
     from fleetctl.controller.loop import Daemon, LoopContext
     from fleetctl.controller.runtime import SimRuntime
     from fleetctl.metrics import FleetMetrics, serve

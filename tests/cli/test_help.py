@@ -61,3 +61,12 @@ def test_prune_help_says_what_it_reads_the_policy_for():
     assert "the reclaim notices the planner still reads, even when older than the cut (those within the " \
            "policy's interruptions.reclaimed_offer_ttl_minutes: what --policy is read for)" \
         in " ".join(shown.output.split())
+
+
+def test_daemon_help_says_the_policy_is_read_at_start():
+    """The daemon keeps the policy it started with; nothing said a merged policy change needs a restart."""
+    shown = CliRunner().invoke(app, ["daemon", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
+                               prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    assert "The policy is read once, at start: after editing it, restart the daemon (a cron `reconcile --once` " \
+           "reads it on every run)." in " ".join(shown.output.split())
