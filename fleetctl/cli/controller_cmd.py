@@ -183,6 +183,10 @@ def daemon(
     # apscheduler logs "Running job ..." and "... executed successfully" at INFO for every run: two lines per
     # interruption pass, every few seconds. Its warnings (a run skipped, missed or still running) stay.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # alembic logs "Context impl SQLiteImpl." and "Will assume non-transactional DDL." at INFO whenever a store
+    # handle opens (two or four lines at each start, meaningless to an operator); its "Running upgrade ..." stays.
+    logging.getLogger("alembic.runtime.migration").addFilter(
+        lambda record: not record.getMessage().startswith(("Context impl ", "Will assume ")))
     from fleetctl.controller.notices import host_port, split_addr
 
     try:

@@ -137,6 +137,7 @@ def test_cli_daemon_stops_cleanly_on_sigterm(tmp_path):
     assert proc.returncode == 0, err
     assert "stopped after" in out
     assert "executed successfully" not in err and "Running job" not in err  # apscheduler's INFO line per run
+    assert "Context impl" not in err and "non-transactional DDL" not in err  # alembic's INFO lines per store opened
     listed = subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "list", "--format", "json"], cwd=tmp_path,
                             env=env, capture_output=True, text=True, check=True)
     assert '"running"' in listed.stdout or '"bound"' in listed.stdout
