@@ -38,8 +38,8 @@ def alibaba_2023(
         show_default=False)] = None,
     priority_map: Annotated[Optional[str], typer.Option(
         "--priority-map",
-        help="qos -> priority class, e.g. LS=production,BE=batch; entries replace those of the default "
-             "LS=production,Guaranteed=production,Burstable=batch,BE=batch.", show_default=False)] = None,
+        help="qos -> priority class, e.g. LS=production,BE=batch; entries replace those of the default: "
+             "LS=production, Guaranteed=production, Burstable=batch, BE=batch.", show_default=False)] = None,
     team: Annotated[str, typer.Option("--team", help="Team of every job (the trace has none).")] = "default",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random choices below.")] = 0,
     checkpointable_fraction: Annotated[float, typer.Option(

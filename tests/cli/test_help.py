@@ -70,3 +70,14 @@ def test_daemon_help_says_the_policy_is_read_at_start():
     assert shown.exit_code == 0, shown.output
     assert "The policy is read once, at start: after editing it, restart the daemon (a cron `reconcile --once` " \
            "reads it on every run)." in " ".join(shown.output.split())
+
+
+def test_the_default_priority_map_is_not_cut_in_two_at_80_columns():
+    """Written as one 58-character value, the default did not fit the help column and click cut it
+    mid-word: "LS=production,Guarantee" / "d=production,Burstable=batch,BE=batch"."""
+    shown = CliRunner().invoke(app, ["trace", "import", "alibaba-2023", "--help"],
+                               env={"COLUMNS": "80", "TERMINAL_WIDTH": None}, prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    words = shown.output.split()
+    for entry in ("LS=production,", "Guaranteed=production,", "Burstable=batch,", "BE=batch."):
+        assert entry in words, shown.output
