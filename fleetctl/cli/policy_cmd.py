@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleetctl.cli.common import console, err_console, fail, output_file_or_exit
+
+if TYPE_CHECKING:
+    from fleetctl.model import Policy
+    from fleetctl.yamlerrors import Document, ValidationIssue
 
 app = typer.Typer(help="Validate policy files and write their JSON Schema for editors.", no_args_is_help=True)
 
@@ -18,22 +22,57 @@ def validate(
     files: Annotated[list[Path], typer.Argument(help="Policy YAML files to check.", show_default=False)],
 ) -> None:
     """Check policy files. Every problem is printed as FILE:LINE:COLUMN: field.path: message;
-    exits 2 if any file has one, 0 if all are valid."""
-    from fleetctl.policy import load_policy
-    from fleetctl.yamlerrors import SpecError
+    exits 2 if any file has one, 0 if all are valid. An allowed region where the shipped catalog
+    sells nothing of the allowed providers (a typo?) is printed the same way as a warning."""
+    from fleetctl.policy import policy_from_document
+    from fleetctl.yamlerrors import SpecError, read_document
 
     bad = 0
     for path in files:
         try:
-            load_policy(path)
+            doc = read_document(path)
+            pol = policy_from_document(doc)
         except SpecError as exc:
             bad += 1
             for issue in exc.issues:
                 err_console.print(str(issue), markup=False)
         else:
+            for warning in _region_warnings(doc, pol):
+                err_console.print(str(warning), markup=False)
             console.print(f"{path}: ok", markup=False)
     if bad:
         raise typer.Exit(2)
+
+
+def _region_warnings(doc: Document, pol: Policy) -> list[ValidationIssue]:
+    """Warnings (not errors) for allowed regions where the shipped catalog has no offer of an allowed
+    provider: most likely a typo, which would otherwise show only as a note of `fleetctl plan` after the
+    change is merged. Design choice: not an error, because a catalog snapshot can lag a cloud's new
+    regions; the policy itself stays valid without the catalog (fleetctl/policy.py)."""
+    from providers.catalog import load_catalog
+    from fleetctl.yamlerrors import did_you_mean
+
+    listed = doc.data.get("regions") if isinstance(doc.data, dict) else None
+    if not pol.regions or not isinstance(listed, list):
+        return []
+    offers = load_catalog()
+    sellers: dict[str, set[str]] = {}
+    for o in offers:
+        sellers.setdefault(o.region, set()).add(o.provider)
+    warnings = []
+    for i, region in enumerate(listed):
+        allowed = [p for p in sellers.get(region, ()) if not pol.providers or p in pol.providers]
+        if not isinstance(region, str) or allowed:
+            continue
+        if region in sellers:
+            why = (f"region {region!r} is {' and '.join(sorted(sellers[region]))}'s, and providers allows only "
+                   f"{', '.join(pol.providers)}")
+        else:
+            hint = did_you_mean(region, sorted(sellers))
+            why = f"the shipped catalog has no offer in region {region!r}" + (
+                f" (did you mean {hint!r}?)" if hint else "")
+        warnings.append(doc.issue(("regions", i), f"warning: {why}; fleetctl would buy nothing there"))
+    return warnings
 
 
 @app.command(short_help="Write the policy's JSON Schema for editors.")
