@@ -138,3 +138,15 @@ def test_a_plan_without_actions_but_with_waiting_jobs_does_not_say_the_fleet_mat
     text = render_text(waiting)
     assert text.startswith("No changes to make now; 1 job(s) stay queued (below).") and "matches the queue" not in text
     assert render_text(Plan((), (), 1.0, 1.0)).startswith("No changes. The fleet matches the queue and the policy.")
+
+
+def test_every_reason_is_explained_in_the_docs():
+    """docs/reasons.md has one table row per Reason value, and no row for a reason that does not exist."""
+    import re
+    from pathlib import Path
+
+    from fleetctl.model import Reason
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reasons.md").read_text()
+    documented = re.findall(r"^\| `([a-z_]+)` \|", text, flags=re.M)
+    assert sorted(documented) == sorted(r.value for r in Reason)
