@@ -75,7 +75,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
             it.name,
             f"{it.gpu_count} x {it.gpu_model}" if it.gpu_count else "-",
             n.offer.market.value,
-            f"{n.offer.region}/{n.offer.zone or '*'}",
+            f"{n.offer.region}/{n.zone or n.offer.zone or '*'}",  # the zone the cloud put it in, if known
             f"{n.offer.usd_per_hour:.4f}",
             ", ".join(sorted(set(on_node.get(n.node_id, [])))) or "-",
         )

@@ -810,3 +810,28 @@ def test_policy_schema_output_that_names_a_directory_is_refused(workdir):
     assert list((workdir / "adir").iterdir()) == []
     written = fleetctl(workdir, "policy", "schema", "-o", "adir/schema.json")
     assert written.returncode == 0 and json.loads((workdir / "adir" / "schema.json").read_text())["title"]
+
+
+def test_status_shows_the_zone_a_node_of_a_regional_offer_landed_in(workdir):
+    """A regional offer (GCP, Azure) has no zone; the node bought from it does once the cloud
+    placed it (``Node.zone``), and status says which, not ``*``."""
+    from datetime import datetime, timezone
+
+    from fleetctl.model import Node, NodeState
+    from fleetctl.store import Store
+    from providers.sim import load_catalog
+
+    regional = next(o for o in load_catalog() if o.provider == "gcp" and not o.zone and o.instance_type.gpu_count)
+    now = datetime.now(timezone.utc)
+    store = Store(f"sqlite:///{workdir / '.fleetctl' / 'state.db'}")
+    try:
+        for name, zone in (("placed", f"{regional.region}-b"), ("unknown", "")):
+            store.put_node(Node(node_id=f"{zone or regional.region}/{name}", offer=regional, state=NodeState.READY,
+                                launched_at_utc=now, ready_at_utc=now, zone=zone), now)
+    finally:
+        store.close()
+    text = fleetctl(workdir, "status").stdout
+    placed = next(line for line in text.splitlines() if "/placed" in line)
+    unknown = next(line for line in text.splitlines() if "/unknown" in line)
+    assert f"{regional.region}/{regional.region}-b " in placed, text
+    assert f"{regional.region}/* " in unknown, text
