@@ -69,6 +69,7 @@ def check_target(directory: str | Path, kind: str | None = None) -> Path:
     deleted directory)."""
     if str(directory) == "-":
         raise ModelError("-: a model is a directory of files; it cannot be written to stdout")
+    recover(directory)  # a model a killed save left beside it is the one there (and of its kind)
     path = Path(directory)
     if path.is_symlink():
         try:
@@ -136,8 +137,7 @@ def save(directory: str | Path, estimator: Any, metadata: dict[str, Any]) -> Pat
     one whole model, the new one or the previous (put back if need be)."""
     import joblib
 
-    recover(directory)
-    path = check_target(directory, metadata.get("kind"))
+    path = check_target(directory, metadata.get("kind"))  # puts back what a killed save left (recover)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock(path.parent):  # created and locked at once: another save removes only unlocked ones
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-new-", dir=path.parent))

@@ -338,3 +338,16 @@ def test_a_seed_out_of_range_is_refused_up_front_naming_the_option(tmp_path, kin
     text = " ".join(result.output.split())
     assert result.exit_code == 2 and "Invalid value for '--seed'" in text and words in text, text
     assert "missing.csv" not in text and "random_state" not in text, text
+
+
+def test_the_check_before_training_sees_the_model_a_killed_save_left(tmp_path):
+    """The CLI checks -o before it trains, so a model of another kind is refused at once; a model a
+    killed save left beside the directory is put back first, not found only at the save, after the
+    training."""
+    target = tmp_path / "model"
+    modelfiles.save(target, {"w": 1}, {**META, "kind": "interruption"})
+    _killed_between_the_renames(target, {"w": 2})
+    with pytest.warns(UserWarning, match="a save was interrupted"), \
+            pytest.raises(ModelError, match="holds an interruption model"):
+        modelfiles.check_target(target, "demand")
+    assert modelfiles.read_metadata(target)[1]["kind"] == "interruption"
