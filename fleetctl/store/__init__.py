@@ -236,19 +236,40 @@ class Store:
             if current not in {rev.revision for rev in script.walk_revisions()}:  # a newer fleetctl's: no lock needed
                 raise alembic_util.CommandError(f"Can't locate revision identified by '{current}'")
         if self.read_only:
+            # The first command after upgrading fleetctl is often `status`: an older schema is upgraded
+            # through a writable handle where this user may write the store; only a store that cannot
+            # be written here (a read-only copy or mount) is refused.
+            if current is not None and self._upgrade(cfg, writable_only=True):
+                return
             what = "holds no fleetctl state" if current is None else \
                 f"has schema revision {current}, older than this fleetctl's ({script.get_current_head()})"
             raise StoreError(f"cannot read state store {safe_url(self.url)}: it {what}, and this command only reads; "
                              "run a command that writes (fleetctl jobs submit, reconcile --once) on it first "
                              "where it is writable")
-        with self._migration_lock(), signals.deferred(), self._engine.begin() as conn:
-            if conn.dialect.name == "postgresql":
-                # Not serialised by PostgreSQL itself: processes opening a fresh database together each
-                # created alembic_version (UniqueViolation), and each ran an upgrade's CREATE TABLE
-                # ("relation ... already exists"). Held to this transaction's end, the upgrade's.
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK_KEY})
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        self._upgrade(cfg)
+
+    def _upgrade(self, cfg: Config, *, writable_only: bool = False) -> bool:
+        """Run the migrations to head, under the migration lock. ``writable_only``
+        (a read-only handle): through a writable engine of its own, and False,
+        with nothing changed, when the store cannot be written here."""
+        engine = _make_engine(self.url) if writable_only else self._engine
+        try:
+            with self._migration_lock(), signals.deferred(), engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    # Not serialised by PostgreSQL itself: processes opening a fresh database together each
+                    # created alembic_version (UniqueViolation), and each ran an upgrade's CREATE TABLE
+                    # ("relation ... already exists"). Held to this transaction's end, the upgrade's.
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK_KEY})
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+        except (StoreError, sa.exc.OperationalError, OSError):
+            if not writable_only:
+                raise
+            return False  # no lock file, or "attempt to write a readonly database": a read-only store
+        finally:
+            if writable_only:
+                engine.dispose()
+        return True
 
     @contextmanager
     def _migration_lock(self) -> Iterator[None]:

@@ -116,3 +116,55 @@ def test_a_read_only_store_refuses_writes_and_keeps_the_file_as_it_was(tmp_path)
     finally:
         store.close()
     assert (tmp_path / "state.db").read_bytes() == before
+
+
+def test_a_read_only_command_upgrades_an_older_store_it_may_write(tmp_path):
+    """The first command after upgrading fleetctl is often ``status``: a store of an older schema
+    that this user may write is upgraded, not refused as "this command only reads"."""
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.store import MIGRATIONS
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    store.add_jobs([job("a")], T0)
+    head = store.schema_revision()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store._engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0005")
+    store.close()
+    reader = Store(url, read_only=True)
+    try:
+        assert reader.schema_revision() == head and [j.job_id for j in reader.jobs()] == ["a"]
+    finally:
+        reader.close()
+
+
+def test_a_read_only_command_on_an_older_store_it_cannot_write_says_so(read_only_copy, tmp_path):
+    copy, prefix = read_only_copy
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.store import MIGRATIONS
+
+    copy.parent.chmod(0o755)
+    copy.chmod(0o644)
+    old = Store(f"sqlite:///{copy}")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with old._engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0005")
+    old.close()
+    for extra in ("-wal", "-shm"):
+        (copy.parent / f"state.db{extra}").unlink(missing_ok=True)
+    copy.chmod(0o444)
+    copy.parent.chmod(0o555)
+    listed = _run(prefix, "-m", "fleetctl", "jobs", "list", "--state", f"sqlite:///{copy}")
+    text = " ".join(listed.stderr.split())
+    assert listed.returncode == 1 and "Traceback" not in text, listed.stderr
+    assert "schema revision 0005, older than this fleetctl's" in text and "only reads" in text, text
+    assert sorted(p.name for p in copy.parent.iterdir()) == ["state.db"]  # nothing created, nothing changed
