@@ -40,6 +40,12 @@ def backtest(
                                                                        "ticks (1 to 86400).")] = 300.0,
     launch_delay_seconds: Annotated[float, typer.Option(
         "--launch-delay-seconds", help="Mean simulated launch-to-ready time of a node (0 to 86400).")] = 60.0,
+    restart_overhead_minutes: Annotated[float, typer.Option(
+        "--restart-overhead-minutes",
+        help="Simulated minutes every start and restart of a job spends before doing work (pulling the image, "
+             "loading the checkpoint), for every policy alike; its nodes are paid meanwhile and the time counts "
+             "as lost GPU-hours (0 to 1440). 0, the default, starts work at once, as the committed results do; "
+             "the policy's interruptions.restart_overhead_minutes is what fleetctl's planner assumes.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated provider (node ids, launch "
                                                      "delays).", envvar="FLEETCTL_SEED")] = 0,
 ) -> None:
@@ -59,7 +65,10 @@ def backtest(
         fail(f"--format must be table or json (got {output_format!r})", 2)
     try:
         names = parse_compare(compare)
-        config = SimConfig(tick_seconds=tick_seconds, launch_delay_seconds=launch_delay_seconds, seed=seed)
+        if not 0 <= restart_overhead_minutes <= 1440:  # also refuses NaN
+            raise ValueError(f"--restart-overhead-minutes must be from 0 to 1440 (got {restart_overhead_minutes:g})")
+        config = SimConfig(tick_seconds=tick_seconds, launch_delay_seconds=launch_delay_seconds, seed=seed,
+                           restart_overhead_seconds=restart_overhead_minutes * 60)
     except ValueError as exc:
         fail(str(exc).replace("tick_seconds", "--tick-seconds").replace("launch_delay_seconds",
                                                                          "--launch-delay-seconds"), 2)

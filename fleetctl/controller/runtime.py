@@ -51,39 +51,51 @@ class Runtime(Protocol):
 
 
 class SimRuntime:
-    """Jobs progress at full speed in (simulated) time from ``job.started_at_utc``.
+    """Jobs progress at full speed in (simulated) time from ``job.started_at_utc``
+    plus ``restart_overhead_seconds``.
 
     Stateless: everything follows from the job's fields and ``now``, so the
     same job and time always give the same answer, across processes too.
     A checkpointable job with an interval checkpoints every interval of its
     run; an on-demand checkpoint takes ``checkpoint_seconds``, so work lost on a
     reclaim is exactly the work since the last completed checkpoint.
+    ``restart_overhead_seconds``: what every start (the first and each restart)
+    spends before doing work (pulling the image, loading the checkpoint); the
+    job holds its nodes meanwhile. 0 by default: a run does work at once.
     """
 
-    def __init__(self, checkpoint_seconds: float = 30.0) -> None:
+    def __init__(self, checkpoint_seconds: float = 30.0, restart_overhead_seconds: float = 0.0) -> None:
         self.checkpoint_seconds = checkpoint_seconds
+        self.restart_overhead_seconds = restart_overhead_seconds
+
+    def work_starts_at(self, job: Job) -> datetime | None:
+        """When the current run begins doing work (its start plus the overhead); None if not started."""
+        if job.started_at_utc is None:
+            return None
+        return job.started_at_utc + timedelta(seconds=self.restart_overhead_seconds)
 
     def start(self, job: Job, node_ids: tuple[str, ...], now: datetime) -> None:
         """Nothing to do: the run is described by the job's ``started_at_utc``."""
 
     def progress(self, job: Job, now: datetime) -> Progress:
-        if job.started_at_utc is None:
+        work_from = self.work_starts_at(job)
+        if work_from is None:
             return Progress(job.job_id, job.checkpointed_work_hours, job.checkpointed_work_hours,
                             job.last_checkpoint_utc, False)
-        ran = max(0.0, (now - job.started_at_utc).total_seconds() / 3600)
+        ran = max(0.0, (now - work_from).total_seconds() / 3600)
         remaining = job.remaining_hours
         done_now = min(ran, remaining)
         finished = ran >= remaining
         kept = 0.0
         last = job.last_checkpoint_utc if job.checkpointed_work_hours else None
         if finished:
-            kept, last = done_now, job.started_at_utc + timedelta(hours=remaining)
+            kept, last = done_now, work_from + timedelta(hours=remaining)
         elif job.checkpointable and job.checkpoint_interval_minutes:
             interval = job.checkpoint_interval_minutes / 60
             periods = math.floor(ran / interval + 1e-9)
             if periods:
                 kept = periods * interval
-                last = job.started_at_utc + timedelta(hours=kept)
+                last = work_from + timedelta(hours=kept)
         return Progress(job.job_id, job.checkpointed_work_hours + done_now, job.checkpointed_work_hours + kept,
                         last, finished)
 

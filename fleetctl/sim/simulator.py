@@ -84,6 +84,7 @@ class SimConfig:
     tick_seconds: float = 300.0
     launch_delay_seconds: float = 60.0  # mean; each node 0.5x..1.5x, seeded
     checkpoint_seconds: float = 30.0  # an on-demand checkpoint's duration
+    restart_overhead_seconds: float = 0.0  # what each (re)start of a job spends before doing work
     ice_ttl_seconds: float = 180.0  # an offer that refused a launch is skipped this long
     seed: int = 0
     overrun_hours: float = 24.0 * 30  # how long past the market's end unfinished work may run
@@ -95,7 +96,8 @@ class SimConfig:
         if not 1 <= self.tick_seconds <= 86400:
             raise ValueError(f"tick_seconds must be from 1 to a day, 86400 (got {self.tick_seconds})")
         for name, most in (("launch_delay_seconds", 86400.0), ("checkpoint_seconds", 86400.0),
-                           ("ice_ttl_seconds", 86400.0), ("overrun_hours", 24.0 * 366)):
+                           ("restart_overhead_seconds", 86400.0), ("ice_ttl_seconds", 86400.0),
+                           ("overrun_hours", 24.0 * 366)):
             value = getattr(self, name)
             if not 0 <= value <= most:  # also refuses NaN
                 raise ValueError(f"{name} must be from 0 to {most:g} (got {value})")
@@ -210,7 +212,8 @@ def simulate(jobs: tuple[Job, ...] | list[Job], market: Market, policy: Policy, 
     try:
         provider = MarketProvider(store, market, seed=config.seed, launch_delay_seconds=config.launch_delay_seconds,
                                   ice_ttl_seconds=config.ice_ttl_seconds)
-        runtime = SimRuntime(checkpoint_seconds=config.checkpoint_seconds)
+        runtime = SimRuntime(checkpoint_seconds=config.checkpoint_seconds,
+                             restart_overhead_seconds=config.restart_overhead_seconds)
         world = World(store, provider, runtime, policy, {})
         return _run(jobs, market, policy, planner, config, start, end_cap, world, on_event, progress, forecaster)
     finally:
@@ -302,8 +305,9 @@ def _run(jobs: list[Job], market: Market, policy: Policy, planner: Planner, conf
                 if e.deadline_utc is not None and e.deadline_utc > now and e.node_id in live:
                     candidates.append(e.deadline_utc)
             for job in active:
-                if job.state is JobState.RUNNING and job.started_at_utc is not None:
-                    done = job.started_at_utc + timedelta(hours=job.remaining_hours)
+                work_from = runtime.work_starts_at(job)
+                if job.state is JobState.RUNNING and work_from is not None:
+                    done = work_from + timedelta(hours=job.remaining_hours)
                     done = done.replace(microsecond=0) + timedelta(seconds=1)  # safely past the float sum
                     if done > now:
                         candidates.append(done)

@@ -102,6 +102,8 @@ def _backtest(tmp: Path, jobs_csv: Path, manifest: Path, *args: str, policy: Pat
     (("--tick-seconds", "1e-300"), "--tick-seconds must be from 1 to a day"),  # was a ZeroDivisionError
     (("--launch-delay-seconds", "nan"), "--launch-delay-seconds must be from 0 to 86400"),
     (("--launch-delay-seconds", "1e12"), "--launch-delay-seconds must be from 0 to 86400"),
+    (("--restart-overhead-minutes", "nan"), "--restart-overhead-minutes must be from 0 to 1440"),
+    (("--restart-overhead-minutes", "-1"), "--restart-overhead-minutes must be from 0 to 1440"),
 ])
 def test_cli_refuses_numbers_it_cannot_simulate(tmp_path, args, words):
     jobs_csv, manifest = _tiny_case(tmp_path)
@@ -231,3 +233,15 @@ def test_lower_bound_prices_a_job_only_on_markets_it_may_use(spot_eligible, by_c
                                        PriorityClass("batch", 100, preemptible=True, spot_eligible=by_class)))
     js = [replace(j, spot_eligible=spot_eligible) for j in jobs(3)]
     assert lower_bound_cost(js, market(), pol) == pytest.approx(sum(j.duration_hours for j in js) * per_gpu_hour)
+
+
+def test_cli_restart_overhead_costs_every_policy_more(tmp_path):
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    costs = []
+    for minutes in ("0", "30"):
+        out = _backtest(tmp_path, jobs_csv, manifest, "--format", "json", "--compare", "on-demand",
+                        "--restart-overhead-minutes", minutes)
+        assert out.returncode == 0, out.stderr
+        costs.append({name: p["cost_usd"] for name, p in json.loads(out.stdout)["policies"].items()})
+    assert costs[0].keys() == costs[1].keys() == {"fleetctl", "on-demand"}
+    assert all(costs[1][name] > costs[0][name] for name in costs[0])

@@ -242,3 +242,62 @@ def test_a_run_past_year_9999_is_a_value_error():
         simulate([longest, *js[1:]], early, sim_policy())
     r = simulate(js, early, sim_policy())  # far, but the run and its jobs fit
     assert r.jobs_completed == 3 and r.end_utc.year == 9990
+
+
+@pytest.mark.parametrize("checkpointable", [True, False], ids=["checkpointable", "not-checkpointable"])
+def test_restart_overhead_is_paid_on_every_start_and_does_no_work(checkpointable):
+    """With ``restart_overhead_seconds`` a run does work only after it: each of the three starts of
+    a job reclaimed twice pays it (nodes held, nothing done), the job ends that much later in all,
+    and the overhead counts as lost GPU-hours; without it, as before."""
+    m = market({"z1": (1,) * 3 + (0,) * 33, "z2": (1,) * 6 + (0,) * 30, "z3": (1,) * 36})
+    j = replace(job("a", gpus=1, duration_hours=2.0, vcpus=4, memory_gib=16), checkpointable=checkpointable,
+                checkpoint_interval_minutes=20.0 if checkpointable else None)
+    pol = sim_policy(on_demand_base_gpus=0, max_spot_share=1.0)
+    runs = {}
+    for overhead in (0.0, 300.0):
+        seen = {}
+
+        def hook(now, world, seen=seen):
+            seen["events"] = world.store.events()
+
+        r = simulate([j], m, pol, planner=PLANNERS["fleetctl"],
+                     config=SimConfig(launch_delay_seconds=60, restart_overhead_seconds=overhead), on_event=hook)
+        starts = [_at(e) for e in seen["events"] if e["kind"] == "start"]
+        done = [_at(e) for e in seen["events"] if e["kind"] == "complete"]
+        requeues = [e["payload"] for e in seen["events"] if e["kind"] == "requeue"]
+        assert r.jobs_completed == 1 and r.useful_gpu_hours == pytest.approx(2.0) and len(starts) == 3
+        runs[overhead] = (r, starts, done[0], requeues)
+    (plain, _, plain_done, plain_q), (slow, starts, slow_done, slow_q) = runs[0.0], runs[300.0]
+    # the last run does its remaining work after its own 5 minutes
+    kept = slow_q[-1]["kept_hours"]
+    assert (slow_done - starts[-1]).total_seconds() == pytest.approx(300 + (2.0 - kept) * 3600, abs=2)
+    # each reclaimed run did 5 minutes less work than it ran
+    worked = [((T0 + timedelta(minutes=30) - starts[0]).total_seconds() - 300) / 3600,
+              ((T0 + timedelta(minutes=60) - starts[1]).total_seconds() - 300) / 3600]
+    if checkpointable:
+        assert kept == pytest.approx(sum(worked), abs=1e-3)
+        assert slow.lost_gpu_hours == pytest.approx(3 * 300 / 3600, abs=1e-3)  # the three overheads
+    else:
+        assert kept == 0.0
+        assert slow.lost_gpu_hours == pytest.approx(3 * 300 / 3600 + sum(worked), abs=1e-3)
+    assert slow.cost_usd > plain.cost_usd and slow_done > plain_done
+    assert runs[0.0][1] == starts  # the same starts: the reclaims come at the same times
+    if checkpointable:
+        assert plain.lost_gpu_hours < 1e-3
+    else:  # the reclaimed runs were lost either way; the last run's overhead is what is added
+        assert slow.lost_gpu_hours - plain.lost_gpu_hours == pytest.approx(300 / 3600, abs=1e-3)
+
+
+def test_the_runtime_does_no_work_during_the_restart_overhead():
+    from fleetctl.controller.runtime import SimRuntime
+
+    rt = SimRuntime(restart_overhead_seconds=600)
+    started = replace(job("a", duration_hours=1.0), checkpointable=True, checkpoint_interval_minutes=15.0,
+                      started_at_utc=T0, state=JobState.RUNNING)
+    assert rt.progress(started, T0 + timedelta(minutes=9)).done_hours == 0.0
+    p = rt.progress(started, T0 + timedelta(minutes=40))
+    assert p.done_hours == pytest.approx(0.5) and p.checkpointed_hours == pytest.approx(0.5)
+    assert p.last_checkpoint_utc == T0 + timedelta(minutes=40)  # 10 minutes of overhead, then two intervals
+    assert not rt.progress(started, T0 + timedelta(minutes=69)).finished
+    assert rt.progress(started, T0 + timedelta(minutes=70)).finished
+    assert SimRuntime().progress(started, T0 + timedelta(minutes=60)).finished  # no overhead by default
