@@ -118,24 +118,31 @@ def test_a_read_only_store_refuses_writes_and_keeps_the_file_as_it_was(tmp_path)
     assert (tmp_path / "state.db").read_bytes() == before
 
 
-def test_a_read_only_command_upgrades_an_older_store_it_may_write(tmp_path):
-    """The first command after upgrading fleetctl is often ``status``: a store of an older schema
-    that this user may write is upgraded, not refused as "this command only reads"."""
+def _downgrade(url: str, revision: str) -> None:
+    """The store at ``url`` as a fleetctl of schema ``revision`` left it (the migrations' own downgrade)."""
     from alembic import command
     from alembic.config import Config
 
     from fleetctl.store import MIGRATIONS
 
-    url = f"sqlite:///{tmp_path / 'state.db'}"
     store = Store(url)
-    store.add_jobs([job("a")], T0)
-    head = store.schema_revision()
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with store._engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0005")
+        command.downgrade(cfg, revision)
     store.close()
+
+
+def test_a_read_only_command_upgrades_an_older_store_it_may_write(tmp_path):
+    """The first command after upgrading fleetctl is often ``status``: a store of an older schema
+    that this user may write is upgraded, not refused as "this command only reads"."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    store.add_jobs([job("a")], T0)
+    head = store.schema_revision()
+    store.close()
+    _downgrade(url, "0005")
     reader = Store(url, read_only=True)
     try:
         assert reader.schema_revision() == head and [j.job_id for j in reader.jobs()] == ["a"]
@@ -143,22 +150,11 @@ def test_a_read_only_command_upgrades_an_older_store_it_may_write(tmp_path):
         reader.close()
 
 
-def test_a_read_only_command_on_an_older_store_it_cannot_write_says_so(read_only_copy, tmp_path):
+def test_a_read_only_command_on_an_older_store_it_cannot_write_says_so(read_only_copy):
     copy, prefix = read_only_copy
-    from alembic import command
-    from alembic.config import Config
-
-    from fleetctl.store import MIGRATIONS
-
     copy.parent.chmod(0o755)
     copy.chmod(0o644)
-    old = Store(f"sqlite:///{copy}")
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with old._engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0005")
-    old.close()
+    _downgrade(f"sqlite:///{copy}", "0005")
     for extra in ("-wal", "-shm"):
         (copy.parent / f"state.db{extra}").unlink(missing_ok=True)
     copy.chmod(0o444)
