@@ -48,13 +48,17 @@ class ApplyResult:
     """What ``execute`` carried out and the store committed: all of a plan, or
     (``ApplyError.applied``) what was done before an error stopped it."""
 
-    launched: tuple[Node, ...] = ()
     bound: tuple[str, ...] = ()
     terminated: tuple[str, ...] = ()
     checkpoints: int = 0  # jobs the runtime checkpointed to move them (migrations, preemptions)
     launches: tuple[tuple[Node, Reason], ...] = ()  # each node launched, with the reason of the Launch that bought it
     migrated: tuple[str, ...] = ()  # jobs moved to other nodes
     preempted: tuple[str, ...] = ()  # jobs preempted (requeued) for higher-priority work
+
+    @property
+    def launched(self) -> tuple[Node, ...]:
+        """The nodes launched (those of ``launches``)."""
+        return tuple(node for node, _ in self.launches)
 
 
 class ApplyError(Exception):
@@ -305,7 +309,7 @@ class _Progress:
     terminated: list[str] = field(default_factory=list)
 
     def result(self) -> ApplyResult:
-        return ApplyResult(launched=tuple(node for node, _ in self.launches), bound=tuple(self.bound),
+        return ApplyResult(bound=tuple(self.bound),
                            terminated=tuple(self.terminated), checkpoints=self.checkpoints,
                            launches=tuple(self.launches), migrated=tuple(self.migrated),
                            preempted=tuple(self.preempted))
