@@ -49,20 +49,21 @@ def _region_warnings(doc: Document, pol: Policy) -> list[ValidationIssue]:
     provider: most likely a typo, which would otherwise show only as a note of `fleetctl plan` after the
     change is merged. Design choice: not an error, because a catalog snapshot can lag a cloud's new
     regions; the policy itself stays valid without the catalog (fleetctl/policy.py)."""
-    from providers.catalog import load_catalog
+    from fleetctl.planner.breaches import unsold_regions
     from fleetctl.yamlerrors import did_you_mean
+    from providers.catalog import load_catalog
 
     listed = doc.data.get("regions") if isinstance(doc.data, dict) else None
-    if not pol.regions or not isinstance(listed, list):
+    if not isinstance(listed, list):
         return []
     offers = load_catalog()
+    unsold = set(unsold_regions(offers, pol))
     sellers: dict[str, set[str]] = {}
     for o in offers:
         sellers.setdefault(o.region, set()).add(o.provider)
     warnings = []
     for i, region in enumerate(listed):
-        allowed = [p for p in sellers.get(region, ()) if not pol.providers or p in pol.providers]
-        if not isinstance(region, str) or allowed:
+        if region not in unsold:
             continue
         if region in sellers:
             why = (f"region {region!r} is {' and '.join(sorted(sellers[region]))}'s, and providers allows only "

@@ -60,10 +60,16 @@ def policy_gaps(jobs: Iterable[Job], offers: Iterable[Offer], policy: Policy) ->
     for name, n in sorted(Counter(j.priority for j in active if j.priority not in classes).items()):
         out.append(f"{n} active job(s) name priority class {name}, which the policy does not define: they are "
                    f"planned as {policy.default_priority_class} (default_priority_class)")
-    if policy.regions:
-        sold = {o.region for o in offers if not policy.providers or o.provider in policy.providers}
-        for region in policy.regions:
-            if region not in sold:
-                out.append(f"region {region} (policy regions): the allowed providers sell nothing there on this "
-                           "market (a typo, or another provider's region?)")
+    for region in unsold_regions(offers, policy):
+        out.append(f"region {region} (policy regions): the allowed providers sell nothing there on this "
+                   "market (a typo, or another provider's region?)")
     return tuple(out)
+
+
+def unsold_regions(offers: Iterable[Offer], policy: Policy) -> tuple[str, ...]:
+    """The policy's allowed regions where no offer of an allowed provider is
+    sold (``plan`` notes them; ``policy validate`` warns of them)."""
+    if not policy.regions:
+        return ()
+    sold = {o.region for o in offers if not policy.providers or o.provider in policy.providers}
+    return tuple(region for region in policy.regions if region not in sold)
