@@ -1133,6 +1133,7 @@ class _Pass:
             if not self._diversification_broken():
                 done = True
                 break
+            spot_bought = self.spot_gpus  # read before the restore below resets it
             self._restore(snapshot)
             if round_ == 0:
                 # First, spread harder: any new spot offer beats reusing one.
@@ -1140,7 +1141,7 @@ class _Pass:
                 continue
             # Less spot was bought than projected: project (a little less than)
             # what was bought, and redo.
-            projected = min(int(projected * 0.9), self.spot_gpus)
+            projected = min(int(projected * 0.9), spot_bought)
             if projected <= 0:
                 break
         # The projections are this step's alone: every later purchase (after-the-step admissions,

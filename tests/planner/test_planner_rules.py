@@ -590,3 +590,49 @@ def test_planned_fleet_places_a_new_job_like_a_full_plan():
 ])
 def test_offer_risk_per_hour_assumes_a_constant_hazard(minutes, p, hourly):
     assert OfferRisk("k", minutes, p).probability_per_hour == pytest.approx(hourly, rel=1e-9, abs=0)
+
+
+def test_a_retry_of_the_purchase_step_projects_the_spot_the_previous_try_bought(monkeypatch):
+    """When a try of the purchase step breaks diversification, the next try
+    projects a little less spot than the previous try *bought*, not than the
+    fleet held before the step (read after the step was rolled back: on an
+    empty fleet that is 0, which skipped every projected retry and went
+    straight to the strict rule). A random world of a property search."""
+    from fleetctl.planner import core
+
+    offers = [offer("t4", gpus=4, price=3.504, zone="z0", market=Market.ON_DEMAND),
+              offer("t4", gpus=4, price=4.688, zone="z1", market=Market.ON_DEMAND),
+              offer("t4", gpus=4, price=2.103, zone="z1"),
+              offer("t1", gpus=1, price=1.475, zone="z0", market=Market.ON_DEMAND),
+              offer("t1", gpus=1, price=0.43, zone="z0"),
+              offer("t1", gpus=1, price=0.989, zone="z1", market=Market.ON_DEMAND),
+              offer("t1", gpus=1, price=0.364, zone="z1")]
+    shapes = [(1, 1, "batch", "b"), (1, 2, "batch", "b"), (1, 1, "production", "a"), (1, 1, "batch", "a"),
+              (1, 1, "batch", "b"), (1, 1, "production", "a"), (1, 1, "production", "a"), (1, 2, "production", "a"),
+              (2, 4, "production", "b"), (1, 1, "batch", "a"), (1, 2, "batch", "a"), (1, 1, "production", "b"),
+              (1, 4, "batch", "b"), (1, 4, "batch", "b"), (1, 1, "production", "a"), (1, 1, "batch", "a")]
+    queue = [job(f"j{i}", workers=w, gpus=g, priority=p, team=t) for i, (w, g, p, t) in enumerate(shapes)]
+    pol = policy(max_share_per_zone=0.34, min_distinct_offers=2)
+
+    steps = []  # per purchase step: its tries as (strict, projected spot GPUs, spot GPUs held after the try)
+    buy_in_order, buy_pass = core._Pass._buy_in_order, core._Pass._buy_pass
+
+    def recording_step(self, *args, **kwargs):
+        steps.append([])
+        return buy_in_order(self, *args, **kwargs)
+
+    def recording_try(self, *args, **kwargs):
+        result = buy_pass(self, *args, **kwargs)
+        steps[-1].append((self.strict, self.projected_spot_gpus, self.spot_gpus))
+        return result
+
+    monkeypatch.setattr(core._Pass, "_buy_in_order", recording_step)
+    monkeypatch.setattr(core._Pass, "_buy_pass", recording_try)
+    result = plan(now=T0, queue=queue, fleet=[], offers=offers, forecast=None, policy=pol)
+
+    reductions = [(before, after) for tries in steps for before, after in zip(tries, tries[1:])
+                  if not before[0] and not after[0] and after[1] < before[1]]
+    assert reductions, steps
+    for (_, projected, bought), (_, next_projected, _) in reductions:
+        assert next_projected == min(int(projected * 0.9), bought)
+    assert not result.unplaced
