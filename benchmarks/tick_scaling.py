@@ -1,0 +1,437 @@
+"""Time whole controller ticks on a real store at several fleet sizes.
+
+``fleetctl.controller.reconcile.tick`` is what ``fleetctl reconcile --once``
+(cron) and ``fleetctl daemon`` run: handle interruptions -> lost nodes ->
+cancellations -> advance jobs -> observe -> plan -> act -> record. This script
+wires it as the CLI does (the sandbox ``SimProvider`` on the store, the
+``SimRuntime``, ``build_forecast`` without a forecaster before each tick) plus
+the daemon's ``FleetMetrics``, on a real store (a SQLite file, or a
+PostgreSQL server it starts itself as ``tests/store/conftest.py`` does), and
+runs ``--ticks`` ticks on a virtual clock advancing ``--tick-seconds`` each.
+
+The world at each size (nodes N, seeded; offers, fleet and queue from
+``plan_speed.py``'s helpers and the Alibaba 2023 job mix):
+
+* **fleet**: N nodes on offers of the shipped catalog (the sandbox sells the
+  whole catalog), about 70 % holding BOUND/RUNNING jobs of the mix
+  (``plan_speed.build_fleet``), stored as the sandbox stores its nodes;
+* **queue**: ``--jobs-per-node`` x N QUEUED jobs of the mix;
+* **each tick**, before it: N/100 new jobs arrive (at least 1), N/500 spot nodes
+  holding jobs get a reclaim warning (at least 1, while there are any), and
+  N/1000 running jobs get a cancel request (at least 1).
+
+Measured per size, each size in its own subprocess (so peak RSS is per size):
+seconds per tick (``build_forecast`` + ``tick``; the first tick, which places
+the initial queue, apart from the steady state's median and max), the
+breakdown by phase (``time.perf_counter`` around the module functions that
+``tick`` calls, swapped in by this script; product code is unchanged), SQL
+statements per tick (a SQLAlchemy ``before_cursor_execute`` listener), calls
+of the provider's ``nodes()`` per tick, peak RSS, and the store's growth per
+steady tick (bytes: SQLite ``page_count * page_size``, PostgreSQL
+``pg_database_size``; rows per table).
+
+Usage::
+
+    python benchmarks/tick_scaling.py [--sizes 100,500,2000,5000] [--ticks 10]
+        [--store sqlite|postgres] [--seed 0] [--format md|json] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Final, Iterator
+
+HERE: Final[Path] = Path(__file__).resolve().parent
+ROOT: Final[Path] = HERE.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+import sqlalchemy as sa  # noqa: E402
+
+from benchmarks.plan_speed import NOW, JobMix, bench_policy, build_fleet, queued_jobs  # noqa: E402
+from fleetctl.controller import reconcile as rc  # noqa: E402
+from fleetctl.controller.forecast import build_forecast  # noqa: E402
+from fleetctl.controller.runtime import SimRuntime  # noqa: E402
+from fleetctl.metrics import FleetMetrics  # noqa: E402
+from fleetctl.model import JobState, Market, NodeState  # noqa: E402
+from fleetctl.store import Store, tables  # noqa: E402
+from providers.catalog import load_catalog  # noqa: E402
+from providers.sim import SimProvider  # noqa: E402
+
+DEFAULT_SIZES: Final[tuple[int, ...]] = (100, 500, 2_000, 5_000)
+DEFAULT_OUT: Final[Path] = HERE / "results" / "tick_scaling.md"
+#: The phases of a tick, in order (``forecast`` is the CLI's ``build_forecast`` before ``tick``).
+PHASES: Final[tuple[str, ...]] = ("forecast", "interruptions", "lost_nodes", "cancellations", "advance_jobs",
+                                  "observe", "record_offers", "plan", "fingerprint", "execute", "metrics", "other")
+
+
+# --------------------------------------------------------------------------- the world
+
+
+def seed_world(store: Store, nodes: int, jobs_per_node: float, seed: int) -> dict[str, int]:
+    """Store the fleet and the queue of one size; returns what was stored."""
+    mix = JobMix.load()
+    policy = bench_policy()
+    catalog = tuple(sorted(load_catalog(), key=lambda o: o.key))
+    fleet, bound = build_fleet(random.Random(f"{seed}:fleet"), mix, catalog, nodes, policy, NOW)
+    queue = queued_jobs(random.Random(f"{seed}:queue"), mix, int(nodes * jobs_per_node), NOW)
+    with store.transaction():
+        for node in fleet:
+            store.put_node(node, NOW)
+        store.add_jobs(queue + bound, NOW)
+    return {"nodes": len(fleet), "bound_jobs": len(bound), "queued_jobs": len(queue)}
+
+
+def inject(store: Store, provider: SimProvider, rng: random.Random, mix: JobMix, nodes: int, tick_no: int,
+           now: datetime) -> dict[str, int]:
+    """What happens between two ticks: arrivals, reclaim warnings, cancel requests."""
+    arrivals = queued_jobs(rng, mix, max(1, nodes // 100), now, prefix=f"t{tick_no:03d}")
+    store.add_jobs((replace(j, submitted_at_utc=now) for j in arrivals), now)
+    held = {nid for j in store.jobs(active_only=True) if j.state in (JobState.BOUND, JobState.RUNNING)
+            for nid in j.node_ids}
+    spot = sorted(n.node_id for n in store.nodes() if n.node_id in held and n.offer.market is Market.SPOT
+                  and n.state in (NodeState.READY, NodeState.LAUNCHING))
+    reclaimed = rng.sample(spot, min(len(spot), max(1, nodes // 500)))
+    for node_id in reclaimed:
+        provider.reclaim(node_id, now)
+    running = sorted(j.job_id for j in store.jobs(active_only=True) if j.state is JobState.RUNNING)
+    cancels = rng.sample(running, min(len(running), max(1, nodes // 1000)))
+    if cancels:
+        store.request_cancel(cancels, now, reason="benchmark")
+    return {"arrivals": len(arrivals), "reclaims": len(reclaimed), "cancels": len(cancels)}
+
+
+# --------------------------------------------------------------------------- instrumentation
+
+
+class Meter:
+    """Seconds and SQL statements per phase of the current tick."""
+
+    def __init__(self, engine: sa.engine.Engine) -> None:
+        self.sql = 0
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.statements: dict[str, int] = defaultdict(int)
+        self.node_listings = 0
+        self._depth = 0
+        sa.event.listen(engine, "before_cursor_execute", self._count)
+
+    def _count(self, *_: Any) -> None:
+        self.sql += 1
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.statements.clear()
+        self.node_listings = 0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self._depth:  # nested (execute inside the plan loop is its own phase; nothing else nests)
+            yield
+            return
+        self._depth += 1
+        sql, start = self.sql, time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+            self.statements[name] += self.sql - sql
+            self._depth -= 1
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.phase(name):
+                return fn(*args, **kwargs)
+        return timed
+
+
+@contextmanager
+def instrumented(meter: Meter, store: Store, provider: SimProvider, metrics: FleetMetrics) -> Iterator[None]:
+    """Time the functions ``tick`` calls by name (module globals of
+    ``fleetctl.controller.reconcile``, methods of this run's objects); all
+    restored on exit."""
+    names = {"handle_interruptions": "interruptions", "handle_lost_nodes": "lost_nodes",
+             "apply_cancellations": "cancellations", "advance_jobs": "advance_jobs", "observe": "observe",
+             "execute": "execute", "fingerprint": "fingerprint"}
+    saved = {attr: getattr(rc, attr) for attr in names}
+    for attr, phase in names.items():
+        setattr(rc, attr, meter.wrap(phase, saved[attr]))
+    store.record_offers = meter.wrap("record_offers", store.record_offers)  # type: ignore[method-assign]
+    metrics.observe_state = meter.wrap("metrics", metrics.observe_state)  # type: ignore[method-assign]
+    listing = provider.nodes
+
+    def nodes(now: datetime) -> Any:
+        meter.node_listings += 1
+        return listing(now)
+
+    provider.nodes = nodes  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for attr, fn in saved.items():
+            setattr(rc, attr, fn)
+
+
+def store_bytes(store: Store) -> int:
+    engine = store._engine  # noqa: SLF001 - a benchmark reads the size of what the store wrote
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            pages = conn.execute(sa.text("PRAGMA page_count")).scalar()
+            size = conn.execute(sa.text("PRAGMA page_size")).scalar()
+            return int(pages) * int(size)
+        return int(conn.execute(sa.text("SELECT pg_database_size(current_database())")).scalar())
+
+
+def row_counts(store: Store) -> dict[str, int]:
+    with store._engine.connect() as conn:  # noqa: SLF001
+        return {t.name: int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar())
+                for t in tables.metadata.sorted_tables}
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --------------------------------------------------------------------------- one size
+
+
+def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, tick_seconds: float) -> dict[str, Any]:
+    """Seed a world of ``nodes`` nodes into the store at ``url`` and run ``ticks`` ticks."""
+    store = Store(url)
+    try:
+        started = time.perf_counter()
+        world = seed_world(store, nodes, jobs_per_node, seed)
+        seed_seconds = time.perf_counter() - started
+        rss_seeded = peak_rss_mib()
+        provider = SimProvider(store, seed=seed)
+        runtime = SimRuntime()
+        policy = bench_policy()
+        metrics = FleetMetrics()
+        meter = Meter(store._engine)  # noqa: SLF001
+        mix = JobMix.load()
+        rng = random.Random(f"{seed}:ticks")
+        per_tick: list[dict[str, Any]] = []
+        now = NOW
+        with instrumented(meter, store, provider, metrics):
+            for i in range(ticks):
+                injected = inject(store, provider, rng, mix, nodes, i, now)
+                meter.reset()
+                sql0 = meter.sql
+                start = time.perf_counter()
+                with meter.phase("forecast"):
+                    forecast = build_forecast(store, now)
+                report = rc.tick(store=store, provider=provider, runtime=runtime, policy=policy, now=now,
+                                 forecast=forecast, metrics=metrics,
+                                 planner=meter.wrap("plan", rc.make_plan))
+                seconds = time.perf_counter() - start
+                phases = dict(meter.seconds)
+                phases["other"] = max(0.0, seconds - sum(phases.values()))
+                plan = report.plan
+                per_tick.append({
+                    "tick": i, "seconds": round(seconds, 4),
+                    "phases": {p: round(phases.get(p, 0.0), 4) for p in PHASES},
+                    "sql": meter.sql - sql0,
+                    "sql_by_phase": {p: meter.statements.get(p, 0) for p in PHASES if meter.statements.get(p)},
+                    "node_listings": meter.node_listings,
+                    "actions": len(plan.actions) if plan else 0,
+                    "started": len(report.started), "completed": len(report.completed),
+                    "requeued": len(report.requeued), "cancelled": len(report.cancelled),
+                    "store_bytes": store_bytes(store), "injected": injected,
+                })
+                now += timedelta(seconds=tick_seconds)
+        rows = row_counts(store)
+    finally:
+        store.close()
+    steady = per_tick[1:] or per_tick
+    steady_s = [t["seconds"] for t in steady]
+    growth = ((per_tick[-1]["store_bytes"] - per_tick[0]["store_bytes"]) / (len(per_tick) - 1)
+              if len(per_tick) > 1 else 0.0)
+    return {
+        "nodes": nodes, "world": world, "ticks": ticks, "seed_seconds": round(seed_seconds, 2),
+        "first_tick_seconds": per_tick[0]["seconds"],
+        "steady_median_seconds": round(statistics.median(steady_s), 4),
+        "steady_max_seconds": round(max(steady_s), 4),
+        "first_tick_phases": per_tick[0]["phases"],
+        "steady_median_phases": {p: round(statistics.median(t["phases"][p] for t in steady), 4) for p in PHASES},
+        "first_tick_sql": per_tick[0]["sql"],
+        "steady_median_sql": int(statistics.median(t["sql"] for t in steady)),
+        "steady_median_node_listings": int(statistics.median(t["node_listings"] for t in steady)),
+        "store_bytes_after_first": per_tick[0]["store_bytes"],
+        "store_bytes_growth_per_steady_tick": round(growth),
+        "rows_at_end": rows,
+        "peak_rss_mib_seeded": round(rss_seeded, 1),
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+        "per_tick": per_tick,
+    }
+
+
+# --------------------------------------------------------------------------- stores
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def postgres_server() -> Iterator[Callable[[str], str]]:
+    """A throwaway PostgreSQL (as ``tests/store/conftest.py`` starts one);
+    yields a function that creates a database and returns its URL."""
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if not initdb or not pg_ctl:
+        for base in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+            initdb, pg_ctl = str(base / "initdb"), str(base / "pg_ctl")
+            break
+    if not initdb or not Path(initdb).exists():
+        raise SystemExit("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
+    root = Path(tempfile.mkdtemp(prefix="fleetctl-bench-pg-"))
+    data, sock = root / "data", root / "sock"
+    sock.mkdir()
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+        shutil.chown(sock, "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    subprocess.run([*prefix, initdb, "-D", str(data), "-U", "fleetctl", "--auth=trust", "-E", "UTF8"],
+                   check=True, capture_output=True)
+    # fsync on (unlike the tests): a benchmark of commits should pay for them
+    subprocess.run([*prefix, pg_ctl, "start", "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+                    f"-p {port} -k {sock} -c listen_addresses=127.0.0.1"], check=True, capture_output=True)
+    createdb = shutil.which("createdb") or str(Path(initdb).with_name("createdb"))
+
+    def database(name: str) -> str:
+        subprocess.run([*prefix, createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "fleetctl", name],
+                       check=True, capture_output=True)
+        return f"postgresql+psycopg://fleetctl@127.0.0.1:{port}/{name}"
+
+    try:
+        yield database
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "fleetctl", "providers"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return done.stdout.strip() + (" (+ uncommitted changes)" if dirty else "")
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    lines = [
+        f"# Controller tick at scale ({doc['store']})", "",
+        f"Command: `{doc['command']}`  ",
+        f"Date: {doc['date']}; machine: {doc['machine']}; commit: {doc['commit']}", "",
+        "Per size: seconds per tick (`build_forecast` + `tick`), the first tick (places the initial queue) and the "
+        "steady ticks after it; SQL statements per tick; provider `nodes()` calls per tick; store growth per "
+        "steady tick; peak RSS of the size's process.", "",
+        "| nodes | jobs (queued + bound) | first tick s | steady median s | steady max s | SQL first | SQL steady "
+        "| nodes() calls | store MB after first | growth KB/tick | peak RSS MiB |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in doc["results"]:
+        w = r["world"]
+        lines.append(
+            f"| {r['nodes']:,} | {w['queued_jobs']:,} + {w['bound_jobs']:,} | {r['first_tick_seconds']:.2f} "
+            f"| {r['steady_median_seconds']:.3f} | {r['steady_max_seconds']:.3f} | {r['first_tick_sql']:,} "
+            f"| {r['steady_median_sql']:,} | {r['steady_median_node_listings']} "
+            f"| {r['store_bytes_after_first'] / 1e6:.1f} | {r['store_bytes_growth_per_steady_tick'] / 1e3:.1f} "
+            f"| {r['peak_rss_mib']:.0f} |")
+    for title, key in (("First tick by phase (s)", "first_tick_phases"),
+                       ("Steady tick by phase (median s)", "steady_median_phases")):
+        lines += ["", f"{title}:", "", "| nodes | " + " | ".join(PHASES) + " |",
+                  "| ---: |" + " ---: |" * len(PHASES)]
+        for r in doc["results"]:
+            lines.append(f"| {r['nodes']:,} | " + " | ".join(f"{r[key][p]:.3f}" for p in PHASES) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(s.replace("_", "")) for s in text.split(",") if s.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="node counts, comma-separated")
+    parser.add_argument("--jobs-per-node", type=float, default=2.0, help="queued jobs per node at the start")
+    parser.add_argument("--ticks", type=int, default=10, help="ticks per size (the first places the queue)")
+    parser.add_argument("--tick-seconds", type=float, default=30.0, help="virtual seconds between ticks")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--format", choices=("md", "json"), default="md", help="what --out (or stdout) gets")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the report here (and the JSON beside a .md); default stdout")
+    parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # internal: one size, JSON on stdout
+    args = parser.parse_args(argv)
+    if args.ticks < 1:
+        parser.error("--ticks must be at least 1")
+
+    if args.single is not None:
+        url, nodes = args.single.rsplit("|", 1)
+        print(json.dumps(measure(url, int(nodes), args.jobs_per_node, args.ticks, args.seed, args.tick_seconds)))
+        return 0
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="fleetctl-tick-") as tmp, \
+            (postgres_server() if args.store == "postgres" else _no_server()) as database:
+        for nodes in parse_sizes(args.sizes):
+            url = database(f"tick_{nodes}") if database else f"sqlite:///{tmp}/tick_{nodes}.db"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--single", f"{url}|{nodes}",
+                   "--jobs-per-node", str(args.jobs_per_node), "--ticks", str(args.ticks),
+                   "--tick-seconds", str(args.tick_seconds), "--seed", str(args.seed)]
+            print(f"size {nodes:,} nodes ...", file=sys.stderr, flush=True)
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if done.returncode:
+                sys.stderr.write(done.stderr)
+                return done.returncode
+            r = json.loads(done.stdout)
+            print(f"  first tick {r['first_tick_seconds']:.2f} s, steady median {r['steady_median_seconds']:.3f} s",
+                  file=sys.stderr, flush=True)
+            results.append(r)
+    shown = ["python", "benchmarks/tick_scaling.py", *(argv if argv is not None else sys.argv[1:])]
+    doc = {"store": args.store, "command": shlex.join(shown),
+           "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "machine": f"{platform.machine()}, nproc {os.cpu_count()}, Python {platform.python_version()}",
+           "commit": _commit(), "results": results}
+    text = json.dumps(doc, indent=1) + "\n" if args.format == "json" else to_markdown(doc)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text, encoding="utf-8")
+        if args.format == "md":
+            args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+@contextmanager
+def _no_server() -> Iterator[None]:
+    yield None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
