@@ -73,10 +73,11 @@ class SimProvider:
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
         """Nodes of the sandbox; passive transition launching -> ready when due
-        (recorded in the store, unless it is opened read-only: then derived
-        again on each call until a command that writes records it)."""
+        (recorded in the store, all of a call's in one transaction, unless it
+        is opened read-only: then derived again on each call until a command
+        that writes records it)."""
         result = []
-        record = self._store.put_node if not getattr(self._store, "read_only", False) else lambda *_: None
+        changed = []
         # The cloud takes a reclaimed node at the notice's deadline, handled or not.
         taken = {
             e.node_id
@@ -87,11 +88,17 @@ class SimProvider:
         for node in self._store.nodes(include_gone=True):
             if node.node_id in taken and node.state is not NodeState.GONE:
                 node = replace(node, state=NodeState.GONE)
-                record(node, now)
+                changed.append(node)
             if node.state is NodeState.LAUNCHING and node.ready_at_utc is not None and node.ready_at_utc <= now:
                 node = replace(node, state=NodeState.READY, idle_since_utc=node.idle_since_utc or node.ready_at_utc)
-                record(node, now)
+                changed.append(node)
             result.append(node)
+        if changed and not getattr(self._store, "read_only", False):
+            # One commit, not one per node: a big launch's nodes all become ready in the same pass. Each
+            # write is derived again from the same facts if it does not land, so all-or-none loses nothing.
+            with self._store.transaction():
+                for node in changed:
+                    self._store.put_node(node, now)
         return tuple(result)
 
     def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult:
@@ -106,19 +113,20 @@ class SimProvider:
         if offer.key in self._unavailable:
             raise InsufficientCapacity(f"no capacity for {offer.key}")
         nodes = []
-        for index in range(request.count):
-            digest = self._digest(request.idempotency_key, index)
-            delay = self._delay * self._launch_delay_factor(digest, now)
-            node = Node(
-                node_id=f"sim-{offer.provider}-{digest[:10]}",
-                offer=offer,
-                state=NodeState.LAUNCHING,
-                launched_at_utc=now,
-                ready_at_utc=now + timedelta(seconds=delay),
-                zone=offer.zone,
-            )
-            self._store.put_node(node, now, idempotency_key=request.idempotency_key)
-            nodes.append(node)
+        with self._store.transaction():  # a launch's nodes are bought together: all recorded, or none
+            for index in range(request.count):
+                digest = self._digest(request.idempotency_key, index)
+                delay = self._delay * self._launch_delay_factor(digest, now)
+                node = Node(
+                    node_id=f"sim-{offer.provider}-{digest[:10]}",
+                    offer=offer,
+                    state=NodeState.LAUNCHING,
+                    launched_at_utc=now,
+                    ready_at_utc=now + timedelta(seconds=delay),
+                    zone=offer.zone,
+                )
+                self._store.put_node(node, now, idempotency_key=request.idempotency_key)
+                nodes.append(node)
         return LaunchResult(request, tuple(nodes))
 
     def terminate(self, node_id: str, now: datetime) -> None:
