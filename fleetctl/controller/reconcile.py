@@ -307,7 +307,7 @@ def apply_cancellations(*, store: Store, provider: Provider, runtime: Runtime, n
     pending = store.pending_cancellations()
     if not pending:
         return 0
-    jobs = {j.job_id: j for j in store.jobs()}
+    jobs = {j.job_id: j for j in store.jobs(job_ids=pending)}
     nodes = {n.node_id: n for n in provider.nodes(now)}
     done = 0
     for job_id in pending:

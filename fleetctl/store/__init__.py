@@ -214,6 +214,8 @@ class Store:
                 "probably written by a newer fleetctl (upgrade fleetctl, or point --state at another store)"
             ) from exc
         self._conn: Connection | None = None
+        #: per query (``_decoded``): the stored text and value object of each row of its last answer
+        self._memo: dict[tuple[Any, ...], dict[str, tuple[str, Any]]] = {}
         #: SQLite in memory: this process's alone (the simulator's), so no other process can be locked out of it
         self.in_memory = ":memory:" in url or url.rstrip("/") in ("sqlite:", "sqlite:/")
         # SIGTERM and Ctrl-C wait for a transaction's end (fleetctl.signals) where another process shares the store
@@ -329,6 +331,26 @@ class Store:
             with self._deferred(), self._engine.begin() as conn:
                 yield conn
 
+    def _decoded(self, query: tuple[Any, ...], rows: Iterable[tuple[str, str]], decode: Any, what: str) -> list[Any]:
+        """The value objects of ``rows`` (id, stored JSON text), each decoded
+        only if its text differs from the last answer of the same ``query``.
+
+        Design choice: every pass reads the whole fleet and the active jobs
+        several times (each step of a tick reads them fresh), and decoding the
+        JSON was most of a read's time. Jobs and nodes are frozen value
+        objects, so the one decoded from the same text can be handed out again;
+        the text is compared, so a row written since (by this handle or another
+        process) is decoded anew. Only each query's last answer is kept, so the
+        memo holds no more than the query returned; handles shared by threads
+        (the notice endpoint's) at worst decode a row twice."""
+        last = self._memo.get(query, {})
+        fresh: dict[str, tuple[str, Any]] = {}
+        for key, text in rows:
+            hit = last.get(key)
+            fresh[key] = hit if hit is not None and hit[0] == text else (text, _row(decode, text, f"{what} {key!r}"))
+        self._memo[query] = fresh
+        return [value for _, value in fresh.values()]
+
     # ------------------------------------------------------------------ jobs
 
     def add_jobs(self, jobs: Iterable[Job], now: datetime) -> tuple[int, int]:
@@ -375,14 +397,21 @@ class Store:
                 out.update((r.job_id, JobState(r.state)) for r in rows)
         return out
 
-    def jobs(self, *, active_only: bool = False) -> tuple[Job, ...]:
-        """Every job, ordered by submission time then id."""
+    def jobs(self, *, active_only: bool = False, job_ids: Iterable[str] | None = None) -> tuple[Job, ...]:
+        """Every job (``job_ids``: those of them in the store), ordered by submission time then id."""
         query = sa.select(tables.jobs.c.job_id, tables.jobs.c.spec)
         if active_only:
             query = query.where(tables.jobs.c.state.in_([s.value for s in JobState if s.active]))
-        with self._tx() as conn:
-            rows = conn.execute(query).all()
-        found = [_row(job_from_dict, r.spec, f"job {r.job_id!r}") for r in rows]
+        if job_ids is not None:
+            wanted = sorted(set(job_ids))
+            with self._tx() as conn:
+                rows = [r for i in range(0, len(wanted), 500)  # stay under the database's bound-parameter limit
+                        for r in conn.execute(query.where(tables.jobs.c.job_id.in_(wanted[i:i + 500]))).all()]
+            found = [_row(job_from_dict, r.spec, f"job {r.job_id!r}") for r in rows]
+        else:
+            with self._tx() as conn:
+                rows = conn.execute(query).all()
+            found = self._decoded(("jobs", active_only), ((r.job_id, r.spec) for r in rows), job_from_dict, "job")
         return tuple(sorted(found, key=lambda j: (j.submitted_at_utc, j.job_id)))
 
     def put_job(self, job: Job, now: datetime) -> None:
@@ -477,8 +506,9 @@ class Store:
             query = query.where(tables.nodes.c.state != NodeState.GONE.value)
         with self._tx() as conn:
             rows = conn.execute(query).all()
-        return tuple(sorted((_row(node_from_dict, r.doc, f"node {r.node_id!r}") for r in rows),
-                            key=lambda n: n.node_id))
+        found = self._decoded(("nodes", provider, include_gone), ((r.node_id, r.doc) for r in rows), node_from_dict,
+                              "node")
+        return tuple(sorted(found, key=lambda n: n.node_id))
 
     def nodes_by_idempotency_key(self, key: str) -> tuple[Node, ...]:
         with self._tx() as conn:

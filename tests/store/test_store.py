@@ -55,6 +55,8 @@ def test_jobs_round_trip_and_resubmit(store):
     assert str(info.value) == "job 'b' already exists with a different spec (queued) (and 1 more: 'a')"
     store.put_job(replace(jobs[0], state=JobState.SUCCEEDED), T0)
     assert [j.job_id for j in store.jobs(active_only=True)] == ["a"]
+    assert store.jobs(job_ids=["b", "a", "nope"]) == (jobs[1], replace(jobs[0], state=JobState.SUCCEEDED))
+    assert store.jobs(active_only=True, job_ids=["b"]) == () and store.jobs(job_ids=[]) == ()
 
 
 def test_resubmitting_a_job_that_ran_is_still_a_no_op(store):
@@ -89,6 +91,44 @@ def test_nodes_and_transactions(store):
     assert store.events() == ()
     store.put_node(replace(n, state=NodeState.GONE), T0)
     assert store.nodes() == () and len(store.nodes(include_gone=True)) == 1
+
+
+def test_reads_give_each_rows_current_value_whoever_wrote_it(store):
+    """Jobs and nodes read again after a write (through this handle, another
+    handle, or a transaction rolled back) are what the store holds now; rows
+    unchanged since the last read are equal to what that read gave, and a row
+    damaged since is still reported as damaged."""
+    from fleetctl.store import StoreError
+
+    a, b = job("a", submitted=T0), job("b", submitted=T0)
+    store.add_jobs([a, b], T0)
+    store.put_node(node("n1"), T0)
+    store.put_node(node("n2", state=NodeState.GONE), T0)
+    assert store.jobs(active_only=True) == (a, b)
+    assert store.nodes(include_gone=True) == (node("n1"), node("n2", state=NodeState.GONE))
+    running = replace(a, state=JobState.RUNNING, node_ids=("n1",), started_at_utc=T0)
+    store.put_job(running, T0)
+    assert store.jobs(active_only=True) == (running, b)
+    other = Store(store.url)  # another process's handle on the same store
+    try:
+        other.put_job(replace(b, state=JobState.SUCCEEDED), T0)
+        other.put_node(node("n1", state=NodeState.DRAINING), T0)
+    finally:
+        other.close()
+    assert store.jobs(active_only=True) == (running,)
+    assert store.jobs() == (running, replace(b, state=JobState.SUCCEEDED))
+    assert store.nodes(include_gone=True) == (node("n1", state=NodeState.DRAINING), node("n2", state=NodeState.GONE))
+    assert store.nodes() == (node("n1", state=NodeState.DRAINING),)
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.put_job(replace(running, state=JobState.QUEUED, node_ids=()), T0)
+            assert store.jobs(active_only=True)[0].state is JobState.QUEUED  # seen inside the transaction
+            raise RuntimeError("boom")
+    assert store.jobs(active_only=True) == (running,)  # rolled back: the stored job again
+    with store._engine.begin() as conn:  # noqa: SLF001 - damage the row behind the store's back
+        conn.execute(sa.text("UPDATE jobs SET spec = '{' WHERE job_id = 'a'"))
+    with pytest.raises(StoreError, match="job 'a' is not valid JSON"):
+        store.jobs(active_only=True)
 
 
 def test_a_node_keeps_the_zone_its_provider_placed_it_in(store):
