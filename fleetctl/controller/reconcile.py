@@ -183,15 +183,17 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
     """Handle one claimed notice inside its transaction, adding what it did to
     ``report``; returns the (provider, kind) it counts under, or None when it
     does not count (a duplicate, a node this controller does not know)."""
-    nodes = {n.node_id: n for n in store.nodes(include_gone=True)}
+    # Only the jobs on the node and their nodes are read (not the whole fleet and queue for each notice).
+    active = store.jobs(active_only=True, on_node=event.node_id)
+    nodes = {n.node_id: n for n in store.nodes(include_gone=True,
+                                                 node_ids={event.node_id, *(n for j in active for n in j.node_ids)})}
     node = nodes.get(event.node_id)
     if _already_handled(store, event):
         # The same reclaim through a second path (AWS: the EventBridge queue and
         # node-watch on the node): handled once, counted once.
         store.record("interruption_duplicate", now, event.node_id, event_id=event.event_id)
         return None
-    active = store.jobs(active_only=True)
-    if node is None and not any(event.node_id in j.node_ids for j in active):
+    if node is None and not active:
         # Not a node of this controller (another cluster's, a --node-id typo): nothing to drain or count.
         store.record("interruption_unknown_node", now, event.node_id, notice=event.kind.value,
                      event_id=event.event_id, provider=event.provider)

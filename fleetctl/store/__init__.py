@@ -397,11 +397,24 @@ class Store:
                 out.update((r.job_id, JobState(r.state)) for r in rows)
         return out
 
-    def jobs(self, *, active_only: bool = False, job_ids: Iterable[str] | None = None) -> tuple[Job, ...]:
-        """Every job (``job_ids``: those of them in the store), ordered by submission time then id."""
+    def jobs(self, *, active_only: bool = False, job_ids: Iterable[str] | None = None,
+             on_node: str | None = None) -> tuple[Job, ...]:
+        """Every job (``job_ids``: those of them in the store; ``on_node``:
+        those whose ``node_ids`` hold that node), ordered by submission time
+        then id."""
         query = sa.select(tables.jobs.c.job_id, tables.jobs.c.spec)
         if active_only:
             query = query.where(tables.jobs.c.state.in_([s.value for s in JobState if s.active]))
+        if on_node is not None:
+            # node_ids live in the spec's JSON: only specs holding the id as a JSON string are read and decoded
+            # (it may be there in another field: the decoded jobs are checked), not every job of the query.
+            quoted = json.dumps(on_node)
+            pattern = "%" + quoted.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            with self._tx() as conn:
+                rows = conn.execute(query.where(tables.jobs.c.spec.like(pattern, escape="\\"))).all()
+            found = [job for job in (_row(job_from_dict, r.spec, f"job {r.job_id!r}") for r in rows)
+                     if on_node in job.node_ids]
+            return tuple(sorted(found, key=lambda j: (j.submitted_at_utc, j.job_id)))
         if job_ids is not None:
             wanted = sorted(set(job_ids))
             with self._tx() as conn:
@@ -498,12 +511,21 @@ class Store:
                     tables.nodes.insert().values(node_id=node.node_id, idempotency_key=idempotency_key, **values)
                 )
 
-    def nodes(self, *, provider: str | None = None, include_gone: bool = False) -> tuple[Node, ...]:
+    def nodes(self, *, provider: str | None = None, include_gone: bool = False,
+              node_ids: Iterable[str] | None = None) -> tuple[Node, ...]:
+        """The nodes (``node_ids``: those of them in the store), ordered by id."""
         query = sa.select(tables.nodes.c.node_id, tables.nodes.c.doc)
         if provider is not None:
             query = query.where(tables.nodes.c.provider == provider)
         if not include_gone:
             query = query.where(tables.nodes.c.state != NodeState.GONE.value)
+        if node_ids is not None:
+            wanted = sorted(set(node_ids))
+            with self._tx() as conn:
+                rows = [r for i in range(0, len(wanted), 500)  # stay under the database's bound-parameter limit
+                        for r in conn.execute(query.where(tables.nodes.c.node_id.in_(wanted[i:i + 500]))).all()]
+            return tuple(sorted((_row(node_from_dict, r.doc, f"node {r.node_id!r}") for r in rows),
+                                key=lambda n: n.node_id))
         with self._tx() as conn:
             rows = conn.execute(query).all()
         found = self._decoded(("nodes", provider, include_gone), ((r.node_id, r.doc) for r in rows), node_from_dict,

@@ -131,6 +131,29 @@ def test_reads_give_each_rows_current_value_whoever_wrote_it(store):
         store.jobs(active_only=True)
 
 
+@pytest.mark.parametrize("node_id", ["n_1", "n%1", 'n"1', "n\\1", "nœud-1", "N1"])
+def test_jobs_on_a_node_are_those_whose_node_ids_hold_it(store, node_id):
+    """``jobs(on_node=)`` gives the jobs bound to that node, whatever the
+    characters of its id (LIKE wildcards, JSON escapes, case), and no job that
+    names it elsewhere (its own id, an offer to avoid) or a similar id."""
+    others = ["n1", "nX1", "n11", "n", "nœud"]
+    bound = replace(job("bound", submitted=T0), state=JobState.RUNNING, node_ids=("m", node_id))
+    gang = replace(job("gang", submitted=T0 - timedelta(hours=1)), state=JobState.BOUND, node_ids=(node_id, node_id))
+    done = replace(job("done", submitted=T0), state=JobState.SUCCEEDED, node_ids=(node_id,))
+    elsewhere = [replace(job(f"on-{i}", submitted=T0), state=JobState.RUNNING, node_ids=(o,))
+                 for i, o in enumerate(others)]
+    named = replace(job(node_id, submitted=T0), avoid_offer_keys=(node_id,))  # queued, on no node
+    store.add_jobs([bound, gang, done, named, *elsewhere], T0)
+    assert store.jobs(active_only=True, on_node=node_id) == (gang, bound)
+    assert store.jobs(on_node=node_id) == (gang, bound, done)
+    assert store.jobs(active_only=True, on_node="absent") == ()
+    store.put_node(node(node_id, state=NodeState.GONE), T0)
+    store.put_node(node("n1"), T0)
+    assert store.nodes(include_gone=True, node_ids=[node_id, "n1", "absent"]) == tuple(
+        sorted((node(node_id, state=NodeState.GONE), node("n1")), key=lambda n: n.node_id))
+    assert store.nodes(node_ids=[node_id]) == () and store.nodes(node_ids=[]) == ()
+
+
 def test_a_node_keeps_the_zone_its_provider_placed_it_in(store):
     """A node of a regional offer (zone "") carries the zone its provider
     reported; the store gives it back, and it is the node's placement domain."""
