@@ -130,7 +130,7 @@ class SimProvider:
         return LaunchResult(request, tuple(nodes))
 
     def terminate(self, node_id: str, now: datetime) -> None:
-        for node in self._store.nodes(include_gone=True):
+        for node in self._store.nodes(include_gone=True, node_ids=[node_id]):
             if node.node_id == node_id:
                 if node.state is not NodeState.GONE:
                     self._store.put_node(replace(node, state=NodeState.GONE), now)
@@ -153,7 +153,7 @@ class SimProvider:
                 kind: InterruptionKind = InterruptionKind.RECLAIM_WARNING) -> InterruptionEvent:
         """Announce that the cloud takes ``node_id`` back after ``lead_seconds``
         (default: the provider's notice: AWS 120 s, GCP and Azure 30 s)."""
-        node = next((n for n in self._store.nodes(include_gone=True) if n.node_id == node_id), None)
+        node = next(iter(self._store.nodes(include_gone=True, node_ids=[node_id])), None)
         if node is None:
             raise NodeNotFound(node_id)
         lead = RECLAIM_NOTICE_SECONDS.get(node.offer.provider, 30) if lead_seconds is None else lead_seconds

@@ -90,7 +90,7 @@ class RecordedNodes:
 
     def terminate(self, node_id: str, now: datetime) -> None:
         self._inner.terminate(node_id, now)
-        for node in self._store.nodes():
+        for node in self._store.nodes(node_ids=[node_id]):
             if node.node_id == node_id and node.offer.provider in self._clouds:
                 self._store.put_node(replace(node, state=NodeState.TERMINATING), now)
 

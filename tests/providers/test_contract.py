@@ -279,3 +279,34 @@ def test_interruptions_are_returned_until_acknowledged(harness: Harness) -> None
     assert harness.provider.interruption_events(later) == (event,)
     harness.acknowledge(event.event_id)
     assert harness.provider.interruption_events(later) == ()
+
+
+
+def test_the_sandbox_lists_every_node_it_sold_and_terminates_and_reclaims_by_id(tmp_path: Path) -> None:
+    """The sandbox lists every node it sold, those its cloud took as GONE
+    (a reclaim past its deadline, a terminate); terminating or reclaiming a node
+    finds it among many by its id, and an unknown id is NodeNotFound. A
+    pass's passive transitions land together."""
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        sim = SimProvider(store, launch_delay_seconds=10)
+        offer = next(o for o in sim.offers(NOW) if o.market is Market.SPOT)
+        kept, reclaimed, ended = sim.launch(LaunchRequest(offer, 3, "sandbox-1"), NOW).nodes
+        later = NOW + timedelta(seconds=20)
+        assert {n.node_id: n.state for n in sim.nodes(later)} == dict.fromkeys(
+            (kept.node_id, reclaimed.node_id, ended.node_id), NodeState.READY)
+        sim.terminate(ended.node_id, later)
+        event = sim.reclaim(reclaimed.node_id, later, lead_seconds=30)
+        assert (event.node_id, event.provider, event.deadline_utc) == (reclaimed.node_id, offer.provider,
+                                                                       later + timedelta(seconds=30))
+        at_deadline = later + timedelta(seconds=30)
+        expected = {kept.node_id: NodeState.READY, reclaimed.node_id: NodeState.GONE, ended.node_id: NodeState.GONE}
+        assert {n.node_id: n.state for n in sim.nodes(at_deadline)} == expected
+        assert {n.node_id: n.state for n in store.nodes(include_gone=True)} == expected
+        sim.terminate(ended.node_id, at_deadline)  # still known: idempotent, not NodeNotFound
+        with pytest.raises(NodeNotFound):
+            sim.reclaim("never-sold", at_deadline)
+        with pytest.raises(NodeNotFound):
+            sim.terminate("never-sold", at_deadline)
+    finally:
+        store.close()
