@@ -254,7 +254,7 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
                     "actions": len(plan.actions) if plan else 0,
                     "started": len(report.started), "completed": len(report.completed),
                     "requeued": len(report.requeued), "cancelled": len(report.cancelled),
-                    "store_bytes": store_bytes(store), "injected": injected,
+                    "store_bytes": store_bytes(store), "rows": row_counts(store), "injected": injected,
                 })
                 now += timedelta(seconds=tick_seconds)
         rows = row_counts(store)
@@ -264,6 +264,8 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
     steady_s = [t["seconds"] for t in steady]
     growth = ((per_tick[-1]["store_bytes"] - per_tick[0]["store_bytes"]) / (len(per_tick) - 1)
               if len(per_tick) > 1 else 0.0)
+    row_growth = {table: statistics.median(b["rows"][table] - a["rows"][table] for a, b in zip(per_tick, per_tick[1:]))
+                  for table in per_tick[0]["rows"]} if len(per_tick) > 1 else {}
     return {
         "nodes": nodes, "world": world, "ticks": ticks, "seed_seconds": round(seed_seconds, 2),
         "first_tick_seconds": per_tick[0]["seconds"],
@@ -276,11 +278,20 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
         "steady_median_node_listings": int(statistics.median(t["node_listings"] for t in steady)),
         "store_bytes_after_first": per_tick[0]["store_bytes"],
         "store_bytes_growth_per_steady_tick": round(growth),
+        "store_bytes_growth_median": _median_growth(per_tick),
+        "rows_growth_median": row_growth,
         "rows_at_end": rows,
         "peak_rss_mib_seeded": round(rss_seeded, 1),
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "per_tick": per_tick,
     }
+
+
+def _median_growth(per_tick: list[dict[str, Any]]) -> int:
+    """The median growth of the store (bytes) from one tick to the next (the
+    ticks right after the first, which start its placements, grow it most)."""
+    sizes = [t["store_bytes"] for t in per_tick]
+    return round(statistics.median(b - a for a, b in zip(sizes, sizes[1:]))) if len(sizes) > 1 else 0
 
 
 # --------------------------------------------------------------------------- stores
@@ -350,7 +361,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         "steady ticks after it; SQL statements per tick; provider `nodes()` calls per tick; store growth per "
         "steady tick; peak RSS of the size's process.", "",
         "| nodes | jobs (queued + bound) | first tick s | steady median s | steady max s | SQL first | SQL steady "
-        "| nodes() calls | store MB after first | growth KB/tick | peak RSS MiB |",
+        "| nodes() calls | store MB after first | growth KB/tick mean (median) | peak RSS MiB |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in doc["results"]:
@@ -360,13 +371,36 @@ def to_markdown(doc: dict[str, Any]) -> str:
             f"| {r['steady_median_seconds']:.3f} | {r['steady_max_seconds']:.3f} | {r['first_tick_sql']:,} "
             f"| {r['steady_median_sql']:,} | {r['steady_median_node_listings']} "
             f"| {r['store_bytes_after_first'] / 1e6:.1f} | {r['store_bytes_growth_per_steady_tick'] / 1e3:.1f} "
-            f"| {r['peak_rss_mib']:.0f} |")
+            f"({_median_growth(r['per_tick']) / 1e3:.1f}) | {r['peak_rss_mib']:.0f} |")
+    if any(r.get("rows_growth_median") for r in doc["results"]):
+        tables_ = sorted({t for r in doc["results"] for t in r.get("rows_growth_median", {})})
+        lines += ["", "Rows added per tick (median over the ticks), per table:", "",
+                  "| nodes | " + " | ".join(tables_) + " |", "| ---: |" + " ---: |" * len(tables_)]
+        for r in doc["results"]:
+            g = r.get("rows_growth_median", {})
+            lines.append(f"| {r['nodes']:,} | " + " | ".join(f"{g.get(t, 0):g}" for t in tables_) + " |")
     for title, key in (("First tick by phase (s)", "first_tick_phases"),
                        ("Steady tick by phase (median s)", "steady_median_phases")):
         lines += ["", f"{title}:", "", "| nodes | " + " | ".join(PHASES) + " |",
                   "| ---: |" + " ---: |" * len(PHASES)]
         for r in doc["results"]:
             lines.append(f"| {r['nodes']:,} | " + " | ".join(f"{r[key][p]:.3f}" for p in PHASES) + " |")
+    if doc.get("before"):
+        before = {r["nodes"]: r for r in doc["before"]["results"]}
+        lines += ["", f"Before ({doc['before']['commit'] or 'see above'}, {doc['before']['date']}) -> after "
+                  f"(this run), per size:", "",
+                  "| nodes | first tick s | steady median s | steady max s | SQL steady | peak RSS MiB |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in doc["results"]:
+            b = before.get(r["nodes"])
+            if b is None:
+                continue
+            lines.append(
+                f"| {r['nodes']:,} | {b['first_tick_seconds']:.2f} -> {r['first_tick_seconds']:.2f} "
+                f"| {b['steady_median_seconds']:.3f} -> {r['steady_median_seconds']:.3f} "
+                f"| {b['steady_max_seconds']:.3f} -> {r['steady_max_seconds']:.3f} "
+                f"| {b['steady_median_sql']:,} -> {r['steady_median_sql']:,} "
+                f"| {b['peak_rss_mib']:.0f} -> {r['peak_rss_mib']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -386,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("md", "json"), default="md", help="what --out (or stdout) gets")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the report here (and the JSON beside a .md); default stdout")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a JSON of an earlier run (another commit) to compare with, in the Markdown")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # internal: one size, JSON on stdout
     args = parser.parse_args(argv)
     if args.ticks < 1:
@@ -418,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": f"{platform.machine()}, nproc {os.cpu_count()}, Python {platform.python_version()}",
            "commit": _commit(), "results": results}
+    if args.before is not None:
+        doc["before"] = json.loads(args.before.read_text(encoding="utf-8"))
     text = json.dumps(doc, indent=1) + "\n" if args.format == "json" else to_markdown(doc)
     if args.out is None:
         sys.stdout.write(text)

@@ -151,3 +151,24 @@ def test_milp_solution_passes_the_checker():
     evaluation = po.evaluate(instance, result.solution)
     assert evaluation.feasible, evaluation.violations
     assert evaluation.cost == pytest.approx(result.objective, rel=1e-6)
+
+
+def test_tick_scaling_runs_whole_ticks_on_a_real_store_and_reports_them(tmp_path):
+    """A tiny tick benchmark (20 nodes, 3 ticks): every tick is measured by
+    phase, its SQL counted, and the report written as Markdown and JSON; the
+    instrumentation is gone afterwards."""
+    from benchmarks import tick_scaling as tsc
+    from fleetctl.controller import reconcile
+
+    before = reconcile.handle_interruptions
+    out = tmp_path / "tick.md"
+    tsc.main(["--sizes", "20", "--ticks", "3", "--seed", "1", "--out", str(out)])
+    doc = json.loads(out.with_suffix(".json").read_text())
+    [r] = doc["results"]
+    assert (r["nodes"], r["ticks"], len(r["per_tick"])) == (20, 3, 3)
+    for t in r["per_tick"]:
+        assert set(t["phases"]) == set(tsc.PHASES) and t["sql"] > 0 and t["node_listings"] >= 1
+        assert abs(sum(t["phases"].values()) - t["seconds"]) < 0.01
+    assert r["per_tick"][0]["actions"] > 0  # the first tick places the queue
+    assert "| 20 |" in out.read_text() and doc["command"].startswith("python benchmarks/tick_scaling.py")
+    assert reconcile.handle_interruptions is before
