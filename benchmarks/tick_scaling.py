@@ -129,6 +129,7 @@ class Meter:
         self.seconds: dict[str, float] = defaultdict(float)
         self.statements: dict[str, int] = defaultdict(int)
         self.node_listings = 0
+        self.node_listing_seconds = 0.0
         self._depth = 0
         sa.event.listen(engine, "before_cursor_execute", self._count)
 
@@ -139,6 +140,7 @@ class Meter:
         self.seconds.clear()
         self.statements.clear()
         self.node_listings = 0
+        self.node_listing_seconds = 0.0
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -178,7 +180,11 @@ def instrumented(meter: Meter, store: Store, provider: SimProvider, metrics: Fle
 
     def nodes(now: datetime) -> Any:
         meter.node_listings += 1
-        return listing(now)
+        start = time.perf_counter()
+        try:
+            return listing(now)
+        finally:
+            meter.node_listing_seconds += time.perf_counter() - start
 
     provider.nodes = nodes  # type: ignore[method-assign]
     try:
@@ -251,6 +257,7 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
                     "sql": meter.sql - sql0,
                     "sql_by_phase": {p: meter.statements.get(p, 0) for p in PHASES if meter.statements.get(p)},
                     "node_listings": meter.node_listings,
+                    "node_listing_seconds": round(meter.node_listing_seconds, 4),  # inside the phases above
                     "actions": len(plan.actions) if plan else 0,
                     "started": len(report.started), "completed": len(report.completed),
                     "requeued": len(report.requeued), "cancelled": len(report.cancelled),
@@ -276,6 +283,7 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
         "first_tick_sql": per_tick[0]["sql"],
         "steady_median_sql": int(statistics.median(t["sql"] for t in steady)),
         "steady_median_node_listings": int(statistics.median(t["node_listings"] for t in steady)),
+        "steady_median_node_listing_seconds": round(statistics.median(t["node_listing_seconds"] for t in steady), 4),
         "store_bytes_after_first": per_tick[0]["store_bytes"],
         "store_bytes_growth_per_steady_tick": round(growth),
         "store_bytes_growth_median": _median_growth(per_tick),
@@ -361,7 +369,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         "steady ticks after it; SQL statements per tick; provider `nodes()` calls per tick; store growth per "
         "steady tick; peak RSS of the size's process.", "",
         "| nodes | jobs (queued + bound) | first tick s | steady median s | steady max s | SQL first | SQL steady "
-        "| nodes() calls | store MB after first | growth KB/tick mean (median) | peak RSS MiB |",
+        "| nodes() calls (their s) | store MB after first | growth KB/tick mean (median) | peak RSS MiB |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in doc["results"]:
@@ -369,7 +377,9 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines.append(
             f"| {r['nodes']:,} | {w['queued_jobs']:,} + {w['bound_jobs']:,} | {r['first_tick_seconds']:.2f} "
             f"| {r['steady_median_seconds']:.3f} | {r['steady_max_seconds']:.3f} | {r['first_tick_sql']:,} "
-            f"| {r['steady_median_sql']:,} | {r['steady_median_node_listings']} "
+            f"| {r['steady_median_sql']:,} | {r['steady_median_node_listings']}"
+            + (f" ({r['steady_median_node_listing_seconds']:.3f} s)" if "steady_median_node_listing_seconds" in r else "")
+            + " "
             f"| {r['store_bytes_after_first'] / 1e6:.1f} | {r['store_bytes_growth_per_steady_tick'] / 1e3:.1f} "
             f"({_median_growth(r['per_tick']) / 1e3:.1f}) | {r['peak_rss_mib']:.0f} |")
     if any(r.get("rows_growth_median") for r in doc["results"]):
