@@ -501,12 +501,11 @@ class Store:
             updated_at_utc=dt_to_str(now),
         )
         with self._tx() as conn:
-            exists = conn.execute(
-                sa.select(tables.nodes.c.node_id).where(tables.nodes.c.node_id == node.node_id)
-            ).first()
-            if exists:
-                conn.execute(tables.nodes.update().where(tables.nodes.c.node_id == node.node_id).values(**values))
-            else:
+            # one statement for a node already stored (the common case: every passive transition), two otherwise;
+            # an update keeps the node's idempotency key (that of the launch that bought it)
+            updated = conn.execute(tables.nodes.update().where(tables.nodes.c.node_id == node.node_id)
+                                   .values(**values)).rowcount
+            if not updated:
                 conn.execute(
                     tables.nodes.insert().values(node_id=node.node_id, idempotency_key=idempotency_key, **values)
                 )

@@ -91,6 +91,9 @@ def test_nodes_and_transactions(store):
     assert store.events() == ()
     store.put_node(replace(n, state=NodeState.GONE), T0)
     assert store.nodes() == () and len(store.nodes(include_gone=True)) == 1
+    store.put_node(replace(n, state=NodeState.GONE, zone="z"), T0, idempotency_key="k2")  # an update: k1 stays
+    assert store.nodes_by_idempotency_key("k1") == (replace(n, state=NodeState.GONE, zone="z"),)
+    assert store.nodes_by_idempotency_key("k2") == ()
 
 
 def test_reads_give_each_rows_current_value_whoever_wrote_it(store):
