@@ -397,8 +397,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {r['nodes']:,} | " + " | ".join(f"{r[key][p]:.3f}" for p in PHASES) + " |")
     if doc.get("before"):
         before = {r["nodes"]: r for r in doc["before"]["results"]}
-        lines += ["", f"Before ({doc['before']['commit'] or 'see above'}, {doc['before']['date']}) -> after "
-                  f"(this run), per size:", "",
+        lines += ["", f"Before -> after (this run), per size. Before: commit {doc['before']['commit']}, "
+                  f"{doc['before']['date']}, `{doc['before']['command']}`:", "",
                   "| nodes | first tick s | steady median s | steady max s | SQL steady | peak RSS MiB |",
                   "| ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in doc["results"]:
