@@ -35,7 +35,8 @@ def recent_reclaims(store: Store, now: datetime | None = None) -> tuple[OfferRec
               and (now is None or e.received_at_utc <= now)]
     if not events:
         return ()
-    offer_of = {n.node_id: n.offer.key for n in store.nodes(include_gone=True)}
+    # only the reclaimed nodes are read, not every node the store ever recorded (it keeps gone ones)
+    offer_of = {n.node_id: n.offer.key for n in store.nodes(include_gone=True, node_ids={e.node_id for e in events})}
     return tuple(OfferReclaim(offer_of[e.node_id], e.received_at_utc) for e in events if e.node_id in offer_of)
 
 

@@ -67,3 +67,38 @@ def test_launched_nodes_are_recorded_and_vanish_only_after_the_listing_grace(tmp
     assert wrapped.nodes(T0 + timedelta(minutes=6)) == ()  # still not listed: gone
     assert [n.state for n in store.nodes(include_gone=True)] == [NodeState.GONE]
     store.close()
+
+
+def test_recent_reclaims_name_the_offer_of_each_reclaimed_node_gone_or_not(tmp_path):
+    """A reclaim names the offer of its node, also once the node is gone; a
+    rebalance hint, a notice for a node the store never held, and one received
+    after ``now`` are left out. Only the reclaimed nodes are read."""
+    from fleetctl.controller.forecast import recent_reclaims
+    from fleetctl.model import InterruptionEvent, InterruptionKind, OfferReclaim
+
+    a, b = offer("g8", zone="z1"), offer("g8", zone="z2")
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        store.put_node(node("n-a", a, state=NodeState.GONE), T0)
+        store.put_node(node("n-b", b), T0)
+        for i in range(50):  # nodes nobody reclaimed
+            store.put_node(node(f"other-{i}", b, state=NodeState.GONE), T0)
+
+        def notice(event_id, node_id, minutes, kind=InterruptionKind.RECLAIM_WARNING):
+            store.add_interruption(InterruptionEvent(event_id=event_id, provider="aws", node_id=node_id, kind=kind,
+                                                     received_at_utc=T0 + timedelta(minutes=minutes)))
+
+        notice("e1", "n-a", 1)
+        notice("e2", "n-b", 2)
+        notice("e3", "n-b", 3, InterruptionKind.REBALANCE)
+        notice("e4", "never-stored", 4)
+        notice("e5", "n-a", 30)
+        read = []
+        nodes = store.nodes
+        store.nodes = lambda **kw: read.append(kw) or nodes(**kw)  # type: ignore[method-assign]
+        assert recent_reclaims(store, T0 + timedelta(minutes=10)) == (
+            OfferReclaim(a.key, T0 + timedelta(minutes=1)), OfferReclaim(b.key, T0 + timedelta(minutes=2)))
+        assert [set(kw["node_ids"]) for kw in read] == [{"n-a", "n-b", "never-stored"}]
+        assert len(recent_reclaims(store)) == 3
+    finally:
+        store.close()
