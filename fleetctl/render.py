@@ -48,6 +48,12 @@ def _line(action) -> str:  # noqa: ANN001 - the Action union
     return f"  {sym:>3} {body}\n        # {action.reason.value}: {action.detail}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in the number ``n`` asks for: ``1 job``, ``0 jobs``, ``12 jobs``
+    (``plural`` for a noun that does not take an "s")."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def summary_line(plan: Plan) -> str:
     launch = sum(a.count for a in plan.actions if isinstance(a, Launch))
     terminate = sum(1 for a in plan.actions if isinstance(a, Terminate))
@@ -59,7 +65,7 @@ def summary_line(plan: Plan) -> str:
             extra.append(f"{n} {label}")
     more = (", " + ", ".join(extra)) if extra else ""
     return (
-        f"Plan: {launch} to launch, {terminate} to terminate, {bind} jobs to bind{more}. "
+        f"Plan: {launch} to launch, {terminate} to terminate, {counted(bind, 'job')} to bind{more}. "
         f"$/h {plan.usd_per_hour_before:.2f} -> {plan.usd_per_hour_after:.2f}"
     )
 
@@ -78,7 +84,9 @@ def render_text(plan: Plan, warnings: tuple[str, ...] = (), notes: tuple[str, ..
     elif warnings:
         out.append("No changes to make, but the fleet breaks the policy (below).\n")
     elif plan.unplaced:  # "matches the queue" would be false: some of it waits (cooldown, budget, capacity)
-        out.append(f"No changes to make now; {len(plan.unplaced)} job(s) stay queued (below).\n")
+        waiting = len(plan.unplaced)
+        out.append(f"No changes to make now; {counted(waiting, 'job')} {'stays' if waiting == 1 else 'stay'} queued "
+                   "(below).\n")
     else:
         out.append("No changes. The fleet matches the queue and the policy.\n")
     if warnings:

@@ -136,7 +136,7 @@ def test_a_plan_without_actions_but_with_waiting_jobs_does_not_say_the_fleet_mat
 
     waiting = Plan((), (Unplaced("j1", Reason.WAITING_FOR_CAPACITY, "within the scale-up cooldown"),), 1.0, 1.0)
     text = render_text(waiting)
-    assert text.startswith("No changes to make now; 1 job(s) stay queued (below).") and "matches the queue" not in text
+    assert text.startswith("No changes to make now; 1 job stays queued (below).") and "matches the queue" not in text
     assert render_text(Plan((), (), 1.0, 1.0)).startswith("No changes. The fleet matches the queue and the policy.")
 
 

@@ -29,6 +29,7 @@ from fleetctl.cli.common import (
     utcnow,
 )
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
+from fleetctl.render import counted
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9108"  # docs/metrics.md; the notice endpoint's usual port is 9109
 
@@ -89,8 +90,9 @@ def reconcile(
         store.close()
     actions = report.plan.actions if report.plan else ()
     console.print(
-        f"tick: {len(actions)} actions, {len(report.started)} jobs started, {len(report.completed)} completed, "
-        f"{len(report.requeued)} requeued after {report.interruptions} notices"
+        f"tick: {counted(len(actions), 'action')}, {counted(len(report.started), 'job')} started, "
+        f"{len(report.completed)} completed, {len(report.requeued)} requeued after "
+        f"{counted(report.interruptions, 'notice')}"
         + (f" ({len(report.lost_nodes)} for nodes gone without one)" if report.lost_nodes else "")
         + (f", {len(report.cancelled)} cancelled" if report.cancelled else ""),
         markup=False,

@@ -37,7 +37,7 @@ from fleetctl.controller import ApplyError, ApplyInterrupted, execute, fingerpri
 from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
 from fleetctl.planner.breaches import policy_breaches, policy_gaps
-from fleetctl.render import PlanFileError, plan_from_document, plan_to_document, render_text
+from fleetctl.render import PlanFileError, counted, plan_from_document, plan_to_document, render_text
 
 
 class OutputFormat(str, enum.Enum):
@@ -430,7 +430,7 @@ def apply(
     moved = {kind: len(to_apply.of_kind(kind)) for kind in ("preempt", "migrate")}
     console.print(
         f"Apply complete! {len(result.launched)} launched, {len(result.terminated)} terminated, "
-        f"{len(result.bound)} jobs bound"
+        f"{counted(len(result.bound), 'job')} bound"
         + "".join(f", {n} {word}" for word, n in (("preempted", moved["preempt"]), ("migrated", moved["migrate"])) if n)
         + f". $/h now {sum(n.offer.usd_per_hour for n in held):.2f}.",
         markup=False,

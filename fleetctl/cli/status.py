@@ -24,6 +24,7 @@ from fleetctl.cli.common import (
 from fleetctl.cli.jobs import OutputFormat
 from fleetctl.codec import dt_to_str, node_to_dict
 from fleetctl.model import InterruptionKind, NodeState, Policy
+from fleetctl.render import counted
 
 
 def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption = "sim",
@@ -63,7 +64,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
                    e.received_at_utc), "deadline_utc": dt_to_str(e.deadline_utc)} for e in pending]}
         print(json.dumps(doc, indent=2))
         return
-    table = Table(title=f"{len(nodes)} nodes")
+    table = Table(title=counted(len(nodes), "node"))
     for col in ("node", "state", "provider", "instance type", "GPUs", "market", "region/zone", "$/h", "jobs"):
         table.add_column(col, justify="right" if col == "$/h" else "left")
     for n in nodes:
@@ -81,7 +82,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
         )
     console.print(table)
     console.print("Jobs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), markup=False)
-    console.print(f"Fleet: {len(nodes)} nodes, {gpus} GPUs, ${usd:.2f}/h", markup=False)
+    console.print(f"Fleet: {counted(len(nodes), 'node')}, {counted(gpus, 'GPU')}, ${usd:.2f}/h", markup=False)
     for e in pending:
         deadline = f", deadline {e.deadline_utc:%Y-%m-%d %H:%M:%S} UTC" if e.deadline_utc else ""
         console.print(f"Pending {e.kind.value} notice for {e.node_id} (received {e.received_at_utc:%Y-%m-%d %H:%M:%S} "

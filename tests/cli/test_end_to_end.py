@@ -835,3 +835,24 @@ def test_status_shows_the_zone_a_node_of_a_regional_offer_landed_in(workdir):
     unknown = next(line for line in text.splitlines() if "/unknown" in line)
     assert f"{regional.region}/{regional.region}-b " in placed, text
     assert f"{regional.region}/* " in unknown, text
+
+
+def test_the_summaries_of_plan_apply_status_and_reconcile_count_one_thing_in_the_singular(workdir):
+    """"1 jobs to bind", "1 jobs bound", "Fleet: 1 nodes, 1 GPUs" and "1 actions, 1 jobs started" read wrong."""
+    (workdir / "one.yaml").write_text(
+        "jobs:\n  - id: one\n    team: ml-research\n    priority: batch\n    gpus_per_worker: 1\n"
+        "    vcpus_per_worker: 4\n    memory_gib_per_worker: 14\n    duration_hours: 3\n")
+    assert fleetctl(workdir, "jobs", "submit", "one.yaml").returncode == 0
+    planned = fleetctl(workdir, "plan", "-out", "p.json")
+    assert planned.returncode == 0, planned.stderr
+    assert "Plan: 1 to launch, 0 to terminate, 1 job to bind. $/h 0.00 -> " in planned.stdout, planned.stdout
+    assert json.loads((workdir / "p.json").read_text())["summary"].startswith(
+        "Plan: 1 to launch, 0 to terminate, 1 job to bind.")
+    applied = fleetctl(workdir, "apply", "p.json")
+    assert applied.returncode == 0 and "Apply complete! 1 launched, 0 terminated, 1 job bound. " in applied.stdout, \
+        applied.stdout + applied.stderr
+    status = fleetctl(workdir, "status")
+    assert status.returncode == 0 and "Fleet: 1 node, 1 GPU, $" in status.stdout, status.stdout + status.stderr
+    ticked = fleetctl(workdir, "reconcile", "--once")
+    assert ticked.returncode == 0 and "tick: 0 actions, 1 job started, 0 completed, 0 requeued after 0 notices" \
+        in ticked.stdout, ticked.stdout + ticked.stderr

@@ -386,7 +386,7 @@ def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: 
         world.reclaim(spot[0])
         tick = runner.invoke(app, ["reconcile", "--once", "--policy", str(policy)], env=env)
         assert tick.exit_code == 0, tick.output
-        assert "1 requeued after 1 notices" in tick.output, tick.output
+        assert "1 requeued after 1 notice\n" in tick.output, tick.output
         attrs = world.client("sqs").get_queue_attributes(
             QueueUrl=world.queue_url, AttributeNames=["ApproximateNumberOfMessages",
                                                       "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
