@@ -46,8 +46,8 @@ def backtest(
              "loading the checkpoint), for every policy alike; its nodes are paid meanwhile and the time counts "
              "as lost GPU-hours (0 to 1440). 0, the default, starts work at once, as the committed results do; "
              "the policy's interruptions.restart_overhead_minutes is what fleetctl's planner assumes.")] = 0.0,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated provider (node ids, launch "
-                                                     "delays).", envvar="FLEETCTL_SEED")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the simulated provider (node ids, launch "
+                                                            "delays; 0 or more).", envvar="FLEETCTL_SEED")] = 0,
 ) -> None:
     """Simulate fleetctl and baselines on a job trace and a spot market (docs/backtest.md).
 

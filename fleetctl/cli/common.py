@@ -100,7 +100,8 @@ LockTimeoutOption = Annotated[
 ]
 SeedOption = Annotated[
     int,
-    typer.Option("--seed", help="Seed of the sandbox provider (node ids, launch delays).", envvar="FLEETCTL_SEED"),
+    typer.Option("--seed", min=0, help="Seed of the sandbox provider (node ids, launch delays; 0 or more).",
+                 envvar="FLEETCTL_SEED"),
 ]
 
 

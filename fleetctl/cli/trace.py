@@ -41,7 +41,7 @@ def alibaba_2023(
         help="qos -> priority class, e.g. LS=production,BE=batch; entries replace those of the default: "
              "LS=production, Guaranteed=production, Burstable=batch, BE=batch.", show_default=False)] = None,
     team: Annotated[str, typer.Option("--team", help="Team of every job (the trace has none).")] = "default",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random choices below.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the random choices below (0 or more).")] = 0,
     checkpointable_fraction: Annotated[float, typer.Option(
         "--checkpointable-fraction", min=0.0, max=1.0, help="Fraction of jobs (0..1) made checkpointable.")] = 0.0,
     checkpoint_interval_minutes: Annotated[float, typer.Option(

@@ -764,6 +764,8 @@ def test_plan_usage_errors_do_not_read_as_changes(workdir):
     typo = fleetctl(workdir, "plan", "-detailed-exitcode", "--polcy", "policies/example.yaml")
     assert typo.returncode == 1 and "No such option: --polcy" in typo.stderr, typo.stderr
     assert fleetctl(workdir, "plan", "--seed", "abc").returncode == 1
+    negative = fleetctl(workdir, "plan", "-detailed-exitcode", "--seed", "-1")
+    assert negative.returncode == 1 and "Invalid value for '--seed'" in negative.stderr, negative.stderr
     for args in (("--cloud", "awz"), ("--state", "queued"), ("--forecast-dir", "nope"), ("--terraform-dir",
                                                                                          "policies/example.yaml")):
         wrong = fleetctl(workdir, "plan", "-detailed-exitcode", *args)  # fleetctl's own checks too
