@@ -80,6 +80,7 @@ from fleetctl.model import (
 )
 from fleetctl.naming import interruption_queue_name, launch_template_name, placement_group_name, pool_name
 from providers.base import (
+    UNKNOWN_LAUNCH_TIME,
     Capabilities,
     InsufficientCapacity,
     LaunchRequest,
@@ -807,9 +808,11 @@ class AwsProvider:
                         type_name, zone or region)
             known = cache.types.get(type_name) or InstanceType(PROVIDER, type_name, 0, 0.0)
             offer = Offer(known, region, key_zone, market, 0.0)
-        launched = _utc(instance.get("LaunchTime") or now, f"instance {instance_id} in {region}: LaunchTime")
+        # botocore refuses a whole answer with a LaunchTime it cannot read; one left out is unknown.
+        raw = instance.get("LaunchTime")
+        launched = _utc(raw, f"instance {instance_id} in {region}: LaunchTime") if raw else None
         state = _state(instance, region)
-        return Node(node_id=instance_id, offer=offer, state=state, launched_at_utc=launched,
+        return Node(node_id=instance_id, offer=offer, state=state, launched_at_utc=launched or UNKNOWN_LAUNCH_TIME,
                     ready_at_utc=launched if state is NodeState.READY else None, zone=zone)
 
     def _queue_url(self, region: str) -> str:

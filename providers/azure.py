@@ -58,6 +58,7 @@ from typing import Any, Final, TypeVar
 from fleetctl.model import RECLAIM_NOTICE_SECONDS, InstanceType, InterruptionEvent, Market, Node, NodeState, Offer
 from fleetctl.naming import pool_name
 from providers.base import (
+    UNKNOWN_LAUNCH_TIME,
     Capabilities,
     InsufficientCapacity,
     LaunchRequest,
@@ -504,15 +505,17 @@ class AzureProvider:
         state = {"Creating": NodeState.LAUNCHING, "Updating": NodeState.LAUNCHING, "Succeeded": NodeState.READY,
                  "Deleting": NodeState.TERMINATING, "Failed": NodeState.GONE}.get(vm.provisioning_state or "",
                                                                                   NodeState.LAUNCHING)
-        created = vm.time_created or now
-        if not isinstance(created, datetime):
+        # The SDK refuses a whole answer with a timeCreated it cannot read; one left out is unknown.
+        created = vm.time_created
+        if created is not None and not isinstance(created, datetime):
             raise ProviderError(f"azure: VM {vm.name} has timeCreated {created!r}, which this fleetctl cannot "
                                 "read as a time")
-        created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
+        if created is not None:
+            created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
         # A VM pinned to one availability zone lists it ("zones": ["2"]); a
         # regional VM (no zone) lists none, and its zone stays unknown.
         zones = [str(z) for z in vm.zones or ()]
-        return Node(node_id=vm.name, offer=offer, state=state, launched_at_utc=created,
+        return Node(node_id=vm.name, offer=offer, state=state, launched_at_utc=created or UNKNOWN_LAUNCH_TIME,
                     ready_at_utc=created if state is NodeState.READY else None,
                     zone=zones[0] if len(zones) == 1 else "")
 

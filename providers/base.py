@@ -20,10 +20,22 @@ cloud's codes into these, and retries live in wrappers, not in adapters.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol, runtime_checkable
+from datetime import datetime, timezone
+from typing import Final, Protocol, runtime_checkable
 
 from fleetctl.model import InterruptionEvent, Node, Offer
+
+#: A listed node's ``launched_at_utc`` when its cloud gives no creation time, or
+#: one the adapter cannot read (see ``Provider.nodes``).
+#:
+#: Design choice: long ago, not ``now``. A creation time of ``now`` read as a
+#: launch on every listing, so the scale-up cooldown (from the newest launch)
+#: never ran out while the instance lived; failing the listing hid every node
+#: of the cluster, on every poll, until the instance went. Long ago delays
+#: nothing; the controller keeps the time it recorded when it launched the node
+#: (``fleetctl.controller.recorded.merge``), and such a node is not reported
+#: ready since an unknown time (``ready_at_utc`` None: idle from when it is seen).
+UNKNOWN_LAUNCH_TIME: Final[datetime] = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class ProviderError(Exception):
@@ -99,7 +111,12 @@ class Provider(Protocol):
       it runs, in the offers' zone names: a zonal offer's zone; for a regional
       offer the zone the cloud picked, ``""`` if the cloud does not say. The
       nodes ``launch`` returns say the zone ``nodes`` lists (or ``""`` when
-      the launch's answer does not name it yet).
+      the launch's answer does not name it yet). A node whose creation time
+      the cloud leaves out, or gives in a form the adapter cannot read, is
+      listed with ``launched_at_utc`` ``UNKNOWN_LAUNCH_TIME`` (and not ready
+      since then: no ``ready_at_utc`` unless the cloud gives a readable one
+      apart), not left out and not failing the listing; an unreadable value is
+      logged once, naming the node and the value.
     * ``launch(request, now)``: buy nodes; idempotent by ``request.idempotency_key``;
       raises ``InsufficientCapacity``/``QuotaExceeded``/``Throttled`` when
       nothing was bought, returns a partial ``LaunchResult`` otherwise.

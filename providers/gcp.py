@@ -65,6 +65,7 @@ from fleetctl.model import (
     Offer,
 )
 from providers.base import (
+    UNKNOWN_LAUNCH_TIME,
     Capabilities,
     InsufficientCapacity,
     LaunchRequest,
@@ -545,6 +546,7 @@ class GcpProvider:
         self._by_type_region_market = {(o.instance_type.name, o.region, o.market): o for o in self._catalog}
         self._types = {o.instance_type.name: o.instance_type for o in self._catalog}
         self._preemptions: dict[str, _Preemption] = {}
+        self._unreadable_times: set[tuple[str, str, str]] = set()  # (node id, field, value) already logged
         # Instance names: fl-<cluster slug>-<cluster hash>-<launch hash>-NNN (<= 43 chars).
         # The cluster hash keeps "research" from matching "research-2"'s names.
         slug = _NAME_INVALID.sub("-", config.cluster.lower()).strip("-")[:16].strip("-") or "x"
@@ -798,11 +800,28 @@ class GcpProvider:
                         type_name, region)
             known = self._types.get(type_name) or InstanceType(PROVIDER, type_name, 0, 0.0)
             offer = Offer(known, region, "", market, 0.0)
-        launched = _timestamp(instance.creation_timestamp) or datetime.fromtimestamp(0, timezone.utc)
+        node_id = f"{zone}/{instance.name}"
+        created = self._listed_time(node_id, "creationTimestamp", instance.creation_timestamp, "creation")
         state = _node_state(instance.status)
-        ready = _timestamp(instance.last_start_timestamp) if state is NodeState.READY else None
-        return Node(node_id=f"{zone}/{instance.name}", offer=offer, state=state, launched_at_utc=launched,
+        ready = (self._listed_time(node_id, "lastStartTimestamp", instance.last_start_timestamp, "start")
+                 if state is NodeState.READY else None)
+        return Node(node_id=node_id, offer=offer, state=state, launched_at_utc=created or UNKNOWN_LAUNCH_TIME,
                     ready_at_utc=ready, zone=zone)
+
+    def _listed_time(self, node_id: str, field: str, raw: str, what: str) -> datetime | None:
+        """A time of an instance listing; None when it is left out or cannot be
+        read. Design choice, as for a preemption's times: an unreadable time of
+        one instance does not fail the listing (that hid every node of the
+        cluster on every poll); it is logged once per instance and value, as
+        the listing is polled every few seconds (``UNKNOWN_LAUNCH_TIME``)."""
+        try:
+            return _timestamp(raw)
+        except ProviderError:
+            if (node_id, field, raw) not in self._unreadable_times:
+                self._unreadable_times.add((node_id, field, raw))
+                log.warning("gcp: %s has %s %r, which this fleetctl cannot read; its %s time is taken as unknown",
+                            node_id, field, raw, what)
+            return None
 
     def _preemption_event(self, op: Any, now: datetime) -> InterruptionEvent | None:
         if op.operation_type != PREEMPTED_OPERATION_TYPE or not op.target_link:

@@ -15,6 +15,8 @@ decisions):
 * the store says DRAINING or TERMINATING and the cloud LAUNCHING or READY:
   the store's state (a cordon is never lifted by a fresh listing, and a node
   being terminated is not offered work while the listing lags);
+* ``launched_at_utc`` is the cloud's, unless the cloud does not give a
+  readable one (``UNKNOWN_LAUNCH_TIME``): then the store's;
 * ``idle_since_utc`` comes from the store; a node seen READY for the first
   time is idle since it became ready (as in the sandbox);
 * a recorded node the cloud no longer lists is GONE, unless it was launched
@@ -31,7 +33,7 @@ from datetime import datetime, timedelta
 
 from fleetctl.model import InterruptionEvent, Node, NodeState, Offer
 from fleetctl.store import Store
-from providers.base import LaunchRequest, LaunchResult, Provider
+from providers.base import UNKNOWN_LAUNCH_TIME, LaunchRequest, LaunchResult, Provider
 
 
 def merge(cloud: Node, recorded: Node | None, now: datetime) -> Node:
@@ -46,7 +48,8 @@ def merge(cloud: Node, recorded: Node | None, now: datetime) -> Node:
     idle = recorded.idle_since_utc
     if idle is None and cloud.state is NodeState.READY and recorded.state is NodeState.LAUNCHING:
         idle = cloud.ready_at_utc or now
-    return replace(cloud, state=state, idle_since_utc=idle,
+    launched = recorded.launched_at_utc if cloud.launched_at_utc == UNKNOWN_LAUNCH_TIME else cloud.launched_at_utc
+    return replace(cloud, state=state, idle_since_utc=idle, launched_at_utc=launched,
                    ready_at_utc=cloud.ready_at_utc or recorded.ready_at_utc)
 
 
@@ -84,9 +87,12 @@ class RecordedNodes:
 
     def launch(self, request: LaunchRequest, now: datetime) -> LaunchResult:
         result = self._inner.launch(request, now)
-        for node in result.nodes:
+        # Just bought: a creation time the answer leaves out is now's, not unknown (the listing grace runs from it).
+        nodes = tuple(replace(n, launched_at_utc=now) if n.launched_at_utc == UNKNOWN_LAUNCH_TIME else n
+                      for n in result.nodes)
+        for node in nodes:
             self._store.put_node(node, now, idempotency_key=request.idempotency_key)
-        return result
+        return replace(result, nodes=nodes)
 
     def terminate(self, node_id: str, now: datetime) -> None:
         self._inner.terminate(node_id, now)

@@ -9,7 +9,7 @@ from pathlib import Path
 from fleetctl.controller.recorded import RecordedNodes, merge
 from fleetctl.model import NodeState
 from fleetctl.store import Store
-from providers.base import Capabilities, LaunchRequest, LaunchResult
+from providers.base import UNKNOWN_LAUNCH_TIME, Capabilities, LaunchRequest, LaunchResult
 from tests.builders import T0, node, offer
 
 OFFER = offer("a8", price=8.0, zone="z1")
@@ -30,6 +30,16 @@ def test_idle_since_is_the_controllers_and_starts_when_a_node_becomes_ready() ->
     assert merge(ready, launching, T0 + timedelta(minutes=1)).idle_since_utc == T0
     busy_since = replace(ready, idle_since_utc=T0 - timedelta(hours=3))
     assert merge(ready, busy_since, T0).idle_since_utc == T0 - timedelta(hours=3)
+
+
+def test_a_launch_time_the_cloud_does_not_give_is_the_recorded_one() -> None:
+    """A listing without a readable creation time (UNKNOWN_LAUNCH_TIME) does not replace the time the
+    controller recorded when it launched the node."""
+    recorded = node("n", OFFER, NodeState.LAUNCHING)
+    unknown = replace(recorded, state=NodeState.READY, launched_at_utc=UNKNOWN_LAUNCH_TIME, ready_at_utc=None)
+    merged = merge(unknown, recorded, T0 + timedelta(minutes=5))
+    assert merged.launched_at_utc == recorded.launched_at_utc and merged.state is NodeState.READY
+    assert merge(unknown, None, T0).launched_at_utc == UNKNOWN_LAUNCH_TIME  # nothing better known
 
 
 class Cloud:
@@ -102,3 +112,19 @@ def test_recent_reclaims_name_the_offer_of_each_reclaimed_node_gone_or_not(tmp_p
         assert len(recent_reclaims(store)) == 3
     finally:
         store.close()
+
+
+def test_a_launch_answer_without_a_creation_time_is_recorded_as_launched_now(tmp_path: Path) -> None:
+    """The listing grace runs from the recorded launch time: an unknown one (long ago) would
+    take a node just bought, not listed yet, for gone at the next pass."""
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    cloud = Cloud()
+    cloud.launch = lambda request, now: LaunchResult(request, (replace(  # type: ignore[method-assign]
+        node("i-1", request.offer, NodeState.LAUNCHING), launched_at_utc=UNKNOWN_LAUNCH_TIME, ready_at_utc=None),))
+    wrapped = RecordedNodes(cloud, store, listing_grace=timedelta(minutes=5))
+    [launched] = wrapped.launch(LaunchRequest(OFFER, 1, "k"), T0).nodes
+    assert launched.launched_at_utc == T0 and [n.launched_at_utc for n in store.nodes()] == [T0]
+    assert [n.node_id for n in wrapped.nodes(T0 + timedelta(minutes=1))] == ["i-1"]  # not listed yet: kept
+    cloud.listed = [replace(launched, state=NodeState.READY, launched_at_utc=UNKNOWN_LAUNCH_TIME)]
+    assert [n.launched_at_utc for n in wrapped.nodes(T0 + timedelta(minutes=2))] == [T0]
+    store.close()

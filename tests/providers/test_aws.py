@@ -26,6 +26,7 @@ from providers.aws import (
     translate_code,
 )
 from providers.base import (
+    UNKNOWN_LAUNCH_TIME,
     InsufficientCapacity,
     LaunchRequest,
     NodeNotFound,
@@ -441,7 +442,8 @@ def test_an_instance_ec2_did_not_fill_in_is_read_safely_or_refused(provider: Aws
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     """No type: a one-line error. No state: launching, not gone (as an
     unknown state; gone would requeue its jobs and buy again while it runs).
-    A launch time without an offset is UTC; one that is not a time is an error."""
+    A launch time without an offset is UTC; none is unknown; one that is not a time is an error (botocore
+    refuses the whole answer before the adapter sees the instance)."""
     provider.offers(NOW)  # catalog, zones and prices cached: only DescribeInstances is answered below
     running = "<instanceState><code>16</code><name>running</name></instanceState>"
     some_id = "i-0123456789abcdef0"
@@ -460,6 +462,12 @@ def test_an_instance_ec2_did_not_fill_in_is_read_safely_or_refused(provider: Aws
     with caplog.at_level(logging.WARNING, logger="providers.aws"):
         [node] = provider.nodes(NOW)
     assert node.state is NodeState.LAUNCHING and "has state None, unknown to this fleetctl" in caplog.text
+    # No launch time: unknown, as on GCP and Azure (it was now: a launch on every poll, so the
+    # scale-up cooldown never ran out while the instance lived), and not ready since an unknown time.
+    assert node.launched_at_utc == UNKNOWN_LAUNCH_TIME
+    listing(f"<instanceType>g5.xlarge</instanceType>{running}")
+    [ready] = provider.nodes(NOW)
+    assert (ready.state, ready.launched_at_utc, ready.ready_at_utc) == (NodeState.READY, UNKNOWN_LAUNCH_TIME, None)
     listing(f"<instanceType>g5.xlarge</instanceType>{running}<launchTime>2025-01-06T11:00:00</launchTime>")
     assert provider.nodes(NOW)[0].launched_at_utc == NOW - timedelta(hours=1)
     listing(f"<instanceType>g5.xlarge</instanceType>{running}<launchTime>yesterday</launchTime>")

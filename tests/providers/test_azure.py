@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from fleetctl.model import Market, Offer
+from fleetctl.model import Market, NodeState, Offer
 from providers.azure import AzureConfig, AzureProvider, AzureRegion, translate, vm_name
 from providers.base import (
+    UNKNOWN_LAUNCH_TIME,
     InsufficientCapacity,
     LaunchRequest,
     NodeNotFound,
@@ -150,7 +151,11 @@ def test_a_listing_arm_did_not_fill_in_keeps_the_market_or_is_one_clear_error(se
     [vm] = fake.vms.values()
     del vm["properties"]["priority"]
     assert [n.offer for n in provider.nodes(NOW)] == [spot]
-    vm["properties"]["timeCreated"] = "yesterday"
+    del vm["properties"]["timeCreated"]  # unknown, as on AWS and GCP (it was now: a launch on every poll)
+    vm["properties"]["provisioningState"] = "Succeeded"
+    [listed] = provider.nodes(NOW)
+    assert (listed.state, listed.launched_at_utc, listed.ready_at_utc) == (NodeState.READY, UNKNOWN_LAUNCH_TIME, None)
+    vm["properties"]["timeCreated"] = "yesterday"  # the SDK refuses the whole answer before the adapter sees it
     with pytest.raises(ProviderError, match="cannot read"):
         provider.nodes(NOW)
 

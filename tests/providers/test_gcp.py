@@ -7,6 +7,7 @@ adapter returns AND at the requests the fake recorded.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import subprocess
@@ -24,6 +25,7 @@ from google.cloud import compute_v1 as c
 from fleetctl.model import Interconnect, InterruptionKind, Market, NodeState, Offer
 from providers import gcp
 from providers.base import (
+    UNKNOWN_LAUNCH_TIME,
     InsufficientCapacity,
     LaunchRequest,
     NodeNotFound,
@@ -296,7 +298,7 @@ def test_a_listing_gce_did_not_fill_in_is_read_safely_or_refused(fake: FakeGce, 
     instance with no (or an unknown) status is not gone (that requeued every
     job and bought the fleet again while the instances ran); one without
     scheduling keeps the market of the offer it was bought from (its label),
-    not on-demand; a time that cannot be read is a one-line ProviderError."""
+    not on-demand; a creation time that cannot be read is unknown (below)."""
     spot = offer(provider, "g2-standard-4")
     [node] = provider.launch(LaunchRequest(spot, 1, "k"), NOW).nodes
     instance = fake.instances[tuple(node.node_id.split("/"))]  # type: ignore[index]
@@ -310,9 +312,39 @@ def test_a_listing_gce_did_not_fill_in_is_read_safely_or_refused(fake: FakeGce, 
     assert provider.nodes(NOW)[0].state is NodeState.GONE
     instance.creation_timestamp = "2025-01-06T11:00:00"  # no offset: UTC (a naive time was a TypeError later)
     assert provider.nodes(NOW)[0].launched_at_utc == NOW - timedelta(hours=1)
+
+
+def test_an_instance_with_an_unreadable_creation_time_is_listed_with_it_unknown_and_a_warning(
+        fake: FakeGce, provider: GcpProvider, caplog: pytest.LogCaptureFixture) -> None:
+    """One instance whose creationTimestamp (or lastStartTimestamp) cannot be
+    read failed the whole listing, on every poll: no node of the cluster was
+    seen until it went. It is listed with the creation time unknown
+    (UNKNOWN_LAUNCH_TIME, as one the listing leaves out; not ready since an
+    unknown time), the others as they are, and the operator is told once
+    which instance and which value."""
+    spot = offer(provider, "g2-standard-4")
+    [odd] = provider.launch(LaunchRequest(spot, 1, "odd"), NOW).nodes
+    [fine] = provider.launch(LaunchRequest(spot, 1, "fine"), NOW).nodes
+    instance = fake.instances[tuple(odd.node_id.split("/"))]  # type: ignore[index]
+    instance.status = "RUNNING"
     instance.creation_timestamp = "yesterday"
-    with pytest.raises(ProviderError, match="cannot read: 'yesterday'"):
+    instance.last_start_timestamp = "today"
+    with caplog.at_level(logging.WARNING, logger="providers.gcp"):
+        listed = {n.node_id: n for n in provider.nodes(NOW)}
         provider.nodes(NOW)
+    assert set(listed) == {odd.node_id, fine.node_id}
+    assert listed[odd.node_id].launched_at_utc == UNKNOWN_LAUNCH_TIME and listed[odd.node_id].ready_at_utc is None
+    assert listed[odd.node_id].state is NodeState.READY and listed[odd.node_id].offer == spot
+    assert listed[fine.node_id].launched_at_utc != UNKNOWN_LAUNCH_TIME
+    warned = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert warned == [
+        f"gcp: {odd.node_id} has creationTimestamp 'yesterday', which this fleetctl cannot read; its creation "
+        "time is taken as unknown",
+        f"gcp: {odd.node_id} has lastStartTimestamp 'today', which this fleetctl cannot read; its start "
+        "time is taken as unknown",
+    ], warned  # once, not on every poll
+    instance.creation_timestamp = ""
+    assert {n.node_id: n for n in provider.nodes(NOW)}[odd.node_id].launched_at_utc == UNKNOWN_LAUNCH_TIME  # left out
 
 
 # ============================================================================ launch
