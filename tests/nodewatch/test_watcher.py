@@ -87,6 +87,38 @@ def test_gce_header_name_and_preemption():
     assert notice.deadline_utc == T0 + timedelta(seconds=30) and notice.notice_id == "preempted@99"
 
 
+class GceSaying(FakeGce):
+    """``preempted`` answers ``said`` (what a newer or broken metadata server might)."""
+
+    said = "MAYBE"
+
+    def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+        status, ctype, data, *rest = super().handle(method, path, query, headers, body)
+        if path.endswith("/instance/preempted"):
+            data = self.said.encode()
+        return (status, ctype, data, *rest)
+
+
+@pytest.mark.parametrize("said", ["MAYBE", "", "1", "PREEMPTED"], ids=["maybe", "empty", "one", "preempted"])
+def test_a_gce_preempted_value_other_than_true_or_false_is_logged_with_the_value_and_is_no_preemption(said, caplog):
+    """Only TRUE is a preemption (GCE answers TRUE or FALSE): another value is
+    logged with the value at each poll and nothing is posted (the controller
+    here is unreachable, so a notice would end the run with DeliveryFailed);
+    the watcher keeps polling, and a TRUE after it is delivered as usual."""
+    with GceSaying("n1") as fake:
+        fake.said = said
+        sleeps = Sleeps()
+        watcher = watcher_for(GceMetadata(fake.url), f"http://127.0.0.1:{free_port()}", sleeps=sleeps)
+        with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
+            watcher.run(max_polls=2)
+        warned = [r.getMessage() for r in caplog.records]
+        assert warned == [f"metadata: computeMetadata instance/preempted: expected TRUE or FALSE, got {said!r}"] * 2
+        assert watcher.delivered == {} and sleeps == [1.0]  # polled again after the error pause
+        fake.said = "TRUE"
+        (notice,) = GceMetadata(fake.url).poll("us-central1-a/n1", Clock(T0))
+    assert notice.kind is InterruptionKind.RECLAIM_WARNING
+
+
 def test_gce_wait_for_change_delivers_as_soon_as_the_value_flips(make_controller):
     c = make_controller("gcp")
     with FakeGce("gpu-node-7") as fake:
