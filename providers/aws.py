@@ -450,7 +450,7 @@ class AwsProvider:
 
     name = PROVIDER
     capabilities = Capabilities(interruption_notice_seconds=INTERRUPTION_NOTICE_SECONDS,
-                                rebalance_recommendations=True)
+                                rebalance_recommendations=True, node_id_pattern=r"i-[0-9a-f]{8,17}")
 
     def __init__(self, config: AwsConfig, client_factory: ClientFactory, *,
                  offers: Iterable[Offer] | None = None) -> None:

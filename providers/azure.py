@@ -237,7 +237,8 @@ class AzureProvider:
 
     name = PROVIDER
     capabilities = Capabilities(interruption_notice_seconds=PREEMPT_NOTICE_SECONDS,
-                                rebalance_recommendations=False, central_notices=False)
+                                rebalance_recommendations=False, central_notices=False,
+                                node_id_pattern=r"fl-[a-z0-9-]+")  # vm_name: the only VM names fleetctl gives
 
     def __init__(self, config: AzureConfig, client: Any, *, offers: Iterable[Offer] | None = None) -> None:
         self._config = config

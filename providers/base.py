@@ -74,6 +74,12 @@ class Capabilities:
     #: operations). False: only on the node (Azure Scheduled Events), so the
     #: notices arrive through `fleetctl node-watch` and the daemon's endpoint.
     central_notices: bool = True
+    #: The shape of this provider's node ids, a regular expression the whole id
+    #: matches (``""``: any id may be one of its). ``MultiCloud`` routes a
+    #: terminate of a node it has not listed or launched by it, so a cloud is
+    #: never asked to delete another cloud's node, and an id no cloud could own
+    #: is refused without a call.
+    node_id_pattern: str = ""
 
 
 @dataclass(frozen=True, slots=True)

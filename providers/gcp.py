@@ -535,7 +535,7 @@ class GcpProvider:
 
     name = PROVIDER
     capabilities = Capabilities(interruption_notice_seconds=PREEMPTION_NOTICE_SECONDS,
-                                rebalance_recommendations=False)
+                                rebalance_recommendations=False, node_id_pattern=r"[^/]+/[^/]+")  # ZONE/NAME
 
     def __init__(self, config: GcpConfig, api: ComputeApi, *, offers: Iterable[Offer] | None = None) -> None:
         self._config = config

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,8 +25,10 @@ class Named:
         self.name = cloud
         offers = tuple(o for o in SimProvider(store).offers(NOW) if o.provider == cloud)
         self._inner = SimProvider(store, offers=offers, seed=hash(cloud) % 1000)
-        self.capabilities = self._inner.capabilities
+        # The sandbox names a node sim-<cloud>-<hex>: the shape of this cloud's ids.
+        self.capabilities = replace(self._inner.capabilities, node_id_pattern=rf"sim-{cloud}-[0-9a-f]+")
         self.terminated: list[str] = []
+        self.asked: list[str] = []  # every terminate this cloud was asked for, whether it knew the node or not
 
     def offers(self, now):  # noqa: ANN001, ANN201
         return self._inner.offers(now)
@@ -37,6 +40,7 @@ class Named:
         return self._inner.launch(request, now)
 
     def terminate(self, node_id, now):  # noqa: ANN001, ANN201
+        self.asked.append(node_id)
         if node_id not in {n.node_id for n in self.nodes(now)}:
             raise NodeNotFound(node_id)
         self.terminated.append(node_id)
@@ -57,11 +61,15 @@ def test_offers_of_all_clouds_and_calls_routed_to_the_right_one(tmp_path: Path) 
     assert {o.provider for o in multi.offers(NOW)} == {"aws", "gcp"}
     g = next(o for o in multi.offers(NOW) if o.provider == "gcp" and o.market is Market.SPOT)
     [node] = multi.launch(LaunchRequest(g, 1, "k"), NOW).nodes
-    fresh = MultiCloud([aws, gcp])  # a new process: finds the owner by asking each cloud
+    fresh = MultiCloud([aws, gcp])  # a new process: routes by the shape of the id, asks no other cloud
     fresh.terminate(node.node_id, NOW)
-    assert gcp.terminated == [node.node_id] and aws.terminated == []
-    with pytest.raises(NodeNotFound):
+    assert gcp.terminated == gcp.asked == [node.node_id] and aws.asked == []
+    fresh.terminate(node.node_id, NOW)  # already gone: success, from the cloud that owns the id
+    assert aws.asked == []
+    with pytest.raises(NodeNotFound, match=r"^nobody-has-this: not a node id of aws or gcp \(aws: "
+                                           r"sim-aws-\[0-9a-f\]\+; gcp: sim-gcp-\[0-9a-f\]\+\)$"):
         fresh.terminate("nobody-has-this", NOW)
+    assert aws.asked == [] and gcp.asked == [node.node_id] * 2  # no cloud was asked about it
     azure_offer = next(o for o in SimProvider(store).offers(NOW) if o.provider == "azure")
     with pytest.raises(UnknownInstanceType):
         multi.launch(LaunchRequest(azure_offer, 1, "a"), NOW)
@@ -116,3 +124,45 @@ def test_throttle_retry_retries_an_acknowledgement(tmp_path: Path) -> None:
     multi.acknowledge(event_id)
     assert aws.acknowledged == [event_id] * 3 and len(sleeps) == 2
     store.close()
+
+
+def test_a_cloud_that_does_not_say_its_id_shape_is_asked_in_turn(tmp_path: Path) -> None:
+    """A provider without a node_id_pattern may own any id: asked after the cloud whose shape the id
+    has, and in turn with the others that state none."""
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    aws, gcp = Named(store, "aws"), Named(store, "gcp")
+    aws.capabilities = replace(aws.capabilities, node_id_pattern="")
+    g = next(o for o in gcp.offers(NOW) if o.market is Market.SPOT)
+    [node, other] = MultiCloud([aws, gcp]).launch(LaunchRequest(g, 2, "k"), NOW).nodes
+    fresh = MultiCloud([aws, gcp])
+    assert fresh.capabilities.node_id_pattern == ""  # nothing to say about the ids of the whole
+    fresh.terminate(node.node_id, NOW)
+    assert gcp.terminated == [node.node_id] and aws.asked == []  # the shape's cloud first: it knew the node
+    with pytest.raises(NodeNotFound):
+        fresh.terminate("i-0123456789abcdef0", NOW)  # of no stated shape: only the cloud that states none
+    assert aws.asked == ["i-0123456789abcdef0"] and gcp.asked == [node.node_id]
+    gcp.capabilities = replace(gcp.capabilities, node_id_pattern="")
+    unshaped = MultiCloud([aws, gcp])
+    unshaped.terminate(other.node_id, NOW)
+    assert aws.asked[-1] == other.node_id and gcp.terminated == [node.node_id, other.node_id]
+    with pytest.raises(NodeNotFound, match="none of aws, gcp knows it"):
+        unshaped.terminate("nobody-has-this", NOW)
+    store.close()
+
+
+def test_the_clouds_node_ids_have_shapes_that_do_not_overlap() -> None:
+    """What MultiCloud routes a terminate by when the node was not listed in this process."""
+    import re
+
+    from providers.aws import AwsProvider
+    from providers.azure import AzureProvider, vm_name
+    from providers.gcp import GcpProvider
+
+    ids = {"aws": "i-0123456789abcdef0", "gcp": "us-central1-a/fl-research-0a1b2c3d-0123456789abcdef-000",
+           "azure": vm_name("ml-platform", "launch-key", 3)}
+    patterns = {p.name: p.capabilities.node_id_pattern for p in (AwsProvider, GcpProvider, AzureProvider)}
+    for cloud, pattern in patterns.items():
+        assert {c for c, node_id in ids.items() if re.fullmatch(pattern, node_id)} == {cloud}, (cloud, pattern)
+    multi = MultiCloud([AwsProvider.__new__(AwsProvider), GcpProvider.__new__(GcpProvider)])
+    assert re.fullmatch(multi.capabilities.node_id_pattern, ids["gcp"])
+    assert not re.fullmatch(multi.capabilities.node_id_pattern, ids["azure"])
