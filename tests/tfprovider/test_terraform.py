@@ -24,7 +24,7 @@ from fleetctl.terraform import Terraform, UnexpectedDestroy, check_destroys, ren
 from providers.catalog import load_catalog
 from tests.providers.aws_world import CREDENTIALS, REGION, moto_world
 from tests.tfprovider.harness import terraform
-from tests.tfprovider.schemacheck import check_body, check_module, check_root, hcl_body
+from tests.tfprovider.schemacheck import check_body, check_module, check_root, hcl_body, module_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ROOT / "terraform" / "modules"
@@ -213,6 +213,36 @@ def test_adding_or_dropping_a_region_plans_only_that_region(tf_env: dict, tmp_pa
     assert dropped and all(line.startswith("- ") and "eu_west_1" in line for line in dropped), dropped
     apply(EXAMPLE, "back.json")
     assert "No changes. The infrastructure matches the policy." in plan(EXAMPLE, "again.json")
+
+
+def test_every_regional_aws_resource_of_the_modules_names_its_region(schemas: dict) -> None:
+    """The root's ``provider "aws"`` block has one region of the policy: a resource of the
+    AWS modules that left out ``region`` (provider v6's per-resource argument) would be created
+    there, whichever region its module is for. The IAM resources are global (no such argument)."""
+    regional = []
+    for module in ("aws-pool", "aws-controller", "aws-iam"):
+        for address, type_name, body in module_blocks(MODULES / module):
+            if "region" in schemas[type_name].get("attributes", {}):
+                regional.append(address)
+                assert "region" in body["attributes"], (module, address)  # its value: the test below
+    assert len(regional) >= 6, regional  # pool: template, placement group; controller: queue, rules, target, policy
+
+
+def test_pools_and_queues_of_a_second_aws_region_are_planned_in_that_region(tf_env: dict, tmp_path: Path) -> None:
+    """The real terraform's plan of a two-region policy: every regional resource is in the
+    region of its module, not in the provider block's."""
+    work = tmp_path / "root"
+    document = render(load_policy(_edited(tmp_path, _add_region("eu-west-1"))), load_catalog())
+    assert document["provider"]["aws"]["region"] in ("us-east-1", "eu-west-1")  # one of them: the other's must not
+    write_root(work, document)
+    plan = Terraform(work, init="get", env=tf_env).plan()
+    shown = json.loads(terraform(work, tf_env, "show", "-json", plan.plan_file.name).stdout)
+    planned = {(rc["module_address"], (rc["change"]["after"] or {}).get("region"))
+               for rc in shown["resource_changes"] if rc["type"].startswith("aws_") and not rc["type"].startswith(
+                   "aws_iam_")}
+    assert {region for _, region in planned} == {"us-east-1", "eu-west-1"}, planned
+    # module.aws_pool_eu_west_1_t4, module.aws_controller_us_east_1, ...: the region is in the module's name
+    assert all(f"_{region.replace('-', '_')}" in module for module, region in planned), planned
 
 
 #: The IAM resources fleetctl kept in a controller module (with count) before module.aws_iam.
