@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, fail
+from fleetctl.cli.common import console, fail, one_of
 from fleetctl.codec import offer_to_dict
 from fleetctl.model import CLOUDS, Market, Offer
 
@@ -55,7 +55,7 @@ def catalog(
     region: Annotated[Optional[list[str]], typer.Option(
         "--region", help="Region id, e.g. us-east-1, any case (repeatable).", metavar="<str>")] = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="Show at most this many rows in the table (0: all).")] = 50,
-    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
+    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.", **one_of(OutputFormat))] = OutputFormat.table,
 ) -> None:
     """List offers (instance type x region x zone x market, with USD/hour) from the
     shipped catalog snapshots of AWS, GCP and Azure, cheapest per GPU-hour first."""

@@ -6,6 +6,7 @@ below it gets ``now`` and values passed in.
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import sys
@@ -98,6 +99,29 @@ LockTimeoutOption = Annotated[
         "same state store; then give up with exit 1, having changed nothing.",
     ),
 ]
+E = TypeVar("E", bound=enum.Enum)
+
+
+def one_of(choices: type[E], *, case_sensitive: bool = True) -> dict[str, Any]:
+    """``typer.Option`` arguments for an option taking one of ``choices``' values:
+    ``typer.Option("--format", **one_of(OutputFormat))``.
+
+    Design choice: typer checks an enum option inside a pydantic validator,
+    whose message it shows, so a wrong word read "Invalid value for '--format':
+    Value error, 'xml' is not one of 'text', 'json'."; this parser (typer's
+    public ``parser``) refuses it as click words it, without the "Value error, ".
+    The metavar lists the choices, as typer's did."""
+    def parse(value: Any) -> E:
+        if isinstance(value, choices):
+            return value
+        for member in choices:
+            if member.value == value or (not case_sensitive and str(member.value).casefold() == str(value).casefold()):
+                return member
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(repr(m.value) for m in choices)}.")
+
+    return {"parser": parse, "metavar": "<" + "|".join(str(m.value) for m in choices) + ">"}
+
+
 SeedOption = Annotated[
     int,
     typer.Option("--seed", min=0, help="Seed of the sandbox provider (node ids, launch delays; 0 or more).",

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, open_store, \
-    store_may_exist, utcnow
+from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, one_of, \
+    open_store, store_may_exist, utcnow
 from fleetctl.codec import dt_to_str, job_to_dict
 from fleetctl.model import JobState
 
@@ -202,8 +202,8 @@ def list_jobs(
     only: Annotated[Optional[list[JobState]], typer.Option(
         "--only", help=f"Only jobs in this state: {', '.join(s.value for s in JobState)} (repeatable); "
                        "finished states (succeeded, failed, cancelled) imply --all.",
-        case_sensitive=False, show_default=False, metavar="STATE")] = None,
-    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = OutputFormat.table,
+        show_default=False, **{**one_of(JobState, case_sensitive=False), "metavar": "STATE"})] = None,
+    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.", **one_of(OutputFormat))] = OutputFormat.table,
 ) -> None:
     """Show the jobs in the store with their state and nodes. A bound or running
     job whose cancel is requested shows as `running, cancel requested` (or `bound, ...`) (JSON:

@@ -14,7 +14,7 @@ from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 
-from fleetctl.cli.common import console, fail, read_token_file
+from fleetctl.cli.common import console, fail, one_of, read_token_file
 
 
 class Cloud(str, Enum):
@@ -27,7 +27,8 @@ def node_watch(
     controller: Annotated[str, typer.Option("--controller", help="The daemon's notice endpoint base URL, e.g. "
                                             "http://10.0.0.5:9109 (notices go to POST /v1/notices).",
                                             show_default=False)],
-    cloud: Annotated[Cloud, typer.Option("--cloud", help="Which metadata service to poll.", show_default=False)],
+    cloud: Annotated[Cloud, typer.Option("--cloud", help="Which metadata service to poll.", show_default=False,
+                                         **one_of(Cloud))],
     token_file: Annotated[Optional[Path], typer.Option(
         "--token-file", help="File holding the bearer token the daemon expects (its --notice-token-file). "
         "Without it no token is sent (only a loopback daemon accepts that).", show_default=False)] = None,

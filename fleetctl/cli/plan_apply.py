@@ -27,6 +27,7 @@ from fleetctl.cli.common import (
     is_bug,
     load_policy_or_exit,
     make_provider,
+    one_of,
     open_store,
     output_file_or_exit,
     stop_cleanly_on_sigterm,
@@ -65,6 +66,7 @@ TerraformInitOption = Annotated[
         "--terraform-init",
         help="How to prepare DIR: init (terraform init: providers from the registry or your mirror) or get "
         "(modules only, for providers installed through dev_overrides).",
+        **one_of(InitMode),
     ),
 ]
 TerraformBinaryOption = Annotated[
@@ -158,7 +160,8 @@ def plan(
         Optional[str], typer.Option("-out", "--out", help="Save the plan as versioned JSON for `fleetctl apply` "
                                                           "(a file; a directory is refused).", metavar="<path>")
     ] = None,
-    output: Annotated[OutputFormat, typer.Option("--format", help="text (the diff) or json.")] = OutputFormat.text,
+    output: Annotated[OutputFormat, typer.Option("--format", help="text (the diff) or json.",
+                                                         **one_of(OutputFormat))] = OutputFormat.text,
     forecast_dir: ForecastDirOption = None,
     allow_version_mismatch: AllowMismatchOption = False,
     detailed_exitcode: Annotated[

@@ -18,6 +18,7 @@ from fleetctl.cli.common import (
     console,
     load_policy_or_exit,
     make_provider,
+    one_of,
     open_store,
     utcnow,
 )
@@ -31,7 +32,8 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
            policy: PolicyOption = None,
            output: Annotated[OutputFormat, typer.Option(
                "--format", help="table, or json for scripts: {\"nodes\": [...], \"jobs\": {STATE: count}, "
-                                "\"gpus\", \"usd_per_hour\", \"pending_notices\"}; each node with its jobs.")] = OutputFormat.table,
+                                "\"gpus\", \"usd_per_hour\", \"pending_notices\"}; each node with its jobs.",
+               **one_of(OutputFormat))] = OutputFormat.table,
            ) -> None:
     """Show nodes (with the jobs on them), job counts by state, and current USD/hour.
     With --cloud aws, the nodes come from EC2 (the policy names the cluster). On the
