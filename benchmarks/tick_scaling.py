@@ -33,7 +33,7 @@ steady tick (bytes: SQLite ``page_count * page_size``, PostgreSQL
 Usage::
 
     python benchmarks/tick_scaling.py [--sizes 100,500,2000,5000] [--ticks 10]
-        [--store sqlite|postgres] [--seed 0] [--format md|json] [--out FILE]
+        [--store sqlite|postgres] [--seed 0] [--history-days 0] [--format md|json] [--out FILE]
 """
 
 from __future__ import annotations
@@ -116,6 +116,129 @@ def inject(store: Store, provider: SimProvider, rng: random.Random, mix: JobMix,
     if cancels:
         store.request_cancel(cancels, now, reason="benchmark")
     return {"arrivals": len(arrivals), "reclaims": len(reclaimed), "cancels": len(cancels)}
+
+
+# --------------------------------------------------------------------------- history
+
+#: What a daemon at N nodes is taken to write per day (the history ``--history-days`` pre-fills; see
+#: ``seed_history``). Not the benchmark's own between-tick churn, which is a stress rate (N/100 arrivals
+#: every 30 s would be 5.8 jobs per node per day).
+HISTORY_JOBS_PER_NODE_DAY: Final[float] = 1.0  # jobs finished per node per day
+HISTORY_GONE_NODES_PER_NODE_DAY: Final[float] = 0.1  # nodes retired per node per day (a 10-day node life)
+HISTORY_RECLAIMED_SHARE: Final[float] = 0.5  # of the retired nodes, those taken by a reclaim notice
+#: the daemon's --retain-days default: per-pass audit rows and handled notices older than that are pruned
+HISTORY_PER_PASS_RETAINED_DAYS: Final[float] = 90.0
+
+
+def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds: float,
+                 end: datetime = NOW) -> dict[str, int]:
+    """Pre-fill the store with ``days`` days (before ``end``) of what a daemon
+    at ``nodes`` nodes would have written, with the same row shapes as the
+    product writes (``job_to_dict``/``node_to_dict`` documents, events with the
+    kinds, subjects and payloads ``reconcile`` records); bulk inserts into the
+    product's tables, seeded:
+
+    * finished jobs (``HISTORY_JOBS_PER_NODE_DAY`` per node per day: 85 %
+      succeeded, 10 % failed, 5 % cancelled, each with its ``bind``, ``start``,
+      ``complete`` events; a cancelled one's request, handled), each on a
+      retired node;
+    * retired nodes (``HISTORY_GONE_NODES_PER_NODE_DAY``), GONE, each bought by
+      its own ``launch`` (a ``done`` launches row, the node's idempotency key,
+      a ``launch`` event); ``HISTORY_RECLAIMED_SHARE`` of them taken by a
+      reclaim notice (a handled notice, ``interruption`` and ``requeue``
+      events), the others by a ``terminate``;
+    * per-pass audit rows (``demand``, ``offers_observed``, ``plan_applied``,
+      one each per ``tick_seconds``) and handled notices only for the last
+      ``HISTORY_PER_PASS_RETAINED_DAYS`` days: the daemon prunes older ones
+      (``--retain-days`` 90). The market's change log is not pre-filled (a
+      tick reads only ``offer_latest`` of it).
+
+    Returns the rows written per table."""
+    from fleetctl.codec import dt_to_str, job_to_dict, node_to_dict
+    from fleetctl.model import InterruptionKind, Node
+
+    rng = random.Random(f"{seed}:history")
+    mix = JobMix.load()
+    catalog = tuple(o for o in sorted(load_catalog(), key=lambda o: o.key))
+    start = end - timedelta(days=days)
+    span_s = days * 86400.0
+    n_nodes = int(nodes * HISTORY_GONE_NODES_PER_NODE_DAY * days)
+    n_jobs = int(nodes * HISTORY_JOBS_PER_NODE_DAY * days)
+    node_rows, launch_rows, event_rows, notice_rows, job_rows, cancel_rows = [], [], [], [], [], []
+    lives: list[tuple[str, datetime, datetime, str]] = []  # node id, launched, gone, offer key
+    per_pass_from = end - timedelta(days=min(days, HISTORY_PER_PASS_RETAINED_DAYS))
+
+    def event(at: datetime, kind: str, subject: str, **payload: Any) -> None:
+        event_rows.append(dict(at_utc=dt_to_str(at), kind=kind, subject=subject,
+                               payload=json.dumps(payload, sort_keys=True, default=str)))
+
+    for i in range(n_nodes):
+        offer = catalog[rng.randrange(len(catalog))]
+        launched = start + timedelta(seconds=round(rng.uniform(0.0, span_s * 0.98)))
+        gone_at = min(end - timedelta(seconds=60), launched + timedelta(hours=rng.uniform(2.0, 480.0)))
+        node_id = f"hist-{offer.provider}-{i:08d}"
+        key = f"hist-launch-{i:08d}"
+        node = Node(node_id=node_id, offer=offer, state=NodeState.GONE, launched_at_utc=launched,
+                    ready_at_utc=launched + timedelta(seconds=90), idle_since_utc=gone_at, zone=offer.zone)
+        node_rows.append(dict(node_id=node_id, provider=offer.provider, offer_key=offer.key, state="gone",
+                              doc=json.dumps(node_to_dict(node), sort_keys=True), idempotency_key=key,
+                              updated_at_utc=dt_to_str(gone_at)))
+        launch_rows.append(dict(idempotency_key=key, offer_key=offer.key, count=1, status="done",
+                                node_ids=json.dumps([node_id]), created_at_utc=dt_to_str(launched)))
+        event(launched, "launch", offer.key, nodes=[node_id], reason="cheapest_offer")
+        lives.append((node_id, launched, gone_at, offer.key))
+        if offer.market is Market.SPOT and rng.random() < HISTORY_RECLAIMED_SHARE:
+            event_id = f"hist-reclaim_warning-{node_id}-{gone_at.isoformat()}"
+            if gone_at >= per_pass_from:
+                notice_rows.append(dict(event_id=event_id, provider=offer.provider, node_id=node_id,
+                                        kind=InterruptionKind.RECLAIM_WARNING.value,
+                                        received_at_utc=dt_to_str(gone_at - timedelta(seconds=120)),
+                                        deadline_utc=dt_to_str(gone_at), handled_at_utc=dt_to_str(gone_at)))
+            event(gone_at, "interruption", node_id, notice="reclaim_warning", event_id=event_id,
+                  deadline_utc=str(gone_at))
+        else:
+            event(gone_at, "terminate", node_id, reason="idle", detail="idle past the policy's idle timeout")
+    templates = queued_jobs(random.Random(f"{seed}:history-jobs"), mix, min(n_jobs, 2_000), start)
+    states = (JobState.SUCCEEDED,) * 17 + (JobState.FAILED,) * 2 + (JobState.CANCELLED,)
+    for i in range(n_jobs):
+        node_id, launched, gone_at, _ = lives[rng.randrange(len(lives))] if lives else ("", start, end, "")
+        begun = launched + timedelta(seconds=rng.uniform(90.0, max(91.0, (gone_at - launched).total_seconds() - 60)))
+        finished = min(gone_at, begun + timedelta(hours=rng.uniform(0.05, 12.0)))
+        submitted = begun - timedelta(seconds=round(rng.uniform(0.0, 3600.0)))
+        state = states[rng.randrange(len(states))]
+        t = templates[i % len(templates)]
+        job = replace(t, job_id=f"hist-{i:08d}", submitted_at_utc=submitted, state=state,
+                      node_ids=(node_id,) * t.workers, started_at_utc=begun, first_started_at_utc=begun)
+        job_rows.append(dict(job_id=job.job_id, state=state.value, spec=json.dumps(job_to_dict(job), sort_keys=True),
+                             submitted_at_utc=dt_to_str(submitted), updated_at_utc=dt_to_str(finished)))
+        event(begun - timedelta(seconds=30), "bind", job.job_id, nodes=[node_id] * t.workers, reason="fits_new_capacity")
+        event(begun, "start", job.job_id, nodes=[node_id] * t.workers)
+        if state is JobState.CANCELLED:
+            cancel_rows.append(dict(job_id=job.job_id, requested_at_utc=dt_to_str(finished - timedelta(seconds=30)),
+                                    reason="history", handled_at_utc=dt_to_str(finished)))
+            event(finished - timedelta(seconds=30), "cancel_requested", job.job_id, reason="history", state="running")
+            event(finished, "cancel", job.job_id)
+        else:
+            event(finished, "complete", job.job_id)
+    passes = int((end - per_pass_from).total_seconds() // tick_seconds)
+    demand = {"A100-80GB": 64, "H100-80GB": 128, "L4": 32}
+    for k in range(passes):
+        at = per_pass_from + timedelta(seconds=k * tick_seconds)
+        event(at, "offers_observed", "", changes=rng.randrange(0, 3))
+        event(at, "demand", "", gpus=demand)
+        if k % 4 == 0:
+            event(at, "plan_applied", "", summary="3 actions", plan_id=f"{k:016x}")
+    event_rows.sort(key=lambda r: r["at_utc"])  # seq in time order, as a daemon appends them
+    job_rows.sort(key=lambda r: r["updated_at_utc"])
+    written = {}
+    with store.transaction(), store._tx() as conn:  # noqa: SLF001 - a benchmark bulk-fills the product's tables
+        for table, rows in ((tables.nodes, node_rows), (tables.launches, launch_rows), (tables.jobs, job_rows),
+                            (tables.events, event_rows), (tables.interruptions, notice_rows),
+                            (tables.job_cancellations, cancel_rows)):
+            for j in range(0, len(rows), 20_000):
+                conn.execute(table.insert(), rows[j:j + 20_000])
+            written[table.name] = len(rows)
+    return written
 
 
 # --------------------------------------------------------------------------- instrumentation
@@ -219,10 +342,18 @@ def peak_rss_mib() -> float:
 # --------------------------------------------------------------------------- one size
 
 
-def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, tick_seconds: float) -> dict[str, Any]:
-    """Seed a world of ``nodes`` nodes into the store at ``url`` and run ``ticks`` ticks."""
+def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, tick_seconds: float,
+            history_days: float = 0.0) -> dict[str, Any]:
+    """Seed a world of ``nodes`` nodes into the store at ``url`` (after
+    ``history_days`` days of history, ``seed_history``) and run ``ticks`` ticks."""
     store = Store(url)
     try:
+        started = time.perf_counter()
+        history = seed_history(store, nodes, history_days, seed, tick_seconds) if history_days > 0 else {}
+        history_seconds = time.perf_counter() - started
+        if history and store._engine.dialect.name == "postgresql":  # noqa: SLF001
+            with store._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # noqa: SLF001
+                conn.execute(sa.text("VACUUM ANALYZE"))  # as autovacuum would have, over the days
         started = time.perf_counter()
         world = seed_world(store, nodes, jobs_per_node, seed)
         seed_seconds = time.perf_counter() - started
@@ -275,6 +406,7 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
                   for table in per_tick[0]["rows"]} if len(per_tick) > 1 else {}
     return {
         "nodes": nodes, "world": world, "ticks": ticks, "seed_seconds": round(seed_seconds, 2),
+        "history_days": history_days, "history_rows": history, "history_seconds": round(history_seconds, 2),
         "first_tick_seconds": per_tick[0]["seconds"],
         "steady_median_seconds": round(statistics.median(steady_s), 4),
         "steady_max_seconds": round(max(steady_s), 4),
@@ -365,6 +497,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
         f"# Controller tick at scale ({doc['store']})", "",
         f"Command: `{doc['command']}`  ",
         f"Date: {doc['date']}; machine: {doc['machine']}; commit: {doc['commit']}", "",
+        *([f"History before the ticks: {doc['results'][0]['history_days']:g} days (`seed_history`): "
+           + "; ".join(f"{r['nodes']:,} nodes: " + ", ".join(f"{n:,} {t}" for t, n in r["history_rows"].items())
+                       for r in doc["results"]), ""] if doc["results"] and doc["results"][0].get("history_rows")
+          else []),
         "Per size: seconds per tick (`build_forecast` + `tick`), the first tick (places the initial queue) and the "
         "steady ticks after it; SQL statements per tick; provider `nodes()` calls per tick; store growth per "
         "steady tick; peak RSS of the size's process.", "",
@@ -432,14 +568,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the report here (and the JSON beside a .md); default stdout")
     parser.add_argument("--before", type=Path, default=None,
                         help="a JSON of an earlier run (another commit) to compare with, in the Markdown")
+    parser.add_argument("--history-days", type=float, default=0.0,
+                        help="pre-fill the store with this many days of a daemon's history before the ticks "
+                        "(finished jobs, retired nodes, decision events, the per-pass rows the daemon keeps; "
+                        "seed_history); 0 = a fresh store")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # internal: one size, JSON on stdout
     args = parser.parse_args(argv)
     if args.ticks < 1:
         parser.error("--ticks must be at least 1")
+    if args.history_days < 0:
+        parser.error("--history-days must be at least 0")
 
     if args.single is not None:
         url, nodes = args.single.rsplit("|", 1)
-        print(json.dumps(measure(url, int(nodes), args.jobs_per_node, args.ticks, args.seed, args.tick_seconds)))
+        print(json.dumps(measure(url, int(nodes), args.jobs_per_node, args.ticks, args.seed, args.tick_seconds,
+                                 args.history_days)))
         return 0
 
     results = []
@@ -449,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
             url = database(f"tick_{nodes}") if database else f"sqlite:///{tmp}/tick_{nodes}.db"
             cmd = [sys.executable, str(Path(__file__).resolve()), "--single", f"{url}|{nodes}",
                    "--jobs-per-node", str(args.jobs_per_node), "--ticks", str(args.ticks),
-                   "--tick-seconds", str(args.tick_seconds), "--seed", str(args.seed)]
+                   "--tick-seconds", str(args.tick_seconds), "--seed", str(args.seed),
+                   "--history-days", str(args.history_days)]
             print(f"size {nodes:,} nodes ...", file=sys.stderr, flush=True)
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if done.returncode:
