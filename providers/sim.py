@@ -34,6 +34,10 @@ from providers.catalog import load_catalog
 DEFAULT_LAUNCH_DELAY_SECONDS = 30.0
 
 
+#: How long the sandbox lists a node after it went GONE (EC2 lists a terminated instance for about an hour).
+GONE_LISTED_SECONDS = 3600.0
+
+
 class SimProvider:
     """Simulated multi-cloud provider backed by the state store.
 
@@ -72,20 +76,29 @@ class SimProvider:
         return self._offers
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
-        """Nodes of the sandbox; passive transition launching -> ready when due
-        (recorded in the store, all of a call's in one transaction, unless it
-        is opened read-only: then derived again on each call until a command
-        that writes records it)."""
+        """Nodes of the sandbox: the live ones, and the gone ones for
+        ``GONE_LISTED_SECONDS`` after they went (as EC2 lists a terminated
+        instance for about an hour); passive transitions launching -> ready
+        when due and reclaimed -> gone (recorded in the store, all of a call's
+        in one transaction, unless it is opened read-only: then derived again
+        on each call until a command that writes records it).
+
+        Design choice: a node gone longer is not listed (the contract lets
+        GONE nodes be omitted once forgotten, and every caller skips them):
+        the store keeps every node ever bought, and listing them all made each
+        tick of a long-running sandbox slower with its age. Only the live
+        nodes' notices are read, for the same reason."""
         result = []
         changed = []
+        live = self._store.nodes()
         # The cloud takes a reclaimed node at the notice's deadline, handled or not.
         taken = {
             e.node_id
-            for e in self._store.interruptions(unhandled_only=False)
+            for e in self._store.interruptions(unhandled_only=False, node_ids=[n.node_id for n in live])
             if e.kind is not InterruptionKind.REBALANCE and (e.deadline_utc is None or e.deadline_utc <= now)
             and e.received_at_utc <= now
         }
-        for node in self._store.nodes(include_gone=True):
+        for node in live:
             if node.node_id in taken and node.state is not NodeState.GONE:
                 node = replace(node, state=NodeState.GONE)
                 changed.append(node)
@@ -93,6 +106,8 @@ class SimProvider:
                 node = replace(node, state=NodeState.READY, idle_since_utc=node.idle_since_utc or node.ready_at_utc)
                 changed.append(node)
             result.append(node)
+        recently_gone = self._store.nodes_gone_since(now - timedelta(seconds=GONE_LISTED_SECONDS))
+        result = sorted([*result, *recently_gone], key=lambda n: n.node_id)
         if changed and not getattr(self._store, "read_only", False):
             # One commit, not one per node: a big launch's nodes all become ready in the same pass. Each
             # write is derived again from the same facts if it does not land, so all-or-none loses nothing.

@@ -273,7 +273,7 @@ def handle_lost_nodes(*, store: Store, provider: Provider, runtime: Runtime, pol
                    for nid in j.node_ids if nid not in live})
     if not lost:
         return 0
-    known = {n.node_id: n for n in store.nodes(include_gone=True)}
+    known = {n.node_id: n for n in store.nodes(include_gone=True, node_ids=lost)}  # not every node ever recorded
     for node_id in lost:
         node = known.get(node_id)
         event = InterruptionEvent(

@@ -68,9 +68,15 @@ class RecordedNodes:
         return self._inner.offers(now)
 
     def nodes(self, now: datetime) -> tuple[Node, ...]:
-        recorded = {n.node_id: n for n in self._store.nodes(include_gone=True) if n.offer.provider in self._clouds}
+        # The live recorded nodes, and the gone ones only where the cloud still lists them: the store keeps
+        # every node ever bought, and reading them all made each pass slower with the store's age.
+        listed = self._inner.nodes(now)
+        live = self._store.nodes()
+        known = {n.node_id for n in live}
+        gone = self._store.nodes(include_gone=True, node_ids=[n.node_id for n in listed if n.node_id not in known])
+        recorded = {n.node_id: n for n in (*live, *gone) if n.offer.provider in self._clouds}
         result: dict[str, Node] = {}
-        for cloud in self._inner.nodes(now):
+        for cloud in listed:
             node = merge(cloud, recorded.get(cloud.node_id), now)
             result[node.node_id] = node
         for node_id, rec in recorded.items():

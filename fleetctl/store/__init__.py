@@ -513,11 +513,27 @@ class Store:
     def nodes(self, *, provider: str | None = None, include_gone: bool = False,
               node_ids: Iterable[str] | None = None) -> tuple[Node, ...]:
         """The nodes (``node_ids``: those of them in the store), ordered by id."""
+        return self._nodes(provider=provider, include_gone=include_gone, node_ids=node_ids)
+
+    def nodes_gone_since(self, since: datetime) -> tuple[Node, ...]:
+        """The GONE nodes recorded gone at ``since`` or later (their last
+        write), ordered by id: read through the index on (state, updated_at),
+        not through every gone node the store keeps."""
+        t = tables.nodes
+        return self._nodes(include_gone=True, where=(t.c.state == NodeState.GONE.value)
+                           & (t.c.updated_at_utc >= dt_to_str(since)), memo="gone_since")
+
+    def _nodes(self, *, provider: str | None = None, include_gone: bool = False,
+               node_ids: Iterable[str] | None = None, where: Any = None, memo: str = "") -> tuple[Node, ...]:
         query = sa.select(tables.nodes.c.node_id, tables.nodes.c.doc)
+        if where is not None:
+            query = query.where(where)
         if provider is not None:
             query = query.where(tables.nodes.c.provider == provider)
         if not include_gone:
-            query = query.where(tables.nodes.c.state != NodeState.GONE.value)
+            # IN the live states, not != gone: the index on state then reads the live nodes only, however
+            # many gone ones the store keeps (!= reads every row)
+            query = query.where(tables.nodes.c.state.in_([s.value for s in NodeState if s is not NodeState.GONE]))
         if node_ids is not None:
             wanted = sorted(set(node_ids))
             with self._tx() as conn:
@@ -527,8 +543,8 @@ class Store:
                                 key=lambda n: n.node_id))
         with self._tx() as conn:
             rows = conn.execute(query).all()
-        found = self._decoded(("nodes", provider, include_gone), ((r.node_id, r.doc) for r in rows), node_from_dict,
-                              "node")
+        found = self._decoded(("nodes", provider, include_gone, memo), ((r.node_id, r.doc) for r in rows),
+                              node_from_dict, "node")
         return tuple(sorted(found, key=lambda n: n.node_id))
 
     def nodes_by_idempotency_key(self, key: str) -> tuple[Node, ...]:
@@ -672,16 +688,27 @@ class Store:
                 self._insert_event(conn, audit, event.received_at_utc, event.node_id, payload)
             return True
 
-    def interruptions(self, *, unhandled_only: bool = True, node_id: str | None = None) -> tuple[InterruptionEvent, ...]:
-        """Recorded notices, oldest first (``node_id``: one node's only)."""
+    def interruptions(self, *, unhandled_only: bool = True, node_id: str | None = None,
+                      node_ids: Iterable[str] | None = None,
+                      received_since: datetime | None = None) -> tuple[InterruptionEvent, ...]:
+        """Recorded notices, oldest first (``node_id``: one node's only;
+        ``node_ids``: those nodes' only; ``received_since``: those received
+        then or later)."""
         t = tables.interruptions
         query = sa.select(t)
         if unhandled_only:
             query = query.where(t.c.handled_at_utc.is_(None))
         if node_id is not None:
             query = query.where(t.c.node_id == node_id)
+        if received_since is not None:
+            query = query.where(t.c.received_at_utc >= dt_to_str(received_since))
         with self._tx() as conn:
-            rows = conn.execute(query).all()
+            if node_ids is not None:
+                wanted = sorted(set(node_ids))
+                rows = [r for i in range(0, len(wanted), 500)  # stay under the database's bound-parameter limit
+                        for r in conn.execute(query.where(t.c.node_id.in_(wanted[i:i + 500]))).all()]
+            else:
+                rows = conn.execute(query).all()
         events = [
             InterruptionEvent(
                 event_id=r.event_id, provider=r.provider, node_id=r.node_id, kind=InterruptionKind(r.kind),

@@ -8,7 +8,7 @@ indexed columns.
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text
 
 metadata = MetaData()
 
@@ -32,6 +32,8 @@ nodes = Table(
     Column("doc", Text, nullable=False),  # JSON of the Node (codec.node_to_dict)
     Column("idempotency_key", String(255), nullable=True, index=True),
     Column("updated_at_utc", String(40), nullable=False),
+    # the nodes gone since a time (Store.nodes_gone_since), not every gone node kept (migration 0008)
+    Index("ix_nodes_state_updated_at_utc", "state", "updated_at_utc"),
 )
 
 launches = Table(

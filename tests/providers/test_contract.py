@@ -310,3 +310,27 @@ def test_the_sandbox_lists_every_node_it_sold_and_terminates_and_reclaims_by_id(
             sim.terminate("never-sold", at_deadline)
     finally:
         store.close()
+
+
+def test_the_sandbox_stops_listing_a_node_an_hour_after_it_went(tmp_path: Path) -> None:
+    """A node gone (terminated, or taken by a reclaim) is listed as GONE for
+    GONE_LISTED_SECONDS, then no longer (the store keeps it: a long-running
+    sandbox does not list every node it ever sold); live nodes are listed
+    whatever their age."""
+    from providers.sim import GONE_LISTED_SECONDS
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        sim = SimProvider(store, launch_delay_seconds=10)
+        offer = next(o for o in sim.offers(NOW) if o.market is Market.SPOT)
+        kept, ended = sim.launch(LaunchRequest(offer, 2, "sandbox-1"), NOW).nodes
+        sim.terminate(ended.node_id, NOW + timedelta(seconds=20))
+        within = NOW + timedelta(seconds=20 + GONE_LISTED_SECONDS)
+        assert {n.node_id: n.state for n in sim.nodes(within)} == {kept.node_id: NodeState.READY,
+                                                                    ended.node_id: NodeState.GONE}
+        after = within + timedelta(seconds=1)
+        assert {n.node_id: n.state for n in sim.nodes(after)} == {kept.node_id: NodeState.READY}
+        assert {n.node_id for n in store.nodes(include_gone=True)} == {kept.node_id, ended.node_id}
+        sim.terminate(ended.node_id, after)  # still known: idempotent, not NodeNotFound
+    finally:
+        store.close()

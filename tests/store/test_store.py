@@ -32,9 +32,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0007"
+    assert store.schema_revision() == "0008"
     again = Store(store.url)
-    assert again.schema_revision() == "0007"
+    assert again.schema_revision() == "0008"
     again.close()
 
 
@@ -263,7 +263,7 @@ def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfil
     assert store.schema_revision() == "0003"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0007"
+        assert upgraded.schema_revision() == "0008"
         assert upgraded.record_offers([a], T0 + timedelta(minutes=10)) == 0  # nothing changed
         assert upgraded.record_offers([a, b], T0 + timedelta(minutes=15)) == 1  # b is back
         assert upgraded.record_offers([a, b, offer("c1", market=Market.ON_DEMAND)], T0 + timedelta(minutes=20)) == 0
@@ -303,7 +303,7 @@ def test_an_0006_store_upgrades_with_each_nodes_zone_backfilled_from_the_old_rul
     assert store.schema_revision() == "0006"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0007"
+        assert upgraded.schema_revision() == "0008"
         zones = {n.node_id: n.zone for n in upgraded.nodes(include_gone=True)}
         assert zones == {"us-central1-b/fleetctl-1": "us-central1-b", "us-central1-a/fleetctl-2": "us-central1-a",
                          "fl-research-1": "", "i-0abc": "use1-az2", "us-central1-c/fleetctl-0": "us-central1-c"}
@@ -397,7 +397,7 @@ def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path
             for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in runs]
     assert [p.returncode for p in runs] == [0] * 6, [err for _, err in outs]
-    assert {out.strip() for out, _ in outs} == {"0007"}
+    assert {out.strip() for out, _ in outs} == {"0008"}
 
 
 def _open_together(url: str, count: int) -> list[str]:
@@ -450,7 +450,7 @@ def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, start_at)
     engine.dispose()
-    assert _open_together(postgres_url, 8) == ["0007"] * 8
+    assert _open_together(postgres_url, 8) == ["0008"] * 8
 
 
 def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_path):
@@ -471,7 +471,7 @@ def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_pa
     lock.unlink()
     again = Store(f"sqlite:///{db}")
     try:
-        assert again.schema_revision() == "0007"
+        assert again.schema_revision() == "0008"
         assert not lock.exists()
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
@@ -602,3 +602,84 @@ def test_a_missing_postgresql_driver_names_the_extra_that_installs_it(url, monke
     with pytest.raises(StoreError, match=r"database driver is not installed \(.*psycopg.*\); install it with: "
                                          r"pip install 'fleetctl\[postgres\]'$"):
         Store(url)
+
+
+def test_an_0007_store_upgrades_to_the_nodes_state_updated_at_index_and_back(store):
+    """Migration 0008 adds the (state, updated_at_utc) index on nodes that
+    ``nodes_gone_since`` reads through; downgrading drops it; the nodes are
+    untouched either way."""
+    from alembic import command
+    from alembic.config import Config
+
+    from fleetctl.store import MIGRATIONS
+
+    store.put_node(node("n1"), T0)
+    store.put_node(node("n2", state=NodeState.GONE), T0)
+
+    def indexes() -> set[str]:
+        return {ix["name"] for ix in sa.inspect(store._engine).get_indexes("nodes")}
+
+    assert "ix_nodes_state_updated_at_utc" in indexes()
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store._engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0007")
+    assert store.schema_revision() == "0007"
+    assert "ix_nodes_state_updated_at_utc" not in indexes()
+    upgraded = Store(store.url)
+    try:
+        assert upgraded.schema_revision() == "0008"
+        assert "ix_nodes_state_updated_at_utc" in indexes()
+        assert [n.node_id for n in upgraded.nodes(include_gone=True)] == ["n1", "n2"]
+    finally:
+        upgraded.close()
+
+
+def test_the_reads_a_tick_makes_skip_the_gone_nodes_and_old_notices_the_store_keeps(store):
+    """The store keeps gone nodes and handled notices; the live nodes, the
+    nodes gone since a time, and the notices of some nodes or since a time are
+    read without them."""
+    from fleetctl.model import InterruptionEvent, InterruptionKind
+
+    store.put_node(node("live-1"), T0)
+    store.put_node(node("draining-1", state=NodeState.DRAINING), T0)
+    store.put_node(node("gone-old", state=NodeState.GONE), T0)
+    store.put_node(node("gone-new", state=NodeState.GONE), T0 + timedelta(hours=2))
+    assert [n.node_id for n in store.nodes()] == ["draining-1", "live-1"]
+    assert [n.node_id for n in store.nodes_gone_since(T0 + timedelta(hours=1))] == ["gone-new"]
+    assert [n.node_id for n in store.nodes_gone_since(T0)] == ["gone-new", "gone-old"]
+    for i, (node_id, at) in enumerate([("gone-old", T0), ("live-1", T0 + timedelta(hours=1)),
+                                       ("draining-1", T0 + timedelta(hours=2))]):
+        store.add_interruption(InterruptionEvent(f"e{i}", "aws", node_id, InterruptionKind.RECLAIM_WARNING, at))
+    store.mark_interruption_handled("e0", T0)
+    everything = store.interruptions(unhandled_only=False)
+    assert [e.event_id for e in everything] == ["e0", "e1", "e2"]
+    assert [e.event_id for e in store.interruptions(unhandled_only=False, node_ids=["live-1", "draining-1"])] \
+        == ["e1", "e2"]
+    assert store.interruptions(unhandled_only=False, node_ids=[]) == ()
+    assert [e.event_id for e in store.interruptions(unhandled_only=False, received_since=T0 + timedelta(hours=1))] \
+        == ["e1", "e2"]
+
+
+def test_on_sqlite_the_live_nodes_and_the_recently_gone_are_read_through_an_index(tmp_path):
+    """The query plans, not a timing: neither read scans the nodes table (a
+    scan reads every gone node a long-running store keeps)."""
+    s = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        statements: list[tuple[str, object]] = []
+
+        @sa.event.listens_for(s._engine, "before_cursor_execute")
+        def _seen(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+            if statement.lstrip().startswith("SELECT nodes."):
+                statements.append((statement, parameters))
+
+        s.nodes()
+        s.nodes_gone_since(T0)
+        assert len(statements) == 2
+        with s._engine.connect() as conn:
+            for statement, parameters in statements:
+                plan = " ".join(r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
+                assert "SCAN nodes" not in plan and "USING INDEX" in plan, (statement, plan)
+    finally:
+        s.close()
