@@ -374,7 +374,8 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
                 sql0 = meter.sql
                 start = time.perf_counter()
                 with meter.phase("forecast"):
-                    forecast = build_forecast(store, now)
+                    forecast = build_forecast(store, now, reclaims_within=timedelta(
+                        minutes=policy.reclaimed_offer_ttl_minutes))  # as reconcile --once and the daemon
                 report = rc.tick(store=store, provider=provider, runtime=runtime, policy=policy, now=now,
                                  forecast=forecast, metrics=metrics,
                                  planner=meter.wrap("plan", rc.make_plan))

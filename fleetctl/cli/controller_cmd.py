@@ -48,6 +48,8 @@ def reconcile(
     """One reconcile tick: handle reclaim notices, start and finish jobs, plan, act, record.
 
     Idempotent: a second run with nothing new changes nothing. For a loop, use `fleetctl daemon`."""
+    from datetime import timedelta
+
     from fleetctl.controller.forecast import build_forecast
     from fleetctl.controller.reconcile import tick
     from fleetctl.controller.runtime import SimRuntime
@@ -70,7 +72,8 @@ def reconcile(
         with controller_lease(store, holder_id(), wait_seconds=lock_timeout):
             now = utcnow()
             report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(),
-                          policy=pol, now=now, forecast=build_forecast(store, now, forecaster))
+                          policy=pol, now=now, forecast=build_forecast(store, now, forecaster, reclaims_within=timedelta(
+                              minutes=pol.reclaimed_offer_ttl_minutes)))
     except LeaseHeld as exc:
         fail(f"{exc}. This run changed nothing (waited {lock_timeout:g} s: --lock-timeout).")
     except ApplyError as exc:

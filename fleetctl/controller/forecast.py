@@ -11,7 +11,7 @@ policy's default risk per market.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from fleetctl.model import DemandForecast, Forecast, InterruptionKind, OfferReclaim, OfferRisk
@@ -27,12 +27,17 @@ class Forecaster(Protocol):
     def demand(self, store: Store, now: datetime) -> tuple[DemandForecast, ...]: ...
 
 
-def recent_reclaims(store: Store, now: datetime | None = None) -> tuple[OfferReclaim, ...]:
+def recent_reclaims(store: Store, now: datetime | None = None,
+                    within: timedelta | None = None) -> tuple[OfferReclaim, ...]:
     """The reclaims the controller itself saw (its own notices, not rebalance
     hints), received by ``now`` when given (a saved plan re-planned at its own
-    time sees what it saw then)."""
-    events = [e for e in store.interruptions(unhandled_only=False) if e.kind is not InterruptionKind.REBALANCE
-              and (now is None or e.received_at_utc <= now)]
+    time sees what it saw then); with ``now`` and ``within``, only those
+    received in the ``within`` before ``now`` (the policy's
+    ``reclaimed_offer_ttl_minutes``: the planner uses no older one), so a pass
+    does not read every notice the store keeps."""
+    since = now - within if now is not None and within is not None else None
+    events = [e for e in store.interruptions(unhandled_only=False, received_since=since)
+              if e.kind is not InterruptionKind.REBALANCE and (now is None or e.received_at_utc <= now)]
     if not events:
         return ()
     # only the reclaimed nodes are read, not every node the store ever recorded (it keeps gone ones)
@@ -40,10 +45,14 @@ def recent_reclaims(store: Store, now: datetime | None = None) -> tuple[OfferRec
     return tuple(OfferReclaim(offer_of[e.node_id], e.received_at_utc) for e in events if e.node_id in offer_of)
 
 
-def build_forecast(store: Store, now: datetime, forecaster: Forecaster | None = None) -> Forecast:
-    """This pass's Forecast: the forecaster's numbers (if any) and the recent reclaims."""
+def build_forecast(store: Store, now: datetime, forecaster: Forecaster | None = None, *,
+                   reclaims_within: timedelta | None = None) -> Forecast:
+    """This pass's Forecast: the forecaster's numbers (if any) and the recent
+    reclaims (``reclaims_within``: only those received that long before ``now``
+    or later; the controller passes the policy's ``reclaimed_offer_ttl_minutes``)."""
+    reclaims = recent_reclaims(store, now, reclaims_within)
     if forecaster is None:
-        return Forecast(recent_reclaims=recent_reclaims(store, now))
+        return Forecast(recent_reclaims=reclaims)
     return Forecast(interruption=tuple(forecaster.interruption(store, now)),
                     demand=tuple(forecaster.demand(store, now)),
-                    recent_reclaims=recent_reclaims(store, now))
+                    recent_reclaims=reclaims)

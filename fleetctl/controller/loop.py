@@ -58,6 +58,11 @@ class LoopContext:
     metrics: FleetMetrics
     forecaster: Forecaster | None = None  # the trained models (forecasting.runtime); None: the policy's default risk
 
+    @property
+    def reclaims_within(self) -> timedelta:
+        """How far back a pass reads reclaims: the planner avoids an offer for reclaimed_offer_ttl_minutes."""
+        return timedelta(minutes=self.policy.reclaimed_offer_ttl_minutes)
+
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -131,7 +136,8 @@ class Daemon:
                     if not held:
                         return
                     acted = True
-                    forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
+                    forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
+                                                                 reclaims_within=self.ctx.reclaims_within)
                     self.last_forecast = forecast
                     report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                                   policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
@@ -158,7 +164,8 @@ class Daemon:
                     now = self.clock()
                     forecast = self.last_forecast
                     if forecast is None:
-                        forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster)
+                        forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
+                                                                 reclaims_within=self.ctx.reclaims_within)
                     changed = True  # until it says otherwise: a pass that fails may have handled notices first
                     changed = handle_interruptions(
                         store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,

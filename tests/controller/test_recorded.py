@@ -110,6 +110,11 @@ def test_recent_reclaims_name_the_offer_of_each_reclaimed_node_gone_or_not(tmp_p
             OfferReclaim(a.key, T0 + timedelta(minutes=1)), OfferReclaim(b.key, T0 + timedelta(minutes=2)))
         assert [set(kw["node_ids"]) for kw in read] == [{"n-a", "n-b", "never-stored"}]
         assert len(recent_reclaims(store)) == 3
+        # within the policy's TTL only: the notices received in the 8.5 minutes before now (the planner uses no older)
+        assert recent_reclaims(store, T0 + timedelta(minutes=10), within=timedelta(minutes=8.5)) == (
+            OfferReclaim(b.key, T0 + timedelta(minutes=2)),)
+        assert recent_reclaims(store, T0 + timedelta(minutes=10), within=timedelta(minutes=9)) == (
+            OfferReclaim(a.key, T0 + timedelta(minutes=1)), OfferReclaim(b.key, T0 + timedelta(minutes=2)))
     finally:
         store.close()
 
