@@ -44,8 +44,6 @@ import os
 import platform
 import random
 import shlex
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -438,49 +436,19 @@ def _median_growth(per_tick: list[dict[str, Any]]) -> int:
 # --------------------------------------------------------------------------- stores
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def postgres_server() -> Iterator[Callable[[str], str]]:
-    """A throwaway PostgreSQL (as ``tests/store/conftest.py`` starts one);
+    """A throwaway PostgreSQL (``tests/pgserver.py``, as the store tests start
+    one, but with fsync on: a benchmark of commits should pay for them);
     yields a function that creates a database and returns its URL."""
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
-    if not initdb or not pg_ctl:
-        for base in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-            initdb, pg_ctl = str(base / "initdb"), str(base / "pg_ctl")
-            break
-    if not initdb or not Path(initdb).exists():
-        raise SystemExit("PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-    root = Path(tempfile.mkdtemp(prefix="fleetctl-bench-pg-"))
-    data, sock = root / "data", root / "sock"
-    sock.mkdir()
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-        shutil.chown(sock, "postgres")
-        prefix = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    subprocess.run([*prefix, initdb, "-D", str(data), "-U", "fleetctl", "--auth=trust", "-E", "UTF8"],
-                   check=True, capture_output=True)
-    # fsync on (unlike the tests): a benchmark of commits should pay for them
-    subprocess.run([*prefix, pg_ctl, "start", "-D", str(data), "-l", str(root / "log"), "-w", "-o",
-                    f"-p {port} -k {sock} -c listen_addresses=127.0.0.1"], check=True, capture_output=True)
-    createdb = shutil.which("createdb") or str(Path(initdb).with_name("createdb"))
-
-    def database(name: str) -> str:
-        subprocess.run([*prefix, createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "fleetctl", name],
-                       check=True, capture_output=True)
-        return f"postgresql+psycopg://fleetctl@127.0.0.1:{port}/{name}"
+    from tests.pgserver import PostgresMissing
+    from tests.pgserver import postgres_server as server
 
     try:
-        yield database
-    finally:
-        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+        with server(fsync=True, prefix="fleetctl-bench-pg-") as database:
+            yield database
+    except PostgresMissing as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------- report
