@@ -120,17 +120,10 @@ def test_a_read_only_store_refuses_writes_and_keeps_the_file_as_it_was(tmp_path)
 
 def _downgrade(url: str, revision: str) -> None:
     """The store at ``url`` as a fleetctl of schema ``revision`` left it (the migrations' own downgrade)."""
-    from alembic import command
-    from alembic.config import Config
-
-    from fleetctl.store import MIGRATIONS
+    from tests.store.migrate import downgrade
 
     store = Store(url)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with store._engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, revision)
+    downgrade(store, revision)
     store.close()
 
 

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from fleetctl.model import JOB_RUNTIME_FIELDS, Job, JobState, NodeState
 from fleetctl.store import ConcurrentApply, DuplicateJob, Store
 from tests.builders import T0, job, node
+from tests.store.migrate import downgrade
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -245,21 +246,14 @@ def test_offer_observations_record_listed_and_vanished_spot_offers(store):
 def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfilled(store):
     """A store of revision 0003 already holding a change log: migration 0004
     fills offer_latest from it, so the next pass records only real changes."""
-    from alembic import command
-    from alembic.config import Config
 
     from fleetctl.model import Market
-    from fleetctl.store import MIGRATIONS
     from tests.builders import offer
 
     a, b = offer("a1", price=1.0, zone="z1"), offer("b1", price=2.0, zone="z2")
     store.record_offers([a, b], T0)
     store.record_offers([a], T0 + timedelta(minutes=5))  # b vanished
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with store._engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0003")
+    downgrade(store, "0003")
     assert store.schema_revision() == "0003"
     upgraded = Store(store.url)
     try:
@@ -278,11 +272,7 @@ def test_an_0006_store_upgrades_with_each_nodes_zone_backfilled_from_the_old_rul
     store keeps its placement domains; downgrading takes it out again."""
     import json
 
-    from alembic import command
-    from alembic.config import Config
-
     from fleetctl.model import Market
-    from fleetctl.store import MIGRATIONS
     from tests.builders import offer
 
     gcp = offer("a2-ultragpu-8g", provider="gcp", region="us-central1", zone="", market=Market.ON_DEMAND)
@@ -293,11 +283,8 @@ def test_an_0006_store_upgrades_with_each_nodes_zone_backfilled_from_the_old_rul
              node("us-central1-c/fleetctl-0", gcp, state=NodeState.GONE)]
     for n in nodes:
         store.put_node(n, T0)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
+    downgrade(store, "0006")
     with store._engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0006")
         docs = [json.loads(d) for (d,) in conn.execute(sa.text("SELECT doc FROM nodes"))]
     assert len(docs) == 5 and not [d for d in docs if "zone" in d]  # as fleetctl of revision 0006 wrote them
     assert store.schema_revision() == "0006"
@@ -460,10 +447,6 @@ def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_pa
     Made read-only with chmod the test would prove nothing as root (root writes
     anyway), so it checks that the lock file is not created at all, which
     opening it with "a+" does. A store that needs an upgrade still takes it."""
-    from alembic import command
-    from alembic.config import Config
-
-    from fleetctl.store import MIGRATIONS
 
     db = tmp_path / "state.db"
     lock = tmp_path / "state.db.migrate.lock"
@@ -473,11 +456,7 @@ def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_pa
     try:
         assert again.schema_revision() == "0008"
         assert not lock.exists()
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        with again._engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "0005")
+        downgrade(again, "0005")
     finally:
         again.close()
     Store(f"sqlite:///{db}").close()  # an upgrade: under the lock
@@ -608,10 +587,6 @@ def test_an_0007_store_upgrades_to_the_nodes_state_updated_at_index_and_back(sto
     """Migration 0008 adds the (state, updated_at_utc) index on nodes that
     ``nodes_gone_since`` reads through; downgrading drops it; the nodes are
     untouched either way."""
-    from alembic import command
-    from alembic.config import Config
-
-    from fleetctl.store import MIGRATIONS
 
     store.put_node(node("n1"), T0)
     store.put_node(node("n2", state=NodeState.GONE), T0)
@@ -620,11 +595,7 @@ def test_an_0007_store_upgrades_to_the_nodes_state_updated_at_index_and_back(sto
         return {ix["name"] for ix in sa.inspect(store._engine).get_indexes("nodes")}
 
     assert "ix_nodes_state_updated_at_utc" in indexes()
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with store._engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0007")
+    downgrade(store, "0007")
     assert store.schema_revision() == "0007"
     assert "ix_nodes_state_updated_at_utc" not in indexes()
     upgraded = Store(store.url)
