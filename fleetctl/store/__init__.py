@@ -118,6 +118,18 @@ def _row(decode: Any, text: str, what: str) -> Any:
         raise StoreError(f"the state store is damaged: {what} does not decode ({type(exc).__name__}: {exc})") from exc
 
 
+#: Ids bound into one ``IN (...)``: under every supported database's bound-parameter limit.
+_IN_CHUNK = 500
+
+
+def _rows_with(conn: Connection, query: Any, column: Any, ids: Iterable[str]) -> list[Any]:
+    """The rows of ``query`` whose ``column`` is one of ``ids``, read in
+    chunks of ``_IN_CHUNK`` ids (a long list would pass the bound-parameter limit)."""
+    wanted = sorted(set(ids))
+    return [r for i in range(0, len(wanted), _IN_CHUNK)
+            for r in conn.execute(query.where(column.in_(wanted[i:i + _IN_CHUNK]))).all()]
+
+
 def _make_engine(url: str, read_only: bool = False) -> Engine:
     database = sa.engine.make_url(url).database if url.startswith("sqlite:") else None
     on_file = database not in (None, "", ":memory:") and not str(database).startswith("file:")
@@ -388,14 +400,9 @@ class Store:
 
     def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
         """The stored state of each of ``job_ids`` that is in the store."""
-        wanted = sorted(set(job_ids))
-        out: dict[str, JobState] = {}
         with self._tx() as conn:
-            for i in range(0, len(wanted), 500):  # stay under the database's bound-parameter limit
-                rows = conn.execute(sa.select(tables.jobs.c.job_id, tables.jobs.c.state)
-                                    .where(tables.jobs.c.job_id.in_(wanted[i:i + 500]))).all()
-                out.update((r.job_id, JobState(r.state)) for r in rows)
-        return out
+            rows = _rows_with(conn, sa.select(tables.jobs.c.job_id, tables.jobs.c.state), tables.jobs.c.job_id, job_ids)
+        return {r.job_id: JobState(r.state) for r in rows}
 
     def jobs(self, *, active_only: bool = False, job_ids: Iterable[str] | None = None,
              on_node: str | None = None) -> tuple[Job, ...]:
@@ -416,10 +423,8 @@ class Store:
                      if on_node in job.node_ids]
             return tuple(sorted(found, key=lambda j: (j.submitted_at_utc, j.job_id)))
         if job_ids is not None:
-            wanted = sorted(set(job_ids))
             with self._tx() as conn:
-                rows = [r for i in range(0, len(wanted), 500)  # stay under the database's bound-parameter limit
-                        for r in conn.execute(query.where(tables.jobs.c.job_id.in_(wanted[i:i + 500]))).all()]
+                rows = _rows_with(conn, query, tables.jobs.c.job_id, job_ids)
             found = [_row(job_from_dict, r.spec, f"job {r.job_id!r}") for r in rows]
         else:
             with self._tx() as conn:
@@ -535,10 +540,8 @@ class Store:
             # many gone ones the store keeps (!= reads every row)
             query = query.where(tables.nodes.c.state.in_([s.value for s in NodeState if s is not NodeState.GONE]))
         if node_ids is not None:
-            wanted = sorted(set(node_ids))
             with self._tx() as conn:
-                rows = [r for i in range(0, len(wanted), 500)  # stay under the database's bound-parameter limit
-                        for r in conn.execute(query.where(tables.nodes.c.node_id.in_(wanted[i:i + 500]))).all()]
+                rows = _rows_with(conn, query, tables.nodes.c.node_id, node_ids)
             return tuple(sorted((_row(node_from_dict, r.doc, f"node {r.node_id!r}") for r in rows),
                                 key=lambda n: n.node_id))
         with self._tx() as conn:
@@ -704,9 +707,7 @@ class Store:
             query = query.where(t.c.received_at_utc >= dt_to_str(received_since))
         with self._tx() as conn:
             if node_ids is not None:
-                wanted = sorted(set(node_ids))
-                rows = [r for i in range(0, len(wanted), 500)  # stay under the database's bound-parameter limit
-                        for r in conn.execute(query.where(t.c.node_id.in_(wanted[i:i + 500]))).all()]
+                rows = _rows_with(conn, query, t.c.node_id, node_ids)
             else:
                 rows = conn.execute(query).all()
         events = [

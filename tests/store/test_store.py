@@ -158,6 +158,25 @@ def test_jobs_on_a_node_are_those_whose_node_ids_hold_it(store, node_id):
     assert store.nodes(node_ids=[node_id]) == () and store.nodes(node_ids=[]) == ()
 
 
+def test_reads_by_more_ids_than_one_in_list_holds_give_every_row(store):
+    """Reads by id lists split them into chunks (a database bounds the
+    parameters of one statement): 1,201 ids give every stored row once."""
+    from fleetctl.model import InterruptionEvent, InterruptionKind
+
+    ids = [f"x{i:04d}" for i in range(1201)]
+    store.add_jobs([job(i, submitted=T0) for i in ids], T0)
+    for i in ids:
+        store.put_node(node(i), T0)
+    for i in ids:
+        store.add_interruption(InterruptionEvent(event_id=f"e-{i}", provider="aws", node_id=i,
+                                                 kind=InterruptionKind.RECLAIM_WARNING, received_at_utc=T0))
+    wanted = [*ids, "absent", ids[0]]
+    assert [j.job_id for j in store.jobs(job_ids=wanted)] == ids
+    assert store.job_states(wanted) == {i: JobState.QUEUED for i in ids}
+    assert [n.node_id for n in store.nodes(node_ids=wanted)] == ids
+    assert sorted(e.node_id for e in store.interruptions(unhandled_only=False, node_ids=wanted)) == ids
+
+
 def test_a_node_keeps_the_zone_its_provider_placed_it_in(store):
     """A node of a regional offer (zone "") carries the zone its provider
     reported; the store gives it back, and it is the node's placement domain."""
