@@ -137,7 +137,7 @@ class Daemon:
                         return
                     acted = True
                     forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
-                                                                 reclaims_within=self.ctx.reclaims_within)
+                                              reclaims_within=self.ctx.reclaims_within)
                     self.last_forecast = forecast
                     report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                                   policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
@@ -165,7 +165,7 @@ class Daemon:
                     forecast = self.last_forecast
                     if forecast is None:
                         forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
-                                                                 reclaims_within=self.ctx.reclaims_within)
+                                                                       reclaims_within=self.ctx.reclaims_within)
                     changed = True  # until it says otherwise: a pass that fails may have handled notices first
                     changed = handle_interruptions(
                         store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
