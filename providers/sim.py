@@ -98,8 +98,8 @@ class SimProvider:
             if e.kind is not InterruptionKind.REBALANCE and (e.deadline_utc is None or e.deadline_utc <= now)
             and e.received_at_utc <= now
         }
-        for node in live:
-            if node.node_id in taken and node.state is not NodeState.GONE:
+        for node in live:  # none GONE
+            if node.node_id in taken:
                 node = replace(node, state=NodeState.GONE)
                 changed.append(node)
             if node.state is NodeState.LAUNCHING and node.ready_at_utc is not None and node.ready_at_utc <= now:
@@ -145,12 +145,11 @@ class SimProvider:
         return LaunchResult(request, tuple(nodes))
 
     def terminate(self, node_id: str, now: datetime) -> None:
-        for node in self._store.nodes(include_gone=True, node_ids=[node_id]):
-            if node.node_id == node_id:
-                if node.state is not NodeState.GONE:
-                    self._store.put_node(replace(node, state=NodeState.GONE), now)
-                return
-        raise NodeNotFound(node_id)
+        node = next(iter(self._store.nodes(include_gone=True, node_ids=[node_id])), None)
+        if node is None:
+            raise NodeNotFound(node_id)
+        if node.state is not NodeState.GONE:
+            self._store.put_node(replace(node, state=NodeState.GONE), now)
 
     def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
         """Notices not yet handled (the sandbox's notices live in the store, so

@@ -102,8 +102,8 @@ class RecordedNodes:
 
     def terminate(self, node_id: str, now: datetime) -> None:
         self._inner.terminate(node_id, now)
-        for node in self._store.nodes(node_ids=[node_id]):
-            if node.node_id == node_id and node.offer.provider in self._clouds:
+        for node in self._store.nodes(node_ids=[node_id]):  # the one node, unless it is not recorded (or gone)
+            if node.offer.provider in self._clouds:
                 self._store.put_node(replace(node, state=NodeState.TERMINATING), now)
 
     def interruption_events(self, now: datetime) -> tuple[InterruptionEvent, ...]:
