@@ -34,7 +34,7 @@ from fleetctl.model import (
     Terminate,
 )
 from fleetctl.codec import str_to_dt
-from fleetctl.store import ConcurrentApply, Store
+from fleetctl.store import ConcurrentApply, Store, retry_key
 from providers.base import InsufficientCapacity, LaunchRequest, Provider, ProviderError
 
 from typing import TYPE_CHECKING
@@ -182,7 +182,7 @@ def _launch_key(store: Store, key: str, action: Launch, now: datetime) -> str:
         if not prior or any(n.state is not NodeState.GONE for n in prior):
             return candidate  # a retry: the provider answers for this key
         attempt += 1
-        candidate = f"{key}-r{attempt}"
+        candidate = retry_key(key, attempt)
     return candidate
 
 

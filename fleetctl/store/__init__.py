@@ -122,12 +122,40 @@ def _row(decode: Any, text: str, what: str) -> Any:
 _IN_CHUNK = 500
 
 
+def _chunks(ids: Iterable[str]) -> Iterator[list[str]]:
+    """``ids`` (each once, sorted) in lists of at most ``_IN_CHUNK``."""
+    wanted = sorted(set(ids))
+    return (wanted[i:i + _IN_CHUNK] for i in range(0, len(wanted), _IN_CHUNK))
+
+
 def _rows_with(conn: Connection, query: Any, column: Any, ids: Iterable[str]) -> list[Any]:
     """The rows of ``query`` whose ``column`` is one of ``ids``, read in
     chunks of ``_IN_CHUNK`` ids (a long list would pass the bound-parameter limit)."""
-    wanted = sorted(set(ids))
-    return [r for i in range(0, len(wanted), _IN_CHUNK)
-            for r in conn.execute(query.where(column.in_(wanted[i:i + _IN_CHUNK]))).all()]
+    return [r for chunk in _chunks(ids) for r in conn.execute(query.where(column.in_(chunk))).all()]
+
+
+def _delete_with(conn: Connection, table: Any, column: Any, ids: Iterable[str]) -> int:
+    """Delete the rows of ``table`` whose ``column`` is one of ``ids``, in
+    chunks as ``_rows_with`` reads them; returns how many were deleted."""
+    return sum(conn.execute(table.delete().where(column.in_(chunk))).rowcount for chunk in _chunks(ids))
+
+
+#: How ``retry_key`` marks a new purchase under a launch key used before: ``<key>-r<attempt>``.
+_RETRY = re.compile(r"-r[0-9]+$")
+
+
+def retry_key(key: str, attempt: int) -> str:
+    """The idempotency key of the ``attempt``-th new purchase of a plan's
+    launch ``key`` (``fleetctl.controller``: every node bought under the
+    earlier keys is gone, and the same state has come back). Defined here
+    because retention keeps or deletes a key's launches together
+    (``Store.prune_finished``)."""
+    return f"{key}-r{attempt}"
+
+
+def _launch_chain(key: str) -> str:
+    """The launch key ``key`` is a ``retry_key`` of (itself if none)."""
+    return _RETRY.sub("", key)
 
 
 def _make_engine(url: str, read_only: bool = False) -> Engine:
@@ -625,6 +653,74 @@ class Store:
             deleted_notices = conn.execute(notices.delete().where(notices.c.handled_at_utc.is_not(None))
                                            .where(notices.c.received_at_utc < notice_cut)).rowcount
         return {"events": deleted_events, "offer_observations": deleted_obs, "interruptions": deleted_notices}
+
+    #: Launch statuses that hold the cloud's answer. ``pending`` (intent written, the cloud not asked or
+    #: not answered yet) and ``unknown`` (no answer came: it may have bought) are a retry's to settle.
+    FINISHED_LAUNCHES = ("done", "partial", "failed")
+
+    def prune_finished(self, before: datetime) -> dict[str, int]:
+        """Delete the finished history older than ``before`` (opt-in retention,
+        ``fleetctl prune --finished-older-than-days``): jobs in a final state
+        last written before it (and their handled cancel requests), nodes GONE
+        since before it, their finished launches, and the decision events
+        (every kind but ``PER_PASS_EVENTS``) before it. Returns the rows
+        deleted per table. Kept whatever their age:
+
+        * a final job with a cancel request no tick has handled yet (the next
+          tick reads it);
+        * a gone node that a kept reclaim notice or an active job names: the
+          forecasters read a reclaimed node's offer through its row for as
+          long as the notice is kept (``prune`` governs notices with the
+          market history they label), and a lost node's through its row;
+        * a launch key with the nodes bought under it, and the retries of one
+          plan's launch (``retry_key``) together: all of them go, or none. A
+          launch is deleted only when it is finished
+          (``FINISHED_LAUNCHES``), older than ``before``, and every node
+          bought under the launches of its chain is deleted too. A key seen
+          before whose nodes are all gone starts a new purchase under the next
+          ``-rN`` key; with some of them deleted, a retry of an apply that
+          crashed would read an earlier key as free (or its nodes as never
+          bought) and buy again;
+        * the latest event of each kind (a pass reads when the last
+          termination was).
+
+        Atomic (one transaction, which ``transaction()`` may widen: run after
+        ``prune`` in it, the notices that one deletes no longer keep nodes)."""
+        cut = dt_to_str(before)
+        jobs, nodes, launches = tables.jobs, tables.nodes, tables.launches
+        events, cancels, notices = tables.events, tables.job_cancellations, tables.interruptions
+        final = [s.value for s in JobState if not s.active]
+        with self.transaction(), self._tx() as conn:
+            old_jobs = (sa.select(jobs.c.job_id).where(jobs.c.state.in_(final)).where(jobs.c.updated_at_utc < cut)
+                        .where(jobs.c.job_id.not_in(sa.select(cancels.c.job_id)
+                                                    .where(cancels.c.handled_at_utc.is_(None)))))
+            deleted_cancels = conn.execute(cancels.delete().where(cancels.c.job_id.in_(old_jobs))).rowcount
+            deleted_jobs = conn.execute(jobs.delete().where(jobs.c.job_id.in_(old_jobs))).rowcount
+            named = {n for j in self.jobs(active_only=True) for n in j.node_ids}
+            gone = {r.node_id: r.idempotency_key for r in conn.execute(
+                sa.select(nodes.c.node_id, nodes.c.idempotency_key).where(nodes.c.state == NodeState.GONE.value)
+                .where(nodes.c.updated_at_utc < cut).where(nodes.c.node_id.not_in(sa.select(notices.c.node_id))))
+                if r.node_id not in named}
+            chains: dict[str, list[str]] = {}  # chain -> its launch keys, while every one may go
+            kept: set[str] = set()
+            for r in conn.execute(sa.select(launches.c.idempotency_key, launches.c.status, launches.c.created_at_utc)):
+                chain = _launch_chain(r.idempotency_key)
+                chains.setdefault(chain, []).append(r.idempotency_key)
+                if r.status not in self.FINISHED_LAUNCHES or r.created_at_utc >= cut:
+                    kept.add(chain)
+            bought = _rows_with(conn, sa.select(nodes.c.node_id, nodes.c.idempotency_key), nodes.c.idempotency_key,
+                                (k for c, keys in chains.items() if c not in kept for k in keys))
+            kept.update(_launch_chain(r.idempotency_key) for r in bought if r.node_id not in gone)
+            doomed = [n for n, key in gone.items() if key is None or _launch_chain(key) not in kept]
+            deleted_nodes = _delete_with(conn, nodes, nodes.c.node_id, doomed)
+            deleted_launches = _delete_with(conn, launches, launches.c.idempotency_key,
+                                            (k for c, keys in chains.items() if c not in kept for k in keys))
+            latest = sa.select(sa.func.max(events.c.seq)).group_by(events.c.kind)
+            deleted_events = conn.execute(events.delete().where(events.c.at_utc < cut)
+                                          .where(events.c.kind.not_in(self.PER_PASS_EVENTS))
+                                          .where(events.c.seq.not_in(latest))).rowcount
+        return {"jobs": deleted_jobs, "job_cancellations": deleted_cancels, "nodes": deleted_nodes,
+                "launches": deleted_launches, "events": deleted_events}
 
     # ------------------------------------------------------------------ leases
 

@@ -768,6 +768,39 @@ def test_an_error_that_is_not_the_clouds_answer_part_way_reports_what_was_carrie
     assert [e["kind"] for e in w.store.events() if e["kind"] in ("launch", "bind")] == ["launch"]
 
 
+def test_a_retried_launch_after_the_finished_history_is_pruned_buys_nothing_more(world_factory, monkeypatch):
+    """A plan's launch bought a node that is long gone; the same state came back
+    40 days later and its launch (the next key, ``-r1``) bought but the answer
+    was lost. A prune of the finished history older than 30 days runs before
+    the retry: it must not delete the old key (or its gone node), or the retry
+    would read the old key as never used and buy a second node."""
+    from fleetctl.controller import ApplyInterrupted, execute
+    from fleetctl.model import Launch, Plan, Reason
+    from providers.sim import SimProvider
+
+    w = world_factory(offers=OFFERS)
+    plan = Plan((Launch(SPOT_A, ("new-1",), Reason.CHEAPEST_OFFER, "test"),), (), 0.0, 8.0)
+    execute(plan, store=w.store, provider=w.provider, now=T0, plan_id="9" * 64)
+    (first,) = w.store.nodes()
+    w.store.put_node(replace(first, state=NodeState.GONE), T0 + timedelta(hours=1))
+    real = SimProvider.launch
+
+    def answer_lost(self, request, now):  # noqa: ANN001, ANN202
+        real(self, request, now)  # the cloud bought
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    now = T0 + timedelta(days=40)
+    monkeypatch.setattr(SimProvider, "launch", answer_lost)
+    with pytest.raises(ApplyInterrupted):
+        execute(plan, store=w.store, provider=w.provider, now=now, plan_id="9" * 64)
+    (bought,) = w.store.nodes()
+    monkeypatch.setattr(SimProvider, "launch", real)
+    w.store.prune_finished(now - timedelta(days=30))
+    retried = execute(plan, store=w.store, provider=w.provider, now=now + timedelta(minutes=1), plan_id="9" * 64)
+    assert [n.node_id for n, _ in retried.launches] == [bought.node_id]
+    assert w.store.nodes() == (bought,)  # one live node: the retry was answered with what the lost answer bought
+
+
 def test_a_terminate_without_an_answer_reports_what_was_carried_out(world_factory, monkeypatch):
     from fleetctl.controller import ApplyInterrupted, execute
     from fleetctl.model import Launch, Plan, Reason, Terminate

@@ -59,6 +59,39 @@ def test_forecast_from_recorded_history_and_retraining(tmp_path):
         store.close()
 
 
+def test_the_forecaster_reads_and_retrains_the_same_after_the_finished_history_is_pruned(tmp_path):
+    """Reclaimed nodes gone before the cut, whose handled notices the per-pass
+    retention still keeps: pruning the finished history keeps them, so the
+    recorded reclaims (read through each node's offer), the forecast and a
+    retrain are what they were; the other finished history goes."""
+    from fleetctl.controller.forecast import recent_reclaims
+    from fleetctl.model import InterruptionEvent, InterruptionKind, JobState, NodeState
+    from tests.builders import job, node
+
+    market, store, now = _recorded(tmp_path)
+    try:
+        for i, trace in enumerate(market.traces):
+            at = now - timedelta(hours=36 - i)
+            store.put_node(node(f"reclaimed-{i}", of=trace.offer_spot, state=NodeState.GONE), at)
+            store.add_interruption(InterruptionEvent(f"notice-{i}", "aws", f"reclaimed-{i}",
+                                                     InterruptionKind.RECLAIM_WARNING, at))
+            store.mark_interruption_handled(f"notice-{i}", at)
+        store.put_node(node("retired", of=market.traces[0].offer_spot, state=NodeState.GONE), now - timedelta(days=5))
+        store.add_jobs([job("done", state=JobState.SUCCEEDED)], now - timedelta(days=5))
+        forecaster = ModelForecaster(tmp_path / "models")
+        reclaims, risks = recent_reclaims(store), forecaster.interruption(store, now)
+        assert len(reclaims) == len(market.traces)
+
+        deleted = store.prune_finished(now - timedelta(days=1))
+
+        assert (deleted["nodes"], deleted["jobs"]) == (1, 1)
+        assert recent_reclaims(store) == reclaims
+        assert forecaster.interruption(store, now) == risks
+        assert forecaster.retrain(store, now)
+    finally:
+        store.close()
+
+
 def test_unusable_model_directories_are_refused(tmp_path):
     with pytest.raises(ModelError, match="no such model directory"):
         ModelForecaster(tmp_path / "nope")

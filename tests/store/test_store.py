@@ -379,6 +379,134 @@ def test_prune_deletes_what_every_pass_adds_and_keeps_decisions_and_the_market_s
     assert store.prune(cut + timedelta(hours=1), notices_before=cut - timedelta(hours=1))["interruptions"] == 0
 
 
+def _launched(store, key, node_ids, status, created, gone_at=None):
+    """A launch row ``key`` (begun at ``created``, finished with ``status``) and
+    its nodes, GONE since ``gone_at`` when given (else ready)."""
+    store.begin_launch(key, "aws/r1/z1/g8/spot", max(1, len(node_ids)), created)
+    if status != "pending":
+        store.finish_launch(key, node_ids, status)
+    for nid in node_ids:
+        if gone_at is None:
+            store.put_node(node(nid), created, idempotency_key=key)
+        else:
+            store.put_node(node(nid, state=NodeState.GONE), gone_at, idempotency_key=key)
+
+
+def _left(store):
+    """What the store holds of the finished history's tables: job ids, node ids, launch keys, cancel requests."""
+    with store._engine.connect() as conn:  # noqa: SLF001 - every launch row and cancel request, as stored
+        keys = {r[0] for r in conn.execute(sa.text("SELECT idempotency_key FROM launches"))}
+        cancels = {r[0] for r in conn.execute(sa.text("SELECT job_id FROM job_cancellations"))}
+    return ({j.job_id for j in store.jobs()}, {n.node_id for n in store.nodes(include_gone=True)}, keys, cancels)
+
+
+def test_prune_finished_deletes_the_finished_history_before_the_cut_and_keeps_the_rest(store):
+    """At the boundary: a final job last written just before the cut goes, one
+    written at the cut stays; active jobs, live nodes, pending and unknown
+    launches, the per-pass rows and each kind's latest event stay whatever
+    their age."""
+    cut = T0 + timedelta(days=30)
+    just_before = cut - timedelta(seconds=1)
+    for state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        store.add_jobs([job(state.value)], T0)
+        store.put_job(job(state.value, state=state), just_before)
+    store.add_jobs([job("at-cut"), job("queued"), job("running"), job("asked"), job("stopped")], T0)
+    store.put_job(job("at-cut", state=JobState.SUCCEEDED), cut)
+    store.put_job(job("running", state=JobState.RUNNING, node_ids=("live",)), just_before)
+    store.request_cancel(["asked", "stopped"], T0)  # both cancelled at once (queued); one request handled since
+    store.mark_cancel_handled("stopped", T0)
+    _launched(store, "k-gone", ["gone"], "done", T0, gone_at=just_before)
+    _launched(store, "k-at-cut", ["gone-at-cut"], "done", T0, gone_at=cut)
+    _launched(store, "k-live", ["live"], "done", T0)
+    _launched(store, "k-failed", [], "failed", T0)
+    _launched(store, "k-pending", [], "pending", T0)
+    _launched(store, "k-unknown", [], "unknown", T0)
+    _launched(store, "k-new", [], "failed", cut)
+    for kind, at in (("launch", T0), ("launch", cut), ("terminate", T0), ("demand", T0), ("bind", just_before)):
+        store.record(kind, at, "x")
+
+    deleted = store.prune_finished(cut)
+
+    assert deleted == {"jobs": 4, "job_cancellations": 1, "nodes": 1, "launches": 2, "events": 2}
+    jobs, nodes, keys, cancels = _left(store)
+    assert jobs == {"at-cut", "queued", "running", "asked"}  # "asked": cancelled, its request not handled yet
+    assert cancels == {"asked"}
+    assert nodes == {"gone-at-cut", "live"}
+    assert keys == {"k-at-cut", "k-live", "k-pending", "k-unknown", "k-new"}
+    assert sorted((e["kind"], e["at_utc"][:10]) for e in store.events()) == [
+        ("bind", "2026-12-02"),  # the latest bind, though before the cut
+        ("cancel_requested", "2026-11-02"),  # the latest of two
+        ("demand", "2026-11-02"),  # per-pass: prune's, not prune_finished's
+        ("launch", "2026-12-02"), ("terminate", "2026-11-02")]
+    assert store.last_event_at("terminate") == T0  # what a pass reads (the planner's cooldown)
+    assert store.prune_finished(cut) == {"jobs": 0, "job_cancellations": 0, "nodes": 0, "launches": 0, "events": 0}
+
+
+def test_prune_finished_keeps_the_gone_nodes_that_kept_notices_or_active_jobs_name(store):
+    """A reclaim notice names its node, and the forecasters read the reclaimed
+    offer through the node's row: the node stays while the notice does, and
+    goes in the same transaction as a prune that deletes the notice. A gone
+    node an active job still names (a lost node not handled yet) stays too."""
+    from fleetctl.controller.forecast import recent_reclaims
+    from fleetctl.model import InterruptionEvent, InterruptionKind
+    from tests.builders import offer
+
+    spot = offer("a8", price=8.0)
+    cut = T0 + timedelta(days=30)
+    store.put_node(node("reclaimed", of=spot, state=NodeState.GONE), T0 + timedelta(minutes=2))
+    store.add_interruption(InterruptionEvent("notice", "aws", "reclaimed", InterruptionKind.RECLAIM_WARNING, T0))
+    store.mark_interruption_handled("notice", T0)
+    store.put_node(node("lost", state=NodeState.GONE), T0)
+    store.add_jobs([job("bound", state=JobState.BOUND, node_ids=("lost",))], T0)
+    reclaims = recent_reclaims(store)
+    assert [r.offer_key for r in reclaims] == [spot.key]
+
+    assert store.prune_finished(cut)["nodes"] == 0
+    assert recent_reclaims(store) == reclaims
+    assert _left(store)[1] == {"reclaimed", "lost"}
+
+    with store.transaction():  # as `fleetctl prune --finished-older-than-days` runs them
+        assert store.prune(cut)["interruptions"] == 1
+        assert store.prune_finished(cut)["nodes"] == 1
+    assert recent_reclaims(store) == () and _left(store)[1] == {"lost"}
+
+
+def test_prune_finished_keeps_a_launch_with_its_nodes_and_its_retries_or_deletes_them_all(store):
+    """A launch key seen before is a retry unless every node bought under it is
+    gone (then the next ``-rN`` key buys anew): deleting an old key, or its
+    gone nodes, while a later retry of the same launch is kept would let a
+    crashed apply's retry read the old key as never used and buy again."""
+    from fleetctl.store import retry_key
+
+    cut = T0 + timedelta(days=30)
+    old = cut - timedelta(days=1)
+    _launched(store, "k", ["k-node"], "done", T0, gone_at=old)
+    _launched(store, retry_key("k", 1), [], "pending", T0)  # a retry under way (no answer yet), however old
+    _launched(store, "m", ["m-node"], "done", T0, gone_at=old)
+    _launched(store, retry_key("m", 1), ["m-r1-node"], "done", T0, gone_at=cut)  # its node gone since the cut
+    _launched(store, "n", ["n-node"], "done", T0, gone_at=old)
+    _launched(store, retry_key("n", 1), ["n-r1-node"], "partial", T0, gone_at=old)
+    _launched(store, "p", ["p-node", "p-live"], "done", T0)
+    store.put_node(node("p-node", state=NodeState.GONE), old)  # one of a launch's two nodes gone
+
+    assert store.prune_finished(cut)["launches"] == 2
+    _, nodes, keys, _ = _left(store)
+    assert keys == {"k", "k-r1", "m", "m-r1", "p"}
+    assert nodes == {"k-node", "m-node", "m-r1-node", "p-node", "p-live"}
+    assert [n.node_id for n in store.nodes_by_idempotency_key("k")] == ["k-node"]
+
+
+def test_prune_finished_deletes_more_rows_than_one_statement_binds(store):
+    """Node ids and launch keys are deleted in chunks (``_IN_CHUNK``) under the bound-parameter limit."""
+    count = 1_201
+    with store.transaction():
+        for i in range(count):
+            _launched(store, f"k{i:04d}", [f"n{i:04d}"], "done", T0, gone_at=T0)
+    assert store.prune_finished(T0 + timedelta(days=1)) == {
+        "jobs": 0, "job_cancellations": 0, "nodes": count, "launches": count, "events": 0}
+    assert _left(store)[1:3] == (set(), set())
+
+
 def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path):
     """Six processes open a store at an older schema at the same moment (cron
     beside a restarted daemon after an upgrade): every one opens it."""
