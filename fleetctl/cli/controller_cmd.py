@@ -108,32 +108,64 @@ def prune(
     older_than_days: Annotated[float, typer.Option(
         "--older-than-days", min=1.0, max=36500.0,
         help="Delete what is older than this many days.")] = 90.0,
+    finished_older_than_days: Annotated[Optional[float], typer.Option(
+        "--finished-older-than-days", min=1.0, max=36500.0, show_default=False,
+        help="Also delete the finished history older than this many days: jobs that succeeded, failed or were "
+        "cancelled (last written before the cut) with their handled cancel requests, nodes gone since before "
+        "it with the finished launches (done, partial, failed) that bought them, and the decision events "
+        "(launch, bind, start, complete, terminate, ...) before it. Always kept: active jobs and a finished "
+        "job whose cancel request no tick has handled; nodes not gone, and gone nodes that a kept reclaim "
+        "notice or an active job names; pending and unknown launches, and every launch (with its retries and "
+        "its nodes) while one of them is not deletable, so a retried launch never buys twice; the latest "
+        "event of each kind. A deleted job's id can be submitted again, and then runs as a new job. "
+        "Off unless given (auditors may want every decision kept).")] = None,
     policy: PolicyOption = None,
     state: StateOption = None,
+    lock_timeout: LockTimeoutOption = 60.0,
 ) -> None:
     """Delete what every reconcile pass writes, older than --older-than-days: the demand and
     spot-market history (each offer's state at the cut is kept), the pass markers in the
     audit log, and handled reclaim notices. Decisions (launches, binds, terminations, ...),
     jobs and nodes are kept, and so are the reclaim notices the planner still reads, even
     when older than the cut (those within the policy's interruptions.reclaimed_offer_ttl_minutes:
-    what --policy is read for).
-    The daemon does this daily (--retain-days).
+    what --policy is read for). With --finished-older-than-days, the finished history goes too
+    (in the same transaction, while no reconcile pass runs: it waits for the controller lease,
+    --lock-timeout). The daemon does this daily (--retain-days, --retain-finished-days).
 
     What is kept grows with the fleet's history (about 70 KB a tick for the benchmark's 2,000 nodes), but a
     tick reads only live nodes and recent notices, so it does not slow as the store ages
-    (benchmarks/results/tick_history.md)."""
+    (benchmarks/results/tick_history.md). SQLite does not give the freed pages back to the
+    file system: run `sqlite3 .fleetctl/state.db VACUUM` with the daemon stopped to shrink the file
+    (benchmarks/results/prune_history.md)."""
+    from contextlib import nullcontext
     from datetime import timedelta
 
+    from fleetctl.controller.lease import controller_lease, holder_id
+    from fleetctl.store import LeaseHeld
+
     pol, _ = load_policy_or_exit(policy)
-    now = utcnow()
+    stop_cleanly_on_sigterm()
     store = open_store(state)
+    finished: dict[str, int] = {}
     try:
-        # reclaims the planner still avoids (reclaimed_offer_ttl_minutes) are kept whatever the cut
-        deleted = store.prune(now - timedelta(days=older_than_days),
-                              notices_before=now - timedelta(minutes=pol.reclaimed_offer_ttl_minutes))
+        # finished launches are deleted only while no pass is buying under their keys
+        with (controller_lease(store, holder_id(), wait_seconds=lock_timeout)
+              if finished_older_than_days is not None else nullcontext()):
+            now = utcnow()
+            with store.transaction():
+                # reclaims the planner still avoids (reclaimed_offer_ttl_minutes) are kept whatever the cut
+                deleted = store.prune(now - timedelta(days=older_than_days),
+                                      notices_before=now - timedelta(minutes=pol.reclaimed_offer_ttl_minutes))
+                if finished_older_than_days is not None:
+                    finished = store.prune_finished(now - timedelta(days=finished_older_than_days))
+    except LeaseHeld as exc:
+        fail(f"{exc}. Nothing was deleted (waited {lock_timeout:g} s: --lock-timeout).")
     finally:
         store.close()
     console.print("deleted " + ", ".join(f"{n} {table} rows" for table, n in deleted.items()), markup=False)
+    if finished_older_than_days is not None:
+        console.print(f"deleted the finished history older than {finished_older_than_days:g} days: "
+                      + ", ".join(f"{n} {table} rows" for table, n in finished.items()), markup=False)
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -174,6 +206,11 @@ def daemon(
         help="Each day, delete what every pass writes (demand and market history, pass markers, handled "
         "notices) older than this many days, as `fleetctl prune` does (0 = keep everything; the forecasters "
         "retrain on the last 30 days).")] = 90.0,
+    retain_finished_days: Annotated[float, typer.Option(
+        "--retain-finished-days", min=0.0, max=36500.0, callback=_zero_or_at_least_one("day", "keep it all"),
+        help="Each day, also delete the finished history older than this many days (finished jobs, gone nodes "
+        "and their finished launches, decision events), as `fleetctl prune --finished-older-than-days` does, "
+        "with what that keeps (0 = keep it all).")] = 0.0,
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
@@ -227,7 +264,7 @@ def daemon(
     loop = Daemon(LoopContext(store, make_provider(store, seed, cloud, pol), SimRuntime(), pol, metrics, forecaster),
                   interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval,
                   retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0,
-                  retain_days=retain_days)
+                  retain_days=retain_days, retain_finished_days=retain_finished_days)
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.daemon").info(

@@ -6,7 +6,10 @@
   for the next reconcile: AWS gives two minutes, GCP and Azure 30 s);
 * prices every ``price_seconds`` (offers re-read from the provider);
 * with ``retain_days``, daily: the store's per-pass history older than that
-  is deleted (``Store.prune``; a 30 s interval writes ~5,800 rows a day).
+  is deleted (``Store.prune``; a 30 s interval writes ~5,800 rows a day);
+  with ``retain_finished_days``, the finished history older than that too
+  (``Store.prune_finished``, in the same transaction, under the controller
+  lease: a pass buying under a launch key never meets its chain half-deleted).
 
 One lock serialises the three, so they never interleave on the store; the
 reconcile and interruption passes also take the store's controller lease
@@ -30,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
@@ -71,7 +74,7 @@ def _utcnow() -> datetime:
 class Daemon:
     def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
                  price_seconds: float = 3600.0, retrain_seconds: float = 0.0, retain_days: float = 0.0,
-                 clock: Callable[[], datetime] = _utcnow) -> None:
+                 retain_finished_days: float = 0.0, clock: Callable[[], datetime] = _utcnow) -> None:
         self.ctx = ctx
         self.clock = clock
         self.lock = threading.Lock()
@@ -88,7 +91,8 @@ class Daemon:
         self.scheduler.add_job(self.interruptions, "interval", seconds=interruption_seconds, id="interruptions", **common)
         self.scheduler.add_job(self.prices, "interval", seconds=price_seconds, id="prices", **common)
         self.retain_days = retain_days
-        if retain_days > 0:  # the store's per-pass history, pruned daily (fleetctl prune)
+        self.retain_finished_days = retain_finished_days
+        if retain_days > 0 or retain_finished_days > 0:  # the store's history, pruned daily (fleetctl prune)
             self.scheduler.add_job(self.prune, "interval", hours=24, id="prune", **common)
         if retrain_seconds > 0 and hasattr(ctx.forecaster, "retrain"):
             self.scheduler.add_job(self.retrain, "interval", seconds=retrain_seconds, id="retrain",
@@ -201,12 +205,24 @@ class Daemon:
             if self.stopped.is_set():
                 return
             try:
-                now = self.clock()
-                deleted = self.ctx.store.prune(
-                    now - timedelta(days=self.retain_days),
-                    notices_before=now - timedelta(minutes=self.ctx.policy.reclaimed_offer_ttl_minutes))
-                log.info("pruned history older than %g days: %s", self.retain_days,
-                         ", ".join(f"{n} {table}" for table, n in deleted.items()))
+                with self._leased() if self.retain_finished_days > 0 else nullcontext(True) as held:
+                    if not held:  # the holder's daemon prunes, if it is told to; else the next day's run
+                        log.info("pruning skipped: another process acts on the store")
+                        return
+                    now = self.clock()
+                    store, deleted = self.ctx.store, {}
+                    with store.transaction():
+                        if self.retain_days > 0:
+                            deleted = store.prune(now - timedelta(days=self.retain_days), notices_before=now
+                                                  - timedelta(minutes=self.ctx.policy.reclaimed_offer_ttl_minutes))
+                        if self.retain_finished_days > 0:
+                            finished = store.prune_finished(now - timedelta(days=self.retain_finished_days))
+                if self.retain_days > 0:
+                    log.info("pruned history older than %g days: %s", self.retain_days,
+                             ", ".join(f"{n} {table}" for table, n in deleted.items()))
+                if self.retain_finished_days > 0:
+                    log.info("pruned finished history older than %g days: %s", self.retain_finished_days,
+                             ", ".join(f"{n} {table}" for table, n in finished.items()))
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("pruning the store failed")

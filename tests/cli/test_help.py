@@ -63,6 +63,21 @@ def test_prune_help_says_what_it_reads_the_policy_for():
         in " ".join(shown.output.split())
 
 
+def test_prune_help_says_what_the_finished_history_retention_deletes_and_what_it_always_keeps():
+    shown = CliRunner().invoke(app, ["prune", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
+                               prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    for words in ("jobs that succeeded, failed or were cancelled (last written before the cut)",
+                  "nodes gone since before it with the finished launches (done, partial, failed)",
+                  "the decision events (launch, bind, start, complete, terminate, ...) before it",
+                  "Always kept: active jobs", "gone nodes that a kept reclaim notice or an active job names",
+                  "pending and unknown launches", "so a retried launch never buys twice",
+                  "A deleted job's id can be submitted again, and then runs as a new job", "Off unless given",
+                  "run `sqlite3 .fleetctl/state.db VACUUM` with the daemon stopped"):
+        assert words in text, words
+
+
 def test_daemon_help_says_the_policy_is_read_at_start():
     """The daemon keeps the policy it started with; nothing said a merged policy change needs a restart."""
     shown = CliRunner().invoke(app, ["daemon", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},

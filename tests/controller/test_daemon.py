@@ -301,6 +301,57 @@ def test_the_daemon_prunes_the_per_pass_history_daily(world_factory):
                   retain_days=0).scheduler.get_job("prune") is None
 
 
+def test_the_daemon_prunes_the_finished_history_daily_under_the_lease_when_told_to(world_factory):
+    from datetime import datetime, timedelta, timezone
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    now = datetime.now(timezone.utc)
+    w.store.add_jobs([job("old", state=JobState.SUCCEEDED)], now - timedelta(days=40))
+    w.store.add_jobs([job("recent", state=JobState.SUCCEEDED)], now - timedelta(days=10))
+    for kind, days in (("launch", 40), ("launch", 10), ("demand", 40)):
+        w.store.record(kind, now - timedelta(days=days), "x")
+    loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), FleetMetrics()), interval_seconds=60,
+                  interruption_seconds=60, price_seconds=60, retain_days=0, retain_finished_days=30)
+    assert loop.scheduler.get_job("prune") is not None
+    assert w.store.acquire_lease("controller", "daemon on host-a pid 7", 60.0) is None
+    loop.prune()  # another process acts on the store: nothing is deleted
+    assert {j.job_id for j in w.store.jobs()} == {"old", "recent"}
+    w.store.release_lease("controller", "daemon on host-a pid 7")
+    loop.prune()
+    assert {j.job_id for j in w.store.jobs()} == {"recent"}
+    # the per-pass "demand" row stays (--retain-days 0: keep it), and so does the launch after the cut
+    assert sorted((e["kind"], e["at_utc"][:10]) for e in w.store.events()) == [
+        ("demand", (now - timedelta(days=40)).strftime("%Y-%m-%d")),
+        ("launch", (now - timedelta(days=10)).strftime("%Y-%m-%d"))]
+
+
+def test_cli_daemon_passes_retain_finished_days_to_its_daily_prune(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from fleetctl.store import Store
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    store.add_jobs([job("old", state=JobState.SUCCEEDED)], datetime.now(timezone.utc) - timedelta(days=40))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
+                             "--retain-finished-days", "30", "--metrics-addr", "127.0.0.1:0", "--state", url,
+                             "--policy", str(REPO / "policies" / "example.yaml")], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pruned = wait_for(lambda: not store.jobs(), timeout=60)  # the first prune runs at start
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        store.close()
+    assert pruned, err
+    assert proc.returncode == 0, err
+    assert "pruned finished history older than 30 days: 1 jobs, 0 job_cancellations" in err
+
+
 def test_cli_prune(tmp_path):
     from datetime import datetime, timedelta, timezone
 
@@ -315,6 +366,44 @@ def test_cli_prune(tmp_path):
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "deleted 1 events rows, 0 offer_observations rows, 0 interruptions rows" in run.stdout
+
+
+def test_cli_prune_deletes_the_finished_history_when_asked_and_says_what_per_table(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from fleetctl.store import Store
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    old = datetime.now(timezone.utc) - timedelta(days=40)
+    store.add_jobs([job("old", state=JobState.SUCCEEDED), job("queued")], old)
+    store.record("launch", old, "x")
+    store.record("launch", old + timedelta(seconds=1), "x")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+
+    def prune(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fleetctl", "prune", "--older-than-days", "30", "--state", url,
+                               "--policy", str(REPO / "policies" / "example.yaml"), *more], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    try:
+        plain = prune()
+        assert plain.returncode == 0, plain.stderr
+        assert "finished" not in plain.stdout and len(store.jobs()) == 2  # opt-in: kept without the option
+        assert store.acquire_lease("controller", "daemon on host-a pid 7", 60.0) is None
+        held = prune("--finished-older-than-days", "30", "--lock-timeout", "0.5")
+        assert held.returncode == 1 and "Nothing was deleted" in held.stderr, held.stderr
+        assert len(store.jobs()) == 2
+        store.release_lease("controller", "daemon on host-a pid 7")
+        run = prune("--finished-older-than-days", "30")
+        assert run.returncode == 0, run.stderr
+        assert ("deleted the finished history older than 30 days: 1 jobs rows, 0 job_cancellations rows, "
+                "0 nodes rows, 0 launches rows, 1 events rows") in run.stdout
+        assert [j.job_id for j in store.jobs()] == ["queued"]
+        refused = prune("--finished-older-than-days", "0.5")
+        assert refused.returncode == 2 and "--finished-older-than-days" in refused.stderr
+    finally:
+        store.close()
 
 
 def _holder_of(pid: int, *, start: int | None = None, namespace: str | None = None) -> str:
@@ -621,6 +710,7 @@ def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monk
 @pytest.mark.parametrize("option, value, words", [
     ("--retrain-hours", "0.001", "0 (never) or at least 1 hour"),  # was accepted: a refit every second
     ("--retain-days", "0.5", "0 (keep everything) or at least 1 day"),
+    ("--retain-finished-days", "0.5", "0 (keep it all) or at least 1 day"),
     # was accepted and ignored: with no --forecast-dir there is nothing to refit
     ("--retrain-hours", "6", "--retrain-hours 6 refits the models of --forecast-dir, which is not given"),
 ])
