@@ -33,7 +33,12 @@ steady tick (bytes: SQLite ``page_count * page_size``, PostgreSQL
 Usage::
 
     python benchmarks/tick_scaling.py [--sizes 100,500,2000,5000] [--ticks 10]
-        [--store sqlite|postgres] [--seed 0] [--history-days 0] [--format md|json] [--out FILE]
+        [--store sqlite|postgres] [--seed 0] [--history-days 0] [--prune-days P,F]
+        [--format md|json] [--out FILE]
+
+``--prune-days P,F`` prunes after the ticks as ``fleetctl prune --older-than-days P
+--finished-older-than-days F`` does and records the store's rows and bytes before and after
+(``prune_store``; benchmarks/results/prune_history.md).
 """
 
 from __future__ import annotations
@@ -341,9 +346,11 @@ def peak_rss_mib() -> float:
 
 
 def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, tick_seconds: float,
-            history_days: float = 0.0) -> dict[str, Any]:
+            history_days: float = 0.0, prune_days: tuple[float, float] | None = None) -> dict[str, Any]:
     """Seed a world of ``nodes`` nodes into the store at ``url`` (after
-    ``history_days`` days of history, ``seed_history``) and run ``ticks`` ticks."""
+    ``history_days`` days of history, ``seed_history``) and run ``ticks`` ticks;
+    then, with ``prune_days`` (per-pass, finished), prune as ``fleetctl prune
+    --older-than-days P --finished-older-than-days F`` does (``prune_store``)."""
     store = Store(url)
     try:
         started = time.perf_counter()
@@ -395,6 +402,7 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
                 })
                 now += timedelta(seconds=tick_seconds)
         rows = row_counts(store)
+        pruned = prune_store(store, now, prune_days, policy.reclaimed_offer_ttl_minutes) if prune_days else None
     finally:
         store.close()
     steady = per_tick[1:] or per_tick
@@ -423,7 +431,38 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
         "peak_rss_mib_seeded": round(rss_seeded, 1),
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "per_tick": per_tick,
+        **({"prune": pruned} if pruned else {}),
     }
+
+
+def prune_store(store: Store, now: datetime, days: tuple[float, float], ttl_minutes: float) -> dict[str, Any]:
+    """What ``fleetctl prune --older-than-days P --finished-older-than-days F``
+    does at ``now`` (one transaction), timed, with the store's rows and bytes
+    before and after; on SQLite, then the ``VACUUM`` that gives the freed pages
+    back to the file system (timed apart: the daemon never runs it)."""
+    per_pass, finished = days
+    before_rows, before_bytes = row_counts(store), store_bytes(store)
+    started = time.perf_counter()
+    with store.transaction():
+        deleted = store.prune(now - timedelta(days=per_pass), notices_before=now - timedelta(minutes=ttl_minutes))
+        deleted_finished = store.prune_finished(now - timedelta(days=finished))
+    seconds = time.perf_counter() - started
+    after_rows, after_bytes = row_counts(store), store_bytes(store)
+    doc: dict[str, Any] = {
+        "older_than_days": per_pass, "finished_older_than_days": finished, "seconds": round(seconds, 2),
+        "deleted": deleted, "deleted_finished": deleted_finished, "rows_before": before_rows,
+        "rows_after": after_rows, "bytes_before": before_bytes, "bytes_after": after_bytes}
+    engine = store._engine  # noqa: SLF001 - a benchmark reads and compacts what the store wrote
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as conn:
+            doc["free_bytes_after"] = int(conn.execute(sa.text("PRAGMA freelist_count")).scalar()) * int(
+                conn.execute(sa.text("PRAGMA page_size")).scalar())
+        started = time.perf_counter()
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("VACUUM"))
+        doc["vacuum_seconds"] = round(time.perf_counter() - started, 2)
+        doc["bytes_after_vacuum"] = store_bytes(store)
+    return doc
 
 
 def _median_growth(per_tick: list[dict[str, Any]]) -> int:
@@ -541,17 +580,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="pre-fill the store with this many days of a daemon's history before the ticks "
                         "(finished jobs, retired nodes, decision events, the per-pass rows the daemon keeps; "
                         "seed_history); 0 = a fresh store")
+    parser.add_argument("--prune-days", default=None, metavar="P,F",
+                        help="after the ticks, prune as `fleetctl prune --older-than-days P "
+                        "--finished-older-than-days F` does, and measure the store before and after (and after "
+                        "a VACUUM, on SQLite); default: no prune")
     parser.add_argument("--single", default=None, help=argparse.SUPPRESS)  # internal: one size, JSON on stdout
     args = parser.parse_args(argv)
     if args.ticks < 1:
         parser.error("--ticks must be at least 1")
     if args.history_days < 0:
         parser.error("--history-days must be at least 0")
+    prune_days = None
+    if args.prune_days is not None:
+        try:
+            per_pass, finished = (float(v) for v in args.prune_days.split(","))
+        except ValueError:
+            parser.error(f"--prune-days {args.prune_days}: give two numbers of days, P,F (e.g. 90,30)")
+        if min(per_pass, finished) < 1:
+            parser.error(f"--prune-days {args.prune_days}: each is at least 1 day, as `fleetctl prune` takes")
+        prune_days = (per_pass, finished)
 
     if args.single is not None:
         url, nodes = args.single.rsplit("|", 1)
         print(json.dumps(measure(url, int(nodes), args.jobs_per_node, args.ticks, args.seed, args.tick_seconds,
-                                 args.history_days)))
+                                 args.history_days, prune_days)))
         return 0
 
     results = []
@@ -562,7 +614,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--single", f"{url}|{nodes}",
                    "--jobs-per-node", str(args.jobs_per_node), "--ticks", str(args.ticks),
                    "--tick-seconds", str(args.tick_seconds), "--seed", str(args.seed),
-                   "--history-days", str(args.history_days)]
+                   "--history-days", str(args.history_days),
+                   *(["--prune-days", args.prune_days] if args.prune_days else [])]
             print(f"size {nodes:,} nodes ...", file=sys.stderr, flush=True)
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if done.returncode:

@@ -172,3 +172,24 @@ def test_tick_scaling_runs_whole_ticks_on_a_real_store_and_reports_them(tmp_path
     assert r["per_tick"][0]["actions"] > 0  # the first tick places the queue
     assert "| 20 |" in out.read_text() and doc["command"].startswith("python benchmarks/tick_scaling.py")
     assert reconcile.handle_interruptions is before
+
+
+def test_tick_scaling_prunes_after_the_ticks_and_measures_the_store_before_and_after(tmp_path):
+    """``--prune-days``: the prune ``fleetctl prune`` runs, on a tiny store with 20 days of history;
+    it deletes the finished history older than the finished cut and the rows after are the rows
+    before less what it deleted; on SQLite a VACUUM shrinks the file."""
+    from benchmarks import tick_scaling as tsc
+
+    out = tmp_path / "tick.json"
+    tsc.main(["--sizes", "20", "--ticks", "1", "--history-days", "20", "--prune-days", "15,5", "--format", "json",
+              "--out", str(out)])
+    [r] = json.loads(out.read_text())["results"]
+    p = r["prune"]
+    assert (p["older_than_days"], p["finished_older_than_days"]) == (15.0, 5.0)
+    assert p["deleted_finished"]["jobs"] > 0 and p["deleted"]["events"] > 0
+    for table in ("jobs", "nodes", "launches", "job_cancellations"):
+        assert p["rows_after"][table] == p["rows_before"][table] - p["deleted_finished"][table], table
+    assert p["rows_after"]["events"] == (p["rows_before"]["events"] - p["deleted"]["events"]
+                                         - p["deleted_finished"]["events"])
+    assert p["bytes_after"] == p["bytes_before"] and p["free_bytes_after"] > 0
+    assert p["bytes_after_vacuum"] < p["bytes_before"]
