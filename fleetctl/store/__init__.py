@@ -701,8 +701,8 @@ class Store:
                 sa.select(nodes.c.node_id, nodes.c.idempotency_key).where(nodes.c.state == NodeState.GONE.value)
                 .where(nodes.c.updated_at_utc < cut).where(nodes.c.node_id.not_in(sa.select(notices.c.node_id))))
                 if r.node_id not in named}
-            chains: dict[str, list[str]] = {}  # chain -> its launch keys, while every one may go
-            kept: set[str] = set()
+            chains: dict[str, list[str]] = {}  # the key retries are made of -> every launch key of it
+            kept: set[str] = set()  # chains with a launch that stays (so all of theirs stay)
             for r in conn.execute(sa.select(launches.c.idempotency_key, launches.c.status, launches.c.created_at_utc)):
                 chain = _launch_chain(r.idempotency_key)
                 chains.setdefault(chain, []).append(r.idempotency_key)
