@@ -96,8 +96,12 @@ class RecordedNodes:
         # Just bought: a creation time the answer leaves out is now's, not unknown (the listing grace runs from it).
         nodes = tuple(replace(n, launched_at_utc=now) if n.launched_at_utc == UNKNOWN_LAUNCH_TIME else n
                       for n in result.nodes)
-        for node in nodes:
-            self._store.put_node(node, now, idempotency_key=request.idempotency_key)
+        # All recorded under the launch's key, or none: recorded apart, a controller that died between two of
+        # them left some of the nodes bought together under the key and the others (found by the listing)
+        # without it, so the launch was taken for a partial one (``settle_launches``).
+        with self._store.transaction():
+            for node in nodes:
+                self._store.put_node(node, now, idempotency_key=request.idempotency_key)
         return replace(result, nodes=nodes)
 
     def terminate(self, node_id: str, now: datetime) -> None:

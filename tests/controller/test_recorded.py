@@ -6,6 +6,8 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from fleetctl.controller.recorded import RecordedNodes, merge
 from fleetctl.model import NodeState
 from fleetctl.store import Store
@@ -132,4 +134,37 @@ def test_a_launch_answer_without_a_creation_time_is_recorded_as_launched_now(tmp
     assert [n.node_id for n in wrapped.nodes(T0 + timedelta(minutes=1))] == ["i-1"]  # not listed yet: kept
     cloud.listed = [replace(launched, state=NodeState.READY, launched_at_utc=UNKNOWN_LAUNCH_TIME)]
     assert [n.launched_at_utc for n in wrapped.nodes(T0 + timedelta(minutes=2))] == [T0]
+    store.close()
+
+
+class Died(BaseException):
+    """The controller process died (not an Exception: no handler carries on after it)."""
+
+
+def test_the_nodes_of_one_launch_are_recorded_under_its_key_all_or_none(tmp_path: Path) -> None:
+    """A controller that died between recording the first and the second node
+    of a launch of two left one under the launch's key and the other (found by
+    the next listing) without it, so the launch was taken for a partial one."""
+    import sqlalchemy as sa
+
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    cloud = Cloud()
+    cloud.launch = lambda request, now: LaunchResult(request, tuple(  # type: ignore[method-assign]
+        replace(node(f"i-{i}", request.offer, NodeState.LAUNCHING), launched_at_utc=now, ready_at_utc=None)
+        for i in (1, 2)))
+    inserts: list[str] = []
+
+    def die_at_the_second_insert(_conn, _cursor, statement, *_):  # noqa: ANN001, ANN202
+        if statement.lstrip().upper().startswith("INSERT INTO NODES"):
+            inserts.append(statement)
+            if len(inserts) == 2:
+                raise Died(statement)
+
+    sa.event.listen(store._engine, "before_cursor_execute", die_at_the_second_insert)  # noqa: SLF001
+    try:
+        with pytest.raises(Died):
+            RecordedNodes(cloud, store).launch(LaunchRequest(OFFER, 2, "k"), T0)
+    finally:
+        sa.event.remove(store._engine, "before_cursor_execute", die_at_the_second_insert)  # noqa: SLF001
+    assert store.nodes_by_idempotency_key("k") == () and store.nodes() == ()
     store.close()
