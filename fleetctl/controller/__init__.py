@@ -186,6 +186,38 @@ def _launch_key(store: Store, key: str, action: Launch, now: datetime) -> str:
     return candidate
 
 
+def settle_launches(store: Store, now: datetime) -> tuple[str, ...]:
+    """Finish the launch intents whose answer was never recorded, from the
+    nodes the store holds under their keys. Returns the keys finished.
+
+    An intent stays open (``Store.OPEN_LAUNCH_STATUSES``) when its controller
+    died between asking the cloud and recording the answer, or the call got
+    none. A retry of the same plan asks again under the same key and records
+    the answer; but the plan made after a crash is usually another (the nodes
+    bought before it are in the fleet now, so its fingerprint differs), and
+    then nothing recorded that launch: the intent stayed ``pending`` for ever
+    and its nodes, though used, had no ``launch`` entry in the audit log. Each
+    open intent with nodes under its key is finished ``done`` (``partial``
+    when fewer than asked) and its nodes get that entry, marked ``recovered``;
+    one without is ``abandoned`` (a node the cloud sold without the store
+    learning it, when the controller died inside the call, is listed by the
+    next observation all the same, without its key).
+
+    Call it under the controller lease at the end of a pass: an intent still
+    open then is not this pass's own (each launch of a pass records its
+    answer, or its failure, before the pass ends) and no plan of the pass can
+    retry it any more."""
+    settled = []
+    for key, offer_key, count, status in store.open_launches():
+        got = [n.node_id for n in store.nodes_by_idempotency_key(key)]
+        with store.transaction():
+            store.finish_launch(key, got, ("done" if len(got) >= count else "partial") if got else "abandoned")
+            if got:
+                store.record("launch", now, offer_key, nodes=got, recovered=True, was=status)
+        settled.append(key)
+    return tuple(settled)
+
+
 def left_behind(store: Store, nodes: dict[str, Node], job: Job, now: datetime, except_nodes: set[str] | frozenset[str] = frozenset()) -> None:
     """The nodes ``job`` leaves (finished, cancelled, preempted, or a gang's
     survivors after a reclaim) are idle from now, not from an older idle time, so the

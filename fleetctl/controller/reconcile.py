@@ -32,6 +32,7 @@ from fleetctl.controller import (
     fingerprint,
     left_behind,
     observe,
+    settle_launches,
 )
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
@@ -449,6 +450,9 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
     if result.has_changes:
         store.record("plan_applied", now, "", summary=f"{len(result.actions)} actions",
                      usd_per_hour=result.usd_per_hour_after)
+    settled = settle_launches(store, now)  # a dead process's launches: after any retry of them in this pass
+    if settled:
+        log.info("settled %d launch(es) a previous pass left open: %s", len(settled), ", ".join(settled))
     if metrics:
         metrics.observe_state(provider.nodes(now), store.jobs(active_only=True))
         metrics.tick_seconds.observe(time.perf_counter() - started)

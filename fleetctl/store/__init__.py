@@ -617,6 +617,21 @@ class Store:
                 ) from exc
             return True
 
+    #: Launch intents whose outcome the store does not know: the cloud was (or was about to be) asked
+    #: and no answer was recorded (``pending``: the process died; ``unknown``: the call got none).
+    OPEN_LAUNCH_STATUSES = ("pending", "unknown")
+
+    def open_launches(self) -> tuple[tuple[str, str, int, str], ...]:
+        """The launch intents in ``OPEN_LAUNCH_STATUSES``, oldest first:
+        (idempotency key, offer key, count, status), read through the index on
+        status (not through every launch the store keeps)."""
+        t = tables.launches
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(t.c.idempotency_key, t.c.offer_key, t.c.count, t.c.status)
+                                .where(t.c.status.in_(self.OPEN_LAUNCH_STATUSES))
+                                .order_by(t.c.created_at_utc, t.c.idempotency_key)).all()
+        return tuple((r.idempotency_key, r.offer_key, r.count, r.status) for r in rows)
+
     def finish_launch(self, key: str, node_ids: Iterable[str], status: str) -> None:
         with self._tx() as conn:
             conn.execute(

@@ -44,7 +44,9 @@ launches = Table(
     Column("idempotency_key", String(255), primary_key=True),
     Column("offer_key", String(512), nullable=False),
     Column("count", Integer, nullable=False),
-    Column("status", String(32), nullable=False),  # pending | done | partial | failed | unknown (no answer)
+    # pending | done | partial | failed | unknown (no answer) | abandoned (open, never answered, nothing bought
+    # under the key: controller.settle_launches); indexed for the open ones (migration 0009)
+    Column("status", String(32), nullable=False, index=True),
     Column("node_ids", Text, nullable=False, default="[]"),
     Column("created_at_utc", String(40), nullable=False),
 )

@@ -3,16 +3,19 @@ reclaim handling, and an interruption storm."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from fleetctl.controller import ApplyError
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Forecast, InterruptionKind, JobState, Market, NodeState, OfferRisk
-from providers.base import Throttled
+from fleetctl.store import tables
+from providers.base import LaunchRequest, Throttled
 from tests.builders import T0, job, offer, policy
 
 SPOT_A = offer("a8", price=8.0, zone="z1")
@@ -1139,3 +1142,30 @@ def test_a_start_or_completion_whose_record_fails_is_counted_once_when_done_agai
     assert _count(metrics, "fleetctl_job_wait_seconds_count") == 1
     assert _count(metrics, "fleetctl_jobs_completed_total") == 1
     assert [len(w.store.events(kind)) for kind in ("start", "complete")] == [1, 1]  # the audit log is whole too
+
+
+def _launch_statuses(w) -> dict[str, tuple[str, list[str]]]:
+    with w.store._engine.connect() as conn:  # noqa: SLF001 - the store has no reader of settled launches
+        rows = conn.execute(sa.select(tables.launches)).all()
+    return {r.idempotency_key: (r.status, json.loads(r.node_ids)) for r in rows}
+
+
+def test_launches_a_dead_process_left_open_are_settled_from_what_was_bought(world_factory):
+    """A controller died after the cloud answered a launch and before it
+    recorded the answer (and another died before asking). The plan made after
+    it is another (the node bought is in the fleet now), so no retry records
+    it: the intents stayed pending for ever and the node, used by the next
+    plan, had no launch in the audit log. The next tick finishes them."""
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, duration_hours=1.0, spot=True)], T0)
+    assert w.store.begin_launch("fleetctl-dead-0", SPOT_A.key, 1, T0)
+    [bought] = w.provider.launch(LaunchRequest(SPOT_A, 1, "fleetctl-dead-0"), T0).nodes  # ... and died
+    assert w.store.begin_launch("fleetctl-dead-1", SPOT_B.key, 1, T0)  # died before asking
+    r = run_tick(w, T0 + timedelta(minutes=1))
+    assert [a.kind for a in r.plan.actions] == ["bind"] and jobs(w)["j"].node_ids == (bought.node_id,)
+    assert _launch_statuses(w) == {"fleetctl-dead-0": ("done", [bought.node_id]), "fleetctl-dead-1": ("abandoned", [])}
+    [logged] = w.store.events("launch")
+    assert logged["subject"] == SPOT_A.key
+    assert logged["payload"] == {"nodes": [bought.node_id], "recovered": True, "was": "pending"}
+    run_tick(w, T0 + timedelta(minutes=2))
+    assert len(w.store.events("launch")) == 1  # settled once

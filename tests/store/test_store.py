@@ -33,9 +33,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0008"
+    assert store.schema_revision() == "0009"
     again = Store(store.url)
-    assert again.schema_revision() == "0008"
+    assert again.schema_revision() == "0009"
     again.close()
 
 
@@ -276,7 +276,7 @@ def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfil
     assert store.schema_revision() == "0003"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0008"
+        assert upgraded.schema_revision() == "0009"
         assert upgraded.record_offers([a], T0 + timedelta(minutes=10)) == 0  # nothing changed
         assert upgraded.record_offers([a, b], T0 + timedelta(minutes=15)) == 1  # b is back
         assert upgraded.record_offers([a, b, offer("c1", market=Market.ON_DEMAND)], T0 + timedelta(minutes=20)) == 0
@@ -309,7 +309,7 @@ def test_an_0006_store_upgrades_with_each_nodes_zone_backfilled_from_the_old_rul
     assert store.schema_revision() == "0006"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0008"
+        assert upgraded.schema_revision() == "0009"
         zones = {n.node_id: n.zone for n in upgraded.nodes(include_gone=True)}
         assert zones == {"us-central1-b/fleetctl-1": "us-central1-b", "us-central1-a/fleetctl-2": "us-central1-a",
                          "fl-research-1": "", "i-0abc": "use1-az2", "us-central1-c/fleetctl-0": "us-central1-c"}
@@ -531,7 +531,7 @@ def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path
             for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in runs]
     assert [p.returncode for p in runs] == [0] * 6, [err for _, err in outs]
-    assert {out.strip() for out, _ in outs} == {"0008"}
+    assert {out.strip() for out, _ in outs} == {"0009"}
 
 
 def _open_together(url: str, count: int) -> list[str]:
@@ -584,7 +584,7 @@ def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, start_at)
     engine.dispose()
-    assert _open_together(postgres_url, 8) == ["0008"] * 8
+    assert _open_together(postgres_url, 8) == ["0009"] * 8
 
 
 def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_path):
@@ -601,7 +601,7 @@ def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_pa
     lock.unlink()
     again = Store(f"sqlite:///{db}")
     try:
-        assert again.schema_revision() == "0008"
+        assert again.schema_revision() == "0009"
         assert not lock.exists()
         downgrade(again, "0005")
     finally:
@@ -747,7 +747,7 @@ def test_an_0007_store_upgrades_to_the_nodes_state_updated_at_index_and_back(sto
     assert "ix_nodes_state_updated_at_utc" not in indexes()
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0008"
+        assert upgraded.schema_revision() == "0009"
         assert "ix_nodes_state_updated_at_utc" in indexes()
         assert [n.node_id for n in upgraded.nodes(include_gone=True)] == ["n1", "n2"]
     finally:
@@ -799,5 +799,48 @@ def test_on_sqlite_the_live_nodes_and_the_recently_gone_are_read_through_an_inde
             for statement, parameters in statements:
                 plan = " ".join(r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
                 assert "SCAN nodes" not in plan and "USING INDEX" in plan, (statement, plan)
+    finally:
+        s.close()
+
+
+def test_an_0008_store_upgrades_to_the_launches_status_index_and_back(store):
+    """Migration 0009 adds the index on launches.status that ``open_launches``
+    (every tick) reads through; downgrading drops it; the launches are
+    untouched either way."""
+    assert store.begin_launch("k1", "aws/r/z/t/spot", 1, T0)
+    store.finish_launch("k1", ["n1"], "done")
+    assert store.begin_launch("k2", "aws/r/z/t/spot", 2, T0)
+
+    def indexes() -> set[str]:
+        return {ix["name"] for ix in sa.inspect(store._engine).get_indexes("launches")}
+
+    assert "ix_launches_status" in indexes()
+    downgrade(store, "0008")
+    assert store.schema_revision() == "0008" and "ix_launches_status" not in indexes()
+    upgraded = Store(store.url)
+    try:
+        assert upgraded.schema_revision() == "0009" and "ix_launches_status" in indexes()
+        assert upgraded.open_launches() == (("k2", "aws/r/z/t/spot", 2, "pending"),)
+    finally:
+        upgraded.close()
+
+
+def test_on_sqlite_the_open_launches_are_read_through_an_index(tmp_path):
+    """The query plan, not a timing: the read of the open launch intents (every
+    tick) does not scan the launches table, which keeps every launch ever made."""
+    s = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        statements: list[tuple[str, object]] = []
+
+        @sa.event.listens_for(s._engine, "before_cursor_execute")
+        def _seen(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+            if statement.lstrip().startswith("SELECT launches."):
+                statements.append((statement, parameters))
+
+        assert s.open_launches() == ()
+        [(statement, parameters)] = statements
+        with s._engine.connect() as conn:
+            plan = " ".join(r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
+        assert "SCAN launches" not in plan and "ix_launches_status" in plan, plan
     finally:
         s.close()
