@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -62,6 +62,7 @@ from fleetctl.store import Store, tables
 from providers.base import LaunchRequest, LaunchResult
 from providers.sim import SimProvider
 from tests.builders import T0, job, offer, policy
+from tests.pgserver import PostgresMissing, postgres_server
 
 OFFERS = (offer("a8", price=8.0, zone="z1"), offer("b8", price=9.0, zone="z2"), offer("c8", price=9.5, zone="z3"),
           offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND))
@@ -136,6 +137,10 @@ class Files:
     def store_url(self) -> str:
         return f"sqlite:///{self.store}"
 
+    @property
+    def cloud_url(self) -> str:
+        return f"sqlite:///{self.cloud}"
+
     def copied_to(self, directory: Path) -> Files:
         """Copies of both files (each closed cleanly: its WAL checkpointed into the main file)."""
         directory.mkdir()
@@ -145,9 +150,45 @@ class Files:
                 shutil.copyfile(source, target)
         return copy
 
+    def discard(self) -> None:
+        shutil.rmtree(self.store.parent, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class PgState:
+    """The store in a PostgreSQL database (wiring ``sandbox`` only: the
+    sandbox's nodes are in the store). ``admin_url``: a database of the same
+    server, to create and drop the copies from."""
+
+    admin_url: str
+    name: str
+
+    @property
+    def store_url(self) -> str:
+        return sa.engine.make_url(self.admin_url).set(database=self.name).render_as_string(hide_password=False)
+
+    cloud_url = store_url
+
+    def _admin(self, sql: str) -> None:
+        engine = sa.create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(sql)
+        finally:
+            engine.dispose()
+
+    def copied_to(self, directory: Path) -> PgState:
+        """A copy of the database (``CREATE DATABASE ... TEMPLATE``: nobody is connected to it between runs)."""
+        copy = PgState(self.admin_url, f"{self.name}_{directory.name}")
+        self._admin(f'CREATE DATABASE "{copy.name}" TEMPLATE "{self.name}"')
+        return copy
+
+    def discard(self) -> None:
+        self._admin(f'DROP DATABASE "{self.name}"')
+
 
 @contextmanager
-def controller(files: Files, wiring: str, fuse: Fuse | None = None) -> Iterator[tuple[Store, Any, Any, SimRuntime]]:
+def controller(files: Files | PgState, wiring: str, fuse: Fuse | None = None) -> Iterator[tuple[Store, Any, Any, SimRuntime]]:
     """One controller process: its store, the provider it calls, the sandbox
     underneath (to deliver notices) and its runtime. ``sandbox``: as
     ``reconcile --once`` wires it (the sandbox keeps its nodes in the store);
@@ -155,7 +196,7 @@ def controller(files: Files, wiring: str, fuse: Fuse | None = None) -> Iterator[
     its own state, here the sandbox on a file of its own, so that what the
     cloud did is not undone by a rollback of the controller's transaction)."""
     store = Store(files.store_url)
-    cloud_store = Store(f"sqlite:///{files.cloud}") if wiring == "cloud" else store
+    cloud_store = Store(files.cloud_url) if wiring == "cloud" else store
     if fuse is not None:
         def statement(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
             fuse.point(" ".join(sql.split())[:120])
@@ -185,7 +226,7 @@ def _run_tick(store: Store, provider: Any, runtime: SimRuntime, now: datetime, h
 JOBS = ("reclaimed", "gang", "cancelled", "finishing", "late", "gang2", "single", "single2")
 
 
-def _initial_world(files: Files, wiring: str) -> None:
+def _initial_world(files: Files | PgState, wiring: str) -> None:
     """A busy world just before ``T1``: four jobs running (one a gang of 2), one
     bound to a launching node, three queued (one a gang of 2); a reclaim notice
     for the node of ``reclaimed``, a cancel request for ``cancelled``, and
@@ -246,8 +287,8 @@ class Outcome:
     completed: bool  # the tick at T1 ran to its end
 
 
-def _run(initial: Files, workdir: Path, wiring: str, restart: datetime, dead_holder: str,
-         at: int | None) -> tuple[Outcome, Files]:
+def _run(initial: Files | PgState, workdir: Path, wiring: str, restart: datetime, dead_holder: str,
+         at: int | None) -> tuple[Outcome, Files | PgState]:
     """On copies of ``initial``: the tick at ``T1`` dying at point ``at``
     (None: never), then a restarted controller from ``restart`` until the
     world is quiet, checking the bindings after each of its ticks."""
@@ -291,8 +332,8 @@ def _check_bindings(store: Store, when: str) -> None:
         assert gpus <= nodes[nid].offer.instance_type.gpu_count, (when, nid, gpus)
 
 
-def _rows(path: Path, table: sa.Table) -> list[dict[str, Any]]:
-    engine = sa.create_engine(f"sqlite:///{path}")
+def _rows(url: str, table: sa.Table) -> list[dict[str, Any]]:
+    engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(sa.select(table))]
@@ -308,7 +349,7 @@ class Summary:
     nodes_bought: int
 
 
-def _check_recovered(files: Files, wiring: str) -> Summary:
+def _check_recovered(files: Files | PgState, wiring: str) -> Summary:
     """The world after recovery (see the module's docstring)."""
     with controller(files, wiring) as (store, _provider, _sandbox, _runtime):
         jobs = {j.job_id: j for j in store.jobs()}
@@ -316,9 +357,9 @@ def _check_recovered(files: Files, wiring: str) -> Summary:
         events = store.events()
         unhandled = store.interruptions(unhandled_only=True)
         cancels = store.pending_cancellations()
-    launches = {r["idempotency_key"]: r for r in _rows(files.store, tables.launches)}
-    keyed = {r["node_id"]: r["idempotency_key"] for r in _rows(files.store, tables.nodes)}
-    sold = _rows(files.store if wiring == "sandbox" else files.cloud, tables.nodes)
+    launches = {r["idempotency_key"]: r for r in _rows(files.store_url, tables.launches)}
+    keyed = {r["node_id"]: r["idempotency_key"] for r in _rows(files.store_url, tables.nodes)}
+    sold = _rows(files.store_url if wiring == "sandbox" else files.cloud_url, tables.nodes)
     assert sorted(jobs) == sorted(JOBS)
     # quiet: every node the cloud sold terminated and known to the store; nothing pending
     assert [r["node_id"] for r in sold if r["state"] != NodeState.GONE.value] == []
@@ -356,6 +397,46 @@ def _check_recovered(files: Files, wiring: str) -> Summary:
     return Summary({j.job_id: j.state for j in jobs.values()}, len(sold))
 
 
+#: The points that change something: a death at any other (a read) ends the same as one at the next of these
+#: (the same transactions committed, the same cloud calls made), or at the lease's release after the last one.
+_EFFECTS = ("INSERT ", "UPDATE ", "DELETE ", "provider.")
+
+
+def _sweep(initial: Files | PgState, workdir: Path, wiring: str, restart: datetime, dead_holder: str, *,
+           effects_only: bool = False) -> None:
+    """The uncrashed run, then one run dying at each of its tick's points (see
+    the module's docstring); ``effects_only``: at each of those in ``_EFFECTS``."""
+    reference, files = _run(initial, workdir / "uncrashed", wiring, restart, dead_holder, None)
+    assert reference.completed
+    expected = _check_recovered(files, wiring)
+    files.discard()
+    assert expected.states == {**{j: JobState.SUCCEEDED for j in JOBS}, "cancelled": JobState.CANCELLED}
+    points = reference.fuse.points
+    assert len(points) > 50 and any(p.startswith("provider.launch") for p in points) \
+        and any(p.startswith("provider.terminate") for p in points)
+    failures = []
+    for k in range(1, len(points) + 2):  # the last one is past every point: the tick completes
+        if effects_only and k <= len(points) and not points[k - 1].startswith(_EFFECTS):
+            continue
+        try:
+            outcome, files = _run(initial, workdir / f"k{k}", wiring, restart, dead_holder, k)
+            # the same points as the uncrashed tick, in the same order: the sweep is deterministic
+            assert outcome.completed == (k > len(points)) and outcome.fuse.points == points[:k]
+            if outcome.completed:
+                continue
+            # After the death, only the lease's release was tried (controller_lease's finally), and refused:
+            # no other cleanup code writes on the way out of a dead process.
+            assert all(p.startswith("UPDATE leases") for p in outcome.fuse.after_death), outcome.fuse.after_death
+            got = _check_recovered(files, wiring)
+            assert got.states == expected.states, got.states
+            assert got.nodes_bought <= expected.nodes_bought, (got.nodes_bought, expected.nodes_bought)
+        except AssertionError as exc:
+            failures.append(f"died at point {k} ({points[k - 1] if k <= len(points) else 'none'}): {exc}")
+        else:
+            files.discard()
+    assert failures == [], "\n".join(failures)
+
+
 @pytest.mark.parametrize(("wiring", "restart_after"), [
     pytest.param("sandbox", timedelta(0), id="sandbox-restarted-at-once"),
     pytest.param("cloud", timedelta(minutes=5), id="cloud-restarted-after-the-deadline"),
@@ -372,28 +453,27 @@ def test_a_tick_killed_at_any_side_effect_loses_nothing(workdir: Path, dead_hold
     initial = Files(workdir / "initial" / "state.db", workdir / "initial" / "cloud.db")
     initial.store.parent.mkdir()
     _initial_world(initial, wiring)
-    restart = T1 + restart_after
-    reference, files = _run(initial, workdir / "uncrashed", wiring, restart, dead_holder, None)
-    assert reference.completed
-    expected = _check_recovered(files, wiring)
-    assert expected.states == {**{j: JobState.SUCCEEDED for j in JOBS}, "cancelled": JobState.CANCELLED}
-    points = reference.fuse.points
-    assert len(points) > 50 and any(p.startswith("provider.launch") for p in points) \
-        and any(p.startswith("provider.terminate") for p in points)
-    failures = []
-    for k in range(1, len(points) + 2):  # the last one is past every point: the tick completes
-        try:
-            outcome, files = _run(initial, workdir / f"k{k}", wiring, restart, dead_holder, k)
-            # the same points as the uncrashed tick, in the same order: the sweep is deterministic
-            assert outcome.completed == (k > len(points)) and outcome.fuse.points == points[:k]
-            if outcome.completed:
-                continue
-            # After the death, only the lease's release was tried (controller_lease's finally), and refused:
-            # no other cleanup code writes on the way out of a dead process.
-            assert all(p.startswith("UPDATE leases") for p in outcome.fuse.after_death), outcome.fuse.after_death
-            got = _check_recovered(files, wiring)
-            assert got.states == expected.states, got.states
-            assert got.nodes_bought <= expected.nodes_bought, (got.nodes_bought, expected.nodes_bought)
-        except AssertionError as exc:
-            failures.append(f"died at point {k} ({points[k - 1] if k <= len(points) else 'none'}): {exc}")
-    assert failures == [], "\n".join(failures)
+    _sweep(initial, workdir, wiring, T1 + restart_after, dead_holder)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Callable[[str], str]]:
+    try:
+        with postgres_server(fsync=False, prefix="fleetctl-crash-pg-") as database:
+            yield database
+    except PostgresMissing as exc:
+        pytest.fail(f"{exc}; see README 'Set-up'")
+
+
+def test_on_postgresql_a_tick_killed_at_any_side_effect_loses_nothing(
+        workdir: Path, dead_holder: str, postgres: Callable[[str], str]) -> None:
+    """The same sweep with the store in PostgreSQL (the sandbox wiring, restarted
+    after the deadline): a transaction the dead process did not commit is rolled
+    back by the server when its connection goes, as SQLite drops it. At the
+    points with an effect only (a copy of a database takes longer than a copy
+    of a file): a death at a read ends as one at the next write does."""
+    url = postgres("initial")
+    admin = sa.engine.make_url(url).set(database="postgres").render_as_string(hide_password=False)
+    initial = PgState(admin, "initial")
+    _initial_world(initial, "sandbox")
+    _sweep(initial, workdir, "sandbox", T1 + timedelta(minutes=5), dead_holder, effects_only=True)
