@@ -780,25 +780,33 @@ def test_the_reads_a_tick_makes_skip_the_gone_nodes_and_old_notices_the_store_ke
         == ["e1", "e2"]
 
 
+def _query_plans(s: Store, table: str, reads) -> list[str]:  # noqa: ANN001 - reads: a call
+    """SQLite's plan of each read of ``table`` that ``reads()`` makes."""
+    statements: list[tuple[str, object]] = []
+
+    def _seen(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        if statement.lstrip().startswith(f"SELECT {table}."):
+            statements.append((statement, parameters))
+
+    sa.event.listen(s._engine, "before_cursor_execute", _seen)
+    try:
+        reads()
+    finally:
+        sa.event.remove(s._engine, "before_cursor_execute", _seen)
+    with s._engine.connect() as conn:
+        return [" ".join(r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
+                for statement, parameters in statements]
+
+
 def test_on_sqlite_the_live_nodes_and_the_recently_gone_are_read_through_an_index(tmp_path):
     """The query plans, not a timing: neither read scans the nodes table (a
     scan reads every gone node a long-running store keeps)."""
     s = Store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        statements: list[tuple[str, object]] = []
-
-        @sa.event.listens_for(s._engine, "before_cursor_execute")
-        def _seen(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
-            if statement.lstrip().startswith("SELECT nodes."):
-                statements.append((statement, parameters))
-
-        s.nodes()
-        s.nodes_gone_since(T0)
-        assert len(statements) == 2
-        with s._engine.connect() as conn:
-            for statement, parameters in statements:
-                plan = " ".join(r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
-                assert "SCAN nodes" not in plan and "USING INDEX" in plan, (statement, plan)
+        plans = _query_plans(s, "nodes", lambda: (s.nodes(), s.nodes_gone_since(T0)))
+        assert len(plans) == 2
+        for plan in plans:
+            assert "SCAN nodes" not in plan and "USING INDEX" in plan, plan
     finally:
         s.close()
 
@@ -830,17 +838,7 @@ def test_on_sqlite_the_open_launches_are_read_through_an_index(tmp_path):
     tick) does not scan the launches table, which keeps every launch ever made."""
     s = Store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        statements: list[tuple[str, object]] = []
-
-        @sa.event.listens_for(s._engine, "before_cursor_execute")
-        def _seen(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
-            if statement.lstrip().startswith("SELECT launches."):
-                statements.append((statement, parameters))
-
-        assert s.open_launches() == ()
-        [(statement, parameters)] = statements
-        with s._engine.connect() as conn:
-            plan = " ".join(r[-1] for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
+        [plan] = _query_plans(s, "launches", s.open_launches)
         assert "SCAN launches" not in plan and "ix_launches_status" in plan, plan
     finally:
         s.close()
