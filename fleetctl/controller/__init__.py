@@ -213,7 +213,8 @@ def settle_launches(store: Store, now: datetime) -> tuple[str, ...]:
         with store.transaction():
             store.finish_launch(key, got, ("done" if len(got) >= count else "partial") if got else "abandoned")
             if got:
-                store.record("launch", now, offer_key, nodes=got, recovered=True, was=status)
+                # The Launch's reason is not recorded with its intent: null, so every launch entry has the key.
+                store.record("launch", now, offer_key, nodes=got, reason=None, recovered=True, was=status)
         settled.append(key)
     return tuple(settled)
 

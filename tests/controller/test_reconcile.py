@@ -1166,6 +1166,6 @@ def test_launches_a_dead_process_left_open_are_settled_from_what_was_bought(worl
     assert _launch_statuses(w) == {"fleetctl-dead-0": ("done", [bought.node_id]), "fleetctl-dead-1": ("abandoned", [])}
     [logged] = w.store.events("launch")
     assert logged["subject"] == SPOT_A.key
-    assert logged["payload"] == {"nodes": [bought.node_id], "recovered": True, "was": "pending"}
+    assert logged["payload"] == {"nodes": [bought.node_id], "reason": None, "recovered": True, "was": "pending"}
     run_tick(w, T0 + timedelta(minutes=2))
     assert len(w.store.events("launch")) == 1  # settled once
