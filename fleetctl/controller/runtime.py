@@ -34,6 +34,8 @@ class Runtime(Protocol):
     """Start, observe, checkpoint and stop jobs.
 
     * ``start(job, node_ids, now)``: begin (or resume from ``job.checkpointed_work_hours``).
+      It may be asked again for a run it started: the controller asks first and then
+      records the start, so a controller that died in between asks again on restart.
     * ``progress(job, now)``: where the current run is; ``finished`` once all work is done.
     * ``checkpoint(job, deadline_utc, now)``: write a checkpoint that must complete by
       ``deadline_utc``; returns the progress kept (the last completed checkpoint if
