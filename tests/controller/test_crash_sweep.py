@@ -300,7 +300,7 @@ def _run(initial: Files | PgState, workdir: Path, wiring: str, restart: datetime
             _run_tick(store, provider, runtime, T1, dead_holder)
             completed = True
     except Died:
-        pass
+        pass  # the process is gone: what it committed is in the files, and nothing else
     me = holder_id()
     now = restart
     with controller(files, wiring) as (store, provider, _sandbox, runtime):
