@@ -112,7 +112,7 @@ def prune(
         "--finished-older-than-days", min=1.0, max=36500.0, show_default=False,
         help="Also delete the finished history older than this many days: jobs that succeeded, failed or were "
         "cancelled (last written before the cut) with their handled cancel requests, nodes gone since before "
-        "it with the finished launches (done, partial, failed) that bought them, and the decision events "
+        "it with the finished launches (done, partial, failed, abandoned) that bought them, and the decision events "
         "(launch, bind, start, complete, terminate, ...) before it. Always kept: active jobs and a finished "
         "job whose cancel request no tick has handled; nodes not gone, and gone nodes that a kept reclaim "
         "notice or an active job names; pending and unknown launches, and every launch (with its retries and "

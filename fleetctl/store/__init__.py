@@ -669,9 +669,10 @@ class Store:
                                            .where(notices.c.received_at_utc < notice_cut)).rowcount
         return {"events": deleted_events, "offer_observations": deleted_obs, "interruptions": deleted_notices}
 
-    #: Launch statuses that hold the cloud's answer. ``pending`` (intent written, the cloud not asked or
-    #: not answered yet) and ``unknown`` (no answer came: it may have bought) are a retry's to settle.
-    FINISHED_LAUNCHES = ("done", "partial", "failed")
+    #: Launch statuses that hold the cloud's answer, or the end of waiting for one (``abandoned``:
+    #: settled with no node under its key, ``fleetctl.controller.settle_launches``). The
+    #: ``OPEN_LAUNCH_STATUSES`` are a retry's (or the next pass's settling) to finish.
+    FINISHED_LAUNCHES = ("done", "partial", "failed", "abandoned")
 
     def prune_finished(self, before: datetime) -> dict[str, int]:
         """Delete the finished history older than ``before`` (opt-in retention,

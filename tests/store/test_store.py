@@ -488,11 +488,15 @@ def test_prune_finished_keeps_a_launch_with_its_nodes_and_its_retries_or_deletes
     _launched(store, retry_key("n", 1), ["n-r1-node"], "partial", T0, gone_at=old)
     _launched(store, "p", ["p-node", "p-live"], "done", T0)
     store.put_node(node("p-node", state=NodeState.GONE), old)  # one of a launch's two nodes gone
+    _launched(store, "q", [], "abandoned", T0)  # settled after a dead process: no node under its key
+    _launched(store, "u", [], "unknown", T0)  # no answer yet: the next pass settles it
+    _launched(store, "w", [], "abandoned", T0)
+    store.put_node(node("w-late"), old, idempotency_key="w")  # bought after all, and listed later
 
-    assert store.prune_finished(cut)["launches"] == 2
+    assert store.prune_finished(cut)["launches"] == 3
     _, nodes, keys, _ = _left(store)
-    assert keys == {"k", "k-r1", "m", "m-r1", "p"}
-    assert nodes == {"k-node", "m-node", "m-r1-node", "p-node", "p-live"}
+    assert keys == {"k", "k-r1", "m", "m-r1", "p", "u", "w"}
+    assert nodes == {"k-node", "m-node", "m-r1-node", "p-node", "p-live", "w-late"}
     assert [n.node_id for n in store.nodes_by_idempotency_key("k")] == ["k-node"]
 
 
