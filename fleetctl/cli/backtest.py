@@ -65,6 +65,9 @@ def backtest(
         fail(f"--format must be table or json (got {output_format!r})", 2)
     try:
         names = parse_compare(compare)
+    except ValueError as exc:
+        fail(f"--compare {compare}: {exc}", 2)
+    try:
         if not 0 <= restart_overhead_minutes <= 1440:  # also refuses NaN
             raise ValueError(f"--restart-overhead-minutes must be from 0 to 1440 (got {restart_overhead_minutes:g})")
         config = SimConfig(tick_seconds=tick_seconds, launch_delay_seconds=launch_delay_seconds, seed=seed,
@@ -115,24 +118,38 @@ def backtest(
 
 def _check_times(trace, mkt, config, jobs_path: Path, market_path: Path) -> None:  # noqa: ANN001
     """Jobs the simulation would never submit (after the market's end plus the
-    overrun) are an error; jobs after the market's end get a note (no spot there)."""
+    overrun) are an error; jobs after the market's end get a note (no spot there),
+    and so do jobs before its start: the run then starts at the first job, and
+    simulates every day up to the market without spot (an Alibaba trace of
+    February beside a market of August is months of on-demand only)."""
+    from fleetctl.codec import dt_to_str
     from fleetctl.sim.simulator import simulation_end
 
-    end = mkt.end_utc
+    start, end = mkt.start_utc, mkt.end_utc
     try:
         cap = simulation_end(mkt, trace, config)
     except ValueError as exc:
         fail(f"{market_path}: {exc}", 2)
     never = [j.job_id for j in trace if j.submitted_at_utc >= cap]
     if never:
-        fail(f"{jobs_path}: {len(never)} job(s) are submitted after the simulation ends ({cap.isoformat()}: the end "
-             f"of {market_path}, {end.isoformat()}, plus {config.overrun_hours:g} hours for unfinished work): "
-             f"{', '.join(never[:5])}{' ...' if len(never) > 5 else ''}", 2)
+        fail(f"{jobs_path}: {len(never)} job(s) are submitted after the simulation ends ({dt_to_str(cap)}: the end "
+             f"of {market_path}, {dt_to_str(end)}, plus {config.overrun_hours:g} hours for unfinished work): "
+             f"{_some(never)}", 2)
+    early = [j for j in trace if j.submitted_at_utc < start]
+    if early:
+        first = min(j.submitted_at_utc for j in early)
+        err_console.print(f"note: {len(early)} job(s) are submitted before {market_path} starts ({dt_to_str(start)}), "
+                          f"where it has no spot capacity, only on-demand; the run starts at the first of them "
+                          f"({dt_to_str(first)}): {_some([j.job_id for j in early])}", markup=False)
     late = [j.job_id for j in trace if j.submitted_at_utc >= end]
     if late:
-        err_console.print(f"note: {len(late)} job(s) are submitted after {market_path} ends ({end.isoformat()}), "
-                          f"where no spot capacity is left, only on-demand: {', '.join(late[:5])}"
-                          f"{' ...' if len(late) > 5 else ''}", markup=False)
+        err_console.print(f"note: {len(late)} job(s) are submitted after {market_path} ends ({dt_to_str(end)}), "
+                          f"where no spot capacity is left, only on-demand: {_some(late)}", markup=False)
+
+
+def _some(job_ids: list[str]) -> str:
+    """The first five ids, then ' ...' if there are more."""
+    return f"{', '.join(job_ids[:5])}{' ...' if len(job_ids) > 5 else ''}"
 
 
 def _print(doc: dict, output_format: str, jobs: int) -> None:

@@ -204,6 +204,36 @@ def test_cli_refuses_jobs_submitted_after_the_simulation_ends(tmp_path):
     assert all(m["jobs_lost"] == 0 for m in json.loads(out.stdout)["policies"].values())
 
 
+def test_cli_notes_jobs_submitted_before_the_market_starts(tmp_path):
+    """A job before the market's start has no spot there, and the run starts
+    at it: the Alibaba trace (February 2023) beside the shipped markets (August)
+    ran months of on-demand only, silently. Times print in UTC with a Z."""
+    jobs_csv, manifest = _tiny_case(tmp_path)  # the market starts 2023-02-15 and ends 6 hours later
+    rows = jobs_csv.read_text().splitlines()
+    col = rows[0].split(",").index("submit_time_utc")
+    early = rows[1].split(",")
+    early[col] = "2023-02-14T22:00:00Z"
+    late = rows[2].split(",")
+    late[col] = "2023-02-15T07:00:00Z"
+    jobs_csv.write_text("\n".join([rows[0], ",".join(early), ",".join(late), *rows[3:]]) + "\n")
+    out = _backtest(tmp_path, jobs_csv, manifest, "--format", "json", "--compare", "on-demand")
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stderr.split())
+    assert (f"note: 1 job(s) are submitted before {manifest} starts (2023-02-15T00:00:00Z), where it has no spot "
+            "capacity, only on-demand; the run starts at the first of them (2023-02-14T22:00:00Z): "
+            f"{early[0]}") in said, out.stderr
+    assert f"1 job(s) are submitted after {manifest} ends (2023-02-15T06:00:00Z)" in said, out.stderr
+    assert all(m["jobs_lost"] == 0 for m in json.loads(out.stdout)["policies"].values())
+
+
+def test_cli_names_compare_for_an_unknown_baseline(tmp_path):
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    out = _backtest(tmp_path, jobs_csv, manifest, "--compare", "on-demand,karpenter")
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert " ".join(out.stderr.split()).startswith(
+        "Error: --compare on-demand,karpenter: unknown policy 'karpenter'; known: fleetctl,"), out.stderr
+
+
 def test_lower_bound_prices_spot_only_when_it_could_be_bought():
     """A spot price is in the bound only at ticks with capacity: the price at tick 0 (``offer_spot``'s)
     counts only if tick 0 had capacity, as for every other tick."""
