@@ -14,6 +14,7 @@ from fleetctl.cli.common import console, err_console, fail, refuse_repeated, rep
 from fleetctl.cli.forecast import SeedOption, check_output_or_exit, evaluate_app, finite_or_null, \
     load_model_or_exit, save_model_or_exit, train_app
 from fleetctl.cli.forecast_interruption import whole_minutes
+from fleetctl.codec import dt_to_str
 
 SeriesOption = Annotated[list[Path], typer.Option(
     "--series", help="Demand-series CSV (time_utc,gpu_model,gpus; docs/forecasting.md); repeat for several.",
@@ -158,17 +159,17 @@ def evaluate_demand(
         since_utc = _time("training_until_utc", model.metadata["training_until_utc"])
     until_utc = _time("--until", until)
     if since_utc is not None and until_utc is not None and until_utc <= since_utc:
-        fail(f"--until ({until_utc.isoformat()}) must be after --since "
-             f"({since_utc.isoformat()}{'' if since else ', the end of the model training window'})", 2)
+        fail(f"--until ({dt_to_str(until_utc)}) must be after --since "
+             f"({dt_to_str(since_utc)}{'' if since else ', the end of the model training window'})", 2)
     data = _series(series)
     first_s, last_s = min(float(s.times_s[0]) for s in data), max(float(s.times_s[-1]) for s in data)
-    span = (f"{datetime.fromtimestamp(first_s, timezone.utc).isoformat()} .. "
-            f"{datetime.fromtimestamp(last_s, timezone.utc).isoformat()}")
+    span = (f"{dt_to_str(datetime.fromtimestamp(first_s, timezone.utc))} .. "
+            f"{dt_to_str(datetime.fromtimestamp(last_s, timezone.utc))}")
     if since_utc is not None and since_utc.timestamp() >= last_s:
-        fail(f"--since {since_utc.isoformat()}{'' if since else ' (the end of the model training window)'} is "
+        fail(f"--since {dt_to_str(since_utc)}{'' if since else ' (the end of the model training window)'} is "
              f"after the series end: they cover {span}", 2)
     if until_utc is not None and until_utc.timestamp() <= first_s:
-        fail(f"--until {until_utc.isoformat()} is before the series start: they cover {span}", 2)
+        fail(f"--until {dt_to_str(until_utc)} is before the series start: they cover {span}", 2)
     trained_until = model.metadata.get("training_until_utc")
     if since and trained_until and since_utc is not None and since_utc < _time("training_until_utc", trained_until):
         err_console.print(f"note: --since is before the end of the model training window ({trained_until}): "
@@ -177,7 +178,7 @@ def evaluate_demand(
     for s in data:
         if series_digest(s) in seen:
             err_console.print(f"note: {s.name} was also a training series (scored only from "
-                              f"{since_utc.isoformat() if since_utc else 'its start'})", markup=False)
+                              f"{dt_to_str(since_utc) if since_utc else 'its start'})", markup=False)
     report_dir_or_exit(report)
     try:
         result = evaluate(model, data, h, since_utc=since_utc, until_utc=until_utc)

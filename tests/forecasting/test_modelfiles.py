@@ -253,6 +253,13 @@ def test_forecast_cli_refuses_unusable_output_and_input(tmp_path):
     evaluate = ("evaluate", "demand", "--model", str(tmp_path / "d"), "--series", str(vcmod), "--horizon", "1h")
     late = _invoke(*evaluate, "--since", "2021-01-01T00:00:00Z")
     assert late.exit_code == 2 and "is after the series end: they cover 2020-05-21" in late.output, late.output
+    # times in UTC with a Z, as everywhere else in the CLI (they printed +00:00)
+    assert ("--since 2021-01-01T00:00:00Z is after the series end: they cover 2020-05-21T00:00:00Z .. "
+            "2020-05-22T23:59:00Z") in " ".join(late.output.split()), late.output
+    seen = _invoke("evaluate", "demand", "--model", str(tmp_path / "d"), "--series", str(vc3sl), "--horizon", "1h",
+                   "--since", "2020-05-20T00:00:00Z", "--format", "json")
+    assert seen.exit_code == 0, seen.output
+    assert "was also a training series (scored only from 2020-05-20T00:00:00Z)" in " ".join(seen.stderr.split())
     backwards = _invoke(*evaluate, "--since", "2020-05-25T00:00:00Z", "--until", "2020-05-24T00:00:00Z")
     assert backwards.exit_code == 2 and "must be after --since" in backwards.output
     early = _invoke(*evaluate, "--since", "2020-05-20T00:00:00Z", "--format", "json")
