@@ -312,6 +312,9 @@ def read_metadata(directory: str | Path) -> tuple[Path, dict[str, Any]]:
         recover(path)
     if not path.is_dir():
         raise ModelError(f"{path}: no such model directory")
+    if not meta_path.exists():  # a directory of something else (--forecast-dir examples: its demand/ is data)
+        raise ModelError(f"{path}: not a model directory: it has no model.json (`fleetctl forecast train` "
+                         "writes one into the directory it saves to)")
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:

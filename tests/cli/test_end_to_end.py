@@ -603,6 +603,18 @@ def test_reconcile_takes_the_daemons_forecast_models(workdir):
     assert "--allow-version-mismatch" in fleetctl(workdir, "daemon", "--help").stdout
 
 
+def test_forecast_dir_of_data_says_it_holds_no_model(workdir):
+    # `--forecast-dir examples`: its demand/ holds series, not a model; said so, not as a raw "[Errno 2]"
+    (workdir / "data" / "demand").mkdir(parents=True)
+    (workdir / "data" / "demand" / "series.csv").write_text("time_utc,gpu_model,gpus\n")
+    result = fleetctl(workdir, "plan", "--forecast-dir", str(workdir / "data"))
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert said.startswith(f"Error: --forecast-dir: {workdir / 'data' / 'demand'}: not a model directory: it has no "
+                           "model.json (`fleetctl forecast train` writes one"), result.stderr
+    assert "Errno" not in said
+
+
 def test_status_shows_a_reclaim_notice_until_a_tick_handles_it(workdir):
     from datetime import datetime, timezone
 
