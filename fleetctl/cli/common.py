@@ -290,10 +290,20 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
     if "://" not in url and not url.startswith("sqlite:"):
         from fleetctl.model import JobState
 
-        hint = (f"; to list the jobs in state {url}, use `fleetctl jobs list --only {url}`"
-                if url in {s.value for s in JobState} else "")
+        if url in {s.value for s in JobState}:
+            hint = f"; to list the jobs in state {url}, use `fleetctl jobs list --only {url}`"
+        elif url.endswith(".db"):  # the path of a SQLite file
+            hint = f"; for the SQLite file {url}: --state sqlite:///{Path(url).absolute()}"
+        else:
+            hint = ""
         fail(f"--state {url!r} is not a state store URL (sqlite:///path/state.db, or "
              f"postgresql+psycopg://user@host/db): --state names where fleetctl keeps its state{hint}", 2)
+    scheme = _unknown_scheme(url)
+    if scheme is not None:
+        from fleetctl.store import safe_url
+
+        fail(f"--state {safe_url(url)!r}: {scheme!r} is not a database fleetctl knows (sqlite:///path/state.db, or "
+             "postgresql+psycopg://user@host/db)", 2)
     is_sqlite, database = _sqlite_database(url)
     if is_sqlite and database in (None, "", ":memory:"):
         fail(f"--state {url!r} is an in-memory SQLite database: nothing would be kept after this command; give a "
@@ -320,6 +330,22 @@ def store_may_exist(option: str | None) -> bool:
     file that does not exist: then nothing is stored in it yet."""
     is_sqlite, database = _sqlite_database(option or default_url())
     return not (is_sqlite and database not in (None, "", ":memory:") and not Path(database).exists())
+
+
+def _unknown_scheme(url: str) -> str | None:
+    """The scheme of ``url`` when SQLAlchemy has no dialect for it (``http://...``, a typo such as
+    ``postgress://``); None otherwise, also for URLs it cannot parse (Store reports those)."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        return None
+    try:
+        parsed.get_dialect()
+    except sa.exc.NoSuchModuleError:
+        return parsed.drivername
+    return None
 
 
 def _sqlite_database(url: str) -> tuple[bool, str | None]:

@@ -334,6 +334,23 @@ def test_the_same_queue_file_can_be_resubmitted_once_its_jobs_run(workdir):
     assert memory.returncode == 2 and "in-memory SQLite database: nothing would be kept" in memory.stderr
 
 
+@pytest.mark.parametrize("url, words", [
+    ("http://example.com/db", "--state 'http://example.com/db': 'http' is not a database fleetctl knows"),
+    ("postgress://ops:secret@db/fleet", "--state 'postgress://ops:***@db/fleet': 'postgress' is not a database"),
+    ("fleet.db", "is not a state store URL"),
+], ids=["http", "typo-with-password", "plain-path"])
+def test_state_that_names_no_database_is_a_usage_error(workdir, url, words):
+    # a value given on the command line: exit 2 and one line, as for --state cancelled (was exit 1 with
+    # SQLAlchemy's "Can't load plugin: sqlalchemy.dialects:http"); a plain file path gets its URL spelled out
+    result = fleetctl(workdir, "jobs", "list", "--state", url)
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 2 and words in said and "Can't load plugin" not in said, result.stderr
+    assert "secret" not in said
+    if url == "fleet.db":
+        assert f"for the SQLite file fleet.db: --state sqlite:///{workdir / 'fleet.db'}" in said, said
+    assert not (workdir / "fleet.db").exists()
+
+
 def test_submit_refuses_a_past_deadline_and_warns_of_one_too_soon(workdir):
     job = ("id: {id}\nteam: ml-research\npriority: batch\ngpus_per_worker: 1\nvcpus_per_worker: 4\n"
            "memory_gib_per_worker: 14\nduration_hours: 3\ndeadline_utc: {deadline}\n")
