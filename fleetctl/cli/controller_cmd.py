@@ -29,7 +29,6 @@ from fleetctl.cli.common import (
     utcnow,
 )
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
-from fleetctl.render import counted
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9108"  # docs/metrics.md; the notice endpoint's usual port is 9109
 
@@ -93,15 +92,7 @@ def reconcile(
              "refusal clears at a later tick; a setting such as a subnet id in the policy's infrastructure does not)")
     finally:
         store.close()
-    actions = report.plan.actions if report.plan else ()
-    console.print(
-        f"tick: {counted(len(actions), 'action')}, {counted(len(report.started), 'job')} started, "
-        f"{len(report.completed)} completed, {len(report.requeued)} requeued after "
-        f"{counted(report.interruptions, 'notice')}"
-        + (f" ({len(report.lost_nodes)} for nodes gone without one)" if report.lost_nodes else "")
-        + (f", {len(report.cancelled)} cancelled" if report.cancelled else ""),
-        markup=False,
-    )
+    console.print(f"tick: {report.summary()}", markup=False)
 
 
 def prune(

@@ -152,9 +152,7 @@ class Daemon:
                     self._refresh_gauges("a failed reconcile tick")
                 return
             self.ticks += 1
-            summary = report.plan.actions if report.plan else ()
-            log.info("tick %d: %d actions, %d started, %d completed, %d requeued", self.ticks, len(summary),
-                     len(report.started), len(report.completed), len(report.requeued))
+            log.info("tick %d: %s", self.ticks, report.summary())
 
     def interruptions(self) -> None:
         with self.lock:

@@ -49,6 +49,7 @@ from fleetctl.model import (
     Reason,
 )
 from fleetctl.planner import plan as make_plan
+from fleetctl.render import counted
 from fleetctl.store import Store
 from providers.base import Provider, ProviderError
 
@@ -70,6 +71,18 @@ class TickReport:
     checkpoints: int = 0
     checkpoints_missed: int = 0  # of those, how many could not finish before the deadline
     refused_offers: list[str] = field(default_factory=list)  # launches refused for capacity, planned again without
+
+    def summary(self) -> str:
+        """One line of what the tick did, the same for `reconcile --once` and
+        the daemon's log: ``3 actions, 1 job started, 0 completed, 0 requeued
+        after 0 notices``, then the nodes lost without a notice and the jobs
+        cancelled when there are any."""
+        actions = self.plan.actions if self.plan else ()
+        return (f"{counted(len(actions), 'action')}, {counted(len(self.started), 'job')} started, "
+                f"{len(self.completed)} completed, {len(self.requeued)} requeued after "
+                f"{counted(self.interruptions, 'notice')}"
+                + (f" ({len(self.lost_nodes)} for nodes gone without one)" if self.lost_nodes else "")
+                + (f", {len(self.cancelled)} cancelled" if self.cancelled else ""))
 
 
 #: Offers refused for capacity that one tick plans around before it gives up with the error (a cloud

@@ -216,6 +216,25 @@ def test_the_interruptions_pass_reuses_the_last_reconcile_forecast(world_factory
     assert len(calls) == 2 and loop.ticks == 1
 
 
+def test_the_daemons_tick_log_says_what_reconcile_once_says(world_factory, caplog):
+    """The daemon logged "1 actions, 0 started, 0 completed, 0 requeued": no notices handled and no
+    cancels carried out, which `reconcile --once` reports for the same tick."""
+    from datetime import datetime, timezone
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    now = datetime.now(timezone.utc)
+    w.store.add_jobs([job("keep", gpus=8, submitted=now), job("drop", gpus=8, submitted=now)], now)
+    loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), FleetMetrics()),
+                  interval_seconds=60, interruption_seconds=5, price_seconds=3600)
+    with caplog.at_level("INFO", logger="fleetctl.daemon"):
+        loop.reconcile()  # one launch of two nodes, two binds
+        w.store.request_cancel(["drop"], now, "test")
+        loop.reconcile()
+    ticks = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tick ")]
+    assert ticks[0] == "tick 1: 3 actions, 0 jobs started, 0 completed, 0 requeued after 0 notices", ticks
+    assert ticks[1].startswith("tick 2: ") and ticks[1].endswith(", 1 cancelled"), ticks
+
+
 def test_the_daemon_stands_by_while_another_process_holds_the_lease(world_factory):
     """A cron reconcile, an apply or a second daemon on the same store holds
     the controller lease: this daemon's passes do nothing until it is free."""
