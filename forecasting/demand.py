@@ -518,7 +518,7 @@ class DemandModel:
                 or not isinstance(horizons, list) or not horizons \
                 or not all(isinstance(h, int) and 0 < h <= MAX_HORIZON_MINUTES for h in horizons) \
                 or not isinstance(meta.get("versions"), dict):
-            raise ModelError(f"{meta_path}: not a demand model of format {FORMAT_VERSION}")
+            raise modelfiles.not_a_model_of(meta_path, meta, "demand", FORMAT_VERSION)
         if meta.get("features") != list(FEATURES) or meta.get("grid_minutes") != GRID_SECONDS / 60:
             raise ModelError(f"{meta_path}: the model was trained on other features than this version computes; "
                              "retrain it (fleetctl forecast train demand)")

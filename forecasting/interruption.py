@@ -567,7 +567,7 @@ class InterruptionModel:
         if not isinstance(meta, dict) or meta.get("kind") != "interruption" \
                 or meta.get("format_version") != FORMAT_VERSION or not isinstance(meta.get("horizon_minutes"), int) \
                 or not isinstance(meta.get("versions"), dict):
-            raise ModelError(f"{meta_path}: not an interruption model of format {FORMAT_VERSION}")
+            raise modelfiles.not_a_model_of(meta_path, meta, "interruption", FORMAT_VERSION)
         if meta.get("features") != list(FEATURES):
             raise ModelError(f"{meta_path}: the model was trained on other features than this version computes; "
                              "retrain it (fleetctl forecast train interruption)")

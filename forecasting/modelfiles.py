@@ -118,6 +118,17 @@ def _check_kind(path: Path, kind: str) -> None:
                      "model into another directory")
 
 
+def not_a_model_of(meta_path: Path, meta: Any, kind: str, format_version: int) -> ModelError:
+    """The error for a ``model.json`` that does not load as ``kind``'s: it
+    names the kind the directory holds when that is another (a demand model
+    given to ``evaluate interruption``), else the format expected."""
+    found = meta.get("kind") if isinstance(meta, dict) else None
+    if isinstance(found, str) and found and found != kind:
+        return ModelError(f"{meta_path}: holds {_a(found)} model, not {_a(kind)} model (`fleetctl forecast train "
+                          f"{kind}` saves one)")
+    return ModelError(f"{meta_path}: not {_a(kind)} model of format {format_version}")
+
+
 def _a(word: str) -> str:
     return f"{'an' if word[:1].lower() in tuple('aeiou') else 'a'} {word}"
 

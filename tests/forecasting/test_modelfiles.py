@@ -137,6 +137,24 @@ def test_a_model_of_another_kind_is_refused_not_replaced(tmp_path, found, traini
     assert _load(target) == {"w": 3} and modelfiles.read_metadata(target)[1]["kind"] == found
 
 
+@pytest.mark.parametrize("saved, loaded", [("demand", "interruption"), ("interruption", "demand")])
+def test_a_model_of_another_kind_is_named_when_loaded(tmp_path, saved, loaded):
+    """`forecast evaluate demand --model models/interruption` said only "not a demand model of format 2"."""
+    from forecasting.demand import DemandModel
+    from forecasting.interruption import InterruptionModel
+
+    modelfiles.save(tmp_path / "m", {"weights": [1]}, {**META, "kind": saved})
+    load = {"demand": DemandModel.load, "interruption": InterruptionModel.load}[loaded]
+    a = {"demand": "a demand", "interruption": "an interruption"}
+    with pytest.raises(ModelError) as exc:
+        load(tmp_path / "m")
+    assert str(exc.value) == (f"{tmp_path / 'm' / 'model.json'}: holds {a[saved]} model, not {a[loaded]} model "
+                              f"(`fleetctl forecast train {loaded}` saves one)")
+    modelfiles.save(tmp_path / "old", {"weights": [1]}, {**META, "kind": loaded, "format_version": 0})
+    with pytest.raises(ModelError, match=f"model.json: not {a[loaded]} model of format"):  # the right kind
+        load(tmp_path / "old")
+
+
 def test_a_model_json_that_names_no_kind_is_not_replaced(tmp_path):
     for name, text, words in (("list", "[1]", "records no kind"), ("broken", "{", "cannot be read")):
         (tmp_path / name).mkdir()
