@@ -137,17 +137,23 @@ def refuse_repeated(flag: str, paths: list[Path]) -> None:
         fail(f"{flag} given more than once: {', '.join(twice)}", 2)
 
 
-def output_file_or_exit(flag: str, path: str, example_name: str) -> Path:
+def output_file_or_exit(flag: str, path: str, example_name: str, inputs: tuple[Path, ...] = ()) -> Path:
     """An output file's option as typed (a str: ``Path`` would drop a trailing
-    '/') -> the Path to write; exits 2 when it names a directory. Design
-    choice: refused, not given a default file name inside, so the same option
-    writes the same file whatever exists. '-' (stdout) passes."""
+    '/') -> the Path to write; exits 2 when it names a directory, or one of
+    ``inputs`` (the files the command reads: `trace import pods.csv -o
+    pods.csv` replaced the trace it converts). Design choice: a directory is
+    refused, not given a default file name inside, so the same option writes
+    the same file whatever exists. '-' (stdout) passes."""
     if path != "-":
         from fleetctl.files import directory_reason
 
         reason = directory_reason(path)
         if reason is not None:
             fail(f"{flag} {path}: {reason}; give the file's path, e.g. {os.path.join(path, example_name)}", 2)
+        for source in inputs:
+            if os.path.isfile(path) and os.path.isfile(source) and os.path.samefile(path, source):
+                fail(f"{flag} {path}: is the file this command reads ({source}); writing it would replace it. "
+                     "Give another output file; nothing was written", 2)
     return Path(path)
 
 

@@ -30,6 +30,7 @@ from fleetctl.cli.common import (
     one_of,
     open_store,
     output_file_or_exit,
+    policy_path,
     stop_cleanly_on_sigterm,
     utcnow,
 )
@@ -177,7 +178,8 @@ def plan(
     if out_text == "-":  # saved a file named '-', which `apply -` then read
         fail("-out -: the saved plan is a file for `fleetctl apply` (and a Terraform plan beside it); for the "
              "plan document on stdout use --format json", 2)
-    out = None if out_text is None else output_file_or_exit("-out", out_text, "plan.json")
+    out = None if out_text is None else output_file_or_exit("-out", out_text, "plan.json",
+                                                            inputs=(policy_path(policy),))
     pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed, cloud,
                                                                  forecast_dir=forecast_dir,
                                                                  allow_version_mismatch=allow_version_mismatch)

@@ -29,7 +29,8 @@ def alibaba_2023(
                                                        "time zone, e.g. 2023-02-15T00:00:00Z.", show_default=False)],
     output_text: Annotated[str, typer.Option("-o", "--output", help="Job-trace CSV file to write ('-' for stdout; "
                                                                     "the summary then goes to stderr); a directory, "
-                                                                    "or a path ending in '/', is refused.",
+                                                                    "a path ending in '/', or pod_csv itself is "
+                                                                    "refused.",
                                              metavar="<path>", show_default=False)],
     include_cpu: Annotated[bool, typer.Option("--include-cpu", help="Keep CPU-only pods too.")] = False,
     pending_duration_hours: Annotated[Optional[float], typer.Option(
@@ -72,7 +73,7 @@ def alibaba_2023(
     from fleetctl.sim.traces import format_job_trace, is_valid_name, write_job_trace
     from fleetctl.yamlerrors import SpecError
 
-    output = output_file_or_exit("-o", output_text, "jobs.csv")
+    output = output_file_or_exit("-o", output_text, "jobs.csv", inputs=(pod_csv,))
     try:
         start_utc = parse_utc_timestamp(start)
     except ValueError as exc:
@@ -191,8 +192,9 @@ def helios_sequence(
                                                       "e.g. cluster_sequence_vc.csv.", show_default=False)],
     output_text: Annotated[str, typer.Option("-o", "--output", help="Demand-series CSV file to write (time_utc,"
                                                                     "gpu_model,gpus; '-' for stdout, the summary "
-                                                                    "then goes to stderr); a directory, or a path "
-                                                                    "ending in '/', is refused.",
+                                                                    "then goes to stderr); a directory, a path "
+                                                                    "ending in '/', or sequence_csv itself is "
+                                                                    "refused.",
                                              metavar="<path>", show_default=False)],
     gpu_model: Annotated[str, typer.Option(
         "--gpu-model", help="GPU model of the cluster's GPUs. Default: V100-32GB (Helios Earth is a Volta "
@@ -219,7 +221,7 @@ def helios_sequence(
     from forecasting.series import HeliosOptions, check_gpu_model, format_demand_series, import_helios_sequence, \
         parse_offset, write_demand_series
 
-    output = output_file_or_exit("-o", output_text, "demand.csv")
+    output = output_file_or_exit("-o", output_text, "demand.csv", inputs=(sequence_csv,))
     times = {}
     for flag, value in (("--start", start), ("--since", since), ("--until", until)):
         try:

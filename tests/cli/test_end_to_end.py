@@ -620,6 +620,16 @@ def test_reconcile_takes_the_daemons_forecast_models(workdir):
     assert "--allow-version-mismatch" in fleetctl(workdir, "daemon", "--help").stdout
 
 
+def test_plan_out_refuses_the_policy_it_reads(workdir):
+    policy = (workdir / "policies" / "example.yaml").read_text()
+    for out in ("policies/example.yaml", str(workdir / "policies" / "example.yaml")):  # the default policy
+        result = fleetctl(workdir, "plan", "-out", out)
+        assert result.returncode == 1 and result.stdout == "", result.stderr  # plan: every error exits 1
+        assert " ".join(result.stderr.split()).startswith(f"Error: -out {out}: is the file this command reads "
+                                                          "(policies/example.yaml)"), result.stderr
+    assert (workdir / "policies" / "example.yaml").read_text() == policy
+
+
 def test_forecast_dir_of_data_says_it_holds_no_model(workdir):
     # `--forecast-dir examples`: its demand/ holds series, not a model; said so, not as a raw "[Errno 2]"
     (workdir / "data" / "demand").mkdir(parents=True)

@@ -661,6 +661,25 @@ def test_cli_import_refuses_an_endless_checkpoint_interval(tmp_path: Path, outpu
         options(checkpointable_fraction=1.0, checkpoint_interval_minutes=float("inf"))
 
 
+def test_cli_import_refuses_to_write_over_the_file_it_reads(tmp_path: Path) -> None:
+    """`-o pods.csv` (or a link to it) replaced the raw trace with the converted one."""
+    (tmp_path / "pods.csv").write_text(PODS)
+    os.symlink(tmp_path / "pods.csv", tmp_path / "link.csv")
+    for output in ("pods.csv", "./pods.csv", "link.csv"):
+        done = run_fleetctl(tmp_path, "trace", "import", "alibaba-2023", "pods.csv", "--start",
+                            "2023-02-15T00:00:00Z", "-o", output)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert " ".join(done.stderr.split()) == (f"Error: -o {output}: is the file this command reads (pods.csv); "
+                                                 "writing it would replace it. Give another output file; nothing "
+                                                 "was written")
+        assert (tmp_path / "pods.csv").read_text() == PODS
+    helios = tmp_path / "seq.csv"
+    helios.write_text("time,running_gpu_num,pending_gpu_num\n2020-05-01 08:00:00,5,3\n")
+    done = run_fleetctl(tmp_path, "trace", "import", "helios-sequence", "seq.csv", "-o", "seq.csv")
+    assert done.returncode == 2 and "is the file this command reads (seq.csv)" in done.stderr, done.stderr
+    assert helios.read_text().startswith("time,running_gpu_num")
+
+
 @pytest.mark.parametrize("output", ["jobs.csv", "-"])
 def test_import_output_a_writer_refuses_is_one_error_line(tmp_path: Path, output: str,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
