@@ -12,6 +12,7 @@ from rich.table import Table
 from fleetctl.cli.common import console, fail, one_of
 from fleetctl.codec import offer_to_dict
 from fleetctl.model import CLOUDS, Market, Offer
+from fleetctl.render import counted
 
 
 class OutputFormat(str, enum.Enum):
@@ -95,7 +96,8 @@ def catalog(
             docs.append(d)
         console.print_json(json.dumps(docs)) if console.is_terminal else print(json.dumps(docs, indent=2))
         return
-    table = Table(title=f"{len(offers)} offers" + (f" (showing {limit})" if limit and len(offers) > limit else ""))
+    shown = f" (showing {limit})" if limit and len(offers) > limit else ""
+    table = Table(title=counted(len(offers), "offer") + shown)
     for col in ("provider", "instance type", "GPUs", "vCPU", "GiB", "region", "zone", "market", "$/h", "$/GPU-h"):
         table.add_column(col, justify="right" if col in {"GPUs", "vCPU", "GiB", "$/h", "$/GPU-h"} else "left")
     for o in offers[: limit or None]:

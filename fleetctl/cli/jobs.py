@@ -16,6 +16,7 @@ from fleetctl.cli.common import PolicyOption, StateOption, console, err_console,
     open_store, store_may_exist, utcnow
 from fleetctl.codec import dt_to_str, job_to_dict
 from fleetctl.model import JobState
+from fleetctl.render import counted
 
 app = typer.Typer(help="Submit jobs to the queue, list them, cancel them.", no_args_is_help=True)
 
@@ -221,7 +222,7 @@ def list_jobs(
         print(json.dumps([{**job_to_dict(j), "cancel_requested": j.job_id in cancelling and j.state.active}
                           for j in jobs], indent=2))
         return
-    table = Table(title=f"{len(jobs)} jobs")
+    table = Table(title=counted(len(jobs), "job"))
     for col in ("id", "state", "team", "priority", "workers x GPUs", "GPU models", "spot", "nodes"):
         table.add_column(col)
     for j in jobs:

@@ -298,6 +298,9 @@ def test_catalog_filters_and_table(workdir):
     assert "aws" not in table.stdout and "on_demand" not in table.stdout
     bad = fleetctl(workdir, "catalog", "--gpu", "A100")
     assert bad.returncode == 2 and "not a known GPU model" in bad.stderr
+    one = fleetctl(workdir, "catalog", "--gpu", "V100-16GB", "--provider", "aws", "--market", "spot", "--region",
+                   "ap-southeast-2")  # one offer in the shipped snapshot: its title said "1 offers"
+    assert one.returncode == 0 and one.stdout.splitlines()[0].strip() == "1 offer", one.stdout
 
 
 def test_help_explains(workdir):
@@ -501,6 +504,8 @@ def test_jobs_cancel(workdir):
     only_cancelled = fleetctl(workdir, "jobs", "list", "--only", "cancelled", "--format", "json")  # implies --all
     assert only_cancelled.returncode == 0
     assert [j["id"] for j in json.loads(only_cancelled.stdout)] == [ids[0]]
+    one = fleetctl(workdir, "jobs", "list", "--only", "cancelled")  # its title said "1 jobs", as status says "1 node"
+    assert one.returncode == 0 and one.stdout.splitlines()[0].strip() == "1 job", one.stdout
     misread = fleetctl(workdir, "jobs", "list", "--state", "cancelled")  # --state is the store, not a job state
     assert misread.returncode == 2 and "is not a state store URL" in misread.stderr
     assert "fleetctl jobs list --only cancelled" in misread.stderr
