@@ -271,6 +271,16 @@ class Store:
         cfg.set_main_option("script_location", str(MIGRATIONS))
         with self._engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
+            # a database with none of fleetctl's schema but tables of fleetctl's names is another program's
+            # (--state pointed at the wrong file): the upgrade created alembic_version in it, then failed on
+            # "table jobs already exists", and a read-only command said to write fleetctl's state into it
+            taken = sorted(set(sa.inspect(conn).get_table_names()) & set(tables.metadata.tables)) \
+                if current is None else []
+        if taken:
+            raise StoreError(f"cannot open state store {safe_url(self.url)}: it has tables of the names fleetctl "
+                             f"uses ({', '.join(taken)}) but no fleetctl schema version: another program's database, "
+                             "or a first start of fleetctl cut short. Nothing was written to it; point --state at "
+                             "fleetctl's store, or at a new file")
         script = ScriptDirectory.from_config(cfg)
         if current is not None:
             if current == script.get_current_head():

@@ -846,3 +846,29 @@ def test_on_sqlite_the_open_launches_are_read_through_an_index(tmp_path):
         assert "SCAN launches" not in plan and "ix_launches_status" in plan, plan
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writes", "reads"])
+def test_another_programs_database_is_refused_untouched(request, tmp_path, backend, read_only):
+    """--state at another program's database with a `jobs` table: the upgrade wrote alembic_version into it,
+    then failed with SQLAlchemy's "table jobs already exists" and the CREATE statement; a reading command
+    said to run `jobs submit` on it. Now refused, naming the tables, with nothing written."""
+    from fleetctl.store import StoreError
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'app.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        if backend == "postgresql":
+            conn.execute(sa.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+        conn.execute(sa.text("CREATE TABLE jobs (x INTEGER)"))
+        conn.execute(sa.text("CREATE TABLE invoices (y INTEGER)"))
+    with pytest.raises(StoreError) as exc:
+        Store(url, read_only=read_only)
+    assert "it has tables of the names fleetctl uses (jobs) but no fleetctl schema version" in str(exc.value)
+    assert "Nothing was written to it" in str(exc.value)
+    assert sorted(sa.inspect(engine).get_table_names()) == ["invoices", "jobs"]
+    engine.dispose()
