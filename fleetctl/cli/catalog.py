@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, fail, one_of
+from fleetctl.cli.common import console, err_console, fail, one_of
 from fleetctl.codec import offer_to_dict
 from fleetctl.model import CLOUDS, Market, Offer
 from fleetctl.render import counted
@@ -87,6 +87,11 @@ def catalog(
                               for c in CLOUDS)
             fail(f"--region {r!r} is not a region in the catalog" + (f" (did you mean {hint!r}?)" if hint else "")
                  + f"; known: {known}", 2)
+    for r in region if provider else []:  # a region only other clouds sell in gave an empty table, no word
+        clouds = sorted({o.provider for o in offers if o.region == r})
+        if not set(clouds) & set(provider):
+            err_console.print(f"note: --region {r} is a region of {', '.join(clouds)}, not of --provider "
+                              f"{', '.join(provider)}: no offer of those is there", markup=False)
     offers = filter_offers(offers, gpu=gpu, provider=provider, market=market, region=region)
     if output is OutputFormat.json:
         docs = []

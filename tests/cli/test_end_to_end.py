@@ -301,6 +301,11 @@ def test_catalog_filters_and_table(workdir):
     one = fleetctl(workdir, "catalog", "--gpu", "V100-16GB", "--provider", "aws", "--market", "spot", "--region",
                    "ap-southeast-2")  # one offer in the shipped snapshot: its title said "1 offers"
     assert one.returncode == 0 and one.stdout.splitlines()[0].strip() == "1 offer", one.stdout
+    elsewhere = fleetctl(workdir, "catalog", "--provider", "aws", "--region", "eastus", "--format", "json")
+    assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout) == []  # eastus is Azure's: said on stderr
+    assert " ".join(elsewhere.stderr.split()) == ("note: --region eastus is a region of azure, not of --provider "
+                                                  "aws: no offer of those is there"), elsewhere.stderr
+    assert fleetctl(workdir, "catalog", "--provider", "azure", "--region", "eastus").stderr == ""
 
 
 def test_help_explains(workdir):
