@@ -271,16 +271,6 @@ class Store:
         cfg.set_main_option("script_location", str(MIGRATIONS))
         with self._engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
-            # a database with none of fleetctl's schema but tables of fleetctl's names is another program's
-            # (--state pointed at the wrong file): the upgrade created alembic_version in it, then failed on
-            # "table jobs already exists", and a read-only command said to write fleetctl's state into it
-            taken = sorted(set(sa.inspect(conn).get_table_names()) & set(tables.metadata.tables)) \
-                if current is None else []
-        if taken:
-            raise StoreError(f"cannot open state store {safe_url(self.url)}: it has tables of the names fleetctl "
-                             f"uses ({', '.join(taken)}) but no fleetctl schema version: another program's database, "
-                             "or a first start of fleetctl cut short. Nothing was written to it; point --state at "
-                             "fleetctl's store, or at a new file")
         script = ScriptDirectory.from_config(cfg)
         if current is not None:
             if current == script.get_current_head():
@@ -293,6 +283,9 @@ class Store:
             # be written here (a read-only copy or mount) is refused.
             if current is not None and self._upgrade(cfg, writable_only=True):
                 return
+            if current is None:
+                with self._engine.connect() as conn:
+                    self._refuse_another_programs(conn)
             what = "holds no fleetctl state" if current is None else \
                 f"has schema revision {current}, older than this fleetctl's ({script.get_current_head()})"
             raise StoreError(f"cannot read state store {safe_url(self.url)}: it {what}, and this command only reads; "
@@ -312,6 +305,7 @@ class Store:
                     # created alembic_version (UniqueViolation), and each ran an upgrade's CREATE TABLE
                     # ("relation ... already exists"). Held to this transaction's end, the upgrade's.
                     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK_KEY})
+                self._refuse_another_programs(conn)  # under the lock: no other fleetctl is half-way creating it
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
         except (StoreError, sa.exc.OperationalError, OSError):
@@ -322,6 +316,22 @@ class Store:
             if writable_only:
                 engine.dispose()
         return True
+
+    def _refuse_another_programs(self, conn: Connection) -> None:
+        """``StoreError`` for a database with no fleetctl schema version but
+        tables of fleetctl's names: another program's (--state at the wrong
+        file). The upgrade created alembic_version in it, then failed on "table
+        jobs already exists"; a reading command said to write fleetctl's state
+        into it. A database with other tables only (a shared PostgreSQL one)
+        passes."""
+        if MigrationContext.configure(conn).get_current_revision() is not None:
+            return
+        taken = sorted(set(sa.inspect(conn).get_table_names()) & set(tables.metadata.tables))
+        if taken:
+            raise StoreError(f"cannot open state store {safe_url(self.url)}: it has tables of the names fleetctl "
+                             f"uses ({', '.join(taken)}) but no fleetctl schema version: another program's database, "
+                             "or a first start of fleetctl cut short. Nothing was written to it; point --state at "
+                             "fleetctl's store, or at a new file")
 
     @contextmanager
     def _migration_lock(self) -> Iterator[None]:
