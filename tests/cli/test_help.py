@@ -69,7 +69,7 @@ def test_prune_help_says_what_the_finished_history_retention_deletes_and_what_it
     assert shown.exit_code == 0, shown.output
     text = " ".join(shown.output.split())
     for words in ("jobs that succeeded, failed or were cancelled (last written before the cut)",
-                  "nodes gone since before it with the finished launches (done, partial, failed)",
+                  "nodes gone since before it with the finished launches (done, partial, failed, abandoned)",
                   "the decision events (launch, bind, start, complete, terminate, ...) before it",
                   "Always kept: active jobs", "gone nodes that a kept reclaim notice or an active job names",
                   "pending and unknown launches", "so a retried launch never buys twice",
