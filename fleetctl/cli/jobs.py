@@ -38,7 +38,9 @@ def submit(
     FILE:LINE:COLUMN: field.path: message, nothing is stored, and the exit code is 2.
     A deadline_utc at or before now is such an error; one before now plus the job's
     duration_hours (it cannot finish in time even if it starts at once) is printed as a
-    warning on stderr, and the job is submitted.
+    warning on stderr, and the job is submitted; so is a job that no offer of the shipped
+    catalog which the policy allows can hold (too many GPUs per worker, a GPU model no
+    offer has), with the reason `plan` and `explain` will give.
     Re-submitting an identical job is a no-op (one that finished or was cancelled is
     not run again, and the output says so); a different job under an existing id is
     refused, at that job, with the fields that differ: ids are never reused. An id in
@@ -107,6 +109,7 @@ def _submit(files: list[Path], pol, now: datetime, opened: _OpenedOnUse) -> None
         first.setdefault(job_id, source)
     if bad:
         fail("no job was submitted", 2)
+    warnings.extend(_no_offer_warnings(sources, pol))
     for warning in warnings:
         err_console.print(str(warning), markup=False)
     jobs = [source.job for source in sources]
@@ -138,6 +141,25 @@ def _submit(files: list[Path], pol, now: datetime, opened: _OpenedOnUse) -> None
                  for name, found in sorted(finished.items())]
         console.print(f"{sum(map(len, finished.values()))} of them finished and will not run again "
                       f"({'; '.join(parts)}); to run a job again, give it a new id", markup=False)
+
+
+def _no_offer_warnings(sources: list, pol) -> list:  # noqa: ANN001
+    """A warning at each job that no offer of the shipped catalog snapshots which the policy allows
+    can hold, with the planner's reason (what `plan` and `explain` will say). Design choice: a
+    warning, not an error: offers change, and a team may submit ahead of a pool it is adding."""
+    from fleetctl.planner import no_offer_holds
+    from providers.catalog import load_catalog
+
+    offers = load_catalog()
+    warnings = []
+    for source in sources:
+        found = no_offer_holds(source.job, offers, pol)
+        if found is not None:
+            reason, detail = found
+            warnings.append(source.doc.issue(source.at, (
+                f"warning: job {source.job.job_id!r} fits no offer of the shipped catalog that the policy "
+                f"allows: {detail}; `fleetctl plan` leaves it queued ({reason.value}) until one is sold")))
+    return warnings
 
 
 def _distinct_files(files: list[Path]) -> list[Path]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -129,6 +129,77 @@ def _worker_dimensions(job: Job) -> list[_Dimension]:
     dims.append(_Dimension("memory per node", job.memory_gib_per_worker, lambda o: o.instance_type.memory_gib,
                            " GiB"))
     return dims
+
+
+def _no_offer(job: Job, offers: tuple[Offer, ...], spot_ok: bool) -> tuple[Reason, str]:
+    """Why no offer of ``offers`` (those the policy allows) is bought for ``job``, in the words
+    ``plan`` and ``explain`` print."""
+    models = [o for o in offers if (not job.gpu_models or o.instance_type.gpu_model in job.gpu_models)
+              and (job.gpus_per_worker == 0 or o.instance_type.gpu_count > 0)]
+    if not models:
+        return Reason.NO_ALLOWED_OFFER, f"{_describe_need(job)}; no allowed offer has that GPU model"
+    usable = [o for o in models if spot_ok or o.market is Market.ON_DEMAND]
+    if not usable:
+        return Reason.NO_ALLOWED_OFFER, f"{_describe_need(job)}; only spot offers have it and the job may not use spot"
+    dims = _worker_dimensions(job)
+    short = [(dim, [o for o in usable if not dim.fits(o)]) for dim in dims]
+    # Dimensions no allowed offer satisfies: name each with the most any offer has.
+    blocking = [dim for dim, lacking in short if len(lacking) == len(usable)]
+    need = f"{_describe_need(job)} ({_describe_worker(job)})"
+    if blocking:
+        parts = []
+        for dim in blocking:
+            best = max(usable, key=lambda o, d=dim: (d.have(o), o.key))
+            parts.append(f"{dim.name}: needs {dim.show(dim.need)}, the most an allowed offer has is "
+                         f"{dim.show(dim.have(best))} ({_describe_offer(best)})")
+        return Reason.GANG_DOES_NOT_FIT, f"{need}; no allowed offer has enough {'; '.join(parts)}"
+    if any(lacking for _, lacking in short) and not any(all(d.fits(o) for d in dims) for o in usable):
+        # Each dimension fits some offer, none fits them all: the offer short of the fewest.
+        closest = max(usable, key=lambda o: (sum(d.fits(o) for d in dims), o.instance_type.gpu_count,
+                                             o.instance_type.vcpus, o.instance_type.memory_gib, o.key))
+        lacks = ", ".join(f"{d.name} {d.show(d.have(closest))} of {d.show(d.need)}" for d in dims
+                          if not d.fits(closest))
+        return Reason.GANG_DOES_NOT_FIT, (
+            f"{need}; no allowed offer has all of it at once: the closest, {_describe_offer(closest)}, "
+            f"has {lacks}"
+        )
+    largest = max(usable, key=lambda o: (o.instance_type.gpu_count, o.instance_type.vcpus, o.key))
+    return Reason.GANG_DOES_NOT_FIT, f"{need}; the largest allowed offer is {_describe_offer(largest)}"
+
+
+def _policy_allows(policy: Policy, offer: Offer) -> bool:
+    """The policy's providers, regions and GPU models admit ``offer``, and it has a price."""
+    if policy.providers and offer.provider not in policy.providers:
+        return False
+    if policy.regions and offer.region not in policy.regions:
+        return False
+    gpu = offer.instance_type.gpu_model
+    if policy.gpu_models and gpu is not None and gpu not in policy.gpu_models:
+        return False
+    return offer.usd_per_hour > 0
+
+
+def _spot_eligible(policy: Policy, job: Job) -> bool:
+    """The job may run on spot at all (its own setting, else its priority class's)."""
+    return job.spot_eligible if job.spot_eligible is not None else policy.priority_class(job.priority).spot_eligible
+
+
+def no_offer_holds(job: Job, offers: Iterable[Offer], policy: Policy) -> tuple[Reason, str] | None:
+    """Why no offer of ``offers`` that ``policy`` allows can hold one worker of
+    ``job`` on a market it may use, in the words ``plan`` and ``explain`` give
+    (the same reason and detail); None when one can. What changes from pass to
+    pass (reclaimed offers, interruptions, a deadline that rules spot out) is
+    not counted: this is the job against the market itself, for ``jobs submit``
+    to warn of a job that ``plan`` would leave queued whatever the fleet does."""
+    allowed = tuple(sorted((o for o in offers if _policy_allows(policy, o)), key=lambda o: o.key))
+    spot_ok = _spot_eligible(policy, job)
+    dims = _worker_dimensions(job)
+    for o in allowed:
+        it = o.instance_type
+        if ((spot_ok or o.market is Market.ON_DEMAND) and (not job.gpu_models or it.gpu_model in job.gpu_models)
+                and (job.gpus_per_worker == 0 or it.gpu_count > 0) and all(d.fits(o) for d in dims)):
+            return None
+    return _no_offer(job, allowed, spot_ok)
 
 
 @dataclass(slots=True)
@@ -251,17 +322,9 @@ class _Pass:
     # ------------------------------------------------------------------ helpers
 
     def _allowed(self, offer: Offer) -> bool:
-        p = self.policy
-        if p.providers and offer.provider not in p.providers:
-            return False
-        if p.regions and offer.region not in p.regions:
-            return False
-        gpu = offer.instance_type.gpu_model
-        if p.gpu_models and gpu is not None and gpu not in p.gpu_models:
-            return False
         if offer.market is Market.SPOT and offer.key in self.reclaimed:
             return False
-        return offer.usd_per_hour > 0
+        return _policy_allows(self.policy, offer)
 
     def _p(self, offer: Offer) -> float:
         if offer.market is not Market.SPOT:
@@ -286,8 +349,7 @@ class _Pass:
         return job.remaining_hours / 2 + restart
 
     def _spot_eligible(self, job: Job) -> bool:
-        """The job may run on spot at all (its own setting, else its priority class's)."""
-        return job.spot_eligible if job.spot_eligible is not None else self.policy.priority_class(job.priority).spot_eligible
+        return _spot_eligible(self.policy, job)
 
     def _spot_ok(self, job: Job) -> tuple[bool, str | None]:
         if not self._spot_eligible(job):
@@ -803,37 +865,7 @@ class _Pass:
             self.commit(job, placed, Reason.FITS_FREE_CAPACITY, self.order)
 
     def _no_offer(self, job: Job, spot_ok: bool) -> tuple[Reason, str]:
-        models = [o for o in self.offers if (not job.gpu_models or o.instance_type.gpu_model in job.gpu_models)
-                  and (job.gpus_per_worker == 0 or o.instance_type.gpu_count > 0)]
-        if not models:
-            return Reason.NO_ALLOWED_OFFER, f"{_describe_need(job)}; no allowed offer has that GPU model"
-        usable = [o for o in models if spot_ok or o.market is Market.ON_DEMAND]
-        if not usable:
-            return Reason.NO_ALLOWED_OFFER, f"{_describe_need(job)}; only spot offers have it and the job may not use spot"
-        dims = _worker_dimensions(job)
-        short = [(dim, [o for o in usable if not dim.fits(o)]) for dim in dims]
-        # Dimensions no allowed offer satisfies: name each with the most any offer has.
-        blocking = [dim for dim, lacking in short if len(lacking) == len(usable)]
-        need = f"{_describe_need(job)} ({_describe_worker(job)})"
-        if blocking:
-            parts = []
-            for dim in blocking:
-                best = max(usable, key=lambda o, d=dim: (d.have(o), o.key))
-                parts.append(f"{dim.name}: needs {dim.show(dim.need)}, the most an allowed offer has is "
-                             f"{dim.show(dim.have(best))} ({_describe_offer(best)})")
-            return Reason.GANG_DOES_NOT_FIT, f"{need}; no allowed offer has enough {'; '.join(parts)}"
-        if any(lacking for _, lacking in short) and not any(all(d.fits(o) for d in dims) for o in usable):
-            # Each dimension fits some offer, none fits them all: the offer short of the fewest.
-            closest = max(usable, key=lambda o: (sum(d.fits(o) for d in dims), o.instance_type.gpu_count,
-                                                 o.instance_type.vcpus, o.instance_type.memory_gib, o.key))
-            lacks = ", ".join(f"{d.name} {d.show(d.have(closest))} of {d.show(d.need)}" for d in dims
-                              if not d.fits(closest))
-            return Reason.GANG_DOES_NOT_FIT, (
-                f"{need}; no allowed offer has all of it at once: the closest, {_describe_offer(closest)}, "
-                f"has {lacks}"
-            )
-        largest = max(usable, key=lambda o: (o.instance_type.gpu_count, o.instance_type.vcpus, o.key))
-        return Reason.GANG_DOES_NOT_FIT, f"{need}; the largest allowed offer is {_describe_offer(largest)}"
+        return _no_offer(job, self.offers, spot_ok)
 
     # ------------------------------------------------------------------ preemption
 

@@ -380,6 +380,37 @@ def test_submit_refuses_a_past_deadline_and_warns_of_one_too_soon(workdir):
     assert "ok.yaml" not in warned.stderr
 
 
+def test_submit_warns_of_a_job_no_offer_can_hold_with_the_reason_explain_gives(workdir):
+    """Such a job was accepted without a word; only `plan` and `explain` said later that it cannot be placed."""
+    import yaml
+
+    policy = yaml.safe_load((workdir / "policies" / "example.yaml").read_text())
+    del policy["gpu_models"]  # any model: one the catalog has no offer of is not refused by the policy
+    (workdir / "any.yaml").write_text(yaml.safe_dump(policy))
+    job = ("- id: {id}\n  team: ml-research\n  priority: batch\n  gpus_per_worker: {gpus}\n  gpu_models: {models}\n"
+           "  vcpus_per_worker: 4\n  memory_gib_per_worker: 14\n  duration_hours: 1\n")
+    (workdir / "jobs.yaml").write_text(job.format(id="huge", gpus=32, models="[]")
+                                       + job.format(id="h200", gpus=1, models="[H200-141GB]")
+                                       + job.format(id="fits", gpus=1, models="[]"))
+    submitted = fleetctl(workdir, "jobs", "submit", "jobs.yaml", "--policy", "any.yaml")
+    assert submitted.returncode == 0 and "3 job(s) submitted" in submitted.stdout, submitted.stderr
+    lines = submitted.stderr.splitlines()
+    assert len(lines) == 2, submitted.stderr
+    assert lines[0].startswith("jobs.yaml:1:3: [0]: warning: job 'huge' fits no offer of the shipped catalog "
+                               "that the policy allows: needs 32 x any GPU (4 vCPU, 14 GiB per worker); no "
+                               "allowed offer has enough GPUs per node: needs 32, the most an allowed offer "
+                               "has is 16 ("), lines[0]
+    assert lines[0].endswith("; `fleetctl plan` leaves it queued (gang_does_not_fit) until one is sold")
+    assert lines[1] == ("jobs.yaml:9:3: [1]: warning: job 'h200' fits no offer of the shipped catalog that the "
+                        "policy allows: needs 1 x H200-141GB; no allowed offer has that GPU model; `fleetctl "
+                        "plan` leaves it queued (no_allowed_offer) until one is sold")
+    for job_id, line in (("huge", lines[0]), ("h200", lines[1])):
+        explained = fleetctl(workdir, "explain", job_id, "--policy", "any.yaml")
+        assert explained.returncode == 0, explained.stderr
+        detail = line.split(" allows: ", 1)[1].split("; `fleetctl plan`", 1)[0]
+        assert f": {detail}\n" in explained.stdout, explained.stdout  # the planner's own words
+
+
 def test_resubmitting_a_queued_job_after_its_deadline_passed_stays_a_no_op(workdir):
     """The deadline rule applies to a job's first submission: a cron job that re-submits
     the same queue file must not start failing once one of its deadlines has passed."""

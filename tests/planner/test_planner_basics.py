@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from fleetctl.model import Bind, JobState, Market, NodeState, Reason, Terminate
-from fleetctl.planner import plan
+from fleetctl.planner import no_offer_holds, plan
 from tests.builders import T0, job, node, offer, policy
 
 
@@ -69,6 +69,25 @@ def test_unplaceable_gang_says_why():
            "A100-80GB (80 GiB each), 96 vCPU, 1024 GiB)" in u.detail, u.detail
     p = run(queue=[job("h", gpus=1, models=("H100-80GB",))], offers=[offer(gpus=8)])
     assert p.unplaced[0].reason is Reason.NO_ALLOWED_OFFER
+
+
+@pytest.mark.parametrize("queued, offers, pol", [
+    (job("huge", gpus=16), [offer(gpus=8)], None),
+    (job("h", gpus=1, models=("H100-80GB",)), [offer(gpus=8)], None),
+    (job("prod", gpus=1, priority="production"), [offer(market=Market.SPOT)], None),
+    (job("out", gpus=1), [offer(region="r2")], {"regions": ("r1",)}),
+], ids=["too-many-gpus", "no-such-model", "only-spot-has-it", "only-a-disallowed-region-has-it"])
+def test_no_offer_holds_gives_the_plans_reason_for_a_job_no_offer_can_hold(queued, offers, pol):
+    """What `jobs submit` warns of is what the plan says, reason and detail."""
+    pol = policy(**(pol or {}))
+    (u,) = run(queue=[queued], offers=offers, pol=pol).unplaced
+    assert no_offer_holds(queued, offers, pol) == (u.reason, u.detail)
+
+
+@pytest.mark.parametrize("queued", [job("fits", gpus=8), job("spot", gpus=8, spot=True), job("cpu", gpus=0)],
+                         ids=["fits", "spot-eligible", "no-gpu"])
+def test_no_offer_holds_is_none_for_a_job_an_offer_can_hold(queued):
+    assert no_offer_holds(queued, [offer(gpus=8, market=Market.SPOT)], policy()) is None
 
 
 def test_unplaceable_job_names_the_dimension_no_offer_has_and_the_best_there_is():
