@@ -7,7 +7,8 @@ the plan file cannot drift apart.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fleetctl.model import (
     Action,
@@ -29,12 +30,37 @@ from fleetctl.model import (
     Unplaced,
 )
 
+T = TypeVar("T")
+
 
 class DecodeError(ValueError):
-    """A stored or saved document does not have the expected shape."""
+    """A stored or saved document does not have the expected shape. ``field``
+    says where, as a path below the object being decoded (``offer.usd_per_hour``;
+    ``""``: the object itself), so that a reader can name the whole path."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.message = message
+        self.field = field
 
 
 _REQUIRED: Any = object()
+
+
+def decoded(d: dict[str, Any], key: str, convert: Callable[[Any], T], default: Any = _REQUIRED) -> T:
+    """``convert(d[key])`` (``d.get(key, default)`` with a ``default``). A value
+    that does not convert (``float("cheap")``, a nested object with a bad field)
+    is a DecodeError whose ``field`` starts with ``key``; a missing required key
+    stays a KeyError, as ``d[key]`` raises it."""
+    value = d[key] if default is _REQUIRED else d.get(key, default)
+    try:
+        return convert(value)
+    except DecodeError as exc:
+        raise DecodeError(exc.message, f"{key}.{exc.field}" if exc.field else key) from exc
+    except KeyError as exc:  # of a nested object
+        raise DecodeError(f"missing field {exc.args[0]!r}", key) from exc
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an integer too large for a float
+        raise DecodeError(str(exc) or type(exc).__name__, key) from exc
 
 
 def _text(d: dict[str, Any], key: str, default: Any = _REQUIRED) -> Any:
@@ -43,14 +69,14 @@ def _text(d: dict[str, Any], key: str, default: Any = _REQUIRED) -> Any:
     stored ``"gpu_model": null``)."""
     value = d[key] if default is _REQUIRED else d.get(key, default)
     if not isinstance(value, str) and value is not default:
-        raise DecodeError(f"{key} must be a string, found {type(value).__name__}")
+        raise DecodeError(f"must be a string, found {type(value).__name__}", key)
     return value
 
 
 def _texts(d: dict[str, Any], key: str) -> tuple[str, ...]:
     value = d[key]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise DecodeError(f"{key} must be a list of strings")
+        raise DecodeError("must be a list of strings", key)
     return tuple(value)
 
 
@@ -91,12 +117,12 @@ def instance_type_from_dict(d: dict[str, Any]) -> InstanceType:
     return InstanceType(
         provider=_text(d, "provider"),
         name=_text(d, "name"),
-        vcpus=int(d["vcpus"]),
-        memory_gib=float(d["memory_gib"]),
+        vcpus=decoded(d, "vcpus", int),
+        memory_gib=decoded(d, "memory_gib", float),
         gpu_model=_text(d, "gpu_model", None),
-        gpu_count=int(d.get("gpu_count", 0)),
-        gpu_memory_gib=float(d.get("gpu_memory_gib", 0.0)),
-        interconnect=Interconnect(d.get("interconnect", "none")),
+        gpu_count=decoded(d, "gpu_count", int, 0),
+        gpu_memory_gib=decoded(d, "gpu_memory_gib", float, 0.0),
+        interconnect=decoded(d, "interconnect", Interconnect, "none"),
         architecture=_text(d, "architecture", "x86_64"),
     )
 
@@ -114,11 +140,11 @@ def offer_to_dict(offer: Offer) -> dict[str, Any]:
 
 def offer_from_dict(d: dict[str, Any]) -> Offer:
     return Offer(
-        instance_type=instance_type_from_dict(d["instance_type"]),
+        instance_type=decoded(d, "instance_type", instance_type_from_dict),
         region=_text(d, "region"),
         zone=_text(d, "zone", ""),
-        market=Market(d["market"]),
-        usd_per_hour=float(d["usd_per_hour"]),
+        market=decoded(d, "market", Market),
+        usd_per_hour=decoded(d, "usd_per_hour", float),
     )
 
 
@@ -231,10 +257,10 @@ def action_to_dict(action: Action) -> dict[str, Any]:
 
 def action_from_dict(d: dict[str, Any]) -> Action:
     kind = d.get("kind")
-    reason = Reason(d["reason"])
+    reason = decoded(d, "reason", Reason)
     detail = str(d.get("detail", ""))
     if kind == "launch":
-        return Launch(offer_from_dict(d["offer"]), _texts(d, "node_names"), reason, detail)
+        return Launch(decoded(d, "offer", offer_from_dict), _texts(d, "node_names"), reason, detail)
     if kind == "terminate":
         return Terminate(_text(d, "node_id"), reason, detail)
     if kind == "drain":
@@ -253,4 +279,4 @@ def unplaced_to_dict(u: Unplaced) -> dict[str, Any]:
 
 
 def unplaced_from_dict(d: dict[str, Any]) -> Unplaced:
-    return Unplaced(_text(d, "job_id"), Reason(d["reason"]), str(d.get("detail", "")))
+    return Unplaced(_text(d, "job_id"), decoded(d, "reason", Reason), str(d.get("detail", "")))

@@ -7,6 +7,7 @@ from typing import Any, Callable, TypeVar
 
 from fleetctl.codec import (
     DecodeError,
+    decoded,
     action_from_dict,
     action_to_dict,
     dt_to_str,
@@ -152,7 +153,10 @@ def _entries(doc: dict[str, Any], key: str, decode: Callable[[dict[str, Any]], T
             raise PlanFileError(f"{source}: {key}[{i}] must be an object, found {type(item).__name__}")
         try:
             out.append(decode(item))
-        except (KeyError, TypeError, ValueError, OverflowError, DecodeError) as exc:
+        except DecodeError as exc:
+            where = f"{key}[{i}].{exc.field}" if exc.field else f"{key}[{i}]"
+            raise PlanFileError(f"{source}: {where}: {exc.message}") from exc
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise PlanFileError(f"{source}: {key}[{i}]: {_problem(exc)}") from exc
     return tuple(out)
 
@@ -180,11 +184,11 @@ def plan_from_document(doc: Any, source: str = "plan file") -> tuple[Plan, str]:
         plan = Plan(
             actions=actions,
             unplaced=unplaced,
-            usd_per_hour_before=float(doc["usd_per_hour_before"]),
-            usd_per_hour_after=float(doc["usd_per_hour_after"]),
-            risk_before=float(doc.get("risk_before", 0.0)),
-            risk_after=float(doc.get("risk_after", 0.0)),
+            usd_per_hour_before=decoded(doc, "usd_per_hour_before", float),
+            usd_per_hour_after=decoded(doc, "usd_per_hour_after", float),
+            risk_before=decoded(doc, "risk_before", float, 0.0),
+            risk_after=decoded(doc, "risk_after", float, 0.0),
         )
-    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an integer too large for a float
-        raise PlanFileError(f"{source}: malformed field: {_problem(exc)}") from exc
+    except DecodeError as exc:
+        raise PlanFileError(f"{source}: {exc}") from exc
     return plan, str(doc["fingerprint"])

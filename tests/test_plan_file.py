@@ -89,14 +89,19 @@ def test_an_edited_plan_file_gives_a_plan_or_a_plan_file_error(doc):
 @pytest.mark.parametrize("path, value, message", [
     (("actions", 2), None, "p.json: actions[2] must be an object, found NoneType"),
     (("actions",), {}, "p.json: actions must be a list, found dict"),
-    (("actions", 2, "job_id"), 7, "p.json: actions[2]: job_id must be a string, found int"),
-    (("actions", 0, "offer", "instance_type", "provider"), 0, "actions[0]: provider must be a string, found int"),
-    (("actions", 0, "offer", "region"), ["us"], "actions[0]: region must be a string, found list"),
-    (("actions", 0, "node_names"), ["new-1", 2], "actions[0]: node_names must be a list of strings"),
-    (("actions", 0, "offer", "instance_type", "vcpus"), float("inf"), "actions[0]: cannot convert float infinity"),
-    (("actions", 3, "node_id"), None, "actions[3]: node_id must be a string, found NoneType"),
-    (("unplaced", 0, "job_id"), 4, "unplaced[0]: job_id must be a string, found int"),
-    (("unplaced", 0, "reason"), "bored", "unplaced[0]: 'bored' is not a valid Reason"),
+    (("actions", 2, "job_id"), 7, "p.json: actions[2].job_id: must be a string, found int"),
+    (("actions", 0, "offer", "instance_type", "provider"), 0, "actions[0].offer.instance_type.provider: must be a string, found int"),
+    (("actions", 0, "offer", "region"), ["us"], "actions[0].offer.region: must be a string, found list"),
+    (("actions", 0, "node_names"), ["new-1", 2], "actions[0].node_names: must be a list of strings"),
+    (("actions", 0, "offer", "instance_type", "vcpus"), float("inf"), "actions[0].offer.instance_type.vcpus: cannot convert float infinity"),
+    (("actions", 3, "node_id"), None, "actions[3].node_id: must be a string, found NoneType"),
+    (("actions", 0, "offer", "usd_per_hour"), "cheap",
+     "p.json: actions[0].offer.usd_per_hour: could not convert string to float: 'cheap'"),
+    (("actions", 0, "offer", "market"), "cheap", "p.json: actions[0].offer.market: 'cheap' is not a valid Market"),
+    (("actions", 0, "offer", "instance_type"), {}, "p.json: actions[0].offer.instance_type: missing field 'provider'"),
+    (("actions", 0, "reason"), 3, "p.json: actions[0].reason: 3 is not a valid Reason"),
+    (("unplaced", 0, "job_id"), 4, "unplaced[0].job_id: must be a string, found int"),
+    (("unplaced", 0, "reason"), "bored", "unplaced[0].reason: 'bored' is not a valid Reason"),
 ])
 def test_what_is_wrong_is_named_with_its_place(path, value, message):
     doc = copy.deepcopy(DOC)
@@ -112,7 +117,7 @@ def test_what_is_wrong_is_named_with_its_place(path, value, message):
 def test_a_number_too_large_for_a_float_is_named():
     doc = copy.deepcopy(DOC)
     doc["usd_per_hour_before"] = json.loads("1" + "0" * 400)  # JSON allows it; float() raises OverflowError
-    with pytest.raises(PlanFileError, match="p.json: malformed field: int too large"):
+    with pytest.raises(PlanFileError, match="p.json: usd_per_hour_before: int too large"):
         plan_from_document(doc, "p.json")
 
 

@@ -150,7 +150,7 @@ def test_apply_waits_for_the_daemon_and_gives_up_having_changed_nothing(workdir)
          '"usd_per_hour_after": 0, "created_at_utc": 5}', "created_at_utc is missing or not a timestamp"),
         ('{"format_version": 1, "fingerprint": "x", "actions": [{"kind": "bind", "reason": "idle", "job_id": 7, '
          '"node_ids": []}], "unplaced": [], "usd_per_hour_before": 0, "usd_per_hour_after": 0}',
-         "actions[0]: job_id must be a string, found int"),
+         "actions[0].job_id: must be a string, found int"),
         ('{"format_version": 1, "fingerprint": "x", "actions": [], "unplaced": [], "usd_per_hour_before": 0, '
          '"usd_per_hour_after": 0, "created_at_utc": "9999-12-31T23:59:59Z"}', "is in the future"),
         ("[" * 100000 + "]" * 100000, "bad.json: not a plan file: its JSON is nested too deeply"),
