@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import signal
 import sys
 from contextvars import ContextVar
 from datetime import datetime, timezone
@@ -35,9 +36,36 @@ def piped_width(stream: object) -> int | None:
     return 400
 
 
+#: The exit status of a command whose output was piped into a reader that went away
+#: (``fleetctl catalog | head -1``): the shell's status for a process ended by SIGPIPE.
+CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
+
+
+def exit_on_closed_pipe() -> NoReturn:
+    """End quietly with ``CLOSED_PIPE_EXIT`` after a write to a pipe whose reader
+    has gone. Design choice: as the Python documentation recommends (the signal
+    module's note on SIGPIPE), the BrokenPipeError is caught and stdout pointed
+    at /dev/null, so the interpreter's last flush does not fail again; SIGPIPE
+    is not set to SIG_DFL, which would also kill the daemon and node-watch on a
+    peer's closed socket. The status is the one `cat` or `grep` ends with there
+    (141), not click's 1, so `set -o pipefail` scripts see what they see for
+    every Unix tool, and nothing is printed: the reader wanted no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(CLOSED_PIPE_EXIT)
+
+
+class _Console(Console):
+    """rich's Console, ending as :func:`exit_on_closed_pipe` does on a closed pipe (rich's own exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        exit_on_closed_pipe()
+
+
 # emoji=False: user input such as "127.0.0.1:-1" must print as typed, not as ":-1:" -> an emoji.
-console = Console(highlight=False, soft_wrap=True, emoji=False, width=piped_width(sys.stdout))
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, width=piped_width(sys.stderr))
+console = _Console(highlight=False, soft_wrap=True, emoji=False, width=piped_width(sys.stdout))
+err_console = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, width=piped_width(sys.stderr))
 
 DEFAULT_POLICY = Path("policies/example.yaml")
 

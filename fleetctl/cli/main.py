@@ -2,21 +2,50 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from fleetctl.cli import forecast, jobs, policy_cmd, trace
 from fleetctl.cli.backtest import backtest
 from fleetctl.cli.catalog import catalog
+from fleetctl.cli.common import exit_on_closed_pipe
 from fleetctl.cli.controller_cmd import daemon, prune, reconcile
 from fleetctl.cli.explain import explain
 from fleetctl.cli.nodewatch_cmd import node_watch
 from fleetctl.cli.plan_apply import apply, plan
 from fleetctl.cli.status import status
 
+
+class _Group(TyperGroup):
+    """The root command: a closed output pipe ends it as it ends Unix tools
+    (click's own handling exits 1, which reads as an error). Both steps write:
+    parsing prints --help and --version, invoking runs the command."""
+
+    def make_context(self, *args: Any, **kwargs: Any):  # noqa: ANN201 - click's signature
+        with _closed_pipe_exits():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):  # noqa: ANN001, ANN201 - click's signature
+        with _closed_pipe_exits():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _closed_pipe_exits() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        exit_on_closed_pipe()
+
+
 app = typer.Typer(
+    cls=_Group,
     name="fleetctl",
     help="A Terraform-driven fleet controller for ML compute on spot capacity across AWS, GCP and Azure.\n\n"
     "With no cloud configured it runs on the sandbox: real catalog prices, simulated nodes, state in "
@@ -142,7 +171,12 @@ def main() -> None:
     traceback (``FLEETCTL_DEBUG=1`` shows it)."""
     _plan_usage_errors_exit_1(sys.argv[1:])
     try:
-        app(prog_name="fleetctl")
+        try:
+            app(prog_name="fleetctl")
+        finally:  # output still buffered goes now, where a closed pipe is caught, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        exit_on_closed_pipe()
     except Exception as exc:  # the CLI boundary: known errors become one line, the rest propagate
         message = known_error(exc)
         if message is None or os.environ.get(DEBUG_ENV):
