@@ -194,30 +194,6 @@ def _spec_value(value: Any) -> str:
     return str(value)
 
 
-@app.command()
-def cancel(
-    job_ids: Annotated[list[str], typer.Argument(help="Ids of the jobs to cancel.", show_default=False)],
-    reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
-    state: StateOption = None,
-) -> None:
-    """Cancel jobs. A queued job is cancelled at once; a bound or running one at the next
-    reconcile tick (`fleetctl reconcile --once`, or the daemon's next pass), which stops it
-    and leaves its nodes idle for the policy's idle timeout. Finished jobs are left as they
-    are. An unknown id is an error (exit code 2) and nothing is cancelled."""
-    from fleetctl.store import StoreError
-
-    store = open_store(state, must_exist=True)
-    try:
-        outcome = store.request_cancel(job_ids, utcnow(), reason)
-    except StoreError as exc:
-        fail(str(exc), 2)
-    finally:
-        store.close()
-    words = {"cancelled": "cancelled", "requested": "cancel requested: stopped at the next reconcile tick"}
-    for job_id, result in outcome.items():
-        console.print(f"{job_id}: {words.get(result, result + ', left as it is')}", markup=False)
-
-
 @app.command("list")
 def list_jobs(
     state: StateOption = None,
@@ -259,3 +235,27 @@ def list_jobs(
             ", ".join(j.node_ids) or "-",
         )
     console.print(table)
+
+
+@app.command()
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="Ids of the jobs to cancel.", show_default=False)],
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
+    state: StateOption = None,
+) -> None:
+    """Cancel jobs. A queued job is cancelled at once; a bound or running one at the next
+    reconcile tick (`fleetctl reconcile --once`, or the daemon's next pass), which stops it
+    and leaves its nodes idle for the policy's idle timeout. Finished jobs are left as they
+    are. An unknown id is an error (exit code 2) and nothing is cancelled."""
+    from fleetctl.store import StoreError
+
+    store = open_store(state, must_exist=True)
+    try:
+        outcome = store.request_cancel(job_ids, utcnow(), reason)
+    except StoreError as exc:
+        fail(str(exc), 2)
+    finally:
+        store.close()
+    words = {"cancelled": "cancelled", "requested": "cancel requested: stopped at the next reconcile tick"}
+    for job_id, result in outcome.items():
+        console.print(f"{job_id}: {words.get(result, result + ', left as it is')}", markup=False)

@@ -44,6 +44,17 @@ def test_help_fits_the_terminal_and_cuts_nothing(path, columns):
         assert listed and not any(line.rstrip().endswith("...") for line in listed), shown.output
 
 
+def test_jobs_help_lists_its_commands_in_the_order_its_summary_and_the_readme_name_them():
+    """It listed submit, cancel, list under "Submit jobs to the queue, list them, cancel them."."""
+    shown = CliRunner().invoke(app, ["jobs", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
+                               prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    listed = [line.split()[0] for line in lines[lines.index("Commands:") + 1:] if line.strip()]
+    assert listed == ["submit", "list", "cancel"], shown.output
+    assert "Submit jobs to the queue, list them, cancel them." in shown.output
+
+
 def test_jobs_list_help_names_the_states_only_takes():
     """--only's metavar is STATE; the help did not say which states there are."""
     shown = CliRunner().invoke(app, ["jobs", "list", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
