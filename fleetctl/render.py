@@ -55,6 +55,20 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
+#: What ``Store.prune`` and ``Store.prune_finished`` delete, per table they return a count for: (noun, plural).
+PRUNED = {"events": ("per-pass audit event", None), "offer_observations": ("spot-market observation", None),
+          "interruptions": ("handled reclaim notice", None)}
+PRUNED_FINISHED = {"jobs": ("finished job", None), "job_cancellations": ("handled cancel request", None),
+                   "nodes": ("gone node", None), "launches": ("finished launch", "finished launches"),
+                   "events": ("decision event", None)}
+
+
+def deleted_text(deleted: dict[str, int], words: dict[str, tuple[str, str | None]]) -> str:
+    """The rows a prune deleted, per table, in words (``PRUNED`` or ``PRUNED_FINISHED``),
+    as `fleetctl prune` prints them and the daemon logs them: ``3 spot-market observations``."""
+    return ", ".join(counted(n, *words[table]) for table, n in deleted.items())
+
+
 def summary_line(plan: Plan) -> str:
     launch = sum(a.count for a in plan.actions if isinstance(a, Launch))
     terminate = sum(1 for a in plan.actions if isinstance(a, Terminate))

@@ -132,6 +132,7 @@ def prune(
     from datetime import timedelta
 
     from fleetctl.controller.lease import controller_lease, holder_id
+    from fleetctl.render import PRUNED, PRUNED_FINISHED, deleted_text
     from fleetctl.store import LeaseHeld
 
     pol, _ = load_policy_or_exit(policy)
@@ -153,10 +154,10 @@ def prune(
         fail(f"{exc}. Nothing was deleted (waited {lock_timeout:g} s: --lock-timeout).")
     finally:
         store.close()
-    console.print("deleted " + ", ".join(f"{n} {table} rows" for table, n in deleted.items()), markup=False)
+    console.print(f"deleted {deleted_text(deleted, PRUNED)}", markup=False)
     if finished_older_than_days is not None:
         console.print(f"deleted the finished history older than {finished_older_than_days:g} days: "
-                      + ", ".join(f"{n} {table} rows" for table, n in finished.items()), markup=False)
+                      f"{deleted_text(finished, PRUNED_FINISHED)}", markup=False)
 
 
 def _given(ctx: typer.Context, name: str) -> bool:

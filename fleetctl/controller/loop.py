@@ -46,6 +46,7 @@ from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Policy
+from fleetctl.render import PRUNED, PRUNED_FINISHED, deleted_text
 from fleetctl.store import Store
 from providers.base import Provider
 
@@ -215,12 +216,11 @@ class Daemon:
                                                   - timedelta(minutes=self.ctx.policy.reclaimed_offer_ttl_minutes))
                         if self.retain_finished_days > 0:
                             finished = store.prune_finished(now - timedelta(days=self.retain_finished_days))
-                if self.retain_days > 0:
-                    log.info("pruned history older than %g days: %s", self.retain_days,
-                             ", ".join(f"{n} {table}" for table, n in deleted.items()))
+                if self.retain_days > 0:  # in the words `fleetctl prune` prints
+                    log.info("pruned history older than %g days: %s", self.retain_days, deleted_text(deleted, PRUNED))
                 if self.retain_finished_days > 0:
                     log.info("pruned finished history older than %g days: %s", self.retain_finished_days,
-                             ", ".join(f"{n} {table}" for table, n in finished.items()))
+                             deleted_text(finished, PRUNED_FINISHED))
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("pruning the store failed")

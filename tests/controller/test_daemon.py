@@ -301,7 +301,9 @@ def test_reconcile_gives_up_with_exit_1_while_another_process_acts(tmp_path):
     assert "This run changed nothing" in run.stderr
 
 
-def test_the_daemon_prunes_the_per_pass_history_daily(world_factory):
+def test_the_daemon_prunes_the_per_pass_history_daily(world_factory, caplog):
+    """... and logs what it deleted in the words `fleetctl prune` prints (it named the tables: "offer_observations")."""
+    import logging
     from datetime import datetime, timedelta, timezone
 
     w = world_factory(offers=(offer("a8", price=8.0),))
@@ -312,7 +314,10 @@ def test_the_daemon_prunes_the_per_pass_history_daily(world_factory):
     loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), FleetMetrics()), interval_seconds=60,
                   interruption_seconds=60, price_seconds=60, retain_days=90)
     assert loop.scheduler.get_job("prune") is not None
-    loop.prune()
+    with caplog.at_level(logging.INFO, logger="fleetctl"):
+        loop.prune()
+    assert ("pruned history older than 90 days: 1 per-pass audit event, 0 spot-market observations, 0 handled "
+            "reclaim notices") in caplog.messages, caplog.messages
     kinds = sorted((e["kind"], e["at_utc"][:10]) for e in w.store.events() if e["kind"] in ("demand", "launch"))
     assert kinds == [("demand", (now - timedelta(days=10)).strftime("%Y-%m-%d")),
                      ("launch", (now - timedelta(days=120)).strftime("%Y-%m-%d"))]
@@ -368,7 +373,7 @@ def test_cli_daemon_passes_retain_finished_days_to_its_daily_prune(tmp_path):
         store.close()
     assert pruned, err
     assert proc.returncode == 0, err
-    assert "pruned finished history older than 30 days: 1 jobs, 0 job_cancellations" in err
+    assert "pruned finished history older than 30 days: 1 finished job, 0 handled cancel requests" in err
 
 
 def test_cli_prune(tmp_path):
@@ -384,7 +389,7 @@ def test_cli_prune(tmp_path):
                           str(REPO / "policies" / "example.yaml")], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert "deleted 1 events rows, 0 offer_observations rows, 0 interruptions rows" in run.stdout
+    assert "deleted 1 per-pass audit event, 0 spot-market observations, 0 handled reclaim notices" in run.stdout
 
 
 def test_cli_prune_deletes_the_finished_history_when_asked_and_says_what_per_table(tmp_path):
@@ -416,8 +421,8 @@ def test_cli_prune_deletes_the_finished_history_when_asked_and_says_what_per_tab
         store.release_lease("controller", "daemon on host-a pid 7")
         run = prune("--finished-older-than-days", "30")
         assert run.returncode == 0, run.stderr
-        assert ("deleted the finished history older than 30 days: 1 jobs rows, 0 job_cancellations rows, "
-                "0 nodes rows, 0 launches rows, 1 events rows") in run.stdout
+        assert ("deleted the finished history older than 30 days: 1 finished job, 0 handled cancel requests, "
+                "0 gone nodes, 0 finished launches, 1 decision event") in run.stdout
         assert [j.job_id for j in store.jobs()] == ["queued"]
         refused = prune("--finished-older-than-days", "0.5")
         assert refused.returncode == 2 and "--finished-older-than-days" in refused.stderr
