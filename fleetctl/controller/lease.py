@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 
 import sqlalchemy as sa
 
@@ -89,6 +90,41 @@ def holder_id() -> str:
         return f"{host} pid {os.getpid()} in an unknown pid namespace ({tag})"
     namespace, boot, start = me
     return f"{host} pid {os.getpid()} in {namespace} start {start} boot {boot} ({tag})"
+
+
+_ANY_HOLDER = re.compile(r"(?P<host>\S+) pid (?P<pid>\d+) (?:in an unknown pid namespace )?\([0-9a-f]+\)")
+
+
+def describe_holder(holder: str) -> str:
+    """A lease holder as a reader wants it in a message: ``pid 1234 on host vm,
+    started 2026-11-27 12:01:03 UTC`` for a ``holder_id`` (the start time only
+    when the holder ran in this machine's current boot, the one whose clock
+    ticks it counts), ``pid 1234 on host vm`` for the older forms, and any
+    other text as it is. Only the display: the stored id keeps every field,
+    as ``_dead_here`` reads them."""
+    m = _HOLDER.fullmatch(holder)
+    if m is None:
+        old = _ANY_HOLDER.fullmatch(holder)
+        return f"pid {old['pid']} on host {old['host']}" if old else holder
+    shown = f"pid {m['pid']} on host {m['host']}"
+    booted = _boot_unix(m["boot"])
+    if booted is not None:
+        started = datetime.fromtimestamp(booted + int(m["start"]) / os.sysconf("SC_CLK_TCK"), timezone.utc)
+        shown += f", started {started:%Y-%m-%d %H:%M:%S} UTC"
+    return shown
+
+
+def _boot_unix(boot: str) -> int | None:
+    """When this machine booted (``btime`` in /proc/stat), if ``boot`` is its
+    current boot id; None otherwise, or where /proc does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            if fh.read().strip() != boot:
+                return None
+        with open("/proc/stat", encoding="ascii") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _dead_here(holder: str) -> bool:
@@ -158,7 +194,7 @@ class _Heartbeat:
                                 "%.0f s after the last renewal)", exc, self._ttl / 4, self._ttl)
                     continue
                 if held is not None:
-                    log.error("the controller lease was lost to %s while this pass ran", held[0])
+                    log.error("the controller lease was lost to %s while this pass ran", describe_holder(held[0]))
                     return
         finally:
             if store is not None:
@@ -215,7 +251,7 @@ def controller_lease(store: Store, holder: str, *, wait_seconds: float = 0.0,
                 break
             left = deadline - time.monotonic()
             if left <= 0:
-                raise LeaseHeld(NAME, *got)
+                raise LeaseHeld(NAME, *got, shown=describe_holder(got[0]))
             time.sleep(min(poll_seconds, left))
         yield
     finally:

@@ -41,7 +41,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from fleetctl.controller.forecast import Forecaster, build_forecast
-from fleetctl.controller.lease import Held, hold as hold_lease, holder_id
+from fleetctl.controller.lease import Held, describe_holder, hold as hold_lease, holder_id
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
@@ -126,7 +126,7 @@ class Daemon:
             return got
         if self.standing_by != got[0]:
             log.info("another process acts on this store (%s, lease %.0f s more): this daemon stands by",
-                     got[0], got[1])
+                     describe_holder(got[0]), got[1])
             self.standing_by = got[0]
         return None
 

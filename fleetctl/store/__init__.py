@@ -51,11 +51,12 @@ class ConcurrentApply(StoreError):
 
 
 class LeaseHeld(StoreError):
-    """Another process holds a lease on this store (see ``Store.acquire_lease``)."""
+    """Another process holds a lease on this store (see ``Store.acquire_lease``).
+    ``holder`` is the stored id; ``shown``, if given, how the message shows it."""
 
-    def __init__(self, name: str, holder: str, seconds_left: float) -> None:
+    def __init__(self, name: str, holder: str, seconds_left: float, shown: str | None = None) -> None:
         super().__init__(
-            f"another fleetctl process is acting on this state store ({holder}; its {name!r} lease runs "
+            f"another fleetctl process is acting on this state store ({shown or holder}; its {name!r} lease runs "
             f"{seconds_left:.0f} s more unless it finishes first; a process that died holds it no longer than that)")
         self.name = name
         self.holder = holder

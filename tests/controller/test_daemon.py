@@ -440,6 +440,45 @@ def _holder_of(pid: int, *, start: int | None = None, namespace: str | None = No
             f"boot {me[1]} (deadbeef)")
 
 
+def test_a_held_lease_names_its_holder_readably_and_keeps_the_stored_id(tmp_path):
+    """The error showed the stored id ("vm pid 1234 in pid:[4026531836] start 2254701 boot 25171b0c-... (b94a)"):
+    accurate, but hard to read. It shows the process, its host and when it started; the id is kept."""
+    import re
+    from datetime import datetime, timezone
+
+    from fleetctl.controller.lease import controller_lease
+    from fleetctl.store import LeaseHeld, Store
+
+    live = _holder_of(os.getppid())  # this test's parent process: alive, of this host and boot
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        assert store.acquire_lease("controller", live, 600.0) is None
+        with pytest.raises(LeaseHeld) as raised, controller_lease(store, "me"):
+            pass
+        assert store.acquire_lease("controller", live, 600.0) is None  # still the same id's lease
+    finally:
+        store.close()
+    assert raised.value.holder == live
+    shown = re.search(r"acting on this state store \(pid (\d+) on host (\S+), started "
+                      r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC; its 'controller' lease runs", str(raised.value))
+    assert shown is not None, str(raised.value)
+    assert shown.groups()[:2] == (str(os.getppid()), socket.gethostname())
+    started = datetime.strptime(shown[3], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    assert started <= datetime.now(timezone.utc)
+
+
+@pytest.mark.parametrize("holder, shown", [
+    ("vm pid 12 in pid:[4026531836] start 100 boot 0000-1111 (abcdef01)", "pid 12 on host vm"),  # another boot
+    ("vm pid 12 in an unknown pid namespace (abcdef01)", "pid 12 on host vm"),
+    ("vm pid 12 (abcdef01)", "pid 12 on host vm"),  # written by a fleetctl before namespaces
+    ("daemon on host-a pid 7", "daemon on host-a pid 7"),  # not fleetctl's form: as it is
+], ids=["another-boot", "unknown-namespace", "before-namespaces", "other-text"])
+def test_a_holder_of_another_boot_or_form_is_shown_without_a_start_time(holder, shown):
+    from fleetctl.controller.lease import describe_holder
+
+    assert describe_holder(holder) == shown
+
+
 def test_a_lease_held_by_a_dead_process_of_this_host_is_taken_at_once(tmp_path):
     """A cron run killed with SIGKILL held the lease for its whole expiry (10
     minutes: a restarted daemon skipped its reclaim passes meanwhile). A holder
