@@ -43,7 +43,8 @@ def submit(
     offer has), with the reason `plan` and `explain` will give.
     Re-submitting an identical job is a no-op (one that finished or was cancelled is
     not run again, and the output says so); a different job under an existing id is
-    refused, at that job, with the fields that differ: ids are never reused. An id in
+    refused, at that job, with the fields that differ: ids are never reused (unless
+    `fleetctl prune --finished-older-than-days` deleted the finished job). An id in
     two files is an error at the second, naming the first; a file given twice is read
     once. A job already in the queue is not checked against the deadline rule again:
     re-submitting the same file stays a no-op after one of its deadlines passes."""
@@ -129,7 +130,8 @@ def _submit(files: list[Path], pol, now: datetime, opened: _OpenedOnUse) -> None
         for issue in sorted(changed):
             err_console.print(str(issue), markup=False)
         fail(f"{exc}; no job was submitted (a job id is never reused, even after the job finished or was "
-             "cancelled: give the changed job a new id)", 2)
+             "cancelled, until `fleetctl prune --finished-older-than-days` deletes it: give the changed job "
+             "a new id)", 2)
     states = store.job_states(ids) if unchanged else {}
     console.print(f"{added} job(s) submitted, {unchanged} already in the store unchanged", markup=False)
     finished: dict[str, list[str]] = {}
