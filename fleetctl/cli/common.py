@@ -55,6 +55,20 @@ def exit_on_closed_pipe() -> NoReturn:
     sys.exit(CLOSED_PIPE_EXIT)
 
 
+def reader_gone(stream: object) -> bool:
+    """Whether ``stream`` writes into a pipe whose reader has gone: poll reports an error
+    condition on its descriptor (Linux and the BSDs do; a file, a terminal, a live pipe or a
+    stream with no descriptor report none)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)  # type: ignore[attr-defined]
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no descriptor, a closed one, or no poll() here
+        return False
+
+
 class _Console(Console):
     """rich's Console, ending as :func:`exit_on_closed_pipe` does on a closed pipe (rich's own exits 1)."""
 

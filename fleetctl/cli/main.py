@@ -14,7 +14,7 @@ from typer.core import TyperGroup
 from fleetctl.cli import forecast, jobs, policy_cmd, trace
 from fleetctl.cli.backtest import backtest
 from fleetctl.cli.catalog import catalog
-from fleetctl.cli.common import exit_on_closed_pipe
+from fleetctl.cli.common import exit_on_closed_pipe, fail, reader_gone
 from fleetctl.cli.controller_cmd import daemon, prune, reconcile
 from fleetctl.cli.explain import explain
 from fleetctl.cli.nodewatch_cmd import node_watch
@@ -38,10 +38,16 @@ class _Group(TyperGroup):
 
 @contextlib.contextmanager
 def _closed_pipe_exits() -> Iterator[None]:
+    """A broken pipe on stdout ends quietly (``exit_on_closed_pipe``); one anywhere else (a socket
+    or a child's pipe the command wrote to) is an error and says so, where click would exit 1 in
+    silence for both."""
     try:
         yield
-    except BrokenPipeError:
-        exit_on_closed_pipe()
+    except BrokenPipeError as exc:
+        if reader_gone(sys.stdout):
+            exit_on_closed_pipe()
+        fail(f"the other end of a connection or pipe closed while fleetctl wrote to it ({exc}); the "
+             "command stopped there")
 
 
 app = typer.Typer(

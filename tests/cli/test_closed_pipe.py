@@ -52,3 +52,34 @@ def test_output_into_a_closed_pipe_ends_quietly_with_the_sigpipe_status(workdir,
     result = run_into_closed_pipe(workdir, *args)
     assert result.returncode == 141, (result.returncode, result.stderr)
     assert result.stderr == ""
+
+
+def test_only_a_pipe_whose_reader_has_gone_counts_as_closed(tmp_path):
+    from fleetctl.cli.common import reader_gone
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as stream:
+        assert not reader_gone(stream)  # a live pipe
+        os.close(read_end)
+        assert reader_gone(stream)
+    with open(tmp_path / "out.txt", "w") as plain:
+        assert not reader_gone(plain)
+    assert not reader_gone(object())  # no descriptor (click's test runner's streams)
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error_not_a_quiet_end(tmp_path):
+    """A BrokenPipeError from a socket or a child's pipe must not pass for `| head` having had enough:
+    it is reported, exit 1 (click alone exited 1 in silence for both)."""
+    script = (
+        "import sys, typer\n"
+        "from fleetctl.cli.main import app\n"
+        "@app.command('boom')\n"
+        "def boom() -> None:\n"
+        "    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "sys.argv = ['fleetctl', 'boom']\n"
+        "app()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "the other end of a connection or pipe closed while fleetctl wrote to it" in result.stderr
+    assert "Broken pipe" in result.stderr
