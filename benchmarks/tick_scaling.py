@@ -71,9 +71,10 @@ import sqlalchemy as sa  # noqa: E402
 from benchmarks.plan_speed import NOW, JobMix, bench_policy, build_fleet, queued_jobs  # noqa: E402
 from fleetctl.controller import reconcile as rc  # noqa: E402
 from fleetctl.controller.forecast import build_forecast  # noqa: E402
+from fleetctl.controller.loop import prune_history  # noqa: E402
 from fleetctl.controller.runtime import SimRuntime  # noqa: E402
 from fleetctl.metrics import FleetMetrics  # noqa: E402
-from fleetctl.model import JobState, Market, NodeState  # noqa: E402
+from fleetctl.model import JobState, Market, NodeState, Policy  # noqa: E402
 from fleetctl.store import Store, tables  # noqa: E402
 from providers.catalog import load_catalog  # noqa: E402
 from providers.sim import SimProvider  # noqa: E402
@@ -402,7 +403,7 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
                 })
                 now += timedelta(seconds=tick_seconds)
         rows = row_counts(store)
-        pruned = prune_store(store, now, prune_days, policy.reclaimed_offer_ttl_minutes) if prune_days else None
+        pruned = prune_store(store, policy, now, prune_days) if prune_days else None
     finally:
         store.close()
     steady = per_tick[1:] or per_tick
@@ -435,7 +436,7 @@ def measure(url: str, nodes: int, jobs_per_node: float, ticks: int, seed: int, t
     }
 
 
-def prune_store(store: Store, now: datetime, days: tuple[float, float], ttl_minutes: float) -> dict[str, Any]:
+def prune_store(store: Store, policy: Policy, now: datetime, days: tuple[float, float]) -> dict[str, Any]:
     """What ``fleetctl prune --older-than-days P --finished-older-than-days F``
     does at ``now`` (one transaction), timed, with the store's rows and bytes
     before and after; on SQLite, then the ``VACUUM`` that gives the freed pages
@@ -443,9 +444,7 @@ def prune_store(store: Store, now: datetime, days: tuple[float, float], ttl_minu
     per_pass, finished = days
     before_rows, before_bytes = row_counts(store), store_bytes(store)
     started = time.perf_counter()
-    with store.transaction():
-        deleted = store.prune(now - timedelta(days=per_pass), notices_before=now - timedelta(minutes=ttl_minutes))
-        deleted_finished = store.prune_finished(now - timedelta(days=finished))
+    deleted, deleted_finished = prune_history(store, policy, now, per_pass, finished)
     seconds = time.perf_counter() - started
     after_rows, after_bytes = row_counts(store), store_bytes(store)
     doc: dict[str, Any] = {

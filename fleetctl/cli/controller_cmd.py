@@ -129,27 +129,20 @@ def prune(
     file system: run `sqlite3 .fleetctl/state.db VACUUM` with the daemon stopped to shrink the file
     (benchmarks/results/prune_history.md)."""
     from contextlib import nullcontext
-    from datetime import timedelta
 
     from fleetctl.controller.lease import controller_lease, holder_id
+    from fleetctl.controller.loop import prune_history
     from fleetctl.render import PRUNED, PRUNED_FINISHED, deleted_text
     from fleetctl.store import LeaseHeld
 
     pol, _ = load_policy_or_exit(policy)
     stop_cleanly_on_sigterm()
     store = open_store(state)
-    finished: dict[str, int] = {}
     try:
         # finished launches are deleted only while no pass is buying under their keys
         with (controller_lease(store, holder_id(), wait_seconds=lock_timeout)
               if finished_older_than_days is not None else nullcontext()):
-            now = utcnow()
-            with store.transaction():
-                # reclaims the planner still avoids (reclaimed_offer_ttl_minutes) are kept whatever the cut
-                deleted = store.prune(now - timedelta(days=older_than_days),
-                                      notices_before=now - timedelta(minutes=pol.reclaimed_offer_ttl_minutes))
-                if finished_older_than_days is not None:
-                    finished = store.prune_finished(now - timedelta(days=finished_older_than_days))
+            deleted, finished = prune_history(store, pol, utcnow(), older_than_days, finished_older_than_days or 0)
     except LeaseHeld as exc:
         fail(f"{exc}. Nothing was deleted (waited {lock_timeout:g} s: --lock-timeout).")
     finally:

@@ -72,6 +72,27 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def prune_history(store: Store, policy: Policy, now: datetime, days: float,
+                  finished_days: float) -> tuple[dict[str, int], dict[str, int]]:
+    """What `fleetctl prune` and the daemon's daily prune delete, in one
+    transaction: the per-pass history older than ``days`` (``Store.prune``,
+    keeping the notices within the policy's ``reclaimed_offer_ttl_minutes``,
+    which the planner still reads) and the finished history older than
+    ``finished_days`` (``Store.prune_finished``); 0 skips either. Returns the
+    rows each deleted per table. The caller holds the controller lease when
+    ``finished_days`` is set (a pass buying under a launch key must not meet
+    its chain half-deleted)."""
+    deleted: dict[str, int] = {}
+    finished: dict[str, int] = {}
+    with store.transaction():
+        if days > 0:
+            deleted = store.prune(now - timedelta(days=days),
+                                  notices_before=now - timedelta(minutes=policy.reclaimed_offer_ttl_minutes))
+        if finished_days > 0:
+            finished = store.prune_finished(now - timedelta(days=finished_days))
+    return deleted, finished
+
+
 class Daemon:
     def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
                  price_seconds: float = 3600.0, retrain_seconds: float = 0.0, retain_days: float = 0.0,
@@ -208,14 +229,8 @@ class Daemon:
                     if not held:  # the holder's daemon prunes, if it is told to; else the next day's run
                         log.info("pruning skipped: another process acts on the store")
                         return
-                    now = self.clock()
-                    store, deleted = self.ctx.store, {}
-                    with store.transaction():
-                        if self.retain_days > 0:
-                            deleted = store.prune(now - timedelta(days=self.retain_days), notices_before=now
-                                                  - timedelta(minutes=self.ctx.policy.reclaimed_offer_ttl_minutes))
-                        if self.retain_finished_days > 0:
-                            finished = store.prune_finished(now - timedelta(days=self.retain_finished_days))
+                    deleted, finished = prune_history(self.ctx.store, self.ctx.policy, self.clock(),
+                                                      self.retain_days, self.retain_finished_days)
                 if self.retain_days > 0:  # in the words `fleetctl prune` prints
                     log.info("pruned history older than %g days: %s", self.retain_days, deleted_text(deleted, PRUNED))
                 if self.retain_finished_days > 0:
