@@ -60,14 +60,22 @@ def _identity() -> tuple[str, str, int] | None:
         if os.readlink("/proc/self") != str(os.getpid()):
             return None  # /proc is another PID namespace's: its pids are not ours
         namespace = os.readlink("/proc/self/ns/pid")
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            boot = fh.read().strip()
     except (OSError, ValueError):
         return None
+    boot = _boot_id()
     start = _start_ticks(os.getpid())
-    if start is None or not _NAMESPACE.fullmatch(namespace) or not _BOOT.fullmatch(boot):
+    if start is None or boot is None or not _NAMESPACE.fullmatch(namespace) or not _BOOT.fullmatch(boot):
         return None
     return namespace, boot, start
+
+
+def _boot_id() -> str | None:
+    """This machine's current boot (``/proc/sys/kernel/random/boot_id``), or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except (OSError, ValueError):
+        return None
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -117,10 +125,9 @@ def describe_holder(holder: str) -> str:
 def _boot_unix(boot: str) -> int | None:
     """When this machine booted (``btime`` in /proc/stat), if ``boot`` is its
     current boot id; None otherwise, or where /proc does not say."""
+    if _boot_id() != boot:
+        return None
     try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            if fh.read().strip() != boot:
-                return None
         with open("/proc/stat", encoding="ascii") as fh:
             return next(int(line.split()[1]) for line in fh if line.startswith("btime "))
     except (OSError, ValueError, IndexError, StopIteration):
