@@ -113,10 +113,30 @@ class FleetMetrics:
                                    "Reconcile ticks, notice passes, price refreshes, retrains, prunes and gauge "
                                    "refreshes that failed (logged with the traceback; the daemon goes on).",
                                    registry=r)
+        self.policy_reloads = Counter("fleetctl_policy_reloads",
+                                      "Policy reloads asked for by SIGHUP, by outcome: applied (the daemon plans "
+                                      "with it from the next pass), unchanged (no setting changed), invalid (the "
+                                      "file has errors; the old policy stays), refused (it changes what is read "
+                                      "at start only; the old policy stays), failed (an error of fleetctl's, "
+                                      "logged with its traceback; the old policy stays).", ["outcome"], registry=r)
+        self._policy_sha256: str | None = None
+        self.policy_info = Gauge("fleetctl_policy_info",
+                                 "1 for the policy the daemon plans with, labelled with the SHA-256 of the "
+                                 "file's bytes it was read from (sha256sum of that version of the file).",
+                                 ["sha256"], registry=r)
         self.lease_held = Gauge("fleetctl_controller_lease_held",
                                 "1 if this daemon's last pass held the controller lease and acted, 0 if it was skipped "
                                 "because another process (a cron reconcile, an apply, a second daemon) held it.",
                                 registry=r)
+
+    def observe_policy(self, sha256: str) -> None:
+        """The policy the daemon runs now: its one ``fleetctl_policy_info``
+        series (the new one is set before the old one goes, so a scrape in
+        between sees both rather than none)."""
+        self.policy_info.labels(sha256).set(1)
+        if self._policy_sha256 not in (None, sha256):
+            self.policy_info.remove(self._policy_sha256)
+        self._policy_sha256 = sha256
 
     def observe_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> None:
         """Refresh the fleet's gauges (nodes, GPUs, allocation, queue, USD/h)

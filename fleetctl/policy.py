@@ -29,6 +29,7 @@ inputs to be valid to say anything true, so it waits for the first pass.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from typing import Annotated, Any, Iterator, Literal
@@ -37,7 +38,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, Wi
 
 from fleetctl import model
 from fleetctl.naming import CLUSTER_NAME
-from fleetctl.yamlerrors import Document, SpecError, ValidationIssue, did_you_mean, read_document
+from fleetctl.yamlerrors import (
+    Document,
+    SpecError,
+    ValidationIssue,
+    did_you_mean,
+    read_document,
+    read_document_and_bytes,
+)
 from providers import catalog
 
 __all__ = [
@@ -662,6 +670,15 @@ def load_policy(path: str | os.PathLike[str]) -> model.Policy:
     ``FILE:LINE:COLUMN: field.path: message``.
     """
     return policy_from_document(read_document(path))
+
+
+def load_policy_and_digest(path: str | os.PathLike[str]) -> tuple[model.Policy, str]:
+    """:func:`load_policy`, and the SHA-256 (hex) of the file's bytes it was
+    read from: what ``sha256sum`` prints for that version of the file, so an
+    operator can tell which commit of a policy a daemon runs
+    (``fleetctl_policy_info``)."""
+    doc, raw = read_document_and_bytes(path)
+    return policy_from_document(doc), hashlib.sha256(raw).hexdigest()
 
 
 #: Said of every integer field in the JSON Schemas (see :func:`note_integers`).

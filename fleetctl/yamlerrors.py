@@ -413,6 +413,12 @@ def _allowed_keys(model: Any, path: FieldPath) -> list[str] | None:
 def read_document(path: str | os.PathLike[str]) -> Document:
     """Read and parse one YAML or JSON file; raise :class:`SpecError` if it
     cannot be read or parsed at all."""
+    return read_document_and_bytes(path)[0]
+
+
+def read_document_and_bytes(path: str | os.PathLike[str]) -> tuple[Document, bytes]:
+    """:func:`read_document`, and the bytes it was parsed from (a reader that
+    reports which version of a file it runs hashes exactly what it read)."""
     file = os.fspath(path)
     try:
         with open(file, "rb") as fh:
@@ -422,7 +428,7 @@ def read_document(path: str | os.PathLike[str]) -> Document:
         raise SpecError([ValidationIssue(file, 1, 1, "", f"cannot read the file: {reason}")]) from None
     if len(raw) > MAX_FILE_BYTES:
         raise SpecError([ValidationIssue(file, 1, 1, "", f"file is larger than {MAX_FILE_BYTES} bytes")])
-    return parse_document(_decode(file, raw), file)
+    return parse_document(_decode(file, raw), file), raw
 
 
 def _decode(file: str, raw: bytes) -> str:

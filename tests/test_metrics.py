@@ -41,6 +41,8 @@ def a_fleet(metrics: FleetMetrics) -> FleetMetrics:
     metrics.interruptions.labels("aws", "reclaim_warning").inc()
     metrics.retrains.labels("demand", "adopted").inc()
     metrics.last_retrain.labels("demand").set(0)
+    metrics.policy_reloads.labels("applied").inc()
+    metrics.observe_policy("0" * 64)
     return metrics
 
 

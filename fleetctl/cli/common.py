@@ -308,7 +308,14 @@ def policy_path(option: Path | None) -> Path:
 
 def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Path]:
     """Load and validate the policy, or print every issue and exit."""
-    from fleetctl.policy import load_policy
+    pol, path, _ = load_policy_and_digest_or_exit(option, code)
+    return pol, path
+
+
+def load_policy_and_digest_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Path, str]:
+    """:func:`load_policy_or_exit`, and the SHA-256 of the file's bytes it read
+    (``fleetctl.policy.load_policy_and_digest``)."""
+    from fleetctl.policy import load_policy_and_digest
     from fleetctl.yamlerrors import SpecError
 
     path = policy_path(option)
@@ -319,11 +326,12 @@ def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Pat
             code,
         )
     try:
-        return load_policy(path), path
+        pol, digest = load_policy_and_digest(path)
     except SpecError as exc:
         for issue in exc.issues:
             err_console.print(str(issue), markup=False)
         fail(f"{path}: {len(exc.issues)} policy error(s)", code)
+    return pol, path, digest
 
 
 def open_store(option: str | None, *, must_exist: bool = False, read_only: bool = False) -> Store:

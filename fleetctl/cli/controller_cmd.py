@@ -21,6 +21,7 @@ from fleetctl.cli.common import (
     err_console,
     fail,
     is_bug,
+    load_policy_and_digest_or_exit,
     load_policy_or_exit,
     make_provider,
     open_store,
@@ -204,13 +205,19 @@ def daemon(
     """Run the controller loop: reconcile every --interval seconds, handle reclaim notices every
     --interruption-interval seconds, refresh prices hourly, and serve /metrics. With --notice-addr
     it also takes reclaim notices posted by `fleetctl node-watch` (GCP and Azure announce them only
-    on the node). The policy is read once, at start: after editing it, restart the daemon (a
-    cron `reconcile --once` reads it on every run). SIGTERM or Ctrl-C stops it after the current
-    tick; a forecast retrain under way (--retrain-hours) first finishes the model it is refitting
+    on the node). The policy is read at start and again on SIGHUP (`kill -HUP PID`, systemd's
+    `ExecReload`): a valid file is taken up between passes; one with errors, or one that changes
+    its infrastructure or providers sections (read at start only: restart for those), is logged
+    and refused, and the daemon goes on with the policy it has (fleetctl_policy_reloads_total,
+    fleetctl_policy_info). A cron `reconcile --once` reads the policy on every run. SIGTERM or
+    Ctrl-C stops it after the current tick; a forecast retrain under way (--retrain-hours) first finishes the model it is refitting
     (minutes on a long history; a fit cannot be cut short), and the next model is not started."""
+    from functools import partial
+
     from fleetctl.controller.loop import Daemon, LoopContext
     from fleetctl.controller.runtime import SimRuntime
     from fleetctl.metrics import FleetMetrics, serve
+    from fleetctl.policy import load_policy_and_digest
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # apscheduler logs "Running job ..." and "... executed successfully" at INFO for every run: two lines per
@@ -233,7 +240,7 @@ def daemon(
         fail(f"--retrain-hours {retrain_hours:g} refits the models of --forecast-dir, which is not given: give it "
              "too (without it the planner uses the policy's default risk and nothing is retrained)", 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
-    pol, _ = load_policy_or_exit(policy)
+    pol, policy_file, policy_sha256 = load_policy_and_digest_or_exit(policy)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     notices = _start_notice_server(notice_addr, notice_token, store) if notice_addr else None
@@ -249,15 +256,22 @@ def daemon(
     loop = Daemon(LoopContext(store, make_provider(store, seed, cloud, pol), SimRuntime(), pol, metrics, forecaster),
                   interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval,
                   retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0,
-                  retain_days=retain_days, retain_finished_days=retain_finished_days)
+                  retain_days=retain_days, retain_finished_days=retain_finished_days,
+                  read_policy=partial(load_policy_and_digest, policy_file), policy_source=str(policy_file),
+                  policy_sha256=policy_sha256)
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.daemon").info(
             "signal %d: stopping after the current tick (and the model refit under way, if a retrain runs)", signum)
         loop.stopped.set()
 
+    def _reload(signum, _frame):  # noqa: ANN001
+        logging.getLogger("fleetctl.daemon").info("signal %d: reading the policy file %s again", signum, policy_file)
+        loop.request_reload()
+
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGHUP, _reload)
     bound_host, bound_port = server.server_address[:2]  # the real port of --metrics-addr HOST:0
     metrics_url = f"http://{host_port(bound_host, bound_port)}/metrics"
     console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on {metrics_url}"

@@ -21,7 +21,11 @@ that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
 the loop goes on. A tick refreshes the gauges when it succeeds; after one that
 fails, and after a notice pass that handled a notice (or failed), the daemon
 refreshes them from the store, so they follow what the store holds.
-``stop()`` (SIGTERM, SIGINT) lets the current tick finish, and a retrain the
+``request_reload()`` (SIGHUP) has the policy file read again: a valid policy
+is swapped in between passes, under the same lock, so every pass plans with
+one policy whole; a file with errors, or one that changes what is read at
+start only (:data:`READ_AT_START`), is refused and logged, and the daemon
+goes on with the policy it has. ``stop()`` (SIGTERM, SIGINT) lets the current tick finish, and a retrain the
 model it is refitting (a scikit-learn fit cannot be cut short): a stop during
 a retrain waits for that refit, minutes on a long history, and starts no
 other.
@@ -35,6 +39,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from dataclasses import fields
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
@@ -48,6 +53,7 @@ from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Policy
 from fleetctl.render import PRUNED, PRUNED_FINISHED, deleted_text
 from fleetctl.store import Store
+from fleetctl.yamlerrors import SpecError
 from providers.base import Provider
 
 log = logging.getLogger("fleetctl.daemon")
@@ -66,6 +72,22 @@ class LoopContext:
     def reclaims_within(self) -> timedelta:
         """How far back a pass reads reclaims: the planner avoids an offer for reclaimed_offer_ttl_minutes."""
         return timedelta(minutes=self.policy.reclaimed_offer_ttl_minutes)
+
+
+#: Policy sections a running daemon cannot take up: the cloud adapters are
+#: built from them at start (``--cloud``: regions, subnets, images, which
+#: clouds), so a reload that changes them is refused whole, nothing of it
+#: applied, until the daemon is restarted.
+READ_AT_START = ("infrastructure", "providers")
+
+#: Reads the policy file again: the policy and the SHA-256 of the bytes it was
+#: read from (``fleetctl.policy.load_policy_and_digest``); raises ``SpecError``.
+PolicyReader = Callable[[], tuple[Policy, str]]
+
+
+def changed_sections(old: Policy, new: Policy) -> list[str]:
+    """The policy's top-level sections (fields) that differ, in their order."""
+    return [f.name for f in fields(Policy) if getattr(old, f.name) != getattr(new, f.name)]
 
 
 def _utcnow() -> datetime:
@@ -96,10 +118,18 @@ def prune_history(store: Store, policy: Policy, now: datetime, days: float,
 class Daemon:
     def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
                  price_seconds: float = 3600.0, retrain_seconds: float = 0.0, retain_days: float = 0.0,
-                 retain_finished_days: float = 0.0, clock: Callable[[], datetime] = _utcnow) -> None:
+                 retain_finished_days: float = 0.0, clock: Callable[[], datetime] = _utcnow,
+                 read_policy: PolicyReader | None = None, policy_source: str = "",
+                 policy_sha256: str = "") -> None:
         self.ctx = ctx
         self.clock = clock
         self.lock = threading.Lock()
+        self.read_policy = read_policy  # None: no file to read again (request_reload logs so)
+        self.policy_source = policy_source  # the file, for the log
+        self.policy_sha256 = policy_sha256
+        self.reload_requested = threading.Event()  # set by SIGHUP; the main thread's loop reloads
+        if policy_sha256:
+            ctx.metrics.observe_policy(policy_sha256)
         self.holder = holder_id()
         self.standing_by: str | None = None  # who held the lease when a pass last found it taken
         self.stopped = threading.Event()
@@ -283,6 +313,53 @@ class Daemon:
             if adopted:
                 self.ctx.metrics.last_retrain.labels(model).set(now.timestamp())
 
+    def request_reload(self) -> None:
+        """Ask for the policy file to be read again (safe in a signal handler:
+        ``run_until_stopped`` does the reading, in the main thread)."""
+        self.reload_requested.set()
+
+    def reload_policy(self) -> str:
+        """Read the policy file again and swap it in between passes. Returns the
+        outcome counted in ``fleetctl_policy_reloads_total``: ``applied``,
+        ``unchanged``, ``invalid`` (errors in the file: each logged as
+        FILE:LINE:COLUMN) or ``refused`` (it changes :data:`READ_AT_START`).
+        Anything but ``applied`` leaves the running policy as it was."""
+        source = self.policy_source or "the policy file"
+        if self.read_policy is None:
+            log.warning("SIGHUP: this daemon has no policy file to read again; the policy is unchanged")
+            return self._reloaded("refused")
+        try:
+            new, sha256 = self.read_policy()
+        except SpecError as exc:
+            for issue in exc.issues:
+                log.error("policy reload: %s", issue)
+            log.error("policy reload refused: %s has %d error(s); still planning with the policy read before "
+                      "(sha256 %s)", source, len(exc.issues), self.policy_sha256[:12] or "unknown")
+            return self._reloaded("invalid")
+        with self.lock:  # between passes: every pass plans with one policy, whole
+            old = self.ctx.policy
+            changed = changed_sections(old, new)
+            fixed = [name for name in changed if name in READ_AT_START]
+            if fixed:
+                log.error("policy reload refused: %s changes %s, which the daemon reads at start only (its cloud "
+                          "adapters are built from it); nothing of it is applied: restart the daemon to use it",
+                          source, " and ".join(fixed))
+                return self._reloaded("refused")
+            self.ctx.policy = new
+            self.last_forecast = None  # the interruptions pass rebuilds it with the new policy's settings
+            self.policy_sha256 = sha256
+        self.ctx.metrics.observe_policy(sha256)
+        if not changed:
+            log.info("policy reload: %s has no setting changed (sha256 %s)", source, sha256[:12])
+            return self._reloaded("unchanged")
+        log.info("policy reloaded from %s (sha256 %s): %s changed; the next pass plans with it", source,
+                 sha256[:12], ", ".join(changed))
+        return self._reloaded("applied")
+
+    def _reloaded(self, outcome: str) -> str:
+        self.ctx.metrics.policy_reloads.labels(outcome).inc()
+        return outcome
+
     def start(self) -> None:
         self.scheduler.start()
 
@@ -296,6 +373,14 @@ class Daemon:
         self.start()
         try:
             while not self.stopped.is_set():
+                if self.reload_requested.is_set():
+                    self.reload_requested.clear()
+                    try:
+                        self.reload_policy()
+                    except Exception:  # the tick boundary, as above: the loop goes on with the policy it has
+                        self.ctx.metrics.tick_errors.inc()
+                        self._reloaded("failed")
+                        log.exception("policy reload failed; still planning with the policy read before")
                 time.sleep(poll_seconds)
         finally:
             if self.scheduler.running:

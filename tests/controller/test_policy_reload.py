@@ -1,0 +1,153 @@
+"""SIGHUP: the daemon reads its policy file again, takes a valid one up between
+passes, and refuses (keeping the policy it runs) a file with errors or one that
+changes what is read at start only."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+from fleetctl.controller.loop import Daemon, LoopContext
+from fleetctl.metrics import FleetMetrics
+from fleetctl.model import JobState, Market
+from fleetctl.policy import load_policy, load_policy_and_digest
+from tests.builders import job, offer
+from tests.controller.test_daemon import REPO, scrape, wait_for
+
+EXAMPLE = (REPO / "policies" / "example.yaml").read_text()
+WITHOUT_A100_80 = EXAMPLE.replace("  - A100-80GB\n", "", 1)  # the world's only GPU model, no longer allowed
+
+
+def _daemon(world, path: Path) -> Daemon:
+    pol, sha256 = load_policy_and_digest(path)
+    return Daemon(LoopContext(world.store, world.provider, world.runtime, pol, FleetMetrics()),
+                  interval_seconds=3600, interruption_seconds=60, price_seconds=3600,
+                  read_policy=partial(load_policy_and_digest, path), policy_source=str(path), policy_sha256=sha256)
+
+
+def _value(metrics: FleetMetrics, name: str, **labels) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_a_reloaded_policy_is_what_the_next_pass_plans_with(world_factory, tmp_path):
+    w = world_factory(offers=(offer("a8", price=8.0), offer("a8", price=20.0, market=Market.ON_DEMAND)))
+    path = tmp_path / "policy.yaml"
+    path.write_text(WITHOUT_A100_80)
+    loop = _daemon(w, path)
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    w.store.add_jobs([job("j", gpus=8, models=("A100-80GB",), team="ml-research", submitted=now)], now)
+    loop.reconcile()
+    assert [j.state for j in w.store.jobs()] == [JobState.QUEUED]  # no allowed offer holds it
+    assert w.store.nodes() == ()
+
+    path.write_text(EXAMPLE)
+    assert loop.reload_policy() == "applied"
+    assert loop.ctx.policy == load_policy(path)
+    loop.reconcile()
+    assert [j.state for j in w.store.jobs()] != [JobState.QUEUED]
+    assert len(w.store.nodes()) == 1
+    assert _value(loop.ctx.metrics, "fleetctl_policy_reloads_total", outcome="applied") == 1
+    assert _value(loop.ctx.metrics, "fleetctl_policy_info",
+                  sha256=hashlib.sha256(EXAMPLE.encode()).hexdigest()) == 1
+    assert _value(loop.ctx.metrics, "fleetctl_policy_info",
+                  sha256=hashlib.sha256(WITHOUT_A100_80.encode()).hexdigest()) == 0  # the old series is gone
+
+
+def test_a_policy_file_with_errors_is_refused_and_the_running_policy_kept(world_factory, tmp_path, caplog):
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE)
+    loop = _daemon(w, path)
+    before = loop.ctx.policy
+    path.write_text(EXAMPLE.replace("max_spot_share: 0.8", "max_spot_share: 1.8"))
+    with caplog.at_level(logging.INFO, logger="fleetctl.daemon"):
+        assert loop.reload_policy() == "invalid"
+    assert loop.ctx.policy is before
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(f"{path}:" in m and "markets.max_spot_share" in m for m in errors), errors
+    assert any("still planning with the policy read before" in m for m in errors), errors
+    assert _value(loop.ctx.metrics, "fleetctl_policy_reloads_total", outcome="invalid") == 1
+    assert _value(loop.ctx.metrics, "fleetctl_policy_info", sha256=hashlib.sha256(EXAMPLE.encode()).hexdigest()) == 1
+
+    path.unlink()  # a file that went away is refused the same way
+    assert loop.reload_policy() == "invalid"
+    assert loop.ctx.policy is before
+
+
+def test_a_change_to_what_is_read_at_start_only_is_refused_whole(world_factory, tmp_path, caplog):
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE)
+    loop = _daemon(w, path)
+    before = loop.ctx.policy
+    # a change the daemon could take up (the budget) beside one it cannot (the infrastructure): neither is applied
+    path.write_text(EXAMPLE.replace("cluster: ml-platform", "cluster: ml-platform-2", 1)
+                    .replace("max_usd_per_hour: 400", "max_usd_per_hour: 300"))
+    with caplog.at_level(logging.INFO, logger="fleetctl.daemon"):
+        assert loop.reload_policy() == "refused"
+    assert loop.ctx.policy is before
+    assert any("changes infrastructure" in r.getMessage() and "restart the daemon" in r.getMessage()
+               for r in caplog.records if r.levelno == logging.ERROR)
+    assert _value(loop.ctx.metrics, "fleetctl_policy_reloads_total", outcome="refused") == 1
+
+
+def test_a_comment_only_edit_changes_no_setting_but_the_file_digest(world_factory, tmp_path):
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE)
+    loop = _daemon(w, path)
+    edited = "# reviewed in PR 42\n" + EXAMPLE
+    path.write_text(edited)
+    assert loop.reload_policy() == "unchanged"
+    assert _value(loop.ctx.metrics, "fleetctl_policy_info", sha256=hashlib.sha256(edited.encode()).hexdigest()) == 1
+    assert _value(loop.ctx.metrics, "fleetctl_policy_reloads_total", outcome="unchanged") == 1
+
+
+def test_cli_daemon_reloads_its_policy_on_sighup(tmp_path):
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    policy_file = tmp_path / "policies" / "example.yaml"
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
+                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # "fleetctl daemon: reconcile every 30 s, metrics on http://HOST:PORT/metrics"
+        port = int(first.rsplit(":", 1)[1].split("/")[0])
+
+        def info() -> list[str]:
+            return [s.labels["sha256"] for s in scrape(port).get("fleetctl_policy_info", []) if s.value == 1]
+
+        def reloads(outcome: str) -> float:
+            return sum(s.value for s in scrape(port).get("fleetctl_policy_reloads", [])
+                       if s.name.endswith("_total") and s.labels["outcome"] == outcome)
+
+        assert info() == [hashlib.sha256(EXAMPLE.encode()).hexdigest()]
+        edited = EXAMPLE.replace("max_usd_per_hour: 400", "max_usd_per_hour: 300")
+        policy_file.write_text(edited)
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: reloads("applied") == 1), first
+        assert info() == [hashlib.sha256(edited.encode()).hexdigest()]
+
+        policy_file.write_text(edited.replace("max_gpus: 96", "max_gpus: -1"))
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: reloads("invalid") == 1)
+        assert info() == [hashlib.sha256(edited.encode()).hexdigest()]  # still the last valid one
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, err
+    assert "policy reloaded from policies/example.yaml" in err and "max_usd_per_hour changed" in err, err
+    assert "policies/example.yaml:" in err and "budget.max_gpus" in err, err
