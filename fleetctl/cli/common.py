@@ -164,6 +164,29 @@ def one_of(choices: type[E], *, case_sensitive: bool = True) -> dict[str, Any]:
     return {"parser": parse, "metavar": "<" + "|".join(str(m.value) for m in choices) + ">"}
 
 
+class LogFormat(str, enum.Enum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class LogLevel(str, enum.Enum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option("--log-format", envvar="FLEETCTL_LOG_FORMAT", **one_of(LogFormat),
+                 help="Log lines on stderr: text, or json (one object a line: time, level, logger, message, "
+                 "exception; for a log pipeline). Times are UTC either way."),
+]
+LogLevelOption = Annotated[
+    LogLevel,
+    typer.Option("--log-level", envvar="FLEETCTL_LOG_LEVEL", **one_of(LogLevel, case_sensitive=False),
+                 help="Least severe log records shown."),
+]
 SeedOption = Annotated[
     int,
     typer.Option("--seed", min=0, help="Seed of the sandbox provider (node ids, launch delays; 0 or more).",

@@ -13,6 +13,10 @@ from rich.markup import escape
 
 from fleetctl.cli.common import (
     LockTimeoutOption,
+    LogFormat,
+    LogFormatOption,
+    LogLevel,
+    LogLevelOption,
     PolicyOption,
     CloudOption,
     SeedOption,
@@ -201,6 +205,8 @@ def daemon(
     state: StateOption = None,
     seed: SeedOption = 0,
     cloud: CloudOption = "sim",
+    log_format: LogFormatOption = LogFormat.TEXT,
+    log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run the controller loop: reconcile every --interval seconds, handle reclaim notices every
     --interruption-interval seconds, refresh prices hourly, and serve /metrics. With --notice-addr
@@ -219,7 +225,9 @@ def daemon(
     from fleetctl.metrics import FleetMetrics, serve
     from fleetctl.policy import load_policy_and_digest
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fleetctl.logs import configure
+
+    configure(log_format.value, log_level.value)
     # apscheduler logs "Running job ..." and "... executed successfully" at INFO for every run: two lines per
     # interruption pass, every few seconds. Its warnings (a run skipped, missed or still running) stay.
     logging.getLogger("apscheduler").setLevel(logging.WARNING)

@@ -14,7 +14,16 @@ from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 
-from fleetctl.cli.common import console, fail, one_of, read_token_file
+from fleetctl.cli.common import (
+    LogFormat,
+    LogFormatOption,
+    LogLevel,
+    LogLevelOption,
+    console,
+    fail,
+    one_of,
+    read_token_file,
+)
 
 
 class Cloud(str, Enum):
@@ -50,6 +59,8 @@ def node_watch(
                                                "(at most 60: a notice gives 2 minutes at most).",
                                                min=0.0, max=60.0)] = 8.0,
     once: Annotated[bool, typer.Option("--once", help="Poll once, deliver what is announced, exit.")] = False,
+    log_format: LogFormatOption = LogFormat.TEXT,
+    log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Watch this node's instance metadata for reclaim notices and post each one once to the
     controller daemon (`fleetctl daemon --notice-addr`), retrying with backoff until it is accepted.
@@ -81,7 +92,9 @@ def node_watch(
     if node_id is not None and not 0 < len(node_id.strip()) <= MAX_NODE_ID:
         fail(f"--node-id must be 1 to {MAX_NODE_ID} characters, as the daemon's notice endpoint accepts "
              f"(got {len(node_id.strip())})", 2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fleetctl.logs import configure
+
+    configure(log_format.value, log_level.value)
     token = _read_token(token_file)
     source = metadata_source(cloud.value, metadata_url, gce_wait_for_change=gce_wait_for_change)
     try:

@@ -49,7 +49,9 @@ def test_a_value_not_among_the_choices_is_refused_in_clicks_words(path, option, 
     with pytest.raises(typer.BadParameter) as refused:
         _command(path).make_context("fleetctl", [option, "xml"])
     listed = ", ".join(repr(c.value) for c in choices)
-    assert refused.value.format_message() == f"Invalid value for '{option}': 'xml' is not one of {listed}."
+    envvar = next(p.envvar for p in _command(path).params if p.opts[0] == option)
+    hint = f" (env var: '{envvar}')" if envvar else ""  # click names the variable an option also reads
+    assert refused.value.format_message() == f"Invalid value for '{option}'{hint}: 'xml' is not one of {listed}."
 
 
 def test_the_choices_still_parse_and_show_in_the_help():

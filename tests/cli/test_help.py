@@ -89,13 +89,15 @@ def test_prune_help_says_what_the_finished_history_retention_deletes_and_what_it
         assert words in text, words
 
 
-def test_daemon_help_says_the_policy_is_read_at_start():
-    """The daemon keeps the policy it started with; nothing said a merged policy change needs a restart."""
+def test_daemon_help_says_when_the_policy_is_read():
+    """Nothing said a merged policy change needs a restart; now a SIGHUP reads it again (or refuses it)."""
     shown = CliRunner().invoke(app, ["daemon", "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
                                prog_name="fleetctl")
     assert shown.exit_code == 0, shown.output
-    assert "The policy is read once, at start: after editing it, restart the daemon (a cron `reconcile --once` " \
-           "reads it on every run)." in " ".join(shown.output.split())
+    text = " ".join(shown.output.split())
+    assert "The policy is read at start and again on SIGHUP" in text
+    assert "is logged and refused, and the daemon goes on with the policy it has" in text
+    assert "A cron `reconcile --once` reads the policy on every run." in text
 
 
 def test_the_default_priority_map_is_not_cut_in_two_at_80_columns():

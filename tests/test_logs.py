@@ -1,0 +1,81 @@
+"""Log output of the long-running commands: text or JSON lines, times in UTC."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+from fleetctl.logs import JsonFormatter, TextFormatter
+from tests.controller.test_daemon import REPO, wait_for
+
+
+def _record(message: str, *args, exc_info=None, **extra) -> logging.LogRecord:
+    record = logging.LogRecord("fleetctl.daemon", logging.ERROR, __file__, 1, message, args, exc_info)
+    record.created = 1795774152.538  # 2026-11-27T10:09:12.538Z
+    record.msecs = 538.0
+    record.__dict__.update(extra)
+    return record
+
+
+def test_a_json_line_holds_the_record_with_its_traceback_on_one_line():
+    try:
+        raise RuntimeError("cloud API down")
+    except RuntimeError:
+        exc_info = sys.exc_info()
+    line = JsonFormatter().format(_record("tick %d failed:\nsee below", 3, exc_info=exc_info, offer="aws/p3"))
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["time"] == "2026-11-27T10:09:12.538Z"
+    assert (entry["level"], entry["logger"], entry["message"]) == ("error", "fleetctl.daemon", "tick 3 failed:\nsee below")
+    assert entry["exception"].startswith("Traceback") and "RuntimeError: cloud API down" in entry["exception"]
+    assert entry["offer"] == "aws/p3"  # an extra= field
+    assert not {"args", "msg", "levelno", "exc_info", "created"} & entry.keys()
+
+
+def test_text_lines_give_the_time_in_utc_whatever_the_local_zone(monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    import time
+
+    time.tzset()
+    try:
+        line = TextFormatter().format(_record("tick 1: 0 actions"))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert line == "2026-11-27T10:09:12.538Z ERROR fleetctl.daemon: tick 1: 0 actions"
+
+
+def test_cli_daemon_logs_json_lines(tmp_path):
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env["FLEETCTL_LOG_FORMAT"] = "json"
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
+                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()  # serving: the first tick runs now
+        db = tmp_path / ".fleetctl" / "state.db"
+        assert wait_for(db.exists)
+        import sqlite3
+
+        def ticked() -> bool:
+            with sqlite3.connect(db) as conn:
+                return conn.execute("select count(*) from events where kind = 'offers_observed'").fetchone()[0] > 0
+
+        assert wait_for(ticked, timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, err
+    entries = [json.loads(line) for line in err.splitlines()]  # every line is one JSON object
+    assert any(e["logger"] == "fleetctl.daemon" and re.match(r"tick 1: ", e["message"]) for e in entries), err
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["time"]) for e in entries)
