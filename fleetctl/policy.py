@@ -58,6 +58,8 @@ __all__ = [
     "close_named_maps",
     "policy_json_schema",
     "policy_from_document",
+    "spec_from_document",
+    "to_core",
 ]
 
 # --------------------------------------------------------------------------- vocabularies
@@ -575,7 +577,7 @@ def _contradictions(spec: PolicySpec, doc: Document) -> list[ValidationIssue]:
 # --------------------------------------------------------------------------- conversion and entry points
 
 
-def _to_core(spec: PolicySpec) -> model.Policy:
+def to_core(spec: PolicySpec) -> model.Policy:
     """The frozen core form. Allow-lists, teams and classes are sorted by name
     so the same policy always gives the same value."""
     return model.Policy(
@@ -649,6 +651,14 @@ def _to_core(spec: PolicySpec) -> model.Policy:
 def policy_from_document(doc: Document) -> model.Policy:
     """Validate a parsed document as a policy; raise :class:`SpecError` with
     every issue found."""
+    return to_core(spec_from_document(doc))
+
+
+def spec_from_document(doc: Document) -> PolicySpec:
+    """The validated policy in the file's own shape (sections, teams and
+    classes by name, defaults filled in), for what compares policies as they
+    are written (`fleetctl policy diff`); raise :class:`SpecError` with every
+    issue found. :func:`to_core` gives what the planner reads."""
     issues = list(doc.issues)
     if not isinstance(doc.data, dict):
         issues.append(doc.issue((), "a policy must be a mapping of sections (providers, budget, teams, ...)"))
@@ -660,7 +670,7 @@ def policy_from_document(doc: Document) -> model.Policy:
     issues.extend(_contradictions(spec, doc))
     if issues:
         raise SpecError(issues)
-    return _to_core(spec)
+    return spec
 
 
 def load_policy(path: str | os.PathLike[str]) -> model.Policy:

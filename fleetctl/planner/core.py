@@ -167,8 +167,9 @@ def _no_offer(job: Job, offers: tuple[Offer, ...], spot_ok: bool) -> tuple[Reaso
     return Reason.GANG_DOES_NOT_FIT, f"{need}; the largest allowed offer is {_describe_offer(largest)}"
 
 
-def _policy_allows(policy: Policy, offer: Offer) -> bool:
-    """The policy's providers, regions and GPU models admit ``offer``, and it has a price."""
+def policy_allows(policy: Policy, offer: Offer) -> bool:
+    """The policy's providers, regions and GPU models admit ``offer``, and it has a price: the
+    one filter of offers by policy (the planner's own, and what `fleetctl policy diff` counts)."""
     if policy.providers and offer.provider not in policy.providers:
         return False
     if policy.regions and offer.region not in policy.regions:
@@ -191,7 +192,7 @@ def no_offer_holds(job: Job, offers: Iterable[Offer], policy: Policy) -> tuple[R
     pass (reclaimed offers, interruptions, a deadline that rules spot out) is
     not counted: this is the job against the market itself, for ``jobs submit``
     to warn of a job that ``plan`` would leave queued whatever the fleet does."""
-    allowed = tuple(sorted((o for o in offers if _policy_allows(policy, o)), key=lambda o: o.key))
+    allowed = tuple(sorted((o for o in offers if policy_allows(policy, o)), key=lambda o: o.key))
     spot_ok = _spot_eligible(policy, job)
     dims = _worker_dimensions(job)
     for o in allowed:
@@ -324,7 +325,7 @@ class _Pass:
     def _allowed(self, offer: Offer) -> bool:
         if offer.market is Market.SPOT and offer.key in self.reclaimed:
             return False
-        return _policy_allows(self.policy, offer)
+        return policy_allows(self.policy, offer)
 
     def _p(self, offer: Offer) -> float:
         if offer.market is not Market.SPOT:
