@@ -1,20 +1,21 @@
-"""`fleetctl policy validate|schema`."""
+"""`fleetctl policy validate|diff|schema`."""
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fleetctl.cli.common import console, err_console, fail, output_file_or_exit
+from fleetctl.cli.common import console, err_console, fail, one_of, output_file_or_exit
 
 if TYPE_CHECKING:
     from fleetctl.model import Policy
     from fleetctl.yamlerrors import Document, ValidationIssue
 
-app = typer.Typer(help="Validate policy files and write their JSON Schema for editors.", no_args_is_help=True)
+app = typer.Typer(help="Validate and diff policy files, and write their JSON Schema.", no_args_is_help=True)
 
 
 @app.command()
@@ -74,6 +75,55 @@ def _region_warnings(doc: Document, pol: Policy) -> list[ValidationIssue]:
                 f" (did you mean {hint!r}?)" if hint else "")
         warnings.append(doc.issue(("regions", i), f"warning: {why}; fleetctl would buy nothing there"))
     return warnings
+
+
+class DiffFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
+
+
+@app.command(short_help="Show what a policy change means: settings and offers admitted.")
+def diff(
+    old: Annotated[Path, typer.Argument(help="The policy before the change (e.g. from git show).",
+                                        show_default=False)],
+    new: Annotated[Path, typer.Argument(help="The policy after the change; lines point into it.",
+                                        show_default=False)],
+    output: Annotated[DiffFormat, typer.Option("--format", help="text or json (docs/policy-diff.md).",
+                                               **one_of(DiffFormat))] = DiffFormat.text,
+    exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 1 when the policies differ (as `git diff "
+                                                                "--exit-code`), 0 when they do not.")] = False,
+) -> None:
+    """Compare two policy files as validated: every setting that differs once defaults are filled in
+    (+ added, - removed, ~ changed; teams and classes by name, list items by value) with the line of
+    NEW that writes it, and the offers of the shipped catalog each policy admits, by provider, GPU model
+    and market. Exits 0 whether or not they differ (with --exit-code: 1 when they do, as `git diff`),
+    2 for a bad file, each problem printed as FILE:LINE:COLUMN: field.path: message as by `policy
+    validate`, or a bad option."""
+    from fleetctl.policy import spec_from_document
+    from fleetctl.policydiff import diff_policies, diff_to_document, render_text
+    from fleetctl.yamlerrors import SpecError, read_document
+    from providers.catalog import load_catalog
+
+    loaded = []
+    problems = []
+    for path in (old, new):
+        try:
+            doc = read_document(path)
+            loaded.append((doc, spec_from_document(doc)))
+        except SpecError as exc:
+            problems.extend(exc.issues)
+    if problems:
+        for issue in problems:
+            err_console.print(str(issue), markup=False)
+        raise typer.Exit(2)
+    (old_doc, old_spec), (new_doc, new_spec) = loaded
+    result = diff_policies(old_doc=old_doc, old=old_spec, new_doc=new_doc, new=new_spec, offers=load_catalog())
+    if output is DiffFormat.json:
+        print(json.dumps(diff_to_document(result), indent=2))
+    else:
+        print(render_text(result), end="")
+    if exit_code and result.changed:
+        raise typer.Exit(1)
 
 
 @app.command(short_help="Write the policy's JSON Schema for editors.")

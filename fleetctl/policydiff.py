@@ -1,0 +1,364 @@
+"""Compare two policies as a reviewer of a policy change needs: what each
+setting becomes, and which offers of the market each admits. Pure: the
+caller reads the files and the catalog; this module compares and renders.
+
+**Settings** are compared after validation (``fleetctl.policy.PolicySpec``,
+defaults filled in): writing out a default changes nothing, and changing the
+value a default stood for is a change. One :class:`SettingChange` per changed
+leaf, in the file's own terms (``teams.ml-research.guaranteed_gpus``), with
+where NEW writes it.
+
+* Teams, priority classes, tags and regions of the infrastructure are
+  mappings keyed by name, so they are compared by name: reordering them is
+  no change, and a changed team reads ``teams.ml-research.weight``.
+* Every list in a policy is a set by meaning (allow-lists, subnet and
+  security group ids; ``fleetctl.policy.to_core`` sorts the allow-lists, and
+  the clouds take the ids as sets), so list items are named by their value
+  (``gpu_models[T4]``), never by an index that shifts when a line above
+  moves. Design choice: a list that was or becomes empty is shown whole
+  (``~ providers: [] -> ["aws"]``), because an empty allow-list means "any":
+  ``+ providers[aws]`` would read as a widening where the policy narrows.
+* An optional section that is absent (``infrastructure``, its ``gcp`` and
+  ``azure``) compares as no leaves: adding one is one ``+`` line per leaf.
+
+**Market effect**: the offers each policy admits, by the planner's own filter
+(:func:`fleetctl.planner.policy_allows`: providers, regions, GPU models, a
+price), and the difference summed per provider and GPU model, per market.
+Only what that filter sees counts: ``markets.max_spot_share: 0`` stops the
+planner buying spot, but is a setting change here, not a market one.
+
+The JSON form (:func:`diff_to_document`) carries ``format_version``
+(:data:`FORMAT_VERSION`); its shape is in ``docs/policy-diff.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from fleetctl.model import Market, Offer
+from fleetctl.planner import policy_allows
+from fleetctl.policy import PolicySpec, to_core
+from fleetctl.render import counted
+from fleetctl.yamlerrors import Document, FieldPath, Position, format_path
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ChangeKind",
+    "MarketChange",
+    "Member",
+    "PolicyDiff",
+    "SettingChange",
+    "diff_policies",
+    "diff_to_document",
+    "render_text",
+]
+
+FORMAT_VERSION = 1
+
+
+class ChangeKind(str, enum.Enum):
+    ADD = "add"
+    REMOVE = "remove"
+    CHANGE = "change"
+
+    @property
+    def mark(self) -> str:
+        """terraform's marker: ``+`` add, ``-`` remove, ``~`` change."""
+        return {"add": "+", "remove": "-", "change": "~"}[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """An item of a list, named by its value (``gpu_models[T4]``)."""
+
+    value: str
+
+
+#: A setting's path: mapping keys and field names, and list items by value.
+SettingPath = tuple[str | Member, ...]
+
+
+class _Absent:
+    """A value one side does not have (a team only NEW lists); not ``None``,
+    which is a value (``budget.max_gpus: null``)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+_ABSENT: Any = _Absent()
+
+
+@dataclass(frozen=True, slots=True)
+class SettingChange:
+    """One changed leaf. ``old`` is meaningless for ADD, ``new`` for REMOVE.
+
+    ``at`` is where NEW writes the value, or for a value NEW does not write
+    (a default, a removed item) where its nearest written parent is (``budget:``
+    for a default ``budget.max_gpus``); ``None`` when NEW writes no part of the
+    path. ``written`` says which."""
+
+    kind: ChangeKind
+    path: SettingPath
+    old: Any
+    new: Any
+    at: Position | None
+    written: bool
+
+    @property
+    def field_path(self) -> str:
+        """``teams.ml-research.weight``, ``gpu_models[T4]``."""
+        out = ""
+        run: list[str] = []
+        for elem in self.path:
+            if isinstance(elem, Member):
+                # Members are ids, names and regions the loader checked: no brackets or spaces to quote.
+                out = _joined(out, format_path(run)) + f"[{elem.value}]"
+                run = []
+            else:
+                run.append(elem)
+        return _joined(out, format_path(run))
+
+
+def _joined(head: str, tail: str) -> str:
+    if not head or not tail:
+        return head + tail
+    return head + ("" if tail.startswith("[") else ".") + tail
+
+
+@dataclass(frozen=True, slots=True)
+class MarketChange:
+    """Offers of one provider and GPU model that NEW admits and OLD does not
+    (ADD), or the reverse (REMOVE), counted per market; ``old_admitted`` and
+    ``new_admitted`` count every offer of that provider and GPU model each
+    policy admits, so ``46 -> 0`` says none is left."""
+
+    kind: ChangeKind
+    provider: str
+    gpu_model: str | None  # None: offers without a GPU
+    by_market: tuple[tuple[Market, int], ...]  # spot first, markets with no offer left out
+    old_admitted: int
+    new_admitted: int
+
+    @property
+    def offers(self) -> int:
+        return sum(n for _, n in self.by_market)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDiff:
+    old_file: str
+    new_file: str
+    settings: tuple[SettingChange, ...]
+    market: tuple[MarketChange, ...]
+    catalog_offers: int
+    old_admitted: int
+    new_admitted: int
+
+    @property
+    def changed(self) -> bool:
+        """The two policies differ (a market change implies a setting change, not the reverse)."""
+        return bool(self.settings or self.market)
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def diff_policies(*, old_doc: Document, old: PolicySpec, new_doc: Document, new: PolicySpec,
+                  offers: Iterable[Offer]) -> PolicyDiff:
+    """Compare two validated policies (``fleetctl.policy.spec_from_document``
+    of ``old_doc`` and ``new_doc``) and the offers of ``offers`` each admits.
+    Deterministic: settings in the order of the policy's fields (names and
+    list items sorted), offer groups by provider and GPU model, removals first."""
+    settings = tuple(_located(kind, path, o, n, new_doc, new) for kind, path, o, n in _walk(old, new, ()))
+    offers = tuple(offers)
+    old_core, new_core = to_core(old), to_core(new)
+    old_in = [o for o in offers if policy_allows(old_core, o)]
+    new_in = [o for o in offers if policy_allows(new_core, o)]
+    return PolicyDiff(
+        old_file=old_doc.file, new_file=new_doc.file, settings=settings, market=_market(old_in, new_in),
+        catalog_offers=len(offers), old_admitted=len(old_in), new_admitted=len(new_in),
+    )
+
+
+def _walk(old: Any, new: Any, path: SettingPath) -> Iterator[tuple[ChangeKind, SettingPath, Any, Any]]:
+    """``(kind, path, old, new)`` for every leaf that differs; either side may be ``_ABSENT``."""
+    if old == new:
+        return
+    if isinstance(old, BaseModel) or isinstance(new, BaseModel):
+        fields = type(old if isinstance(old, BaseModel) else new).model_fields
+        for name in fields:  # declaration order: the order the policy documents its sections
+            yield from _walk(_field(old, name), _field(new, name), path + (name,))
+    elif isinstance(old, dict) or isinstance(new, dict):
+        o = old if isinstance(old, dict) else {}
+        n = new if isinstance(new, dict) else {}
+        for key in sorted(o.keys() | n.keys()):
+            yield from _walk(o.get(key, _ABSENT), n.get(key, _ABSENT), path + (key,))
+    elif isinstance(old, list) and isinstance(new, list) and old and new:
+        for item in sorted(set(old) ^ set(new)):
+            yield (ChangeKind.ADD, path + (Member(item),), _ABSENT, item) if item in new else \
+                (ChangeKind.REMOVE, path + (Member(item),), item, _ABSENT)
+    elif isinstance(old, list) and old and new is _ABSENT:  # its section went: item by item
+        yield from ((ChangeKind.REMOVE, path + (Member(item),), item, _ABSENT) for item in sorted(set(old)))
+    elif isinstance(new, list) and new and old is _ABSENT:
+        yield from ((ChangeKind.ADD, path + (Member(item),), _ABSENT, item) for item in sorted(set(new)))
+    else:  # a scalar, or a list that is or was empty (shown whole)
+        kind = ChangeKind.ADD if old is _ABSENT else ChangeKind.REMOVE if new is _ABSENT else ChangeKind.CHANGE
+        yield kind, path, old, new
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A field of a section, or ``_ABSENT`` when the section is (absent or ``null``)."""
+    return getattr(obj, name) if isinstance(obj, BaseModel) else _ABSENT
+
+
+def _located(kind: ChangeKind, path: SettingPath, old: Any, new: Any, doc: Document,
+             spec: PolicySpec) -> SettingChange:
+    where, exact = _document_path(path, spec)
+    written = exact and doc.exists(where)
+    at = None
+    for cut in range(len(where), 0, -1):  # the value, else the key of its nearest written parent
+        if doc.exists(where[:cut]):
+            at = doc.position(where[:cut], at="value" if written and cut == len(where) else "key")
+            break
+    return SettingChange(kind, path, None if old is _ABSENT else old, None if new is _ABSENT else new, at, written)
+
+
+def _document_path(path: SettingPath, spec: PolicySpec) -> tuple[FieldPath, bool]:
+    """``path`` as NEW's document spells it, a list item by its index there
+    (validation keeps a list's order), and whether NEW has that item (else
+    the path stops at its list)."""
+    out: list[str | int] = []
+    value: Any = spec
+    for elem in path:
+        if isinstance(elem, Member):
+            if not (isinstance(value, list) and elem.value in value):
+                return tuple(out), False
+            out.append(value.index(elem.value))
+            break
+        out.append(elem)
+        value = (getattr(value, elem, None) if isinstance(value, BaseModel)
+                 else value.get(elem) if isinstance(value, dict) else None)
+    return tuple(out), True
+
+
+def _market(old_in: list[Offer], new_in: list[Offer]) -> tuple[MarketChange, ...]:
+    old_keys, new_keys = {o.key for o in old_in}, {o.key for o in new_in}
+    group_old = Counter(_group(o) for o in old_in)
+    group_new = Counter(_group(o) for o in new_in)
+    moved: dict[tuple[str, str | None, ChangeKind], Counter[Market]] = {}
+    for offer in old_in:
+        if offer.key not in new_keys:
+            moved.setdefault((*_group(offer), ChangeKind.REMOVE), Counter())[offer.market] += 1
+    for offer in new_in:
+        if offer.key not in old_keys:
+            moved.setdefault((*_group(offer), ChangeKind.ADD), Counter())[offer.market] += 1
+    changes = [
+        MarketChange(kind, provider, gpu, tuple((m, markets[m]) for m in (Market.SPOT, Market.ON_DEMAND) if markets[m]),
+                     group_old[(provider, gpu)], group_new[(provider, gpu)])
+        for (provider, gpu, kind), markets in moved.items()
+    ]
+    return tuple(sorted(changes, key=lambda c: (c.provider, c.gpu_model is None, c.gpu_model or "",
+                                                c.kind is ChangeKind.ADD)))
+
+
+def _group(offer: Offer) -> tuple[str, str | None]:
+    return offer.provider, offer.instance_type.gpu_model
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _show(value: Any) -> str:
+    """A value as JSON spells it (and YAML reads it): ``"all"``, ``null``, ``true``, ``0.8``, ``["aws"]``."""
+    return json.dumps(value)
+
+
+def _setting_line(change: SettingChange) -> str:
+    if isinstance(change.path[-1], Member):
+        body = change.field_path
+    elif change.kind is ChangeKind.CHANGE:
+        body = f"{change.field_path}: {_show(change.old)} -> {_show(change.new)}"
+    else:
+        body = f"{change.field_path}: {_show(change.new if change.kind is ChangeKind.ADD else change.old)}"
+    if change.kind is not ChangeKind.REMOVE and not change.written:
+        body += " (default)"
+    return f"  {change.kind.mark} {body}"
+
+
+def _market_line(change: MarketChange) -> str:
+    gpu = change.gpu_model or "no GPU"
+    markets = ", ".join(f"{m.value} {n}" for m, n in change.by_market)
+    return (f"  {change.kind.mark} {counted(change.offers, 'offer')}: {change.provider} {gpu} ({markets}); "
+            f"{change.provider} {gpu} admitted {change.old_admitted} -> {change.new_admitted}")
+
+
+def summary_line(diff: PolicyDiff) -> str:
+    kinds = Counter(c.kind for c in diff.settings)
+    parts = ", ".join(f"{kinds[k]} {word}" for k, word in ((ChangeKind.ADD, "added"), (ChangeKind.REMOVE, "removed"),
+                                                          (ChangeKind.CHANGE, "changed")) if kinds[k])
+    settings = f"{counted(len(diff.settings), 'setting')} differ ({parts})" if diff.settings else "no setting differs"
+    return (f"Policy diff: {settings}; offers admitted {diff.old_admitted} -> {diff.new_admitted} "
+            f"of the catalog's {diff.catalog_offers}.")
+
+
+def render_text(diff: PolicyDiff) -> str:
+    """The terraform-style text: changed settings with NEW's FILE:LINE, the
+    market effect, a summary line."""
+    out = [f"Comparing {diff.old_file} (old) with {diff.new_file} (new).", ""]
+    if not diff.changed:
+        out.append("No differences: the two policies are the same once defaults are filled in.")
+        out.append("")
+    if diff.settings:
+        out.append("Settings:")
+        lines = [_setting_line(c) for c in diff.settings]
+        width = min(max(len(line) for line in lines), 72)
+        for line, change in zip(lines, diff.settings):
+            where = f"  # {diff.new_file}:{change.at.line}" if change.at is not None else ""
+            out.append(f"{line:<{width}}{where}".rstrip())
+        out.append("")
+    if diff.market:
+        out.append(f"Market effect on the shipped catalog: offers admitted {diff.old_admitted} -> {diff.new_admitted}")
+        out.extend(_market_line(c) for c in diff.market)
+        out.append("")
+    out.append(summary_line(diff))
+    return "\n".join(out) + "\n"
+
+
+def diff_to_document(diff: PolicyDiff) -> dict[str, Any]:
+    """The versioned JSON form (shape: ``docs/policy-diff.md``)."""
+    settings = []
+    for c in diff.settings:
+        entry: dict[str, Any] = {"action": c.kind.value, "path": c.field_path}
+        if c.kind is not ChangeKind.ADD:
+            entry["old"] = c.old
+        if c.kind is not ChangeKind.REMOVE:
+            entry["new"] = c.new
+        entry["written"] = c.written
+        entry["file"] = diff.new_file if c.at is not None else None
+        entry["line"] = c.at.line if c.at is not None else None
+        entry["column"] = c.at.column if c.at is not None else None
+        settings.append(entry)
+    market = [
+        {"action": c.kind.value, "provider": c.provider, "gpu_model": c.gpu_model, "offers": c.offers,
+         "by_market": {m.value: n for m, n in c.by_market}, "old_admitted": c.old_admitted,
+         "new_admitted": c.new_admitted}
+        for c in diff.market
+    ]
+    return {
+        "format_version": FORMAT_VERSION,
+        "old": diff.old_file,
+        "new": diff.new_file,
+        "changed": diff.changed,
+        "summary": summary_line(diff),
+        "settings": settings,
+        "market": {"catalog_offers": diff.catalog_offers, "old_admitted": diff.old_admitted,
+                   "new_admitted": diff.new_admitted, "changes": market},
+    }

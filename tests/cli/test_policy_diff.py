@@ -1,0 +1,112 @@
+"""`fleetctl policy diff OLD NEW`: output forms, bad input, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "policies" / "example.yaml"
+runner = CliRunner()
+
+
+def without_t4(tmp_path: Path) -> Path:
+    """The example policy without T4 and with a lower budget."""
+    text = EXAMPLE.read_text()
+    text = text.replace("  - T4\n", "", 1).replace("max_usd_per_hour: 400\n", "max_usd_per_hour: 300\n", 1)
+    path = tmp_path / "new.yaml"
+    path.write_text(text)
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_text_shows_settings_with_lines_of_new_and_the_market_effect(tmp_path):
+    new = without_t4(tmp_path)
+    result = runner.invoke(app, ["policy", "diff", str(EXAMPLE), str(new)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.startswith(f"Comparing {EXAMPLE} (old) with {new} (new).\n")
+    assert f"  - gpu_models[T4]  " in out and f"# {new}:{line_of(new, 'gpu_models:')}\n" in out
+    assert f"  ~ budget.max_usd_per_hour: 400.0 -> 300.0  # {new}:{line_of(new, 'max_usd_per_hour')}\n" in out
+    assert "Market effect on the shipped catalog: offers admitted " in out
+    assert "  - 194 offers: aws T4 (spot 150, on_demand 44); aws T4 admitted 194 -> 0\n" in out
+    assert out.rstrip().splitlines()[-1].startswith("Policy diff: 2 settings differ (1 removed, 1 changed); ")
+
+
+def test_json_shape(tmp_path):
+    new = without_t4(tmp_path)
+    result = runner.invoke(app, ["policy", "diff", "--format", "json", str(EXAMPLE), str(new)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert list(doc) == ["format_version", "old", "new", "changed", "summary", "settings", "market"]
+    assert doc["format_version"] == 1 and doc["old"] == str(EXAMPLE) and doc["new"] == str(new)
+    assert doc["changed"] is True
+    assert doc["settings"] == [
+        {"action": "remove", "path": "gpu_models[T4]", "old": "T4", "written": False,
+         "file": str(new), "line": line_of(new, "gpu_models:"), "column": 1},
+        {"action": "change", "path": "budget.max_usd_per_hour", "old": 400.0, "new": 300.0, "written": True,
+         "file": str(new), "line": line_of(new, "max_usd_per_hour"), "column": 21},
+    ]
+    market = doc["market"]
+    assert list(market) == ["catalog_offers", "old_admitted", "new_admitted", "changes"]
+    assert market["old_admitted"] - market["new_admitted"] == sum(c["offers"] for c in market["changes"])
+    assert market["changes"][0] == {"action": "remove", "provider": "aws", "gpu_model": "T4", "offers": 194,
+                                    "by_market": {"spot": 150, "on_demand": 44}, "old_admitted": 194,
+                                    "new_admitted": 0}
+    assert [(c["provider"], c["action"]) for c in market["changes"]] == [("aws", "remove"), ("azure", "remove")]
+
+
+def test_an_added_setting_has_new_and_no_old_in_json(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("budget: {max_usd_per_hour: 100}\n")
+    new = tmp_path / "new.yaml"
+    new.write_text("budget: {max_usd_per_hour: 100}\nteams: {a: {guaranteed_gpus: 2}}\n")
+    result = runner.invoke(app, ["policy", "diff", "--format", "json", str(old), str(new)])
+    first = json.loads(result.output)["settings"][0]
+    assert first == {"action": "add", "path": "teams.a.guaranteed_gpus", "new": 2, "written": True,
+                     "file": str(new), "line": 2, "column": 30}
+
+
+@pytest.mark.parametrize(("flag", "same", "different"), [([], 0, 0), (["--exit-code"], 0, 1)],
+                         ids=["default", "exit-code"])
+def test_exit_codes(tmp_path, flag, same, different):
+    reordered = tmp_path / "same.yaml"  # the teams the other way round, a default written out: the same policy
+    text = EXAMPLE.read_text()
+    research = text[text.index("  # Research:"):text.index("  # Product:")]
+    product = text[text.index("  # Product:"):text.index("# Priority classes")]
+    reordered.write_text("regions: []\n" + text.replace(research + product, product + research, 1))
+    assert reordered.read_text().index("ml-product:") < reordered.read_text().index("ml-research:")
+    result = runner.invoke(app, ["policy", "diff", *flag, str(EXAMPLE), str(reordered)])
+    assert result.exit_code == same, result.output
+    assert "No differences" in result.output
+    result = runner.invoke(app, ["policy", "diff", *flag, str(EXAMPLE), str(without_t4(tmp_path))])
+    assert result.exit_code == different, result.output
+    assert "gpu_models[T4]" in result.output
+
+
+def test_bad_files_exit_2_listing_every_problem_of_both(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("budget:\n  max_usd_per_hour: ten\n")
+    new = tmp_path / "new.yaml"
+    new.write_text("budget: {max_usd_per_hour: 100}\nteams:\n  a: {weight: 0}\n")
+    result = runner.invoke(app, ["policy", "diff", "--exit-code", str(old), str(new)])
+    assert result.exit_code == 2
+    assert f"{old}:2:21: budget.max_usd_per_hour: must be a valid number (got 'ten')" in result.output
+    assert f"{new}:3:15: teams.a.weight: must be greater than 0 (got 0)" in result.output
+    assert "Comparing" not in result.output
+
+
+def test_a_missing_file_and_a_bad_option_exit_2(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    result = runner.invoke(app, ["policy", "diff", str(EXAMPLE), str(missing)])
+    assert result.exit_code == 2 and f"{missing}:1:1: (root): cannot read the file" in result.output
+    result = runner.invoke(app, ["policy", "diff", "--format", "yaml", str(EXAMPLE), str(EXAMPLE)])
+    assert result.exit_code == 2, result.output
