@@ -27,6 +27,11 @@ price), and the difference summed per provider and GPU model, per market.
 Only what that filter sees counts: ``markets.max_spot_share: 0`` stops the
 planner buying spot, but is a setting change here, not a market one.
 
+**Queue effect** (optional): a job queue planned by the planner itself
+(:func:`fleetctl.planner.plan`) on an empty fleet under each policy, as
+``fleetctl plan`` plans it on a fresh sandbox: the cost in USD per hour under
+each, and the jobs one policy places and the other leaves queued, with why.
+
 The JSON form (:func:`diff_to_document`) carries ``format_version``
 (:data:`FORMAT_VERSION`); its shape is in ``docs/policy-diff.md``.
 """
@@ -36,14 +41,16 @@ from __future__ import annotations
 import enum
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
-from fleetctl.model import Market, Offer
-from fleetctl.planner import policy_allows
+from fleetctl.codec import unplaced_to_dict
+from fleetctl.model import Job, Market, Offer, Unplaced
+from fleetctl.planner import plan, policy_allows
 from fleetctl.policy import PolicySpec, to_core
 from fleetctl.render import counted
 from fleetctl.yamlerrors import Document, FieldPath, Position, format_path
@@ -54,6 +61,7 @@ __all__ = [
     "MarketChange",
     "Member",
     "PolicyDiff",
+    "QueueEffect",
     "SettingChange",
     "diff_policies",
     "diff_to_document",
@@ -153,6 +161,33 @@ class MarketChange:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueEffect:
+    """A queue (``jobs`` of them, from ``file``) planned on an empty fleet
+    under each policy: what the plan buys costs ``old_usd_per_hour`` and
+    ``new_usd_per_hour``; ``old_unplaced`` and ``new_unplaced`` are the jobs
+    each plan leaves queued, with the planner's reasons."""
+
+    file: str
+    jobs: int
+    old_usd_per_hour: float
+    new_usd_per_hour: float
+    old_unplaced: tuple[Unplaced, ...]
+    new_unplaced: tuple[Unplaced, ...]
+
+    @property
+    def newly_unplaced(self) -> tuple[Unplaced, ...]:
+        """Jobs OLD places and NEW leaves queued, with NEW's reason."""
+        before = {u.job_id for u in self.old_unplaced}
+        return tuple(u for u in self.new_unplaced if u.job_id not in before)
+
+    @property
+    def newly_placed(self) -> tuple[Unplaced, ...]:
+        """Jobs OLD leaves queued and NEW places, with OLD's reason."""
+        after = {u.job_id for u in self.new_unplaced}
+        return tuple(u for u in self.old_unplaced if u.job_id not in after)
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyDiff:
     old_file: str
     new_file: str
@@ -161,6 +196,7 @@ class PolicyDiff:
     catalog_offers: int
     old_admitted: int
     new_admitted: int
+    queue: QueueEffect | None = None
 
     @property
     def changed(self) -> bool:
@@ -172,19 +208,31 @@ class PolicyDiff:
 
 
 def diff_policies(*, old_doc: Document, old: PolicySpec, new_doc: Document, new: PolicySpec,
-                  offers: Iterable[Offer]) -> PolicyDiff:
+                  offers: Iterable[Offer], queue: Sequence[Job] | None = None, queue_file: str = "",
+                  now: datetime | None = None) -> PolicyDiff:
     """Compare two validated policies (``fleetctl.policy.spec_from_document``
-    of ``old_doc`` and ``new_doc``) and the offers of ``offers`` each admits.
-    Deterministic: settings in the order of the policy's fields (names and
-    list items sorted), offer groups by provider and GPU model, removals first."""
+    of ``old_doc`` and ``new_doc``) and the offers of ``offers`` each admits;
+    with ``queue`` (read from ``queue_file``), also plan it at ``now`` on an
+    empty fleet under each. Deterministic: settings in the order of the
+    policy's fields (names and list items sorted), offer groups by provider
+    and GPU model, removals first."""
     settings = tuple(_located(kind, path, o, n, new_doc, new) for kind, path, o, n in _walk(old, new, ()))
     offers = tuple(offers)
     old_core, new_core = to_core(old), to_core(new)
     old_in = [o for o in offers if policy_allows(old_core, o)]
     new_in = [o for o in offers if policy_allows(new_core, o)]
+    effect = None
+    if queue is not None:
+        if now is None:
+            raise ValueError("diff_policies: a queue is planned at a time: pass now")
+        # The same pass as `fleetctl plan` on a fresh sandbox: no nodes, no forecast, nothing terminated yet.
+        before, after = (plan(now=now, queue=tuple(queue), fleet=(), offers=offers, forecast=None, policy=p)
+                         for p in (old_core, new_core))
+        effect = QueueEffect(queue_file, len(queue), before.usd_per_hour_after, after.usd_per_hour_after,
+                             before.unplaced, after.unplaced)
     return PolicyDiff(
         old_file=old_doc.file, new_file=new_doc.file, settings=settings, market=_market(old_in, new_in),
-        catalog_offers=len(offers), old_admitted=len(old_in), new_admitted=len(new_in),
+        catalog_offers=len(offers), old_admitted=len(old_in), new_admitted=len(new_in), queue=effect,
     )
 
 
@@ -305,8 +353,11 @@ def summary_line(diff: PolicyDiff) -> str:
     parts = ", ".join(f"{kinds[k]} {word}" for k, word in ((ChangeKind.ADD, "added"), (ChangeKind.REMOVE, "removed"),
                                                           (ChangeKind.CHANGE, "changed")) if kinds[k])
     settings = f"{counted(len(diff.settings), 'setting')} differ ({parts})" if diff.settings else "no setting differs"
+    queue = "" if diff.queue is None else (
+        f"; queue $/h {diff.queue.old_usd_per_hour:.2f} -> {diff.queue.new_usd_per_hour:.2f}, "
+        f"jobs left queued {len(diff.queue.old_unplaced)} -> {len(diff.queue.new_unplaced)}")
     return (f"Policy diff: {settings}; offers admitted {diff.old_admitted} -> {diff.new_admitted} "
-            f"of the catalog's {diff.catalog_offers}.")
+            f"of the catalog's {diff.catalog_offers}{queue}.")
 
 
 def render_text(diff: PolicyDiff) -> str:
@@ -328,8 +379,23 @@ def render_text(diff: PolicyDiff) -> str:
         out.append(f"Market effect on the shipped catalog: offers admitted {diff.old_admitted} -> {diff.new_admitted}")
         out.extend(_market_line(c) for c in diff.market)
         out.append("")
+    if diff.queue is not None:
+        out.extend(_queue_lines(diff.queue))
+        out.append("")
     out.append(summary_line(diff))
     return "\n".join(out) + "\n"
+
+
+def _queue_lines(q: QueueEffect) -> list[str]:
+    placed_old, placed_new = q.jobs - len(q.old_unplaced), q.jobs - len(q.new_unplaced)
+    out = [f"Queue {q.file} ({counted(q.jobs, 'job')}) planned on an empty sandbox fleet: "
+           f"$/h {q.old_usd_per_hour:.2f} -> {q.new_usd_per_hour:.2f}, jobs placed {placed_old} -> {placed_new}"]
+    for u in q.newly_unplaced:
+        out.append(f"  ! job {u.job_id} stays queued under the new policy\n      # {u.reason.value}: {u.detail}")
+    for u in q.newly_placed:
+        out.append(f"  + job {u.job_id} is placed under the new policy; under the old one it stayed queued\n"
+                   f"      # {u.reason.value}: {u.detail}")
+    return out
 
 
 def diff_to_document(diff: PolicyDiff) -> dict[str, Any]:
@@ -352,6 +418,7 @@ def diff_to_document(diff: PolicyDiff) -> dict[str, Any]:
          "new_admitted": c.new_admitted}
         for c in diff.market
     ]
+    q = diff.queue
     return {
         "format_version": FORMAT_VERSION,
         "old": diff.old_file,
@@ -361,4 +428,11 @@ def diff_to_document(diff: PolicyDiff) -> dict[str, Any]:
         "settings": settings,
         "market": {"catalog_offers": diff.catalog_offers, "old_admitted": diff.old_admitted,
                    "new_admitted": diff.new_admitted, "changes": market},
+        "queue": None if q is None else {
+            "file": q.file, "jobs": q.jobs, "old_usd_per_hour": q.old_usd_per_hour,
+            "new_usd_per_hour": q.new_usd_per_hour, "old_unplaced": len(q.old_unplaced),
+            "new_unplaced": len(q.new_unplaced),
+            "newly_unplaced": [unplaced_to_dict(u) for u in q.newly_unplaced],
+            "newly_placed": [unplaced_to_dict(u) for u in q.newly_placed],
+        },
     }

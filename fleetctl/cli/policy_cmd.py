@@ -5,11 +5,11 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from fleetctl.cli.common import console, err_console, fail, one_of, output_file_or_exit
+from fleetctl.cli.common import console, err_console, fail, one_of, output_file_or_exit, utcnow
 
 if TYPE_CHECKING:
     from fleetctl.model import Policy
@@ -92,6 +92,11 @@ def diff(
                                                **one_of(DiffFormat))] = DiffFormat.text,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit 1 when the policies differ (as `git diff "
                                                                 "--exit-code`), 0 when they do not.")] = False,
+    jobs: Annotated[Optional[Path], typer.Option(
+        "--jobs", metavar="<path>", show_default=False,
+        help="A job file (like examples/jobs.yaml) to plan on an empty sandbox fleet under each policy: the cost "
+             "in $/h under each, and the jobs one places and the other leaves queued, with why. The jobs are "
+             "read without the policies' checks (a GPU model NEW drops is what this shows).")] = None,
 ) -> None:
     """Compare two policy files as validated: every setting that differs once defaults are filled in
     (+ added, - removed, ~ changed; teams and classes by name, list items by value) with the line of
@@ -99,6 +104,7 @@ def diff(
     and market. Exits 0 whether or not they differ (with --exit-code: 1 when they do, as `git diff`),
     2 for a bad file, each problem printed as FILE:LINE:COLUMN: field.path: message as by `policy
     validate`, or a bad option."""
+    from fleetctl.jobspec import load_jobs
     from fleetctl.policy import spec_from_document
     from fleetctl.policydiff import diff_policies, diff_to_document, render_text
     from fleetctl.yamlerrors import SpecError, read_document
@@ -112,12 +118,20 @@ def diff(
             loaded.append((doc, spec_from_document(doc)))
         except SpecError as exc:
             problems.extend(exc.issues)
+    now = utcnow()
+    queue = None
+    if jobs is not None:
+        try:
+            queue = load_jobs(jobs, submitted_at_utc=now)
+        except SpecError as exc:
+            problems.extend(exc.issues)
     if problems:
         for issue in problems:
             err_console.print(str(issue), markup=False)
         raise typer.Exit(2)
     (old_doc, old_spec), (new_doc, new_spec) = loaded
-    result = diff_policies(old_doc=old_doc, old=old_spec, new_doc=new_doc, new=new_spec, offers=load_catalog())
+    result = diff_policies(old_doc=old_doc, old=old_spec, new_doc=new_doc, new=new_spec, offers=load_catalog(),
+                           queue=queue, queue_file=str(jobs or ""), now=now)
     if output is DiffFormat.json:
         print(json.dumps(diff_to_document(result), indent=2))
     else:

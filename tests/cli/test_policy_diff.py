@@ -46,7 +46,7 @@ def test_json_shape(tmp_path):
     result = runner.invoke(app, ["policy", "diff", "--format", "json", str(EXAMPLE), str(new)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert list(doc) == ["format_version", "old", "new", "changed", "summary", "settings", "market"]
+    assert list(doc) == ["format_version", "old", "new", "changed", "summary", "settings", "market", "queue"]
     assert doc["format_version"] == 1 and doc["old"] == str(EXAMPLE) and doc["new"] == str(new)
     assert doc["changed"] is True
     assert doc["settings"] == [
@@ -62,6 +62,44 @@ def test_json_shape(tmp_path):
                                     "by_market": {"spot": 150, "on_demand": 44}, "old_admitted": 194,
                                     "new_admitted": 0}
     assert [(c["provider"], c["action"]) for c in market["changes"]] == [("aws", "remove"), ("azure", "remove")]
+    assert doc["queue"] is None  # no --jobs
+
+
+def test_jobs_planned_under_each_policy_show_the_jobs_a_change_leaves_queued(tmp_path):
+    """examples/jobs.yaml has a job that runs on T4 only: the example without T4 cannot place it."""
+    new = without_t4(tmp_path)
+    jobs = REPO / "examples" / "jobs.yaml"
+    result = runner.invoke(app, ["policy", "diff", "--format", "json", "--jobs", str(jobs), str(EXAMPLE), str(new)])
+    assert result.exit_code == 0, result.output
+    queue = json.loads(result.output)["queue"]
+    assert list(queue) == ["file", "jobs", "old_usd_per_hour", "new_usd_per_hour", "old_unplaced", "new_unplaced",
+                           "newly_unplaced", "newly_placed"]
+    assert queue["file"] == str(jobs) and queue["jobs"] == 12
+    assert (queue["old_unplaced"], queue["new_unplaced"]) == (0, 1)
+    assert queue["newly_unplaced"] == [{"job_id": "call-transcription-backlog", "reason": "no_allowed_offer",
+                                        "detail": "needs 4 x T4; no allowed offer has that GPU model"}]
+    assert queue["newly_placed"] == []
+    assert 0 < queue["new_usd_per_hour"] < queue["old_usd_per_hour"]  # the T4 job's nodes are not bought
+
+    text = runner.invoke(app, ["policy", "diff", "--jobs", str(jobs), str(EXAMPLE), str(new)]).output
+    assert (f"Queue {jobs} (12 jobs) planned on an empty sandbox fleet: $/h {queue['old_usd_per_hour']:.2f} -> "
+            f"{queue['new_usd_per_hour']:.2f}, jobs placed 12 -> 11\n"
+            "  ! job call-transcription-backlog stays queued under the new policy\n"
+            "      # no_allowed_offer: needs 4 x T4; no allowed offer has that GPU model\n") in text
+
+
+def test_a_budget_raised_back_places_the_jobs_a_cut_left_queued(tmp_path):
+    cut = tmp_path / "cut.yaml"
+    cut.write_text(EXAMPLE.read_text().replace("max_usd_per_hour: 400\n", "max_usd_per_hour: 20\n", 1))
+    jobs = REPO / "examples" / "jobs.yaml"
+    result = runner.invoke(app, ["policy", "diff", "--format", "json", "--jobs", str(jobs), str(cut), str(EXAMPLE)])
+    queue = json.loads(result.output)["queue"]
+    assert queue["newly_unplaced"] == [] and queue["newly_placed"]
+    assert queue["old_usd_per_hour"] <= 20 < queue["new_usd_per_hour"]
+    assert {u["reason"] for u in queue["newly_placed"]} == {"budget_exceeded"}
+    text = runner.invoke(app, ["policy", "diff", "--jobs", str(jobs), str(cut), str(EXAMPLE)]).output
+    first = queue["newly_placed"][0]["job_id"]
+    assert f"  + job {first} is placed under the new policy; under the old one it stayed queued\n" in text
 
 
 def test_an_added_setting_has_new_and_no_old_in_json(tmp_path):
@@ -101,6 +139,16 @@ def test_bad_files_exit_2_listing_every_problem_of_both(tmp_path):
     assert result.exit_code == 2
     assert f"{old}:2:21: budget.max_usd_per_hour: must be a valid number (got 'ten')" in result.output
     assert f"{new}:3:15: teams.a.weight: must be greater than 0 (got 0)" in result.output
+    assert "Comparing" not in result.output
+
+
+def test_a_bad_job_file_exits_2_at_its_line(tmp_path):
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n  - id: a\n    team: t\n    priority: batch\n    gpus_per_worker: many\n"
+                    "    vcpus_per_worker: 4\n    memory_gib_per_worker: 8\n    duration_hours: 1\n")
+    result = runner.invoke(app, ["policy", "diff", "--jobs", str(jobs), str(EXAMPLE), str(EXAMPLE)])
+    assert result.exit_code == 2, result.output
+    assert f"{jobs}:5:22: jobs[0].gpus_per_worker: " in result.output
     assert "Comparing" not in result.output
 
 
