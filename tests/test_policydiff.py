@@ -263,3 +263,28 @@ def test_settings_come_in_the_order_of_the_policy_fields(tmp_path, reverse):
     assert [c.field_path for c in d.settings] == [
         "gpu_models[A10G]", "gpu_models[T4]", "teams.x.weight", "teams.y.weight", "scaling.idle_timeout_minutes"]
     assert [c.kind.value for c in d.settings[:2]] == (["remove", "add"] if reverse else ["add", "remove"])
+
+
+def test_the_whole_text_of_a_settings_only_change(tmp_path):
+    old = write(tmp_path, "old.yaml", """
+        budget: {max_usd_per_hour: 100}
+        teams: {a: {guaranteed_gpus: 1}}
+        """)
+    new = write(tmp_path, "new.yaml", """
+        budget: {max_usd_per_hour: 120}
+        teams:
+          a:
+            guaranteed_gpus: 1
+            weight: 2
+        interruptions: {count_interruptions: work_lost}
+        """)
+    assert render_text(diff(old, new)) == textwrap.dedent(f"""\
+        Comparing {old} (old) with {new} (new).
+
+        Settings:
+          ~ budget.max_usd_per_hour: 100.0 -> 120.0                  # {new}:1
+          ~ teams.a.weight: 1.0 -> 2.0                               # {new}:5
+          ~ interruptions.count_interruptions: "all" -> "work_lost"  # {new}:6
+
+        Policy diff: 3 settings differ (3 changed); offers admitted 3108 -> 3108 of the catalog's 3108.
+        """)
