@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fleetctl.model import (
+    JOB_RUNTIME_FIELDS,
     Action,
     Bind,
     Drain,
@@ -201,6 +202,14 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "requeued_at_utc": dt_to_str(job.requeued_at_utc),
         "first_started_at_utc": dt_to_str(job.first_started_at_utc),
     }
+
+
+def job_spec_to_dict(job: Job) -> dict[str, Any]:
+    """``job_to_dict(job)`` without the fields the controller writes as the job
+    runs (``JOB_RUNTIME_FIELDS``; their keys are the field names): the job as
+    it was submitted, which is what a re-submission is compared with. Read
+    back with ``job_from_dict`` given a ``submitted_at_utc``."""
+    return {key: value for key, value in job_to_dict(job).items() if key not in JOB_RUNTIME_FIELDS}
 
 
 def job_from_dict(d: dict[str, Any]) -> Job:

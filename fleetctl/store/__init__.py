@@ -31,7 +31,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from fleetctl import signals
-from fleetctl.codec import dt_to_str, job_from_dict, job_to_dict, node_from_dict, node_to_dict, str_to_dt
+from fleetctl.codec import dt_to_str, job_from_dict, job_spec_to_dict, job_to_dict, node_from_dict, node_to_dict, \
+    str_to_dt
 from fleetctl.model import JOB_RUNTIME_FIELDS, InterruptionEvent, InterruptionKind, Job, JobState, Market, Node, NodeState, Offer
 from fleetctl.store import tables
 
@@ -417,10 +418,13 @@ class Store:
     def add_jobs(self, jobs: Iterable[Job], now: datetime) -> tuple[int, int]:
         """Store new jobs. Re-submitting an identical spec is a no-op; a
         different spec under an existing id raises ``DuplicateJob`` (naming
-        every such job and what differs) and nothing is stored. Returns (added,
-        unchanged)."""
+        every such job and what differs) and nothing is stored. An id that
+        ``prune_finished`` deleted is an existing id too (its tombstone keeps
+        the spec; the state in ``DuplicateJob`` then reads ``<state>, pruned``).
+        Returns (added, unchanged)."""
         added = unchanged = 0
         conflicts: list[tuple[str, str, tuple[tuple[str, Any, Any], ...]]] = []
+        new: list[Job] = []
         with self.transaction(), self._tx() as conn:
             for job in jobs:
                 row = conn.execute(
@@ -432,6 +436,20 @@ class Store:
                         unchanged += 1
                         continue
                     conflicts.append((job.job_id, row.state, _spec_changes(old, job)))
+                    continue
+                new.append(job)
+            # Read after the jobs: a prune committing in between has deleted a job read as absent above
+            # and written its tombstone in the same transaction, so this read sees the tombstone.
+            t = tables.job_tombstones
+            pruned = {r.job_id: r for r in _rows_with(conn, sa.select(t), t.c.job_id, (j.job_id for j in new))}
+            for job in new:
+                tomb = pruned.get(job.job_id)
+                if tomb is not None:
+                    old = _tombstone_job(tomb)
+                    if _same_spec(old, job):
+                        unchanged += 1
+                    else:
+                        conflicts.append((job.job_id, f"{tomb.state}, pruned", _spec_changes(old, job)))
                     continue
                 conn.execute(
                     tables.jobs.insert().values(
@@ -447,10 +465,16 @@ class Store:
                 raise DuplicateJob(*conflicts[0], more=tuple(conflicts[1:]))
         return added, unchanged
 
-    def job_states(self, job_ids: Iterable[str]) -> dict[str, JobState]:
-        """The stored state of each of ``job_ids`` that is in the store."""
+    def job_states(self, job_ids: Iterable[str], *, pruned: bool = False) -> dict[str, JobState]:
+        """The stored state of each of ``job_ids`` that is in the store
+        (``pruned``: and the final state of each that ``prune_finished``
+        deleted, kept in its tombstone)."""
+        ids = list(job_ids)
+        t = tables.job_tombstones
         with self._tx() as conn:
-            rows = _rows_with(conn, sa.select(tables.jobs.c.job_id, tables.jobs.c.state), tables.jobs.c.job_id, job_ids)
+            rows = _rows_with(conn, sa.select(tables.jobs.c.job_id, tables.jobs.c.state), tables.jobs.c.job_id, ids)
+            if pruned:
+                rows += _rows_with(conn, sa.select(t.c.job_id, t.c.state), t.c.job_id, ids)
         return {r.job_id: JobState(r.state) for r in rows}
 
     def jobs(self, *, active_only: bool = False, job_ids: Iterable[str] | None = None,
@@ -719,7 +743,9 @@ class Store:
           crashed would read an earlier key as free (or its nodes as never
           bought) and buy again;
         * the latest event of each kind (a pass reads when the last
-          termination was).
+          termination was);
+        * each deleted job's id, final state and submitted spec, as a
+          tombstone (``_bury``), so that ``add_jobs`` never reuses the id.
 
         Atomic (one transaction, which ``transaction()`` may widen: run after
         ``prune`` in it, the notices that one deletes no longer keep nodes)."""
@@ -728,11 +754,12 @@ class Store:
         events, cancels, notices = tables.events, tables.job_cancellations, tables.interruptions
         final = [s.value for s in JobState if not s.active]
         with self.transaction(), self._tx() as conn:
-            old_jobs = (sa.select(jobs.c.job_id).where(jobs.c.state.in_(final)).where(jobs.c.updated_at_utc < cut)
-                        .where(jobs.c.job_id.not_in(sa.select(cancels.c.job_id)
-                                                    .where(cancels.c.handled_at_utc.is_(None)))))
-            deleted_cancels = conn.execute(cancels.delete().where(cancels.c.job_id.in_(old_jobs))).rowcount
-            deleted_jobs = conn.execute(jobs.delete().where(jobs.c.job_id.in_(old_jobs))).rowcount
+            doomed_jobs = [r.job_id for r in conn.execute(
+                sa.select(jobs.c.job_id).where(jobs.c.state.in_(final)).where(jobs.c.updated_at_utc < cut)
+                .where(jobs.c.job_id.not_in(sa.select(cancels.c.job_id).where(cancels.c.handled_at_utc.is_(None)))))]
+            self._bury(conn, doomed_jobs)
+            deleted_cancels = _delete_with(conn, cancels, cancels.c.job_id, doomed_jobs)
+            deleted_jobs = _delete_with(conn, jobs, jobs.c.job_id, doomed_jobs)
             named = {n for j in self.jobs(active_only=True) for n in j.node_ids}
             gone = {r.node_id: r.idempotency_key for r in conn.execute(
                 sa.select(nodes.c.node_id, nodes.c.idempotency_key).where(nodes.c.state == NodeState.GONE.value)
@@ -758,6 +785,28 @@ class Store:
                                           .where(events.c.seq.not_in(latest))).rowcount
         return {"jobs": deleted_jobs, "job_cancellations": deleted_cancels, "nodes": deleted_nodes,
                 "launches": deleted_launches, "events": deleted_events}
+
+    @staticmethod
+    def _bury(conn: Connection, job_ids: Iterable[str]) -> None:
+        """Write a tombstone (``tables.job_tombstones``) for each of the stored
+        jobs ``job_ids``, about to be deleted; read and written ``_IN_CHUNK``
+        jobs at a time (the first prune of a long history deletes 100,000s).
+
+        Design choice: the submitted spec (``job_spec_to_dict``, about 0.3 KB,
+        less than half of a finished job's row), not a digest of it: a refused
+        re-submission names the fields that changed, with their values, as it
+        does while the job is stored. One digest cannot name them, and a
+        digest per field takes more room than the values (docs/retention.md)."""
+        jobs = tables.jobs
+        for chunk in _chunks(job_ids):
+            rows = conn.execute(sa.select(jobs.c.job_id, jobs.c.state, jobs.c.spec, jobs.c.updated_at_utc)
+                                .where(jobs.c.job_id.in_(chunk))).all()
+            if not rows:  # deleted meanwhile by another transaction: nothing to keep, nothing to delete
+                continue
+            conn.execute(tables.job_tombstones.insert(), [dict(
+                job_id=r.job_id, state=r.state, finished_at_utc=r.updated_at_utc,
+                spec=json.dumps(job_spec_to_dict(_row(job_from_dict, r.spec, f"job {r.job_id!r}")), sort_keys=True,
+                                separators=(",", ":"))) for r in rows])
 
     # ------------------------------------------------------------------ leases
 
@@ -993,6 +1042,13 @@ class Store:
              "payload": _decode(r.payload, f"event {r.seq}")}
             for r in rows
         )
+
+
+def _tombstone_job(row: Any) -> Job:
+    """The job a tombstone row (``Store._bury``) keeps: its spec and final state (the runtime fields a
+    spec comparison ignores are their defaults; ``submitted_at_utc`` reads as when it finished)."""
+    return _row(lambda spec: job_from_dict({**spec, "submitted_at_utc": row.finished_at_utc, "state": row.state}),
+                row.spec, f"the tombstone of pruned job {row.job_id!r}")
 
 
 def _same_spec(a: Job, b: Job) -> bool:

@@ -122,3 +122,15 @@ leases = Table(
     Column("acquired_at_unix", Float, nullable=False),
     Column("expires_at_unix", Float, nullable=False),
 )
+
+job_tombstones = Table(
+    "job_tombstones",
+    metadata,
+    # What is left of a finished job that `Store.prune_finished` deleted (migration 0010): its id, final
+    # state and submitted spec (codec.job_spec_to_dict: no runtime fields, no node ids), so the id is never
+    # reused: re-submitting the same spec stays a no-op and a changed one is refused, naming what changed.
+    Column("job_id", String(255), primary_key=True),
+    Column("state", String(32), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("finished_at_utc", String(40), nullable=False),  # the job's last write (jobs.updated_at_utc)
+)

@@ -33,9 +33,9 @@ def store(request, tmp_path):
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0009"
+    assert store.schema_revision() == "0010"
     again = Store(store.url)
-    assert again.schema_revision() == "0009"
+    assert again.schema_revision() == "0010"
     again.close()
 
 
@@ -276,7 +276,7 @@ def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfil
     assert store.schema_revision() == "0003"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0009"
+        assert upgraded.schema_revision() == "0010"
         assert upgraded.record_offers([a], T0 + timedelta(minutes=10)) == 0  # nothing changed
         assert upgraded.record_offers([a, b], T0 + timedelta(minutes=15)) == 1  # b is back
         assert upgraded.record_offers([a, b, offer("c1", market=Market.ON_DEMAND)], T0 + timedelta(minutes=20)) == 0
@@ -309,7 +309,7 @@ def test_an_0006_store_upgrades_with_each_nodes_zone_backfilled_from_the_old_rul
     assert store.schema_revision() == "0006"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0009"
+        assert upgraded.schema_revision() == "0010"
         zones = {n.node_id: n.zone for n in upgraded.nodes(include_gone=True)}
         assert zones == {"us-central1-b/fleetctl-1": "us-central1-b", "us-central1-a/fleetctl-2": "us-central1-a",
                          "fl-research-1": "", "i-0abc": "use1-az2", "us-central1-c/fleetctl-0": "us-central1-c"}
@@ -430,6 +430,8 @@ def test_prune_finished_deletes_the_finished_history_before_the_cut_and_keeps_th
     assert deleted == {"jobs": 4, "job_cancellations": 1, "nodes": 1, "launches": 2, "events": 2}
     jobs, nodes, keys, cancels = _left(store)
     assert jobs == {"at-cut", "queued", "running", "asked"}  # "asked": cancelled, its request not handled yet
+    assert _tombstones(store) == {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled",
+                                  "stopped": "cancelled"}  # the deleted jobs' ids, never reused
     assert cancels == {"asked"}
     assert nodes == {"gone-at-cut", "live"}
     assert keys == {"k-at-cut", "k-live", "k-pending", "k-unknown", "k-new"}
@@ -501,14 +503,105 @@ def test_prune_finished_keeps_a_launch_with_its_nodes_and_its_retries_or_deletes
 
 
 def test_prune_finished_deletes_more_rows_than_one_statement_binds(store):
-    """Node ids and launch keys are deleted in chunks (``_IN_CHUNK``) under the bound-parameter limit."""
+    """Job ids, node ids and launch keys are deleted in chunks (``_IN_CHUNK``) under the bound-parameter
+    limit, and the jobs' tombstones are written and read back in chunks too."""
     count = 1_201
+    finished = [job(f"j{i:04d}", state=JobState.SUCCEEDED) for i in range(count)]
     with store.transaction():
+        store.add_jobs(finished, T0)
         for i in range(count):
             _launched(store, f"k{i:04d}", [f"n{i:04d}"], "done", T0, gone_at=T0)
     assert store.prune_finished(T0 + timedelta(days=1)) == {
-        "jobs": 0, "job_cancellations": 0, "nodes": count, "launches": count, "events": 0}
-    assert _left(store)[1:3] == (set(), set())
+        "jobs": count, "job_cancellations": 0, "nodes": count, "launches": count, "events": 0}
+    assert _left(store)[:3] == (set(), set(), set())
+    assert _tombstones(store) == {j.job_id: "succeeded" for j in finished}
+    assert store.add_jobs(finished, T0 + timedelta(days=2)) == (0, count)
+
+
+def _tombstones(store) -> dict[str, str]:
+    """The ids of the pruned jobs the store keeps, with their final states, as stored."""
+    with store._engine.connect() as conn:  # noqa: SLF001 - the table itself, not what add_jobs reads of it
+        return dict(conn.execute(sa.text("SELECT job_id, state FROM job_tombstones")).all())
+
+
+def test_a_pruned_job_id_is_never_reused(store):
+    """``prune_finished`` keeps a tombstone of each job it deletes: re-submitting
+    the same spec is a no-op, as while the job was stored (whatever its
+    runtime fields were), and a changed spec under its id is refused with what
+    changed, for each pruned and stored job alike, and nothing of the batch lands."""
+    cut = T0 + timedelta(days=30)
+    done = replace(job("done", gpus=2, models=("A100-80GB", "H100-80GB"), spot=True), deadline_utc=T0 + timedelta(days=1),
+                   checkpointable=True, checkpoint_interval_minutes=30.0, gpu_memory_gib_per_gpu=40.0)
+    dropped, queued = job("dropped"), job("queued")
+    assert store.add_jobs([done, dropped, queued], T0) == (3, 0)
+    store.put_job(replace(done, state=JobState.SUCCEEDED, node_ids=("n1", "n1"), started_at_utc=T0,
+                          first_started_at_utc=T0, interruptions=1, checkpointed_work_hours=0.5), T0)
+    store.put_job(replace(dropped, state=JobState.CANCELLED), T0)
+
+    assert store.prune_finished(cut)["jobs"] == 2
+    assert _left(store)[0] == {"queued"} and _tombstones(store) == {"done": "succeeded", "dropped": "cancelled"}
+    later = T0 + timedelta(days=60)
+    assert store.add_jobs([replace(done, submitted_at_utc=later), replace(dropped, submitted_at_utc=later), queued],
+                          later) == (0, 3)
+    assert _left(store)[0] == {"queued"}  # nothing runs again
+    assert store.job_states(["done", "dropped", "queued", "new"]) == {"queued": JobState.QUEUED}
+    assert store.job_states(["done", "dropped", "queued", "new"], pruned=True) == {
+        "done": JobState.SUCCEEDED, "dropped": JobState.CANCELLED, "queued": JobState.QUEUED}
+
+    with pytest.raises(DuplicateJob) as info:
+        store.add_jobs([job("new"), replace(done, gpus_per_worker=4, deadline_utc=None), replace(queued, workers=2),
+                        replace(dropped, team="b")], later)
+    assert info.value.conflicts == (
+        ("queued", "queued", (("workers", 1, 2),)),
+        ("done", "succeeded, pruned", (("gpus_per_worker", 2, 4), ("deadline_utc", T0 + timedelta(days=1), None))),
+        ("dropped", "cancelled, pruned", (("team", "a", "b"),)),
+    )
+    assert _left(store)[0] == {"queued"} and len(_tombstones(store)) == 2  # "new" did not land either
+    assert store.prune_finished(cut)["jobs"] == 0 and len(_tombstones(store)) == 2
+
+
+def test_a_tombstone_keeps_every_spec_field_and_no_runtime_field():
+    """``job_spec_to_dict`` drops the runtime fields by their keys in ``job_to_dict``: each key must be
+    its field's name (a renamed key would be kept, or a spec field dropped, without a word)."""
+    from fleetctl.codec import job_spec_to_dict, job_to_dict
+
+    spec = job_spec_to_dict(job("x"))
+    assert set(spec) == {"id" if f.name == "job_id" else f.name for f in fields(Job) if f.name not in JOB_RUNTIME_FIELDS}
+    assert set(job_to_dict(job("x"))) - set(spec) == JOB_RUNTIME_FIELDS
+
+
+def test_an_0009_store_upgrades_to_job_tombstones_and_back(store):
+    """Migration 0010 adds the job_tombstones table as ``tables.job_tombstones``
+    declares it; downgrading drops it (and with it the pruned ids); the jobs
+    are untouched either way."""
+    from fleetctl.store import tables
+
+    dialect = store._engine.dialect
+
+    def columns() -> dict[str, tuple[str, bool, bool]]:
+        """Each column's SQL type, nullability and whether it is the primary key."""
+        inspector = sa.inspect(store._engine)
+        if "job_tombstones" not in inspector.get_table_names():
+            return {}
+        key = inspector.get_pk_constraint("job_tombstones")["constrained_columns"]
+        return {c["name"]: (c["type"].compile(dialect=dialect), c["nullable"], c["name"] in key)
+                for c in inspector.get_columns("job_tombstones")}
+
+    declared = {c.name: (c.type.compile(dialect=dialect), c.nullable, c.primary_key)
+                for c in tables.job_tombstones.columns}
+    store.add_jobs([job("pruned", state=JobState.SUCCEEDED), job("queued")], T0)
+    store.prune_finished(T0 + timedelta(days=1))
+    assert columns() == declared and _tombstones(store) == {"pruned": "succeeded"}
+    downgrade(store, "0009")
+    assert store.schema_revision() == "0009" and columns() == {}
+    upgraded = Store(store.url)
+    try:
+        assert upgraded.schema_revision() == "0010" and columns() == declared
+        assert _tombstones(upgraded) == {}  # the guard went with the downgrade
+        assert [j.job_id for j in upgraded.jobs()] == ["queued"]
+        assert upgraded.add_jobs([job("pruned")], T0) == (1, 0)
+    finally:
+        upgraded.close()
 
 
 def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path):
@@ -535,7 +628,7 @@ def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path
             for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in runs]
     assert [p.returncode for p in runs] == [0] * 6, [err for _, err in outs]
-    assert {out.strip() for out, _ in outs} == {"0009"}
+    assert {out.strip() for out, _ in outs} == {"0010"}
 
 
 def _open_together(url: str, count: int) -> list[str]:
@@ -588,7 +681,7 @@ def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, start_at)
     engine.dispose()
-    assert _open_together(postgres_url, 8) == ["0009"] * 8
+    assert _open_together(postgres_url, 8) == ["0010"] * 8
 
 
 def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_path):
@@ -605,7 +698,7 @@ def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_pa
     lock.unlink()
     again = Store(f"sqlite:///{db}")
     try:
-        assert again.schema_revision() == "0009"
+        assert again.schema_revision() == "0010"
         assert not lock.exists()
         downgrade(again, "0005")
     finally:
@@ -751,7 +844,7 @@ def test_an_0007_store_upgrades_to_the_nodes_state_updated_at_index_and_back(sto
     assert "ix_nodes_state_updated_at_utc" not in indexes()
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0009"
+        assert upgraded.schema_revision() == "0010"
         assert "ix_nodes_state_updated_at_utc" in indexes()
         assert [n.node_id for n in upgraded.nodes(include_gone=True)] == ["n1", "n2"]
     finally:
@@ -831,7 +924,7 @@ def test_an_0008_store_upgrades_to_the_launches_status_index_and_back(store):
     assert store.schema_revision() == "0008" and "ix_launches_status" not in indexes()
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0009" and "ix_launches_status" in indexes()
+        assert upgraded.schema_revision() == "0010" and "ix_launches_status" in indexes()
         assert upgraded.open_launches() == (("k2", "aws/r/z/t/spot", 2, "pending"),)
     finally:
         upgraded.close()
