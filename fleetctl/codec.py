@@ -6,6 +6,7 @@ the plan file cannot drift apart.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -204,12 +205,24 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     }
 
 
-def job_spec_to_dict(job: Job) -> dict[str, Any]:
-    """``job_to_dict(job)`` without the fields the controller writes as the job
-    runs (``JOB_RUNTIME_FIELDS``; their keys are the field names): the job as
-    it was submitted, which is what a re-submission is compared with. Read
-    back with ``job_from_dict`` given a ``submitted_at_utc``."""
-    return {key: value for key, value in job_to_dict(job).items() if key not in JOB_RUNTIME_FIELDS}
+#: The value ``job_to_dict`` writes for each spec field (not ``JOB_RUNTIME_FIELDS``) at its default, which
+#: ``job_from_dict`` also reads for the field when its key is missing.
+_JOB_SPEC_DEFAULTS = {f.name: list(f.default) if isinstance(f.default, tuple) else f.default
+                      for f in dataclasses.fields(Job)
+                      if f.name not in JOB_RUNTIME_FIELDS and f.default is not dataclasses.MISSING}
+
+
+def job_spec_dict(d: dict[str, Any]) -> dict[str, Any]:
+    """The spec of a job as ``job_to_dict`` wrote it (``d``): without its id,
+    the fields the controller writes as the job runs (``JOB_RUNTIME_FIELDS``:
+    their keys are the field names), and the fields at their defaults. What a
+    tombstone of a pruned job keeps; read back by ``job_from_dict`` given
+    ``id`` and ``submitted_at_utc``."""
+    if not isinstance(d, dict):
+        raise TypeError(f"a job is a JSON object, not {type(d).__name__}")
+    missing = object()
+    return {key: value for key, value in d.items() if key != "id" and key not in JOB_RUNTIME_FIELDS
+            and _JOB_SPEC_DEFAULTS.get(key, missing) != value}
 
 
 def job_from_dict(d: dict[str, Any]) -> Job:

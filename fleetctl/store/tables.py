@@ -127,7 +127,7 @@ job_tombstones = Table(
     "job_tombstones",
     metadata,
     # What is left of a finished job that `Store.prune_finished` deleted (migration 0010): its id, final
-    # state and submitted spec (codec.job_spec_to_dict: no runtime fields, no node ids), so the id is never
+    # state and submitted spec (codec.job_spec_dict: no runtime fields, no node ids), so the id is never
     # reused: re-submitting the same spec stays a no-op and a changed one is refused, naming what changed.
     Column("job_id", String(255), primary_key=True),
     Column("state", String(32), nullable=False),

@@ -560,14 +560,26 @@ def test_a_pruned_job_id_is_never_reused(store):
     assert store.prune_finished(cut)["jobs"] == 0 and len(_tombstones(store)) == 2
 
 
-def test_a_tombstone_keeps_every_spec_field_and_no_runtime_field():
-    """``job_spec_to_dict`` drops the runtime fields by their keys in ``job_to_dict``: each key must be
-    its field's name (a renamed key would be kept, or a spec field dropped, without a word)."""
-    from fleetctl.codec import job_spec_to_dict, job_to_dict
+@pytest.mark.parametrize("spec", [
+    pytest.param(job("x"), id="defaults"),
+    pytest.param(replace(job("x", models=("L4",), spot=False), checkpointable=True, checkpoint_interval_minutes=0.5,
+                         deadline_utc=T0, gpu_memory_gib_per_gpu=24.0), id="every-field-set"),
+])
+def test_a_tombstone_keeps_the_spec_and_no_runtime_field(spec):
+    """``job_spec_dict`` drops the runtime fields by their keys in ``job_to_dict`` (each key must be its
+    field's name) and the fields at their defaults (``job_from_dict`` reads them back); every other
+    field is kept, and reads back as it was."""
+    from fleetctl.codec import job_from_dict, job_spec_dict, job_to_dict
 
-    spec = job_spec_to_dict(job("x"))
-    assert set(spec) == {"id" if f.name == "job_id" else f.name for f in fields(Job) if f.name not in JOB_RUNTIME_FIELDS}
-    assert set(job_to_dict(job("x"))) - set(spec) == JOB_RUNTIME_FIELDS
+    ran = replace(spec, state=JobState.SUCCEEDED, node_ids=("n1",), started_at_utc=T0, interruptions=2,
+                  avoid_offer_keys=("o",), priority_boost=1.0)
+    kept = job_spec_dict(job_to_dict(ran))
+    assert not set(kept) & JOB_RUNTIME_FIELDS and "id" not in kept
+    assert {f.name for f in fields(Job) if f.name not in JOB_RUNTIME_FIELDS and getattr(spec, f.name) != f.default
+            and f.name != "job_id"} == set(kept)
+    back = job_from_dict({**kept, "id": "x", "submitted_at_utc": "2030-01-01T00:00:00Z"})
+    assert [(f.name, getattr(back, f.name)) for f in fields(Job) if f.name not in JOB_RUNTIME_FIELDS] \
+        == [(f.name, getattr(spec, f.name)) for f in fields(Job) if f.name not in JOB_RUNTIME_FIELDS]
 
 
 def test_an_0009_store_upgrades_to_job_tombstones_and_back(store):
