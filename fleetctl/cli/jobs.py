@@ -43,11 +43,12 @@ def submit(
     offer has), with the reason `plan` and `explain` will give.
     Re-submitting an identical job is a no-op (one that finished or was cancelled is
     not run again, and the output says so); a different job under an existing id is
-    refused, at that job, with the fields that differ: ids are never reused (unless
-    `fleetctl prune --finished-older-than-days` deleted the finished job). An id in
-    two files is an error at the second, naming the first; a file given twice is read
-    once. A job already in the queue is not checked against the deadline rule again:
-    re-submitting the same file stays a no-op after one of its deadlines passes."""
+    refused, at that job, with the fields that differ: ids are never reused, even after
+    `fleetctl prune --finished-older-than-days` deleted the finished job (its id and
+    spec are kept for this). An id in two files is an error at the second, naming the
+    first; a file given twice is read once. A job already in the queue (or pruned) is
+    not checked against the deadline rule again: re-submitting the same file stays a
+    no-op after one of its deadlines passes."""
     pol, _ = load_policy_or_exit(policy, code=2)
     now = utcnow()
     store = _OpenedOnUse(state)
@@ -69,10 +70,11 @@ class _OpenedOnUse:
         return self._store
 
     def holds(self, job_id: str) -> bool:
-        """Whether ``job_id`` is stored; a store not created yet holds nothing (and is not created here)."""
+        """Whether ``job_id`` is stored (or was, and was pruned: its tombstone is); a store not created yet
+        holds nothing (and is not created here)."""
         if self._store is None and not store_may_exist(self._state):
             return False
-        return bool(self.get().job_states([job_id]))
+        return bool(self.get().job_states([job_id], pruned=True))
 
     def close(self) -> None:
         if self._store is not None:
@@ -130,9 +132,9 @@ def _submit(files: list[Path], pol, now: datetime, opened: _OpenedOnUse) -> None
         for issue in sorted(changed):
             err_console.print(str(issue), markup=False)
         fail(f"{exc}; no job was submitted (a job id is never reused, even after the job finished or was "
-             "cancelled, until `fleetctl prune --finished-older-than-days` deletes it: give the changed job "
+             "cancelled, and after `fleetctl prune --finished-older-than-days` deleted it: give the changed job "
              "a new id)", 2)
-    states = store.job_states(ids) if unchanged else {}
+    states = store.job_states(ids, pruned=True) if unchanged else {}
     console.print(f"{added} job(s) submitted, {unchanged} already in the store unchanged", markup=False)
     finished: dict[str, list[str]] = {}
     for job_id in ids:

@@ -84,7 +84,9 @@ def test_prune_help_says_what_the_finished_history_retention_deletes_and_what_it
                   "the decision events (launch, bind, start, complete, terminate, ...) before it",
                   "Always kept: active jobs", "gone nodes that a kept reclaim notice or an active job names",
                   "pending and unknown launches", "so a retried launch never buys twice",
-                  "A deleted job's id can be submitted again, and then runs as a new job", "Off unless given",
+                  "each deleted job's id, final state and spec (a tombstone, a quarter of the job's row), so its id is "
+                  "never reused: re-submitting the job is a no-op, and a changed job under it is refused",
+                  "Off unless given",
                   "run `sqlite3 .fleetctl/state.db VACUUM` with the daemon stopped"):
         assert words in text, words
 
