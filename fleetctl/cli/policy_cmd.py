@@ -145,17 +145,26 @@ def schema(
     output_text: Annotated[
         str, typer.Option("-o", "--output", metavar="<path>",
                           help="The file to write the schema to ('-' for stdout); a directory, or a path ending in "
-                               "'/', is refused.")
+                               "'/', is refused, and so is an existing file that is not a policy schema fleetctl "
+                               "wrote.")
     ] = "policies/schema.json",
 ) -> None:
-    """Write the policy's JSON Schema (for editor completion and checks)."""
+    """Write the policy's JSON Schema (for editor completion and checks). An existing file is
+    replaced only if it is empty or a policy schema fleetctl wrote (JSON with "$schema" and the
+    title "fleetctl policy"), as editors' schema files are regenerated; any other file (a policy
+    YAML given to -o by mistake) is refused with exit 2, and nothing is written."""
     from fleetctl.policy import policy_json_schema
 
     output = output_file_or_exit("-o", output_text, "schema.json")
-    text = json.dumps(policy_json_schema(), indent=2, sort_keys=True) + "\n"
+    doc = policy_json_schema()
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if str(output) == "-":
         print(text, end="")
         return
+    why = _not_a_schema_reason(output, doc["title"])
+    if why is not None:
+        fail(f"-o {output}: exists and {why}; writing the schema would replace it. Give another output file, or "
+             "remove this one first; nothing was written", 2)
     from fleetctl.files import write_text_atomic
 
     try:
@@ -163,3 +172,39 @@ def schema(
     except OSError as exc:
         fail(f"-o {output}: cannot write the schema: {exc.strerror or exc}", 2)
     console.print(f"wrote {output}", markup=False)
+
+
+#: A policy schema is about 60 KB; a file much larger than that is something else, and is not read whole.
+_SCHEMA_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _not_a_schema_reason(path: Path, title: str) -> str | None:
+    """Why the existing file at ``path`` may not be replaced by the schema, or
+    None: it does not exist, is empty, or is a policy schema fleetctl wrote (a
+    JSON object with ``$schema`` and ``title``, the schema's title; every
+    fleetctl so far wrote "fleetctl policy"). A path that is not a regular
+    file is left to the writer, which refuses it (a FIFO is not read here).
+
+    Design choice: the output has no input to compare with (as `trace import
+    -o` has), so what may be replaced is decided by content: a schema file is
+    regenerated over and over, and anything else under -o is a typo (`-o
+    policies/prod.yaml`) that would cost the file."""
+    if not path.is_file():
+        return None
+    ours = "a policy schema fleetctl wrote"
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(_SCHEMA_MAX_BYTES + 1)
+    except OSError as exc:
+        return f"cannot be read to check that it is {ours}: {exc.strerror or exc}"
+    if not data.strip():
+        return None
+    if len(data) > _SCHEMA_MAX_BYTES:
+        return f"is larger than {_SCHEMA_MAX_BYTES // (1024 * 1024)} MiB, so not {ours}"
+    try:
+        found = json.loads(data)
+    except ValueError:  # UnicodeDecodeError too
+        return f"is not JSON, so not {ours}"
+    if not isinstance(found, dict) or "$schema" not in found or found.get("title") != title:
+        return f'is JSON, but not {ours} (a JSON Schema titled "{title}")'
+    return None
