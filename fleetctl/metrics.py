@@ -109,6 +109,9 @@ class FleetMetrics:
         self.last_retrain = Gauge("fleetctl_forecast_last_retrain_timestamp_seconds",
                                   "Unix time of the last refit that replaced the model (0 until one does).",
                                   ["model"], registry=r)
+        self.last_successful_tick = Gauge("fleetctl_last_successful_tick_timestamp_seconds",
+                                          "Unix time of the end of the last reconcile tick that succeeded (0 until "
+                                          "one does).", registry=r)
         self.tick_errors = Counter("fleetctl_tick_errors",
                                    "Reconcile ticks, notice passes, price refreshes, retrains, prunes and gauge "
                                    "refreshes that failed (logged with the traceback; the daemon goes on).",

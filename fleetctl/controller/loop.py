@@ -20,7 +20,11 @@ tries again). A tick
 that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
 the loop goes on. A tick refreshes the gauges when it succeeds; after one that
 fails, and after a notice pass that handled a notice (or failed), the daemon
-refreshes them from the store, so they follow what the store holds.
+refreshes them from the store, so they follow what the store holds. Each
+reconcile pass's outcome (succeeded, failed, or skipped for the lease) feeds
+the daemon's ``/healthz`` and ``/readyz`` (``fleetctl.controller.health``);
+the end of a pass that succeeded sets
+``fleetctl_last_successful_tick_timestamp_seconds``.
 ``request_reload()`` (SIGHUP) has the policy file read again: a valid policy
 is swapped in between passes, under the same lock, so every pass plans with
 one policy whole; a file with errors, or one that changes what is read at
@@ -46,6 +50,12 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from fleetctl.controller.forecast import Forecaster, build_forecast
+from fleetctl.controller.health import (
+    LoopHealth,
+    PassOutcome,
+    default_max_failing_seconds,
+    default_max_inactivity_seconds,
+)
 from fleetctl.controller.lease import Held, describe_holder, hold as hold_lease, holder_id
 from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
@@ -120,9 +130,16 @@ class Daemon:
                  price_seconds: float = 3600.0, retrain_seconds: float = 0.0, retain_days: float = 0.0,
                  retain_finished_days: float = 0.0, clock: Callable[[], datetime] = _utcnow,
                  read_policy: PolicyReader | None = None, policy_source: str = "",
-                 policy_sha256: str = "") -> None:
+                 policy_sha256: str = "", health: LoopHealth | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.ctx = ctx
         self.clock = clock
+        # /healthz and /readyz (fleetctl.controller.health): fed with each reconcile pass's outcome, at
+        # ``monotonic`` times (the clock the health's start was read from)
+        self.monotonic = monotonic
+        self.health = health or LoopHealth(started_at=monotonic(),
+                                           max_inactivity_seconds=default_max_inactivity_seconds(interval_seconds),
+                                           max_failing_seconds=default_max_failing_seconds(interval_seconds))
         self.lock = threading.Lock()
         self.read_policy = read_policy  # None: no file to read again (request_reload logs so)
         self.policy_source = policy_source  # the file, for the log
@@ -182,6 +199,7 @@ class Daemon:
         return None
 
     def reconcile(self) -> None:
+        self.health.pass_started(self.monotonic())  # before the lock: a pass waiting for it has not ended
         with self.lock:
             if self.stopped.is_set():
                 return
@@ -190,6 +208,7 @@ class Daemon:
             try:
                 with self._leased() as held:
                     if not held:
+                        self.health.pass_ended(PassOutcome.SKIPPED, self.monotonic())
                         return
                     acted = True
                     forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
@@ -202,8 +221,11 @@ class Daemon:
                 log.exception("reconcile tick failed at %s", now.isoformat())
                 if acted:  # a tick refreshes the gauges only when it succeeds; what it did before failing is stored
                     self._refresh_gauges("a failed reconcile tick")
+                self.health.pass_ended(PassOutcome.FAILED, self.monotonic())
                 return
             self.ticks += 1
+            self.ctx.metrics.last_successful_tick.set(self.clock().timestamp())
+            self.health.pass_ended(PassOutcome.SUCCEEDED, self.monotonic())
             log.info("tick %d: %s", self.ticks, report.summary())
 
     def interruptions(self) -> None:

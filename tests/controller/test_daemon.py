@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetctl.controller.loop import Daemon, LoopContext
@@ -879,3 +880,77 @@ def test_a_gauge_refresh_that_fails_after_a_failed_tick_is_logged_and_counted_no
         ("refreshing the gauges after a failed reconcile tick failed", RuntimeError)]
     assert "RunInstances" in str(caplog.records[0].exc_info[1])
     assert _fleet_gauges(metrics)["fleetctl_tick_errors"] == {(): 2.0}
+
+
+class _CloudDown:
+    """The sandbox provider, with a cloud API that answers nothing (every tick fails observing the offers)."""
+
+    def __init__(self, inner):  # noqa: ANN001
+        self._inner = inner
+
+    def __getattr__(self, name):  # noqa: ANN001, ANN204
+        return getattr(self._inner, name)
+
+    def offers(self, now):  # noqa: ANN001, ANN201
+        raise RuntimeError("cloud API down")
+
+
+def test_each_reconcile_pass_feeds_the_probes_and_a_success_its_timestamp(world_factory):
+    """A pass that succeeds, fails or is skipped (another process holds the
+    lease) is recorded for /healthz and /readyz at the daemon's monotonic
+    clock; fleetctl_last_successful_tick_timestamp_seconds is the end of the
+    last success (0 before one)."""
+    from datetime import timedelta
+
+    from fleetctl.controller.health import LoopHealth
+    from fleetctl.store import Store
+    from tests.builders import T0
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    w.store.add_jobs([job("j1", gpus=8, submitted=T0, duration_hours=5)], T0)
+    clock, monotonic = [T0], [0.0]
+    metrics = FleetMetrics()
+    ctx = LoopContext(w.store, w.provider, w.runtime, policy(), metrics)
+    health = LoopHealth(started_at=0.0, max_inactivity_seconds=600.0, max_failing_seconds=900.0)
+    loop = Daemon(ctx, interval_seconds=60, interruption_seconds=1000, clock=lambda: clock[0], health=health,
+                  monotonic=lambda: monotonic[0])
+
+    def at(seconds: float) -> None:
+        clock[0], monotonic[0] = T0 + timedelta(seconds=seconds), seconds
+
+    def last_success() -> float:
+        (family,) = [f for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+                     if f.name == "fleetctl_last_successful_tick_timestamp_seconds"]
+        return family.samples[0].value
+
+    assert last_success() == 0.0 and health.readiness(0.0)[0] is False
+    at(5)
+    loop.reconcile()
+    assert last_success() == (T0 + timedelta(seconds=5)).timestamp()
+    assert health.readiness(5) == (True, "ready: the last reconcile pass succeeded 0 s ago")
+
+    ctx.provider = _CloudDown(w.provider)
+    for seconds in (300, 600, 950):
+        at(seconds)
+        loop.reconcile()
+    assert metrics.tick_errors._value.get() == 3 and last_success() == (T0 + timedelta(seconds=5)).timestamp()
+    assert health.liveness(950) == (True, "live: the last reconcile pass ended 0 s ago")
+    assert health.readiness(950) == (False, "no reconcile pass has succeeded for 945 s (limit 900 s; the last 3 "
+                                            "passes failed: see the daemon's log)")
+
+    other = Store(w.store.url)
+    try:
+        assert other.acquire_lease("controller", "cron on host-b", 60.0) is None
+        at(960)
+        loop.reconcile()
+        assert loop.standing_by == "cron on host-b"
+        assert health.readiness(960) == (True, "ready: standing by (the last reconcile pass found the controller "
+                                               "lease held by another process 0 s ago)")
+        other.release_lease("controller", "cron on host-b")
+    finally:
+        other.close()
+    ctx.provider = w.provider
+    at(970)
+    loop.reconcile()
+    assert last_success() == (T0 + timedelta(seconds=970)).timestamp()
+    assert health.readiness(980) == (True, "ready: the last reconcile pass succeeded 10 s ago")
