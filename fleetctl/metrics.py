@@ -1,20 +1,29 @@
 """Prometheus metrics of the controller, and the /metrics server.
 
 Each ``FleetMetrics`` has its own registry (tests and the simulator make as
-many as they like); ``serve`` exposes one over HTTP.
+many as they like); ``serve`` exposes one over HTTP, with the daemon's
+liveness and readiness probes (``/healthz``, ``/readyz``) beside it.
 """
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections import Counter as Tally
 from dataclasses import dataclass
-from typing import Iterable
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from fleetctl.model import Job, JobState, Market, Node, NodeState
+
+if TYPE_CHECKING:
+    from fleetctl.controller.health import LoopHealth
 
 WAIT_BUCKETS_SECONDS = (30, 60, 180, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 259200)
 TICK_BUCKETS_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -175,9 +184,57 @@ class FleetMetrics:
         )
 
 
-def serve(metrics: FleetMetrics, addr: str):  # noqa: ANN201 - returns (server, thread)
-    """Serve ``/metrics`` on ``HOST:PORT``; returns the server to shut down."""
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    """A WSGI server with a daemon thread per request, bound in the family of its address."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[WSGIRequestHandler]) -> None:
+        # The socketserver default is IPv4 only: '[::1]:9108' failed with "Address family for hostname not
+        # supported" (prometheus-client's own server picks the family the same way)
+        self.address_family = socket.getaddrinfo(address[0], address[1], type=socket.SOCK_STREAM,
+                                                 flags=socket.AI_PASSIVE)[0][0]
+        super().__init__(address, handler)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+        """No line on stderr per request: Prometheus scrapes and Kubernetes probes every few seconds."""
+
+
+def make_app(metrics: FleetMetrics, health: LoopHealth | None = None,
+             clock: Callable[[], float] = time.monotonic) -> Callable:
+    """The WSGI application: ``/healthz`` and ``/readyz`` answer ``health``'s
+    liveness and readiness at ``clock()`` (200 or 503, one line of plain
+    text); every other path is prometheus-client's metrics application, as
+    before (without ``health``, every path is)."""
+    metrics_app = make_wsgi_app(metrics.registry)
+    if health is None:
+        return metrics_app
+    probes = {"/healthz": health.liveness, "/readyz": health.readiness}
+
+    def app(environ: dict, start_response: Callable) -> list[bytes]:
+        probe = probes.get(environ.get("PATH_INFO", ""))
+        if probe is None:
+            return metrics_app(environ, start_response)
+        ok, message = probe(clock())
+        body = f"{message}\n".encode()
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
+                        ("Cache-Control", "no-store")])
+        return [body]
+
+    return app
+
+
+def serve(metrics: FleetMetrics, addr: str, health: LoopHealth | None = None,
+          clock: Callable[[], float] = time.monotonic):  # noqa: ANN201 - returns (server, thread)
+    """Serve ``/metrics`` (and, with ``health``, ``/healthz`` and ``/readyz``:
+    ``make_app``) on ``HOST:PORT``; returns the server to shut down and its thread."""
     from fleetctl.controller.notices import split_addr
 
     host, port = split_addr(addr, "--metrics-addr", "127.0.0.1:9108")
-    return start_http_server(port, addr=host, registry=metrics.registry)
+    server = make_server(host, port, make_app(metrics, health, clock), _ThreadingWSGIServer, _QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="fleetctl-metrics", daemon=True)
+    thread.start()
+    return server, thread

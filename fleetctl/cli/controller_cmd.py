@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -174,8 +175,21 @@ def daemon(
     ] = 5.0,
     price_interval: Annotated[float, typer.Option("--price-interval", help="Seconds between price refreshes (at most a week).", min=1, max=604800)] = 3600.0,
     metrics_addr: Annotated[
-        str, typer.Option("--metrics-addr", help="Where to serve Prometheus /metrics (HOST:PORT).")
+        str, typer.Option("--metrics-addr", help="Where to serve Prometheus /metrics, and the probes /healthz "
+                          "and /readyz (HOST:PORT).")
     ] = DEFAULT_METRICS_ADDR,
+    health_max_inactivity_seconds: Annotated[Optional[float], typer.Option(
+        "--health-max-inactivity-seconds", min=1.0, max=31536000.0, show_default=False,
+        help="GET /healthz (liveness) answers 503 when no reconcile pass has ended (succeeded, failed, or skipped "
+        "while another process holds the controller lease) for this many seconds, counted from the start before "
+        "the first: the loop is wedged (a tick hung on a cloud call or a lock), which a restart may mend. More "
+        "than --interval. Default: 600, or 3 x --interval + 300 (a slow tick) when longer.")] = None,
+    health_max_failing_seconds: Annotated[Optional[float], typer.Option(
+        "--health-max-failing-seconds", min=1.0, max=31536000.0, show_default=False,
+        help="GET /readyz (readiness) answers 503 until a reconcile pass succeeds, and when the last success is "
+        "older than this many seconds: the passes keep failing (the log says why). A pass skipped while another "
+        "process holds the controller lease counts as a success (a standby daemon is ready to take over). More "
+        "than --interval. Default: 900, or 5 x --interval + 300 when longer.")] = None,
     notice_addr: Annotated[Optional[str], typer.Option(
         "--notice-addr", envvar="FLEETCTL_NOTICE_ADDR", show_default=False,
         help="Serve POST /v1/notices for `fleetctl node-watch` on HOST:PORT (e.g. 127.0.0.1:9109, or the "
@@ -210,7 +224,8 @@ def daemon(
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run the controller loop: reconcile every --interval seconds, handle reclaim notices every
-    --interruption-interval seconds, refresh prices hourly, and serve /metrics. With --notice-addr
+    --interruption-interval seconds, refresh prices hourly, and serve /metrics with the liveness
+    and readiness probes /healthz and /readyz (docs/metrics.md). With --notice-addr
     it also takes reclaim notices posted by `fleetctl node-watch` (GCP and Azure announce them only
     on the node). The policy is read at start and again on SIGHUP (`kill -HUP PID`, systemd's
     `ExecReload`): a valid file is taken up between passes; one with errors, or one that changes
@@ -221,6 +236,7 @@ def daemon(
     (minutes on a long history; a fit cannot be cut short), and the next model is not started."""
     from functools import partial
 
+    from fleetctl.controller.health import LoopHealth, default_max_failing_seconds, default_max_inactivity_seconds
     from fleetctl.controller.loop import Daemon, LoopContext
     from fleetctl.controller.runtime import SimRuntime
     from fleetctl.metrics import FleetMetrics, serve
@@ -248,14 +264,23 @@ def daemon(
     if forecast_dir is None and retrain_hours and _given(ctx, "retrain_hours"):  # was ignored: nothing to refit
         fail(f"--retrain-hours {retrain_hours:g} refits the models of --forecast-dir, which is not given: give it "
              "too (without it the planner uses the policy's default risk and nothing is retrained)", 2)
+    max_inactivity = health_max_inactivity_seconds or default_max_inactivity_seconds(interval)
+    max_failing = health_max_failing_seconds or default_max_failing_seconds(interval)
+    for option, limit in (("--health-max-inactivity-seconds", max_inactivity),
+                          ("--health-max-failing-seconds", max_failing)):
+        if limit <= interval:  # the defaults are longer: only a given limit can be this short
+            fail(f"{option} {limit:g} is not more than --interval {interval:g}: a reconcile pass ends once an "
+                 "interval at best, so the probe would fail between two passes", 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
     pol, policy_file, policy_sha256 = load_policy_and_digest_or_exit(policy)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     notices = _start_notice_server(notice_addr, notice_token, store) if notice_addr else None
     metrics = FleetMetrics()
+    health = LoopHealth(started_at=time.monotonic(), max_inactivity_seconds=max_inactivity,
+                        max_failing_seconds=max_failing)
     try:
-        server, thread = serve(metrics, metrics_addr)
+        server, thread = serve(metrics, metrics_addr, health)
     except (OSError, ValueError) as exc:
         if notices is not None:
             notices.shutdown()
@@ -267,7 +292,7 @@ def daemon(
                   retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0,
                   retain_days=retain_days, retain_finished_days=retain_finished_days,
                   read_policy=partial(load_policy_and_digest, policy_file), policy_source=str(policy_file),
-                  policy_sha256=policy_sha256)
+                  policy_sha256=policy_sha256, health=health)
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.daemon").info(
@@ -283,7 +308,8 @@ def daemon(
     signal.signal(signal.SIGHUP, _reload)
     bound_host, bound_port = server.server_address[:2]  # the real port of --metrics-addr HOST:0
     metrics_url = f"http://{host_port(bound_host, bound_port)}/metrics"
-    console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on {metrics_url}"
+    console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on {metrics_url} (probes /healthz, "
+                  "/readyz)"
                   + (f", notices on {notices.url}/v1/notices" if notices else ""), markup=False)
     try:
         loop.run_until_stopped()

@@ -4,12 +4,14 @@ parser, clean stop on SIGTERM."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -777,6 +779,9 @@ def test_a_signal_just_after_the_lease_is_taken_still_releases_it(tmp_path, monk
     ("--retain-finished-days", "0.5", "0 (keep it all) or at least 1 day"),
     # was accepted and ignored: with no --forecast-dir there is nothing to refit
     ("--retrain-hours", "6", "--retrain-hours 6 refits the models of --forecast-dir, which is not given"),
+    # a pass ends once an --interval (30 s) at best: the probe would fail between any two
+    ("--health-max-inactivity-seconds", "30", "--health-max-inactivity-seconds 30 is not more than --interval 30"),
+    ("--health-max-failing-seconds", "12", "--health-max-failing-seconds 12 is not more than --interval 30"),
 ])
 def test_daemon_refuses_intervals_it_would_run_back_to_back(tmp_path, option, value, words):
     # A subprocess with a timeout: a daemon that accepted the value would run until killed.
@@ -954,3 +959,110 @@ def test_each_reconcile_pass_feeds_the_probes_and_a_success_its_timestamp(world_
     loop.reconcile()
     assert last_success() == (T0 + timedelta(seconds=970)).timestamp()
     assert health.readiness(980) == (True, "ready: the last reconcile pass succeeded 10 s ago")
+
+
+def probe(port: int, path: str) -> tuple[int | None, str]:
+    """GET one of the daemon's probes: (status, body); (None, why) while nothing answers on the port."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:  # not listening yet
+        return None, str(exc)
+
+
+def test_the_probes_answer_over_http_beside_the_metrics(world_factory):
+    """/healthz and /readyz on the metrics server: 200 once a tick succeeded;
+    /readyz 503 once the passes have failed for longer than its limit (they
+    still end: /healthz stays 200); /healthz 503 while a tick hangs on a cloud
+    call for longer than its limit. /metrics is served as before."""
+    import threading
+    from datetime import datetime, timezone
+
+    from fleetctl.controller.health import LoopHealth
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    now = datetime.now(timezone.utc)
+    w.store.add_jobs([job("j", gpus=8, submitted=now, duration_hours=5)], now)
+    metrics = FleetMetrics()
+    health = LoopHealth(started_at=time.monotonic(), max_inactivity_seconds=3.0, max_failing_seconds=3.0)
+    server, thread = serve(metrics, "127.0.0.1:0", health)
+    port = server.server_address[1]
+    ctx = LoopContext(w.store, w.provider, w.runtime, policy(), metrics)
+    loop = Daemon(ctx, interval_seconds=0.2, interruption_seconds=0.1, price_seconds=60, health=health)
+    answered = threading.Event()
+
+    class Hung(_CloudDown):
+        def offers(self, now):  # noqa: ANN001, ANN201
+            answered.wait(60)  # a cloud call that does not return
+            raise RuntimeError("cloud API timed out")
+
+    loop.start()
+    try:
+        assert wait_for(lambda: probe(port, "/healthz")[0] == 200 and probe(port, "/readyz")[0] == 200)
+        assert probe(port, "/readyz")[1].startswith("ready: the last reconcile pass succeeded ")
+        families = scrape(port)
+        assert [s.value for s in families["fleetctl_last_successful_tick_timestamp_seconds"]][0] > 0
+        assert "fleetctl_tick_errors" in families
+
+        ctx.provider = _CloudDown(w.provider)
+        assert wait_for(lambda: probe(port, "/readyz")[0] == 503 and probe(port, "/healthz")[0] == 200)
+        assert re.fullmatch(r"no reconcile pass has succeeded for \d+ s \(limit 3 s; the last \d+ passes failed: "
+                            r"see the daemon's log\)\n", probe(port, "/readyz")[1])
+
+        ctx.provider = Hung(w.provider)
+        assert wait_for(lambda: probe(port, "/healthz")[0] == 503)
+        assert re.fullmatch(r"no reconcile pass has ended for \d+ s \(limit 3 s; a tick started \d+ s ago is still "
+                            r"running\)\n", probe(port, "/healthz")[1])
+    finally:
+        answered.set()
+        loop.stop()
+        server.shutdown()
+        thread.join(timeout=5)
+
+
+def test_cli_daemon_serves_the_probes_with_the_limits_it_is_given(tmp_path):
+    """`fleetctl daemon --health-max-inactivity-seconds 3 --health-max-failing-seconds 4`:
+    /healthz and /readyz answer 200 once a tick has run. While another process
+    holds the state store's write lock, each pass waits out SQLite's busy
+    timeout (10 s) and fails ("database is locked"): both answer 503 with those
+    limits, /readyz naming the failed passes. Once the lock is given back, 200
+    again."""
+    import sqlite3
+
+    env = _sandbox_with_jobs(tmp_path)
+    port = free_port()
+    # --interruption-interval 120: the notice pass runs at the start only, and no pass waits behind one
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "0.5",
+                             "--interruption-interval", "120", "--metrics-addr", f"127.0.0.1:{port}",
+                             "--health-max-inactivity-seconds", "3", "--health-max-failing-seconds", "4"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    locker = sqlite3.connect(tmp_path / ".fleetctl" / "state.db", timeout=30, isolation_level=None)
+    seen: dict[str, tuple[int | None, str]] = {}
+
+    def answers(status: int, failed: str = "") -> bool:
+        seen["live"], seen["ready"] = probe(port, "/healthz"), probe(port, "/readyz")
+        return seen["live"][0] == status and seen["ready"][0] == status and failed in seen["ready"][1]
+
+    try:
+        assert wait_for(lambda: answers(200), timeout=60), (
+            proc.stderr.read() if proc.poll() is not None else seen)
+        locker.execute("BEGIN EXCLUSIVE")
+        assert wait_for(lambda: answers(503, failed="failed"), timeout=90), seen
+        assert re.fullmatch(r"no reconcile pass has ended for \d+ s \(limit 3 s; a tick started \d+ s ago is still "
+                            r"running\)\n", seen["live"][1]), seen
+        assert re.fullmatch(r"no reconcile pass has succeeded for \d+ s \(limit 4 s; the last (pass|\d+ passes) "
+                            r"failed; a tick started \d+ s ago is still running\)\n", seen["ready"][1]), seen
+        locker.execute("ROLLBACK")
+        assert wait_for(lambda: answers(200), timeout=60), seen
+        assert "fleetctl_last_successful_tick_timestamp_seconds" in scrape(port)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        locker.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, err
+    assert "reconcile tick failed" in err and "database is locked" in err, err[-3000:]
