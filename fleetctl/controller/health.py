@@ -26,9 +26,9 @@ from __future__ import annotations
 import enum
 import threading
 
-#: Time a reconcile tick may take on top of ``--interval`` (a slow cloud, retries, a reclaim notice's pass
-#: checkpointing for up to 2 minutes under the loop's lock). Ticks of 2,000 nodes take seconds
-#: (benchmarks/results/tick_history.md).
+#: Time a reconcile tick may take on top of ``--interval``: a slow cloud, or a notice pass checkpointing jobs
+#: before a reclaim (a notice gives at most 2 minutes), which holds the loop's lock meanwhile. Ticks of 2,000
+#: nodes take seconds (benchmarks/results/tick_history.md).
 TICK_ALLOWANCE_SECONDS = 300.0
 
 
