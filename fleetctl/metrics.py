@@ -202,12 +202,12 @@ class _QuietHandler(WSGIRequestHandler):
         """No line on stderr per request: Prometheus scrapes and Kubernetes probes every few seconds."""
 
 
-def make_app(metrics: FleetMetrics, health: LoopHealth | None = None,
-             clock: Callable[[], float] = time.monotonic) -> Callable:
+def make_app(metrics: FleetMetrics, health: LoopHealth | None = None) -> Callable:
     """The WSGI application: ``/healthz`` and ``/readyz`` answer ``health``'s
-    liveness and readiness at ``clock()`` (200 or 503, one line of plain
-    text); every other path is prometheus-client's metrics application, as
-    before (without ``health``, every path is)."""
+    liveness and readiness now (``time.monotonic``, the daemon's clock for
+    it): 200 or 503, one line of plain text. Every other path is
+    prometheus-client's metrics application, as before (without ``health``,
+    every path is)."""
     metrics_app = make_wsgi_app(metrics.registry)
     if health is None:
         return metrics_app
@@ -217,7 +217,7 @@ def make_app(metrics: FleetMetrics, health: LoopHealth | None = None,
         probe = probes.get(environ.get("PATH_INFO", ""))
         if probe is None:
             return metrics_app(environ, start_response)
-        ok, message = probe(clock())
+        ok, message = probe(time.monotonic())
         body = f"{message}\n".encode()
         start_response("200 OK" if ok else "503 Service Unavailable",
                        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
@@ -227,14 +227,13 @@ def make_app(metrics: FleetMetrics, health: LoopHealth | None = None,
     return app
 
 
-def serve(metrics: FleetMetrics, addr: str, health: LoopHealth | None = None,
-          clock: Callable[[], float] = time.monotonic):  # noqa: ANN201 - returns (server, thread)
+def serve(metrics: FleetMetrics, addr: str, health: LoopHealth | None = None):  # noqa: ANN201 - (server, thread)
     """Serve ``/metrics`` (and, with ``health``, ``/healthz`` and ``/readyz``:
     ``make_app``) on ``HOST:PORT``; returns the server to shut down and its thread."""
     from fleetctl.controller.notices import split_addr
 
     host, port = split_addr(addr, "--metrics-addr", "127.0.0.1:9108")
-    server = make_server(host, port, make_app(metrics, health, clock), _ThreadingWSGIServer, _QuietHandler)
+    server = make_server(host, port, make_app(metrics, health), _ThreadingWSGIServer, _QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="fleetctl-metrics", daemon=True)
     thread.start()
     return server, thread
