@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Iterator, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, WithJsonSchema
@@ -682,13 +683,26 @@ def load_policy(path: str | os.PathLike[str]) -> model.Policy:
     return policy_from_document(read_document(path))
 
 
-def load_policy_and_digest(path: str | os.PathLike[str]) -> tuple[model.Policy, str]:
-    """:func:`load_policy`, and the SHA-256 (hex) of the file's bytes it was
-    read from: what ``sha256sum`` prints for that version of the file, so an
-    operator can tell which commit of a policy a daemon runs
-    (``fleetctl_policy_info``)."""
+@dataclass(frozen=True, slots=True)
+class PolicyFile:
+    """One version of a policy file as read: what the planner reads
+    (``policy``), the validated spec and its document (to compare two
+    versions setting by setting, with lines: ``fleetctl.policydiff``), and
+    the SHA-256 (hex) of the bytes it was read from, what ``sha256sum``
+    prints for that version (``fleetctl_policy_info``)."""
+
+    policy: model.Policy
+    spec: PolicySpec
+    document: Document
+    sha256: str
+
+
+def read_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
+    """:func:`load_policy`, keeping the spec, the document and the digest
+    (:class:`PolicyFile`). Raises :class:`SpecError` as it does."""
     doc, raw = read_document_and_bytes(path)
-    return policy_from_document(doc), hashlib.sha256(raw).hexdigest()
+    spec = spec_from_document(doc)
+    return PolicyFile(to_core(spec), spec, doc, hashlib.sha256(raw).hexdigest())
 
 
 #: Said of every integer field in the JSON Schemas (see :func:`note_integers`).

@@ -216,7 +216,7 @@ def diff_policies(*, old_doc: Document, old: PolicySpec, new_doc: Document, new:
     empty fleet under each. Deterministic: settings in the order of the
     policy's fields (names and list items sorted), offer groups by provider
     and GPU model, removals first."""
-    settings = tuple(_located(kind, path, o, n, new_doc, new) for kind, path, o, n in _walk(old, new, ()))
+    settings = setting_changes(old, new_doc, new)
     offers = tuple(offers)
     old_core, new_core = to_core(old), to_core(new)
     old_in = [o for o in offers if policy_allows(old_core, o)]
@@ -234,6 +234,12 @@ def diff_policies(*, old_doc: Document, old: PolicySpec, new_doc: Document, new:
         old_file=old_doc.file, new_file=new_doc.file, settings=settings, market=_market(old_in, new_in),
         catalog_offers=len(offers), old_admitted=len(old_in), new_admitted=len(new_in), queue=effect,
     )
+
+
+def setting_changes(old: PolicySpec, new_doc: Document, new: PolicySpec) -> tuple[SettingChange, ...]:
+    """The settings that differ between two validated policies, located in
+    ``new_doc`` (the Settings part of :func:`diff_policies`)."""
+    return tuple(_located(kind, path, o, n, new_doc, new) for kind, path, o, n in _walk(old, new, ()))
 
 
 def _walk(old: Any, new: Any, path: SettingPath) -> Iterator[tuple[ChangeKind, SettingPath, Any, Any]]:
@@ -369,11 +375,7 @@ def render_text(diff: PolicyDiff) -> str:
         out.append("")
     if diff.settings:
         out.append("Settings:")
-        lines = [_setting_line(c) for c in diff.settings]
-        width = min(max(len(line) for line in lines), 72)
-        for line, change in zip(lines, diff.settings):
-            where = f"  # {diff.new_file}:{change.at.line}" if change.at is not None else ""
-            out.append(f"{line:<{width}}{where}".rstrip())
+        out.extend(setting_lines(diff.settings, diff.new_file))
         out.append("")
     if diff.market:
         out.append(f"Market effect on the shipped catalog: offers admitted {diff.old_admitted} -> {diff.new_admitted}")
@@ -384,6 +386,18 @@ def render_text(diff: PolicyDiff) -> str:
         out.append("")
     out.append(summary_line(diff))
     return "\n".join(out) + "\n"
+
+
+def setting_lines(changes: Sequence[SettingChange], new_file: str) -> list[str]:
+    """One line per changed setting, terraform-style marks, aligned, each with
+    ``# NEW_FILE:LINE`` where NEW writes it (the daemon logs these on a policy
+    reload)."""
+    if not changes:
+        return []
+    lines = [_setting_line(c) for c in changes]
+    width = min(max(len(line) for line in lines), 72)
+    return [f"{line:<{width}}{f'  # {new_file}:{c.at.line}' if c.at is not None else ''}".rstrip()
+            for line, c in zip(lines, changes)]
 
 
 def _queue_lines(q: QueueEffect) -> list[str]:

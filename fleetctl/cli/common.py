@@ -14,7 +14,7 @@ import sys
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Callable, NoReturn, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, NoReturn, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,6 +22,9 @@ from rich.markup import escape
 
 from fleetctl.model import CLOUDS, Policy
 from fleetctl.store import Store, StoreError, default_url
+
+if TYPE_CHECKING:
+    from fleetctl.policy import PolicyFile
 
 
 def piped_width(stream: object) -> int | None:
@@ -331,14 +334,14 @@ def policy_path(option: Path | None) -> Path:
 
 def load_policy_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Path]:
     """Load and validate the policy, or print every issue and exit."""
-    pol, path, _ = load_policy_and_digest_or_exit(option, code)
-    return pol, path
+    read, path = read_policy_file_or_exit(option, code)
+    return read.policy, path
 
 
-def load_policy_and_digest_or_exit(option: Path | None, code: int = 1) -> tuple[Policy, Path, str]:
-    """:func:`load_policy_or_exit`, and the SHA-256 of the file's bytes it read
-    (``fleetctl.policy.load_policy_and_digest``)."""
-    from fleetctl.policy import load_policy_and_digest
+def read_policy_file_or_exit(option: Path | None, code: int = 1) -> tuple[PolicyFile, Path]:
+    """:func:`load_policy_or_exit`, keeping what ``fleetctl.policy.read_policy_file``
+    keeps (the spec, the document, the file's SHA-256)."""
+    from fleetctl.policy import read_policy_file
     from fleetctl.yamlerrors import SpecError
 
     path = policy_path(option)
@@ -349,12 +352,11 @@ def load_policy_and_digest_or_exit(option: Path | None, code: int = 1) -> tuple[
             code,
         )
     try:
-        pol, digest = load_policy_and_digest(path)
+        return read_policy_file(path), path
     except SpecError as exc:
         for issue in exc.issues:
             err_console.print(str(issue), markup=False)
         fail(f"{path}: {len(exc.issues)} policy error(s)", code)
-    return pol, path, digest
 
 
 def open_store(option: str | None, *, must_exist: bool = False, read_only: bool = False) -> Store:

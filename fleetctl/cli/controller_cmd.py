@@ -26,9 +26,9 @@ from fleetctl.cli.common import (
     err_console,
     fail,
     is_bug,
-    load_policy_and_digest_or_exit,
     load_policy_or_exit,
     make_provider,
+    read_policy_file_or_exit,
     open_store,
     read_token_file,
     stop_cleanly_on_sigterm,
@@ -240,7 +240,7 @@ def daemon(
     from fleetctl.controller.loop import Daemon, LoopContext
     from fleetctl.controller.runtime import SimRuntime
     from fleetctl.metrics import FleetMetrics, serve
-    from fleetctl.policy import load_policy_and_digest
+    from fleetctl.policy import read_policy_file
 
     from fleetctl.logs import configure
 
@@ -272,7 +272,8 @@ def daemon(
             fail(f"{option} {limit:g} is not more than --interval {interval:g}: a reconcile pass ends once an "
                  "interval at best, so the probe would fail between two passes", 2)
     notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
-    pol, policy_file, policy_sha256 = load_policy_and_digest_or_exit(policy)
+    read, policy_file = read_policy_file_or_exit(policy)
+    pol = read.policy
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
     store = open_store(state)
     notices = _start_notice_server(notice_addr, notice_token, store) if notice_addr else None
@@ -291,8 +292,7 @@ def daemon(
                   interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval,
                   retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0,
                   retain_days=retain_days, retain_finished_days=retain_finished_days,
-                  read_policy=partial(load_policy_and_digest, policy_file), policy_source=str(policy_file),
-                  policy_sha256=policy_sha256, health=health)
+                  read_policy=partial(read_policy_file, policy_file), policy_file=read, health=health)
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.daemon").info(

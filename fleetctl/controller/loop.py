@@ -61,6 +61,8 @@ from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Policy
+from fleetctl.policy import PolicyFile
+from fleetctl.policydiff import setting_changes, setting_lines
 from fleetctl.render import PRUNED, PRUNED_FINISHED, deleted_text
 from fleetctl.store import Store
 from fleetctl.yamlerrors import SpecError
@@ -90,9 +92,8 @@ class LoopContext:
 #: applied, until the daemon is restarted.
 READ_AT_START = ("infrastructure", "providers")
 
-#: Reads the policy file again: the policy and the SHA-256 of the bytes it was
-#: read from (``fleetctl.policy.load_policy_and_digest``); raises ``SpecError``.
-PolicyReader = Callable[[], tuple[Policy, str]]
+#: Reads the policy file again (``fleetctl.policy.read_policy_file``); raises ``SpecError``.
+PolicyReader = Callable[[], PolicyFile]
 
 
 def changed_sections(old: Policy, new: Policy) -> list[str]:
@@ -129,8 +130,7 @@ class Daemon:
     def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
                  price_seconds: float = 3600.0, retrain_seconds: float = 0.0, retain_days: float = 0.0,
                  retain_finished_days: float = 0.0, clock: Callable[[], datetime] = _utcnow,
-                 read_policy: PolicyReader | None = None, policy_source: str = "",
-                 policy_sha256: str = "", health: LoopHealth | None = None,
+                 read_policy: PolicyReader | None = None, policy_file: PolicyFile | None = None, health: LoopHealth | None = None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.ctx = ctx
         self.clock = clock
@@ -142,11 +142,10 @@ class Daemon:
                                            max_failing_seconds=default_max_failing_seconds(interval_seconds))
         self.lock = threading.Lock()
         self.read_policy = read_policy  # None: no file to read again (request_reload logs so)
-        self.policy_source = policy_source  # the file, for the log
-        self.policy_sha256 = policy_sha256
+        self.policy_file = policy_file  # the version of the file ctx.policy was read from
         self.reload_requested = threading.Event()  # set by SIGHUP; the main thread's loop reloads
-        if policy_sha256:
-            ctx.metrics.observe_policy(policy_sha256)
+        if policy_file is not None:
+            ctx.metrics.observe_policy(policy_file.sha256)
         self.holder = holder_id()
         self.standing_by: str | None = None  # who held the lease when a pass last found it taken
         self.stopped = threading.Event()
@@ -342,40 +341,44 @@ class Daemon:
 
     def reload_policy(self) -> str:
         """Read the policy file again and swap it in between passes. Returns the
-        outcome counted in ``fleetctl_policy_reloads_total``: ``applied``,
+        outcome counted in ``fleetctl_policy_reloads_total``: ``applied`` (each
+        changed setting logged, as ``fleetctl policy diff`` prints it),
         ``unchanged``, ``invalid`` (errors in the file: each logged as
         FILE:LINE:COLUMN) or ``refused`` (it changes :data:`READ_AT_START`).
         Anything but ``applied`` leaves the running policy as it was."""
-        source = self.policy_source or "the policy file"
         if self.read_policy is None:
             log.warning("SIGHUP: this daemon has no policy file to read again; the policy is unchanged")
             return self._reloaded("refused")
+        running = self.policy_file.sha256[:12] if self.policy_file is not None else "unknown"
         try:
-            new, sha256 = self.read_policy()
+            new = self.read_policy()
         except SpecError as exc:
             for issue in exc.issues:
                 log.error("policy reload: %s", issue)
-            log.error("policy reload refused: %s has %d error(s); still planning with the policy read before "
-                      "(sha256 %s)", source, len(exc.issues), self.policy_sha256[:12] or "unknown")
+            log.error("policy reload refused: %d error(s) in the file; still planning with the policy read before "
+                      "(sha256 %s)", len(exc.issues), running)
             return self._reloaded("invalid")
+        source = new.document.file
         with self.lock:  # between passes: every pass plans with one policy, whole
-            old = self.ctx.policy
-            changed = changed_sections(old, new)
-            fixed = [name for name in changed if name in READ_AT_START]
+            fixed = [name for name in changed_sections(self.ctx.policy, new.policy) if name in READ_AT_START]
             if fixed:
                 log.error("policy reload refused: %s changes %s, which the daemon reads at start only (its cloud "
-                          "adapters are built from it); nothing of it is applied: restart the daemon to use it",
-                          source, " and ".join(fixed))
+                          "adapters are built from it); nothing of it is applied: restart the daemon to use it "
+                          "(still planning with sha256 %s)", source, " and ".join(fixed), running)
                 return self._reloaded("refused")
-            self.ctx.policy = new
+            changes = (setting_changes(self.policy_file.spec, new.document, new.spec)
+                       if self.policy_file is not None else None)
+            self.ctx.policy = new.policy
             self.last_forecast = None  # the interruptions pass rebuilds it with the new policy's settings
-            self.policy_sha256 = sha256
-        self.ctx.metrics.observe_policy(sha256)
-        if not changed:
-            log.info("policy reload: %s has no setting changed (sha256 %s)", source, sha256[:12])
+            self.policy_file = new
+        self.ctx.metrics.observe_policy(new.sha256)
+        if changes == ():
+            log.info("policy reload: %s has no setting changed (sha256 %s)", source, new.sha256[:12])
             return self._reloaded("unchanged")
-        log.info("policy reloaded from %s (sha256 %s): %s changed; the next pass plans with it", source,
-                 sha256[:12], ", ".join(changed))
+        said = "" if changes is None else f": {len(changes)} setting{'' if len(changes) == 1 else 's'} changed"
+        log.info("policy reloaded from %s (sha256 %s)%s; the next pass plans with it", source, new.sha256[:12], said)
+        for line in setting_lines(changes or (), source):
+            log.info("policy reload: %s", line.strip())
         return self._reloaded("applied")
 
     def _reloaded(self, outcome: str) -> str:

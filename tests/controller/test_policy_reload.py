@@ -17,7 +17,7 @@ from pathlib import Path
 from fleetctl.controller.loop import Daemon, LoopContext
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import JobState, Market
-from fleetctl.policy import load_policy, load_policy_and_digest
+from fleetctl.policy import load_policy, read_policy_file
 from tests.builders import job, offer
 from tests.controller.test_daemon import REPO, scrape, wait_for
 
@@ -26,10 +26,10 @@ WITHOUT_A100_80 = EXAMPLE.replace("  - A100-80GB\n", "", 1)  # the world's only 
 
 
 def _daemon(world, path: Path) -> Daemon:
-    pol, sha256 = load_policy_and_digest(path)
-    return Daemon(LoopContext(world.store, world.provider, world.runtime, pol, FleetMetrics()),
+    read = read_policy_file(path)
+    return Daemon(LoopContext(world.store, world.provider, world.runtime, read.policy, FleetMetrics()),
                   interval_seconds=3600, interruption_seconds=60, price_seconds=3600,
-                  read_policy=partial(load_policy_and_digest, path), policy_source=str(path), policy_sha256=sha256)
+                  read_policy=partial(read_policy_file, path), policy_file=read)
 
 
 def _value(metrics: FleetMetrics, name: str, **labels) -> float:
@@ -149,5 +149,8 @@ def test_cli_daemon_reloads_its_policy_on_sighup(tmp_path):
             proc.kill()
             proc.wait(timeout=30)
     assert proc.returncode == 0, err
-    assert "policy reloaded from policies/example.yaml" in err and "max_usd_per_hour changed" in err, err
+    assert "policy reloaded from policies/example.yaml (sha256 " in err and "1 setting changed" in err, err
+    line = next(n for n in EXAMPLE.splitlines() if "max_usd_per_hour:" in n)
+    at = EXAMPLE.splitlines().index(line) + 1
+    assert f"policy reload: ~ budget.max_usd_per_hour: 400.0 -> 300.0  # policies/example.yaml:{at}" in err, err
     assert "policies/example.yaml:" in err and "budget.max_gpus" in err, err
