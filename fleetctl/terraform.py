@@ -45,8 +45,9 @@ from fleetctl.naming import pool_name
 ROOT_FILE: Final[str] = "main.tf.json"
 PLAN_FILE: Final[str] = "fleetctl.tfplan"
 MODULES: Final[tuple[str, ...]] = ("aws-iam", "aws-controller", "aws-pool", "gcp-pool", "azure-pool")
-#: The modules shipped with fleetctl (a source checkout: ``terraform/modules``).
-SHIPPED_MODULES: Final[Path] = Path(__file__).resolve().parent.parent / "terraform" / "modules"
+#: The modules shipped with fleetctl: package data, so an installed fleetctl has them too (in a
+#: source checkout ``fleetctl/terraform_modules`` is a symlink to ``terraform/modules``).
+SHIPPED_MODULES: Final[Path] = Path(__file__).resolve().parent / "terraform_modules"
 
 
 class TerraformError(Exception):
