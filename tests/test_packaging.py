@@ -19,9 +19,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("fleetctl", "providers", "forecasting")
-#: What a developer's checkout may hold that no build reads.
-JUNK = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                              ".hypothesis", ".fleetctl", "models", "plan.json", "p.json")
+#: What a developer's checkout may hold at its top that no build reads (.gitignore).
+LOCAL = {".git", ".venv", "build", "dist", "fleetctl.egg-info", ".pytest_cache", ".hypothesis", ".fleetctl",
+         "models", "plan.json", "p.json"}
+
+
+def _local(folder: str, names: list[str]) -> set[str]:
+    top = Path(folder) == REPO
+    return {n for n in names if n == "__pycache__" or (top and n in LOCAL)}
 
 
 def _backend(hook: str, source: Path, out: Path) -> Path:
@@ -39,7 +44,7 @@ def dist(tmp_path_factory) -> tuple[Path, Path]:
     """(the sdist, the wheel built from it)."""
     root = tmp_path_factory.mktemp("dist")
     source = root / "source"
-    shutil.copytree(REPO, source, symlinks=True, ignore=JUNK)
+    shutil.copytree(REPO, source, symlinks=True, ignore=_local)
     sdist = _backend("build_sdist", source, root)
     with tarfile.open(sdist) as tar:
         tar.extractall(root / "unpacked", filter="data")
@@ -84,3 +89,13 @@ def test_the_wheel_holds_only_the_packages(wheel_files):
     tops = {name.split("/", 1)[0] for name in wheel_files}
     assert tops == {*PACKAGES, "fleetctl-0.1.0.dist-info"}
     assert not [n for n in wheel_files if "__pycache__" in n or n.endswith((".pyc", ".db"))]
+
+
+def test_the_sdist_holds_the_packages_and_no_tests(dist):
+    """setuptools adds tests/test*.py to an sdist by default: seven test modules without the
+    conftest, builders and data they import, a test suite that cannot run."""
+    with tarfile.open(dist[0]) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    tops = {name.split("/", 1)[0] for name in names}
+    assert tops == {*PACKAGES, "fleetctl.egg-info", "PKG-INFO", "README.md", "pyproject.toml", "setup.cfg",
+                    "MANIFEST.in"}
