@@ -85,6 +85,11 @@ def test_the_wheel_has_the_modules_terraform_py_copies(wheel_files):
     assert {f"fleetctl/terraform_modules/{m}/main.tf" for m in MODULES} <= wheel_files
 
 
+def test_the_wheel_has_the_example_policy_policy_init_writes(dist):
+    with zipfile.ZipFile(dist[1]) as whl:
+        assert whl.read("fleetctl/example_policy.yaml") == (REPO / "policies" / "example.yaml").read_bytes()
+
+
 def test_the_wheel_holds_only_the_packages(wheel_files):
     tops = {name.split("/", 1)[0] for name in wheel_files}
     assert tops == {*PACKAGES, "fleetctl-0.1.0.dist-info"}

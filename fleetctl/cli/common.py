@@ -346,9 +346,11 @@ def read_policy_file_or_exit(option: Path | None, code: int = 1) -> tuple[Policy
 
     path = policy_path(option)
     if not path.exists():
+        start = "fleetctl policy init" + ("" if path == DEFAULT_POLICY else f" -o {path}")
         fail(
             f"policy file {path} not found: pass --policy FILE or set FLEETCTL_POLICY "
-            f"(the default is {DEFAULT_POLICY} under the working directory)",
+            f"(the default is {DEFAULT_POLICY} under the working directory); to start one from the "
+            f"commented example: {start}",
             code,
         )
     try:

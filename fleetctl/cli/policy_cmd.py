@@ -1,4 +1,4 @@
-"""`fleetctl policy validate|diff|schema`."""
+"""`fleetctl policy init|validate|diff|schema`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,46 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from fleetctl.cli.common import console, err_console, fail, one_of, output_file_or_exit, utcnow
+from fleetctl.cli.common import DEFAULT_POLICY, console, err_console, fail, one_of, output_file_or_exit, utcnow
 
 if TYPE_CHECKING:
     from fleetctl.model import Policy
     from fleetctl.yamlerrors import Document, ValidationIssue
 
-app = typer.Typer(help="Validate and diff policy files, and write their JSON Schema.", no_args_is_help=True)
+app = typer.Typer(help="Start, validate and diff policies; write their JSON Schema.", no_args_is_help=True)
+
+#: The commented example policy, package data (in a source checkout a symlink to policies/example.yaml).
+EXAMPLE_POLICY = "example_policy.yaml"
+
+
+@app.command(short_help="Write the commented example policy to start from.")
+def init(
+    output_text: Annotated[
+        str, typer.Option("-o", "--output", metavar="<path>",
+                          help="The file to write ('-' for stdout); an existing file is refused, not replaced.")
+    ] = str(DEFAULT_POLICY),
+) -> None:
+    """Write fleetctl's example policy, each field explained in a comment, to edit into your own
+    (its infrastructure section, what `plan --terraform-dir` declares, holds placeholder ids to
+    replace). The default path is the policy commands read when neither --policy nor
+    FLEETCTL_POLICY names one."""
+    from importlib import resources
+
+    output = output_file_or_exit("-o", output_text, "policy.yaml")
+    text = resources.files("fleetctl").joinpath(EXAMPLE_POLICY).read_text(encoding="utf-8")
+    if str(output) == "-":
+        print(text, end="")
+        return
+    if output.exists() or output.is_symlink():
+        fail(f"-o {output}: exists; writing the example policy would replace it. Give another output file, or "
+             "remove this one first; nothing was written", 2)
+    from fleetctl.files import write_text_atomic
+
+    try:
+        write_text_atomic(output, text)  # creates missing parent directories
+    except OSError as exc:
+        fail(f"-o {output}: cannot write the policy: {exc.strerror or exc}", 2)
+    console.print(f"wrote {output}; edit it, then check it with: fleetctl policy validate {output}", markup=False)
 
 
 @app.command()
