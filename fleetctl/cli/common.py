@@ -405,7 +405,22 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
     except StoreError as exc:
         if os.environ.get("FLEETCTL_DEBUG"):
             raise
-        fail(str(exc))
+        hint = _unwritable_hint(Path(database), explicit) if is_sqlite and not read_only else ""  # type: ignore[arg-type]
+        fail(str(exc) + hint)
+
+
+def _unwritable_hint(database: Path, explicit: bool) -> str:
+    """Why a SQLite store could not be opened when its directory cannot be written (a read-only
+    working directory, as in many containers, holds the default store), and where to keep it; ""
+    otherwise."""
+    from fleetctl.files import cannot_create_reason
+
+    reason = cannot_create_reason(database.parent)
+    if reason is None:
+        return ""
+    where = "" if explicit else " (the default store, under the working directory)"
+    return (f"; {reason}{where}: pass --state sqlite:////PATH/state.db or set FLEETCTL_STATE to keep it in a "
+            "directory this user may write")
 
 
 def store_may_exist(option: str | None) -> bool:

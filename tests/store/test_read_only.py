@@ -104,6 +104,34 @@ def test_changes_only_in_the_wal_file_are_refused_naming_the_files_and_the_fix(t
     assert f"{copy}-wal" in text and "copy" in text and "writable directory" in text, text
 
 
+@pytest.mark.parametrize("state", [None, "explicit"], ids=["default", "state-option"])
+def test_a_store_in_a_directory_this_user_cannot_write_says_where_to_keep_it(tmp_path, state):
+    """Run from a read-only working directory (a container's), `plan` said only "cannot open
+    state store sqlite:////app/.fleetctl/state.db: Permission denied: /app/.fleetctl": not that
+    this is the default store, nor how to keep the store elsewhere."""
+    prefix = _unprivileged()
+    here = tmp_path / "here"
+    here.mkdir()
+    here.chmod(0o555)
+    store = here / ".fleetctl" / "state.db" if state is None else here / "state.db"
+    option = () if state is None else ("--state", f"sqlite:///{store}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    try:
+        planned = subprocess.run([*prefix, sys.executable, "-m", "fleetctl", "plan", *option,
+                                  "--policy", str(REPO / "policies" / "example.yaml")],
+                                 cwd=here, env={**env, "COLUMNS": "200"},
+                                 capture_output=True, text=True, timeout=120)
+    finally:
+        here.chmod(0o755)
+    text = " ".join(planned.stderr.split())
+    assert planned.returncode == 1 and "Traceback" not in text, planned.stderr
+    assert f"cannot open state store sqlite:///{store}" in text, text
+    where = " (the default store, under the working directory)" if state is None else ""
+    assert (f"{here} is not writable{where}: pass --state sqlite:////PATH/state.db or set FLEETCTL_STATE to "
+            "keep it in a directory this user may write") in text, text
+    assert list(here.iterdir()) == []
+
+
 def test_a_read_only_store_refuses_writes_and_keeps_the_file_as_it_was(tmp_path):
     url = f"sqlite:///{tmp_path / 'state.db'}"
     Store(url).close()
