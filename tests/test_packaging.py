@@ -4,10 +4,12 @@ build backend pyproject.toml names, offline (no build isolation: the test venv h
 
 Everything before this ran from the checkout, where fleetctl found ``terraform/modules`` beside
 its package; the wheel had no Terraform modules, so ``plan --terraform-dir`` failed wherever
-fleetctl was installed with pip."""
+fleetctl was installed with pip. The last test installs the wheel (not editable) and runs the
+commands a new user runs, from a directory with none of the checkout's files."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -104,3 +106,59 @@ def test_the_sdist_holds_the_packages_and_no_tests(dist):
     tops = {name.split("/", 1)[0] for name in names}
     assert tops == {*PACKAGES, "fleetctl.egg-info", "PKG-INFO", "README.md", "pyproject.toml", "setup.cfg",
                     "MANIFEST.in"}
+
+
+# =========================================================================== installed
+
+
+@pytest.fixture(scope="module")
+def installed(dist, tmp_path_factory) -> Path:
+    """The wheel installed as pip installs it (its dependencies are the test venv's), with its
+    ``fleetctl`` script; on PYTHONPATH it comes before the checkout's editable install."""
+    target = tmp_path_factory.mktemp("site")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                           "--target", str(target), str(dist[1])], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return target
+
+
+def _run(site: Path, cwd: Path, *command: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env.update(PYTHONPATH=str(site), COLUMNS="200", FLEETCTL_SIM_LAUNCH_DELAY_SECONDS="0")
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_installed_package_works_from_a_directory_without_the_checkout(installed, tmp_path):
+    """A platform team's infra repository: no policies/, examples/ or terraform/ beside it."""
+    here = tmp_path / "infra-repo"
+    here.mkdir()
+    fleetctl = (sys.executable, "-m", "fleetctl")
+    probe = _run(installed, here, sys.executable, "-c",
+                 "import fleetctl, providers, forecasting; print(fleetctl.__file__, providers.__file__, "
+                 "forecasting.__file__)")
+    assert probe.returncode == 0 and all(Path(f).is_relative_to(installed) for f in probe.stdout.split()), probe
+    version = _run(installed, here, str(installed / "bin" / "fleetctl"), "--version")
+    assert version.returncode == 0 and version.stdout == "fleetctl 0.1.0\n", version
+
+    no_policy = _run(installed, here, *fleetctl, "plan")
+    assert no_policy.returncode == 1 and "fleetctl policy init" in no_policy.stderr, no_policy.stderr
+    assert _run(installed, here, *fleetctl, "policy", "init", "-o", "policies/prod.yaml").returncode == 0
+    policy = ("--policy", "policies/prod.yaml")
+    shutil.copy(REPO / "examples" / "jobs.yaml", here / "my-jobs.yaml")
+    submitted = _run(installed, here, *fleetctl, "jobs", "submit", "my-jobs.yaml", *policy)
+    assert submitted.returncode == 0, submitted.stderr
+    planned = _run(installed, here, *fleetctl, "plan", "-out", "plan.json", *policy)
+    assert planned.returncode == 0 and "+ launch" in planned.stdout, planned.stderr
+    applied = _run(installed, here, *fleetctl, "apply", "plan.json", *policy)
+    assert applied.returncode == 0 and "Apply complete!" in applied.stdout, applied.stderr
+    assert (here / ".fleetctl" / "state.db").is_file()
+
+    # The Terraform half: the modules are copied from the installed package before terraform runs
+    # (here a binary that does not exist: registry providers cannot be installed offline).
+    rendered = _run(installed, here, *fleetctl, "plan", "--terraform-dir", "infra", *policy,
+                    "--terraform-binary", str(tmp_path / "no-terraform"))
+    assert rendered.returncode == 1 and "no-terraform' not found" in rendered.stderr, rendered.stderr
+    assert (here / "infra" / "main.tf.json").is_file()
+    shipped = {p.relative_to(REPO / "terraform").as_posix(): p.read_bytes() for p in _tracked(REPO / "terraform")}
+    copied = {p.relative_to(here / "infra").as_posix(): p.read_bytes() for p in _tracked(here / "infra" / "modules")}
+    assert shipped and copied == shipped
