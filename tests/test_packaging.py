@@ -108,6 +108,14 @@ def test_the_sdist_holds_the_packages_and_no_tests(dist):
                     "MANIFEST.in"}
 
 
+def test_the_license_is_an_spdx_expression(dist):
+    """A TOML table as project.license made setuptools warn at every build that it stops
+    building such projects after 2027-02-18."""
+    with zipfile.ZipFile(dist[1]) as whl:
+        metadata = whl.read("fleetctl-0.1.0.dist-info/METADATA").decode()
+    assert "\nLicense-Expression: Apache-2.0\n" in metadata
+
+
 # =========================================================================== installed
 
 
