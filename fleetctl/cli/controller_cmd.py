@@ -217,6 +217,11 @@ def daemon(
         "and their finished launches, decision events), as `fleetctl prune --finished-older-than-days` does, "
         "with what that keeps (0 = keep it all).")] = 0.0,
     policy: PolicyOption = None,
+    policy_check_seconds: Annotated[float, typer.Option(
+        "--policy-check-seconds", min=0.0, max=86400.0, callback=_zero_or_at_least_one("second", "only on SIGHUP"),
+        help="Every this many seconds, read the policy file again if its bytes changed, as SIGHUP does (for a "
+        "Kubernetes ConfigMap or a GitOps checkout, where nothing sends a signal); a version refused for errors "
+        "is not read again until the file changes again (0 = only on SIGHUP).")] = 0.0,
     state: StateOption = None,
     seed: SeedOption = 0,
     cloud: CloudOption = "sim",
@@ -228,7 +233,7 @@ def daemon(
     and readiness probes /healthz and /readyz (docs/metrics.md). With --notice-addr
     it also takes reclaim notices posted by `fleetctl node-watch` (GCP and Azure announce them only
     on the node). The policy is read at start and again on SIGHUP (`kill -HUP PID`, systemd's
-    `ExecReload`): a valid file is taken up between passes; one with errors, or one that changes
+    `ExecReload`), or when it changes with --policy-check-seconds: a valid file is taken up between passes; one with errors, or one that changes
     its infrastructure or providers sections (read at start only: restart for those), is logged
     and refused, and the daemon goes on with the policy it has (fleetctl_policy_reloads_total,
     fleetctl_policy_info). A cron `reconcile --once` reads the policy on every run. SIGTERM or
@@ -292,15 +297,15 @@ def daemon(
                   interval_seconds=interval, interruption_seconds=interruption_interval, price_seconds=price_interval,
                   retrain_seconds=retrain_hours * 3600 if forecaster is not None else 0.0,
                   retain_days=retain_days, retain_finished_days=retain_finished_days,
-                  read_policy=partial(read_policy_file, policy_file), policy_file=read, health=health)
+                  read_policy=partial(read_policy_file, policy_file), policy_file=read,
+                  policy_check_seconds=policy_check_seconds, health=health)
 
     def _stop(signum, _frame):  # noqa: ANN001
         logging.getLogger("fleetctl.daemon").info(
             "signal %d: stopping after the current tick (and the model refit under way, if a retrain runs)", signum)
         loop.stopped.set()
 
-    def _reload(signum, _frame):  # noqa: ANN001
-        logging.getLogger("fleetctl.daemon").info("signal %d: reading the policy file %s again", signum, policy_file)
+    def _reload(_signum, _frame):  # noqa: ANN001 - the loop logs it, reading the file in the main thread
         loop.request_reload()
 
     signal.signal(signal.SIGTERM, _stop)

@@ -37,6 +37,7 @@ other.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -65,7 +66,7 @@ from fleetctl.policy import PolicyFile
 from fleetctl.policydiff import setting_changes, setting_lines
 from fleetctl.render import PRUNED, PRUNED_FINISHED, deleted_text
 from fleetctl.store import Store
-from fleetctl.yamlerrors import SpecError
+from fleetctl.yamlerrors import MAX_FILE_BYTES, SpecError
 from providers.base import Provider
 
 log = logging.getLogger("fleetctl.daemon")
@@ -130,7 +131,8 @@ class Daemon:
     def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
                  price_seconds: float = 3600.0, retrain_seconds: float = 0.0, retain_days: float = 0.0,
                  retain_finished_days: float = 0.0, clock: Callable[[], datetime] = _utcnow,
-                 read_policy: PolicyReader | None = None, policy_file: PolicyFile | None = None, health: LoopHealth | None = None,
+                 read_policy: PolicyReader | None = None, policy_file: PolicyFile | None = None,
+                 policy_check_seconds: float = 0.0, health: LoopHealth | None = None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.ctx = ctx
         self.clock = clock
@@ -144,6 +146,9 @@ class Daemon:
         self.read_policy = read_policy  # None: no file to read again (request_reload logs so)
         self.policy_file = policy_file  # the version of the file ctx.policy was read from
         self.reload_requested = threading.Event()  # set by SIGHUP; the main thread's loop reloads
+        self.policy_check_seconds = policy_check_seconds  # 0: only on SIGHUP
+        self._seen_digest: str | None = None  # the file's digest at the last look
+        self._refused_digest: str | None = None  # the version of the file last refused
         if policy_file is not None:
             ctx.metrics.observe_policy(policy_file.sha256)
         self.holder = holder_id()
@@ -394,18 +399,47 @@ class Daemon:
         self.stopped.set()
         self.scheduler.shutdown(wait=True)
 
+    def policy_file_changed(self) -> bool:
+        """Whether the policy file's bytes differ from the version the daemon
+        runs and from the version it last refused (so a file with errors is
+        reported once, not at every check). A file that cannot be read counts
+        as changed (the reload then says why)."""
+        if self.policy_file is None or self.read_policy is None:
+            return False
+        try:
+            with open(self.policy_file.document.file, "rb") as fh:
+                digest = hashlib.sha256(fh.read(MAX_FILE_BYTES + 1)).hexdigest()
+        except OSError as exc:
+            digest = f"unreadable: {exc.strerror or exc}"
+        self._seen_digest = digest
+        return digest not in (self.policy_file.sha256, self._refused_digest)
+
+    def _reload_guarded(self, why: str) -> None:
+        """``reload_policy`` at the loop's boundary: an error of fleetctl's is
+        logged and counted, and the daemon goes on with the policy it has."""
+        log.info("%s: reading the policy file again", why)
+        try:
+            outcome = self.reload_policy()
+        except Exception:  # the tick boundary, as above: the loop goes on with the policy it has
+            self.ctx.metrics.tick_errors.inc()
+            outcome = self._reloaded("failed")
+            log.exception("policy reload failed; still planning with the policy read before")
+        # the version refused is not tried again by --policy-check-seconds until the file changes again
+        self._refused_digest = self._seen_digest if outcome in ("invalid", "refused", "failed") else None
+
     def run_until_stopped(self, poll_seconds: float = 0.2) -> None:
         self.start()
+        next_check = time.monotonic() + self.policy_check_seconds
         try:
             while not self.stopped.is_set():
                 if self.reload_requested.is_set():
                     self.reload_requested.clear()
-                    try:
-                        self.reload_policy()
-                    except Exception:  # the tick boundary, as above: the loop goes on with the policy it has
-                        self.ctx.metrics.tick_errors.inc()
-                        self._reloaded("failed")
-                        log.exception("policy reload failed; still planning with the policy read before")
+                    self.policy_file_changed()  # notes the version read, for the refusal memo
+                    self._reload_guarded("SIGHUP")
+                elif self.policy_check_seconds and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self.policy_check_seconds
+                    if self.policy_file_changed():
+                        self._reload_guarded(f"the policy file {self.policy_file.document.file} changed")
                 time.sleep(poll_seconds)
         finally:
             if self.scheduler.running:

@@ -154,3 +154,59 @@ def test_cli_daemon_reloads_its_policy_on_sighup(tmp_path):
     at = EXAMPLE.splitlines().index(line) + 1
     assert f"policy reload: ~ budget.max_usd_per_hour: 400.0 -> 300.0  # policies/example.yaml:{at}" in err, err
     assert "policies/example.yaml:" in err and "budget.max_gpus" in err, err
+
+
+def test_a_changed_file_is_read_again_and_a_refused_version_only_once(world_factory, tmp_path):
+    """--policy-check-seconds: what a ConfigMap or a GitOps checkout needs, where nothing sends SIGHUP."""
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    path = tmp_path / "policy.yaml"
+    path.write_text(EXAMPLE)
+    loop = _daemon(w, path)
+    assert not loop.policy_file_changed()
+    path.write_text("# a comment\n" + EXAMPLE)
+    assert loop.policy_file_changed()
+    loop._reload_guarded("changed")
+    assert not loop.policy_file_changed()  # that version runs now
+
+    broken = EXAMPLE.replace("max_spot_share: 0.8", "max_spot_share: 1.8")
+    path.write_text(broken)
+    assert loop.policy_file_changed()
+    loop._reload_guarded("changed")
+    assert _value(loop.ctx.metrics, "fleetctl_policy_reloads_total", outcome="invalid") == 1
+    assert not loop.policy_file_changed()  # the refused version is not read (and reported) at every check
+    path.unlink()
+    assert loop.policy_file_changed()  # gone is a change: the reload says the file cannot be read
+    loop._reload_guarded("changed")
+    assert _value(loop.ctx.metrics, "fleetctl_policy_reloads_total", outcome="invalid") == 2
+    assert not loop.policy_file_changed()
+    path.write_text(EXAMPLE.replace("max_usd_per_hour: 400", "max_usd_per_hour: 350"))
+    assert loop.policy_file_changed()
+    loop._reload_guarded("changed")
+    assert loop.ctx.policy.max_usd_per_hour == 350
+
+
+def test_cli_daemon_takes_up_a_changed_policy_file_with_policy_check_seconds(tmp_path):
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    policy_file = tmp_path / "policies" / "example.yaml"
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
+                             "--metrics-addr", "127.0.0.1:0", "--policy-check-seconds", "1"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        port = int(first.rsplit(":", 1)[1].split("/")[0])
+        edited = EXAMPLE.replace("max_usd_per_hour: 400", "max_usd_per_hour: 300")
+        policy_file.write_text(edited)
+
+        def running() -> list[str]:
+            return [s.labels["sha256"] for s in scrape(port).get("fleetctl_policy_info", []) if s.value == 1]
+
+        assert wait_for(lambda: running() == [hashlib.sha256(edited.encode()).hexdigest()], timeout=60), first
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, err
+    assert "the policy file policies/example.yaml changed: reading the policy file again" in err, err
