@@ -7,12 +7,11 @@ import logging
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 
 from fleetctl.logs import JsonFormatter, TextFormatter
 from tests.controller.test_daemon import REPO, wait_for
+from tests.processes import daemon_run
 
 
 def _record(message: str, *args, exc_info=None, **extra) -> logging.LogRecord:
@@ -55,27 +54,10 @@ def test_cli_daemon_logs_json_lines(tmp_path):
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
     env["FLEETCTL_LOG_FORMAT"] = "json"
-    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
-                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        proc.stdout.readline()  # serving: the first tick runs now
-        db = tmp_path / ".fleetctl" / "state.db"
-        assert wait_for(db.exists)
-        import sqlite3
-
-        def ticked() -> bool:
-            with sqlite3.connect(db) as conn:
-                return conn.execute("select count(*) from events where kind = 'offers_observed'").fetchone()[0] > 0
-
-        assert wait_for(ticked, timeout=60)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 0, err
-    entries = [json.loads(line) for line in err.splitlines()]  # every line is one JSON object
-    assert any(e["logger"] == "fleetctl.daemon" and re.match(r"tick 1: ", e["message"]) for e in entries), err
+    with daemon_run(tmp_path, "--interval", "30", "--retain-days", "0", env=env) as run:
+        # the first tick runs at start and logs its line when it ends
+        assert wait_for(lambda: '"tick 1: ' in run.err, timeout=60), run.err
+        assert run.stop() == 0, run.err
+    entries = [json.loads(line) for line in run.err.splitlines()]  # every line is one JSON object
+    assert any(e["logger"] == "fleetctl.daemon" and re.match(r"tick 1: ", e["message"]) for e in entries), run.err
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["time"]) for e in entries)

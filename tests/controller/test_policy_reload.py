@@ -9,8 +9,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from fleetctl.model import JobState, Market
 from fleetctl.policy import load_policy, read_policy_file
 from tests.builders import job, offer
 from tests.controller.test_daemon import REPO, scrape, wait_for
+from tests.processes import daemon_run
 
 EXAMPLE = (REPO / "policies" / "example.yaml").read_text()
 WITHOUT_A100_80 = EXAMPLE.replace("  - A100-80GB\n", "", 1)  # the world's only GPU model, no longer allowed
@@ -117,38 +116,27 @@ def test_cli_daemon_reloads_its_policy_on_sighup(tmp_path):
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
     policy_file = tmp_path / "policies" / "example.yaml"
-    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
-                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        first = proc.stdout.readline()  # "fleetctl daemon: reconcile every 30 s, metrics on http://HOST:PORT/metrics"
-        port = int(first.rsplit(":", 1)[1].split("/")[0])
-
+    with daemon_run(tmp_path, "--interval", "30", "--retain-days", "0", env=env) as run:
         def info() -> list[str]:
-            return [s.labels["sha256"] for s in scrape(port).get("fleetctl_policy_info", []) if s.value == 1]
+            return [s.labels["sha256"] for s in scrape(run.port).get("fleetctl_policy_info", []) if s.value == 1]
 
         def reloads(outcome: str) -> float:
-            return sum(s.value for s in scrape(port).get("fleetctl_policy_reloads", [])
+            return sum(s.value for s in scrape(run.port).get("fleetctl_policy_reloads", [])
                        if s.name.endswith("_total") and s.labels["outcome"] == outcome)
 
         assert info() == [hashlib.sha256(EXAMPLE.encode()).hexdigest()]
         edited = EXAMPLE.replace("max_usd_per_hour: 400", "max_usd_per_hour: 300")
         policy_file.write_text(edited)
-        proc.send_signal(signal.SIGHUP)
-        assert wait_for(lambda: reloads("applied") == 1), first
+        run.signal(signal.SIGHUP)
+        assert wait_for(lambda: reloads("applied") == 1), run.err
         assert info() == [hashlib.sha256(edited.encode()).hexdigest()]
 
         policy_file.write_text(edited.replace("max_gpus: 96", "max_gpus: -1"))
-        proc.send_signal(signal.SIGHUP)
-        assert wait_for(lambda: reloads("invalid") == 1)
+        run.signal(signal.SIGHUP)
+        assert wait_for(lambda: reloads("invalid") == 1), run.err
         assert info() == [hashlib.sha256(edited.encode()).hexdigest()]  # still the last valid one
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 0, err
+        assert run.stop() == 0, run.err
+    err = run.err
     assert "policy reloaded from policies/example.yaml (sha256 " in err and "1 setting changed" in err, err
     line = next(n for n in EXAMPLE.splitlines() if "max_usd_per_hour:" in n)
     at = EXAMPLE.splitlines().index(line) + 1
@@ -189,24 +177,14 @@ def test_cli_daemon_takes_up_a_changed_policy_file_with_policy_check_seconds(tmp
     shutil.copytree(REPO / "policies", tmp_path / "policies")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
     policy_file = tmp_path / "policies" / "example.yaml"
-    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
-                             "--metrics-addr", "127.0.0.1:0", "--policy-check-seconds", "1"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        first = proc.stdout.readline()
-        port = int(first.rsplit(":", 1)[1].split("/")[0])
+    with daemon_run(tmp_path, "--interval", "30", "--retain-days", "0", "--policy-check-seconds", "1",
+                    env=env) as run:
         edited = EXAMPLE.replace("max_usd_per_hour: 400", "max_usd_per_hour: 300")
         policy_file.write_text(edited)
 
         def running() -> list[str]:
-            return [s.labels["sha256"] for s in scrape(port).get("fleetctl_policy_info", []) if s.value == 1]
+            return [s.labels["sha256"] for s in scrape(run.port).get("fleetctl_policy_info", []) if s.value == 1]
 
-        assert wait_for(lambda: running() == [hashlib.sha256(edited.encode()).hexdigest()], timeout=60), first
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    assert proc.returncode == 0, err
-    assert "the policy file policies/example.yaml changed: reading the policy file again" in err, err
+        assert wait_for(lambda: running() == [hashlib.sha256(edited.encode()).hexdigest()], timeout=60), run.err
+        assert run.stop() == 0, run.err
+    assert "the policy file policies/example.yaml changed: reading the policy file again" in run.err, run.err
