@@ -60,13 +60,18 @@ class JsonFormatter(logging.Formatter):
 
 def configure(log_format: str = "text", level: str = "info") -> None:
     """Send the process's log records to stderr in ``log_format`` from ``level``
-    up. As ``logging.basicConfig`` does, it leaves a process whose logging is
-    set up already (a program or test harness that runs the command inside
-    itself) as it is."""
+    up. ``debug`` is fleetctl's own: the libraries beside it (botocore, urllib3,
+    the Azure and Google clients, SQLAlchemy) stay at ``info``, since their
+    debug output is every HTTP exchange with the cloud, headers and bodies. As
+    ``logging.basicConfig`` does, it leaves a process whose logging is set up
+    already (a program or test harness that runs the command inside itself) as
+    it is."""
     root = logging.getLogger()
     if root.handlers:
         return
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root.addHandler(handler)
-    root.setLevel(level.upper())
+    wanted = logging.getLevelName(level.upper())
+    root.setLevel(max(wanted, logging.INFO))
+    logging.getLogger("fleetctl").setLevel(wanted)

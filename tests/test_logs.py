@@ -7,7 +7,10 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
+
+import pytest
 
 from fleetctl.logs import JsonFormatter, TextFormatter
 from tests.controller.test_daemon import REPO, wait_for
@@ -61,3 +64,20 @@ def test_cli_daemon_logs_json_lines(tmp_path):
     entries = [json.loads(line) for line in run.err.splitlines()]  # every line is one JSON object
     assert any(e["logger"] == "fleetctl.daemon" and re.match(r"tick 1: ", e["message"]) for e in entries), run.err
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["time"]) for e in entries)
+
+
+@pytest.mark.parametrize(("level", "shown"), [
+    ("debug", ["fleetctl.daemon DEBUG", "fleetctl.daemon INFO", "fleetctl.daemon WARNING", "botocore INFO",
+               "botocore WARNING"]),
+    ("info", ["fleetctl.daemon INFO", "fleetctl.daemon WARNING", "botocore INFO", "botocore WARNING"]),
+    ("warning", ["fleetctl.daemon WARNING", "botocore WARNING"]),
+])
+def test_log_level_debug_is_fleetctls_own_and_the_libraries_stay_at_info(level, shown):
+    """--log-level debug set the root logger: botocore then logged every request it signed, headers included."""
+    code = ("import logging; from fleetctl.logs import configure; configure('text', %r)\n"
+            "for name in ('fleetctl.daemon', 'botocore'):\n"
+            "    for lv in ('DEBUG', 'INFO', 'WARNING'):\n"
+            "        logging.getLogger(name).log(getattr(logging, lv), name + ' ' + lv)\n") % level
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    assert [line.split(": ", 1)[1] for line in run.stderr.splitlines()] == shown, run.stderr

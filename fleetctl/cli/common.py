@@ -188,7 +188,8 @@ LogFormatOption = Annotated[
 LogLevelOption = Annotated[
     LogLevel,
     typer.Option("--log-level", envvar="FLEETCTL_LOG_LEVEL", **one_of(LogLevel, case_sensitive=False),
-                 help="Least severe log records shown."),
+                 help="Least severe log records shown; debug is fleetctl's own (the cloud SDKs stay at info: their "
+                 "debug is every HTTP exchange)."),
 ]
 SeedOption = Annotated[
     int,
