@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 WAIT_BUCKETS_SECONDS = (30, 60, 180, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400, 259200)
 TICK_BUCKETS_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: The outcomes of a policy reload (``Daemon.reload_policy``), each a series of ``fleetctl_policy_reloads_total``.
+POLICY_RELOAD_OUTCOMES = ("applied", "unchanged", "invalid", "refused", "failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +128,14 @@ class FleetMetrics:
                                    "refreshes that failed (logged with the traceback; the daemon goes on).",
                                    registry=r)
         self.policy_reloads = Counter("fleetctl_policy_reloads",
-                                      "Policy reloads asked for by SIGHUP, by outcome: applied (the daemon plans "
+                                      "Policy reloads asked for by SIGHUP or by a changed file "
+                                      "(--policy-check-seconds), by outcome: applied (the daemon plans "
                                       "with it from the next pass), unchanged (no setting changed), invalid (the "
                                       "file has errors; the old policy stays), refused (it changes what is read "
                                       "at start only; the old policy stays), failed (an error of fleetctl's, "
                                       "logged with its traceback; the old policy stays).", ["outcome"], registry=r)
+        for outcome in POLICY_RELOAD_OUTCOMES:  # each at 0 from the start: increase() misses a series born at 1
+            self.policy_reloads.labels(outcome)
         self._policy_sha256: str | None = None
         self.policy_info = Gauge("fleetctl_policy_info",
                                  "1 for the policy the daemon plans with, labelled with the SHA-256 of the "

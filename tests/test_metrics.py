@@ -68,6 +68,19 @@ def test_help_says_what_docs_metrics_md_and_the_code_do(name, says, not_says):
         assert words not in text.lower(), text
 
 
+def test_every_policy_reload_outcome_is_exported_at_0_before_the_first_reload():
+    # Prometheus' increase() cannot see a series appear at 1: the alert on a reload that did not take
+    # (docs/metrics.md, docs/operations.md) would miss the first one unless the series exists from the start.
+    samples = {s.labels["outcome"]: s.value for s in families(FleetMetrics())["fleetctl_policy_reloads"].samples
+               if s.name == "fleetctl_policy_reloads_total"}
+    assert samples == {"applied": 0, "unchanged": 0, "invalid": 0, "refused": 0, "failed": 0}
+
+
+def test_the_policy_reloads_help_names_both_ways_a_reload_is_asked_for():
+    text = families(FleetMetrics())["fleetctl_policy_reloads"].documentation
+    assert "SIGHUP" in text and "--policy-check-seconds" in text, text
+
+
 FLEET_GAUGES = ("fleetctl_nodes", "fleetctl_gpus", "fleetctl_gpu_allocation_ratio", "fleetctl_queued_jobs",
                 "fleetctl_usd_per_hour")
 
