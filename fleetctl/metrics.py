@@ -111,7 +111,9 @@ class FleetMetrics:
         self.fallbacks = Counter("fleetctl_on_demand_fallbacks", "On-demand launches for spot-eligible work: spot scarce, or the job interrupted more than the policy allows or its deadline at risk.", registry=r)
         self.lost_gpu_hours = Counter("fleetctl_lost_gpu_hours", "GPU-hours (a domain unit, like kWh) of work lost to reclaims (since the last checkpoint).", registry=r)
         self.completed = Counter("fleetctl_jobs_completed", "Jobs that finished.", registry=r)
-        self.tick_seconds = Histogram("fleetctl_tick_duration_seconds", "Duration of one reconcile tick.",
+        self.tick_seconds = Histogram("fleetctl_tick_duration_seconds",
+                                      "Duration of the reconcile ticks that succeeded (one that fails is counted "
+                                      "in fleetctl_tick_errors_total instead).",
                                       buckets=TICK_BUCKETS_SECONDS, registry=r)
         self.retrains = Counter("fleetctl_forecast_retrains",
                                 "Scheduled refits of each forecasting model (interruption, demand) by outcome: "

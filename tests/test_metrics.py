@@ -59,7 +59,9 @@ def test_every_metric_is_exported_with_the_type_and_labels_docs_metrics_md_gives
     ("fleetctl_forecast_last_retrain_timestamp_seconds", ("0 until one does",), ("absent",)),
     ("fleetctl_tick_errors", ("reconcile ticks", "notice passes", "price refreshes", "retrains", "prunes", "gauge refreshes"), ()),
     ("fleetctl_migrations", ("consolidation", "spot again after on-demand"), ()),
-], ids=["last-retrain-is-0-not-absent", "tick-errors-names-every-pass", "migrations-both-reasons"])
+    ("fleetctl_tick_duration_seconds", ("ticks that succeeded",), ()),
+], ids=["last-retrain-is-0-not-absent", "tick-errors-names-every-pass", "migrations-both-reasons",
+        "tick-duration-of-successes-only"])
 def test_help_says_what_docs_metrics_md_and_the_code_do(name, says, not_says):
     text = families(FleetMetrics())[name].documentation
     for words in says:
