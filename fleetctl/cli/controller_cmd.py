@@ -239,6 +239,10 @@ def daemon(
     fleetctl_policy_info). A cron `reconcile --once` reads the policy on every run. SIGTERM or
     Ctrl-C stops it after the current tick; a forecast retrain under way (--retrain-hours) first finishes the model it is refitting
     (minutes on a long history; a fit cannot be cut short), and the next model is not started."""
+    # A SIGHUP while the daemon starts (the store's migrations can take a while) is kept for the loop, not
+    # left to end the process as the default does (systemd counts that end as clean and would not restart it).
+    hangups: list[int] = []
+    signal.signal(signal.SIGHUP, lambda signum, _frame: hangups.append(signum))
     from functools import partial
 
     from fleetctl.controller.health import LoopHealth, default_max_failing_seconds, default_max_inactivity_seconds
@@ -311,6 +315,8 @@ def daemon(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGHUP, _reload)
+    if hangups:  # sent while it started: the file may have changed since it was read
+        loop.request_reload()
     bound_host, bound_port = server.server_address[:2]  # the real port of --metrics-addr HOST:0
     metrics_url = f"http://{host_port(bound_host, bound_port)}/metrics"
     console.print(f"fleetctl daemon: reconcile every {interval:g} s, metrics on {metrics_url} (probes /healthz, "

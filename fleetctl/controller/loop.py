@@ -412,7 +412,10 @@ class Daemon:
         except OSError as exc:
             digest = f"unreadable: {exc.strerror or exc}"
         self._seen_digest = digest
-        return digest not in (self.policy_file.sha256, self._refused_digest)
+        if digest == self.policy_file.sha256:
+            self._refused_digest = None  # back at the version running: a refused one is news again
+            return False
+        return digest != self._refused_digest
 
     def _reload_guarded(self, why: str) -> None:
         """``reload_policy`` at the loop's boundary: an error of fleetctl's is

@@ -9,6 +9,9 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
+import sys
+import threading
 from functools import partial
 from pathlib import Path
 
@@ -172,6 +175,16 @@ def test_a_changed_file_is_read_again_and_a_refused_version_only_once(world_fact
     loop._reload_guarded("changed")
     assert loop.ctx.policy.max_usd_per_hour == 350
 
+    # a version refused, the running one put back, then the refused one again: reported again
+    running = path.read_text()
+    path.write_text(broken)
+    assert loop.policy_file_changed()
+    loop._reload_guarded("changed")
+    path.write_text(running)
+    assert not loop.policy_file_changed()
+    path.write_text(broken)
+    assert loop.policy_file_changed()
+
 
 def test_cli_daemon_takes_up_a_changed_policy_file_with_policy_check_seconds(tmp_path):
     shutil.copytree(REPO / "policies", tmp_path / "policies")
@@ -188,3 +201,48 @@ def test_cli_daemon_takes_up_a_changed_policy_file_with_policy_check_seconds(tmp
         assert wait_for(lambda: running() == [hashlib.sha256(edited.encode()).hexdigest()], timeout=60), run.err
         assert run.stop() == 0, run.err
     assert "the policy file policies/example.yaml changed: reading the policy file again" in run.err, run.err
+
+
+def test_cli_daemon_keeps_a_sighup_sent_while_it_starts(tmp_path):
+    """A SIGHUP before the loop ran ended the daemon (the default action), which systemd counts as clean."""
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    # A store whose opening waits: another connection holds SQLite's write lock for a few seconds, so the
+    # daemon is still starting (migrating the store) when the signal comes.
+    import sqlite3
+
+    (tmp_path / ".fleetctl").mkdir()
+    db = sqlite3.connect(tmp_path / ".fleetctl" / "state.db", isolation_level=None)
+    db.execute("BEGIN EXCLUSIVE")
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
+                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logged: list[str] = []
+    reader = threading.Thread(target=lambda: logged.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        # signal it once it has reached the store, while the lock holds it there
+        assert wait_for(lambda: _opened(proc.pid, tmp_path / ".fleetctl" / "state.db"), timeout=60)
+        proc.send_signal(signal.SIGHUP)
+        db.execute("COMMIT")
+        first = proc.stdout.readline()
+        assert "metrics on" in first, (first, proc.poll(), "".join(logged))
+        assert wait_for(lambda: "SIGHUP: reading the policy file again" in "".join(logged)), "".join(logged)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, "".join(logged)
+    finally:
+        db.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        reader.join(timeout=30)
+    assert "policy reload: policies/example.yaml has no setting changed" in "".join(logged)
+
+
+def _opened(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (it reached the store)."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.path.realpath(fd) == str(path.resolve()) for fd in fds.iterdir())
+    except OSError:
+        return False
