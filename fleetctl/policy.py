@@ -683,6 +683,14 @@ def load_policy(path: str | os.PathLike[str]) -> model.Policy:
     return policy_from_document(read_document(path))
 
 
+#: Policy sections a running daemon cannot take up on a reload (SIGHUP,
+#: ``--policy-check-seconds``): the cloud adapters of ``--cloud`` are built
+#: from them at start (regions, subnets, images, which clouds), so a reload that
+#: changes them is refused whole until the daemon restarts
+#: (``fleetctl.controller.loop``); ``fleetctl policy diff`` says so of a change.
+READ_AT_START = ("infrastructure", "providers")
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyFile:
     """One version of a policy file as read: what the planner reads

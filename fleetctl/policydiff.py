@@ -51,7 +51,7 @@ from pydantic import BaseModel
 from fleetctl.codec import unplaced_to_dict
 from fleetctl.model import Job, Market, Offer, Unplaced
 from fleetctl.planner import plan, policy_allows
-from fleetctl.policy import PolicySpec, to_core
+from fleetctl.policy import READ_AT_START, PolicySpec, to_core
 from fleetctl.render import counted
 from fleetctl.yamlerrors import Document, FieldPath, Position, format_path
 
@@ -202,6 +202,13 @@ class PolicyDiff:
     def changed(self) -> bool:
         """The two policies differ (a market change implies a setting change, not the reverse)."""
         return bool(self.settings or self.market)
+
+    @property
+    def restart_sections(self) -> tuple[str, ...]:
+        """The changed sections a running daemon reads at start only (``READ_AT_START``): it refuses
+        this policy on a reload, and takes it up when restarted."""
+        changed = {c.path[0] for c in self.settings}
+        return tuple(name for name in READ_AT_START if name in changed)
 
 
 # --------------------------------------------------------------------------- comparing
@@ -377,6 +384,11 @@ def render_text(diff: PolicyDiff) -> str:
         out.append("Settings:")
         out.extend(setting_lines(diff.settings, diff.new_file))
         out.append("")
+    if diff.restart_sections:
+        out.append(f"Restart needed: a running daemon reads {' and '.join(diff.restart_sections)} at start only, so "
+                   "it refuses this policy on a reload (SIGHUP, --policy-check-seconds) and keeps the old one; "
+                   "restart it to take the new policy up.")
+        out.append("")
     if diff.market:
         out.append(f"Market effect on the shipped catalog: offers admitted {diff.old_admitted} -> {diff.new_admitted}")
         out.extend(_market_line(c) for c in diff.market)
@@ -439,6 +451,8 @@ def diff_to_document(diff: PolicyDiff) -> dict[str, Any]:
         "new": diff.new_file,
         "changed": diff.changed,
         "summary": summary_line(diff),
+        "restart_required": bool(diff.restart_sections),
+        "restart_sections": list(diff.restart_sections),
         "settings": settings,
         "market": {"catalog_offers": diff.catalog_offers, "old_admitted": diff.old_admitted,
                    "new_admitted": diff.new_admitted, "changes": market},

@@ -62,7 +62,7 @@ from fleetctl.controller.reconcile import handle_interruptions, tick
 from fleetctl.controller.runtime import Runtime
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Policy
-from fleetctl.policy import PolicyFile
+from fleetctl.policy import READ_AT_START, PolicyFile
 from fleetctl.policydiff import setting_changes, setting_lines
 from fleetctl.render import PRUNED, PRUNED_FINISHED, deleted_text
 from fleetctl.store import Store
@@ -86,12 +86,6 @@ class LoopContext:
         """How far back a pass reads reclaims: the planner avoids an offer for reclaimed_offer_ttl_minutes."""
         return timedelta(minutes=self.policy.reclaimed_offer_ttl_minutes)
 
-
-#: Policy sections a running daemon cannot take up: the cloud adapters are
-#: built from them at start (``--cloud``: regions, subnets, images, which
-#: clouds), so a reload that changes them is refused whole, nothing of it
-#: applied, until the daemon is restarted.
-READ_AT_START = ("infrastructure", "providers")
 
 #: Reads the policy file again (``fleetctl.policy.read_policy_file``); raises ``SpecError``.
 PolicyReader = Callable[[], PolicyFile]

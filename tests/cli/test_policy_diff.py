@@ -46,9 +46,11 @@ def test_json_shape(tmp_path):
     result = runner.invoke(app, ["policy", "diff", "--format", "json", str(EXAMPLE), str(new)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert list(doc) == ["format_version", "old", "new", "changed", "summary", "settings", "market", "queue"]
+    assert list(doc) == ["format_version", "old", "new", "changed", "summary", "restart_required",
+                         "restart_sections", "settings", "market", "queue"]
     assert doc["format_version"] == 1 and doc["old"] == str(EXAMPLE) and doc["new"] == str(new)
     assert doc["changed"] is True
+    assert doc["restart_required"] is False and doc["restart_sections"] == []
     assert doc["settings"] == [
         {"action": "remove", "path": "gpu_models[T4]", "old": "T4", "written": False,
          "file": str(new), "line": line_of(new, "gpu_models:"), "column": 1},
@@ -158,3 +160,16 @@ def test_a_missing_file_and_a_bad_option_exit_2(tmp_path):
     assert result.exit_code == 2 and f"{missing}:1:1: (root): cannot read the file" in result.output
     result = runner.invoke(app, ["policy", "diff", "--format", "yaml", str(EXAMPLE), str(EXAMPLE)])
     assert result.exit_code == 2, result.output
+
+
+def test_a_change_a_running_daemon_cannot_take_up_says_it_needs_a_restart(tmp_path):
+    """The daemon refuses a reload that changes infrastructure or providers; the diff a reviewer reads says so."""
+    new = tmp_path / "new.yaml"
+    new.write_text(EXAMPLE.read_text().replace("cluster: ml-platform", "cluster: ml-platform-2", 1))
+    shown = runner.invoke(app, ["policy", "diff", str(EXAMPLE), str(new)])
+    assert shown.exit_code == 0, shown.output
+    assert "Restart needed: a running daemon reads infrastructure at start only" in " ".join(shown.output.split())
+    doc = json.loads(runner.invoke(app, ["policy", "diff", "--format", "json", str(EXAMPLE), str(new)]).output)
+    assert doc["restart_required"] is True and doc["restart_sections"] == ["infrastructure"]
+    budget_only = without_t4(tmp_path)
+    assert "Restart needed" not in runner.invoke(app, ["policy", "diff", str(EXAMPLE), str(budget_only)]).output
