@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -9,7 +10,8 @@ import typer
 from fleetctl.cli.common import CloudOption, PolicyOption, SeedOption, StateOption, fail
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption
 from fleetctl.cli.plan_apply import _compute
-from fleetctl.model import Bind, JobState, Launch, Migrate, Preempt
+from fleetctl.codec import dt_to_str
+from fleetctl.model import Bind, Job, JobState, Launch, Migrate, Preempt
 
 
 def explain(
@@ -23,15 +25,20 @@ def explain(
 ) -> None:
     """Explain one job: the planner's decision for it with its reason, and the
     alternatives it considered (offers with their risk-adjusted cost, rules that
-    ruled some out). Changes nothing."""
+    ruled some out). A finished job that `fleetctl prune --finished-older-than-days`
+    deleted reads as such, with its final state and when it finished. Changes nothing."""
     _pol, _path, store, _provider, _now, obs, result = _compute(policy, state, seed, cloud, forecast_dir=forecast_dir,
                                                                 allow_version_mismatch=allow_version_mismatch,
                                                                 must_exist=True)
     try:
         known = {j.job_id: j for j in store.jobs()}
+        pruned = store.pruned_jobs([job_id]) if job_id not in known else {}
     finally:
         store.close()
     job = known.get(job_id)
+    if job_id in pruned:
+        _explain_pruned(*pruned[job_id])
+        return
     if job is None:
         fail(f"no job {job_id!r} in the store; `fleetctl jobs list --all` shows the jobs", 2)
     print(f"job {job.job_id}: {job.state.value}, team {job.team}, priority {job.priority}, "
@@ -43,8 +50,7 @@ def explain(
         print(f"  reclaimed {job.interruptions} time(s) ({job.work_lost_interruptions} cost it work); "
               f"{job.checkpointed_work_hours:.2f} h of {job.duration_hours:.2f} h kept by checkpoints{avoid}")
     if not job.state.active:
-        ended = {JobState.SUCCEEDED: "has succeeded", JobState.FAILED: "has failed"}.get(job.state, "is cancelled")
-        print(f"  nothing to plan: the job {ended}; the planner only places queued, bound and running jobs")
+        _nothing_to_plan(job)
         return
     decided = False
     for action in result.actions:
@@ -75,3 +81,18 @@ def explain(
         print("  considered:")
         for line in explanation.considered:
             print(f"    - {line}")
+
+
+def _explain_pruned(job: Job, finished: datetime) -> None:
+    """A job that `fleetctl prune --finished-older-than-days` deleted: what its tombstone keeps
+    (``Store.pruned_jobs``: the spec, final state and when it finished; not its nodes or reclaims)."""
+    print(f"job {job.job_id}: {job.state.value}, pruned, team {job.team}, priority {job.priority}, "
+          f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
+    print(f"  finished {dt_to_str(finished)}; deleted since by `fleetctl prune --finished-older-than-days`, "
+          "which keeps its id, final state and spec (not its nodes or reclaims)")
+    _nothing_to_plan(job)
+
+
+def _nothing_to_plan(job: Job) -> None:
+    ended = {JobState.SUCCEEDED: "has succeeded", JobState.FAILED: "has failed"}.get(job.state, "is cancelled")
+    print(f"  nothing to plan: the job {ended}; the planner only places queued, bound and running jobs")

@@ -250,7 +250,9 @@ def cancel(
     """Cancel jobs. A queued job is cancelled at once; a bound or running one at the next
     reconcile tick (`fleetctl reconcile --once`, or the daemon's next pass), which stops it
     and leaves its nodes idle for the policy's idle timeout. Finished jobs are left as they
-    are. An unknown id is an error (exit code 2) and nothing is cancelled."""
+    are, and so are those `fleetctl prune --finished-older-than-days` deleted (the output
+    gives their final state and when they finished). An unknown id is an error (exit code 2)
+    and nothing is cancelled."""
     from fleetctl.store import StoreError
 
     store = open_store(state, must_exist=True)

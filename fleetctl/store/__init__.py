@@ -476,6 +476,15 @@ class Store:
                 rows += _rows_with(conn, sa.select(t.c.job_id, t.c.state), t.c.job_id, ids)
         return {r.job_id: JobState(r.state) for r in rows}
 
+    def pruned_jobs(self, job_ids: Iterable[str]) -> dict[str, tuple[Job, datetime]]:
+        """Each of ``job_ids`` that ``prune_finished`` deleted: the job its
+        tombstone keeps (``_tombstone_job``: its spec and final state; no
+        nodes, no runtime counters) and when it finished (its last write)."""
+        t = tables.job_tombstones
+        with self._tx() as conn:
+            rows = _rows_with(conn, sa.select(t), t.c.job_id, list(job_ids))
+        return {r.job_id: (_tombstone_job(r), str_to_dt(r.finished_at_utc)) for r in rows}
+
     def jobs(self, *, active_only: bool = False, job_ids: Iterable[str] | None = None,
              on_node: str | None = None) -> tuple[Job, ...]:
         """Every job (``job_ids``: those of them in the store; ``on_node``:
@@ -524,7 +533,9 @@ class Store:
         ids (nothing recorded). A queued job is cancelled at once; a bound or
         running one by the next reconcile tick (``pending_cancellations``),
         which stops it first. Returns each job's outcome: ``cancelled``,
-        ``requested`` or ``already <state>`` (finished jobs are left alone)."""
+        ``requested`` or ``already <state>`` (finished jobs are left alone;
+        one that ``prune_finished`` deleted is finished too, and reads
+        ``already <state> (finished <when>, pruned)`` from its tombstone)."""
         ids = list(dict.fromkeys(job_ids))
         outcome: dict[str, str] = {}
         with self.transaction(), self._tx() as conn:
@@ -533,11 +544,21 @@ class Store:
             found = {r.job_id: r for r in conn.execute(
                 sa.select(tables.jobs.c.job_id, tables.jobs.c.spec).where(tables.jobs.c.job_id.in_(ids))
                 .with_for_update()).all()}
-            unknown = [i for i in ids if i not in found]
+            # Read after the jobs, as add_jobs does: a prune committing in between wrote the tombstone of a
+            # job read as absent above.
+            tomb = tables.job_tombstones
+            pruned = {r.job_id: r for r in _rows_with(
+                conn, sa.select(tomb.c.job_id, tomb.c.state, tomb.c.finished_at_utc), tomb.c.job_id,
+                [i for i in ids if i not in found])}
+            unknown = [i for i in ids if i not in found and i not in pruned]
             if unknown:
                 raise StoreError(f"no such job: {', '.join(unknown)}; nothing was cancelled")
             t = tables.job_cancellations
             for job_id in ids:
+                gone = pruned.get(job_id)
+                if gone is not None:
+                    outcome[job_id] = f"already {gone.state} (finished {gone.finished_at_utc}, pruned)"
+                    continue
                 job = _row(job_from_dict, found[job_id].spec, f"job {job_id!r}")
                 if not job.state.active:
                     outcome[job_id] = f"already {job.state.value}"

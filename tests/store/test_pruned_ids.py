@@ -78,3 +78,45 @@ def test_a_job_resubmitted_after_prune_deleted_it_is_a_no_op_and_a_changed_one_i
         assert store.jobs() == ()
     finally:
         store.close()
+
+
+def test_explain_and_cancel_name_a_pruned_job_as_finished_and_pruned(tmp_path, url):
+    """`explain` and `jobs cancel` read a pruned job's tombstone: the job
+    finished (its final state, when) and was pruned, as a finished job still
+    stored is (exit 0, left as it is); an id never stored stays unknown (exit 2)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    env["COLUMNS"] = "200"
+
+    def fleetctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fleetctl", *args, "--state", url],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    policy = str(REPO / "policies" / "example.yaml")
+    then = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    spec = tmp_path / "nightly.yaml"
+    spec.write_text(JOB.format(deadline="2024-03-02T00:00:00Z"))
+    store = Store(url)
+    try:
+        assert store.add_jobs(load_jobs(spec, submitted_at_utc=then), then) == (1, 0)
+        (submitted,) = store.jobs()
+        store.put_job(replace(submitted, state=JobState.FAILED), then + timedelta(hours=3))
+        assert store.prune_finished(then + timedelta(days=30))["jobs"] == 1
+    finally:
+        store.close()
+
+    explained = fleetctl("explain", "nightly-eval", "--policy", policy)
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout == (
+        "job nightly-eval: failed, pruned, team ml-research, priority batch, 1 x 1 GPU (any model)\n"
+        "  finished 2024-03-01T03:00:00Z; deleted since by `fleetctl prune --finished-older-than-days`, which keeps "
+        "its id, final state and spec (not its nodes or reclaims)\n"
+        "  nothing to plan: the job has failed; the planner only places queued, bound and running jobs\n")
+    unknown = fleetctl("explain", "nightly-evil", "--policy", policy)
+    assert unknown.returncode == 2 and "no job 'nightly-evil' in the store" in unknown.stderr, unknown.stderr
+
+    refused = fleetctl("jobs", "cancel", "nightly-eval", "nightly-evil")
+    assert refused.returncode == 2, refused.stderr
+    assert "no such job: nightly-evil; nothing was cancelled" in refused.stderr, refused.stderr
+    cancelled = fleetctl("jobs", "cancel", "nightly-eval")
+    assert (cancelled.returncode, cancelled.stderr) == (0, ""), cancelled.stderr
+    assert cancelled.stdout == "nightly-eval: already failed (finished 2024-03-01T03:00:00Z, pruned), left as it is\n"

@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from fleetctl.model import JOB_RUNTIME_FIELDS, Job, JobState, NodeState
-from fleetctl.store import ConcurrentApply, DuplicateJob, Store
+from fleetctl.store import ConcurrentApply, DuplicateJob, Store, StoreError
 from tests.builders import T0, job, node
 from tests.store.migrate import downgrade
 
@@ -558,6 +558,36 @@ def test_a_pruned_job_id_is_never_reused(store):
     )
     assert _left(store)[0] == {"queued"} and len(_tombstones(store)) == 2  # "new" did not land either
     assert store.prune_finished(cut)["jobs"] == 0 and len(_tombstones(store)) == 2
+
+
+def test_a_pruned_job_reads_back_from_its_tombstone_and_cancels_as_finished(store):
+    """``pruned_jobs`` gives each pruned job's spec, final state and when it
+    finished; ``request_cancel`` leaves a pruned job alone as it does a finished
+    one still stored (saying it was pruned), and an id never stored is still
+    unknown, with nothing recorded."""
+    done = replace(job("done", gpus=2, models=("A100-80GB",)), deadline_utc=T0 + timedelta(days=1))
+    assert store.add_jobs([done, job("dropped"), job("queued")], T0) == (3, 0)
+    store.put_job(replace(done, state=JobState.SUCCEEDED, node_ids=("n1",), interruptions=1), T0 + timedelta(hours=5))
+    store.put_job(replace(job("dropped"), state=JobState.CANCELLED), T0 + timedelta(hours=1))
+    assert store.prune_finished(T0 + timedelta(days=30))["jobs"] == 2
+
+    pruned = store.pruned_jobs(["done", "dropped", "queued", "new"])
+    assert set(pruned) == {"done", "dropped"}
+    kept, finished = pruned["done"]
+    assert (kept.state, kept.gpus_per_worker, kept.gpu_models, kept.deadline_utc, kept.node_ids, kept.interruptions) \
+        == (JobState.SUCCEEDED, 2, ("A100-80GB",), T0 + timedelta(days=1), (), 0)
+    assert finished == T0 + timedelta(hours=5)
+    assert (pruned["dropped"][0].state, pruned["dropped"][1]) == (JobState.CANCELLED, T0 + timedelta(hours=1))
+    assert store.pruned_jobs([]) == {}
+
+    later = T0 + timedelta(days=31)
+    with pytest.raises(StoreError, match="no such job: new; nothing was cancelled"):
+        store.request_cancel(["queued", "done", "new"], later)
+    assert store.job_states(["queued"]) == {"queued": JobState.QUEUED} and store.pending_cancellations() == ()
+    assert store.request_cancel(["done", "queued", "dropped"], later) == {
+        "done": "already succeeded (finished 2026-11-02T14:00:00Z, pruned)", "queued": "cancelled",
+        "dropped": "already cancelled (finished 2026-11-02T10:00:00Z, pruned)"}
+    assert _left(store)[0] == {"queued"} and _left(store)[3] == {"queued"}  # no cancel request for a pruned job
 
 
 @pytest.mark.parametrize("spec", [
