@@ -24,10 +24,11 @@ new offers within a spread premium, treats failed offers as a preference and
 moves deadline-threatened jobs to on-demand; even with every knob at its
 neutral value it is not the price-first behaviour of the peers. The greedy
 below is what the peers do, nothing less: both baselines still keep the
-policy's hard limits (allow-lists, spot eligibility of the job and its class,
-``max_gpus``, ``max_usd_per_hour``), as a user would configure them
-(Karpenter NodePool limits, SkyPilot resource filters), and both bind to free
-room on held nodes before buying (spot-greedy only: single-worker jobs).
+policy's hard limits (allow-lists, read as the planner reads them:
+``policy_allows``; spot eligibility of the job and its class, ``max_gpus``,
+``max_usd_per_hour``), as a user would configure them (Karpenter NodePool
+limits, SkyPilot resource filters), and both bind to free room on held nodes
+before buying (spot-greedy only: single-worker jobs).
 
 Contract of every planner here: pure and deterministic (inputs are sorted on
 stable keys), returns a :class:`fleetctl.model.Plan` whose actions the
@@ -58,7 +59,7 @@ from fleetctl.model import (
     Terminate,
     Unplaced,
 )
-from fleetctl.planner import plan as fleetctl_plan
+from fleetctl.planner import plan as fleetctl_plan, policy_allows
 
 Planner = Callable[..., Plan]
 _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
@@ -114,13 +115,6 @@ class _Room:
     new: bool
 
 
-def _allowed_offer(offer: Offer, policy: Policy) -> bool:
-    it = offer.instance_type
-    return ((not policy.providers or offer.provider in policy.providers)
-            and (not policy.regions or offer.region in policy.regions)
-            and (it.gpu_model is None or not policy.gpu_models or it.gpu_model in policy.gpu_models))
-
-
 def _fits_worker(job: Job, offer: Offer) -> int:
     """How many workers of ``job`` one node of ``offer`` holds (0: none)."""
     it = offer.instance_type
@@ -144,7 +138,7 @@ class _Greedy:
         self.failover = failover
         self.fleet = sorted(fleet, key=lambda n: n.node_id)
         self.jobs = sorted(queue, key=lambda j: j.job_id)
-        self.offers = sorted((o for o in offers if _allowed_offer(o, policy)), key=lambda o: (o.usd_per_hour, o.key))
+        self.offers = sorted((o for o in offers if policy_allows(policy, o)), key=lambda o: (o.usd_per_hour, o.key))
         self.all_offer_keys = {o.key for o in offers}
 
     def _spot_ok(self, job: Job) -> bool:
