@@ -105,7 +105,7 @@ def test_the_sdist_holds_the_packages_and_no_tests(dist):
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     tops = {name.split("/", 1)[0] for name in names}
     assert tops == {*PACKAGES, "fleetctl.egg-info", "PKG-INFO", "README.md", "pyproject.toml", "setup.cfg",
-                    "MANIFEST.in"}
+                    "MANIFEST.in", "LICENSE"}
 
 
 def test_the_license_is_an_spdx_expression(dist):
@@ -113,7 +113,10 @@ def test_the_license_is_an_spdx_expression(dist):
     building such projects after 2027-02-18."""
     with zipfile.ZipFile(dist[1]) as whl:
         metadata = whl.read("fleetctl-0.1.0.dist-info/METADATA").decode()
+        licence = whl.read("fleetctl-0.1.0.dist-info/licenses/LICENSE").decode()
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
+    assert "\nLicense-File: LICENSE\n" in metadata
+    assert "Apache License" in licence and "Version 2.0, January 2004" in licence  # the text it declares
 
 
 # =========================================================================== installed
