@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
 
@@ -36,19 +36,30 @@ def init(
 
     output = output_file_or_exit("-o", output_text, "policy.yaml")
     text = resources.files("fleetctl").joinpath(EXAMPLE_POLICY).read_text(encoding="utf-8")
+    _write_output(output, text, what="the example policy", written_what="the policy",
+                  refusal=lambda: "exists" if output.exists() or output.is_symlink() else None,
+                  done=f"wrote {output}; edit it, then check it with: fleetctl policy validate {output}")
+
+
+def _write_output(output: Path, text: str, *, what: str, written_what: str, refusal: Callable[[], str | None],
+                  done: str) -> None:
+    """``-o``'s end for `policy init` and `policy schema`: stdout for '-'; else refused (exit 2, nothing
+    written) when ``refusal()`` says why the existing file must stay, else written atomically (missing
+    parent directories created) and ``done`` said."""
     if str(output) == "-":
         print(text, end="")
         return
-    if output.exists() or output.is_symlink():
-        fail(f"-o {output}: exists; writing the example policy would replace it. Give another output file, or "
+    why = refusal()
+    if why is not None:
+        fail(f"-o {output}: {why}; writing {what} would replace it. Give another output file, or "
              "remove this one first; nothing was written", 2)
     from fleetctl.files import write_text_atomic
 
     try:
-        write_text_atomic(output, text)  # creates missing parent directories
+        write_text_atomic(output, text)
     except OSError as exc:
-        fail(f"-o {output}: cannot write the policy: {exc.strerror or exc}", 2)
-    console.print(f"wrote {output}; edit it, then check it with: fleetctl policy validate {output}", markup=False)
+        fail(f"-o {output}: cannot write {written_what}: {exc.strerror or exc}", 2)
+    console.print(done, markup=False)
 
 
 @app.command()
@@ -138,17 +149,16 @@ def diff(
     2 for a bad file, each problem printed as FILE:LINE:COLUMN: field.path: message as by `policy
     validate`, or a bad option."""
     from fleetctl.jobspec import load_jobs
-    from fleetctl.policy import spec_from_document
+    from fleetctl.policy import read_policy_file
     from fleetctl.policydiff import diff_policies, diff_to_document, render_text
-    from fleetctl.yamlerrors import SpecError, read_document
+    from fleetctl.yamlerrors import SpecError
     from providers.catalog import load_catalog
 
     loaded = []
     problems = []
     for path in (old, new):
         try:
-            doc = read_document(path)
-            loaded.append((doc, spec_from_document(doc)))
+            loaded.append(read_policy_file(path))
         except SpecError as exc:
             problems.extend(exc.issues)
     now = utcnow()
@@ -162,8 +172,9 @@ def diff(
         for issue in problems:
             err_console.print(str(issue), markup=False)
         raise typer.Exit(2)
-    (old_doc, old_spec), (new_doc, new_spec) = loaded
-    result = diff_policies(old_doc=old_doc, old=old_spec, new_doc=new_doc, new=new_spec, offers=load_catalog(),
+    before, after = loaded
+    result = diff_policies(old_doc=before.document, old=before.spec, new_doc=after.document, new=after.spec,
+                           offers=load_catalog(),
                            queue=queue, queue_file=str(jobs or ""), now=now)
     if output is DiffFormat.json:
         print(json.dumps(diff_to_document(result), indent=2))
@@ -191,20 +202,12 @@ def schema(
     output = output_file_or_exit("-o", output_text, "schema.json")
     doc = policy_json_schema()
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    if str(output) == "-":
-        print(text, end="")
-        return
-    why = _not_a_schema_reason(output, doc["title"])
-    if why is not None:
-        fail(f"-o {output}: exists and {why}; writing the schema would replace it. Give another output file, or "
-             "remove this one first; nothing was written", 2)
-    from fleetctl.files import write_text_atomic
+    def refusal() -> str | None:
+        why = _not_a_schema_reason(output, doc["title"])
+        return None if why is None else f"exists and {why}"
 
-    try:
-        write_text_atomic(output, text)  # creates missing parent directories
-    except OSError as exc:
-        fail(f"-o {output}: cannot write the schema: {exc.strerror or exc}", 2)
-    console.print(f"wrote {output}", markup=False)
+    _write_output(output, text, what="the schema", written_what="the schema", refusal=refusal,
+                  done=f"wrote {output}")
 
 
 #: A policy schema is about 60 KB; a file much larger than that is something else, and is not read whole.
