@@ -541,9 +541,9 @@ class Store:
         with self.transaction(), self._tx() as conn:
             # FOR UPDATE (PostgreSQL): a tick binding one of these jobs right now commits first, and the job
             # is then read as bound (its cancel waits for the next tick) instead of overwritten as queued.
-            found = {r.job_id: r for r in conn.execute(
-                sa.select(tables.jobs.c.job_id, tables.jobs.c.spec).where(tables.jobs.c.job_id.in_(ids))
-                .with_for_update()).all()}
+            # In chunks, sorted (``_rows_with``): two cancels lock shared jobs in one order.
+            found = {r.job_id: r for r in _rows_with(
+                conn, sa.select(tables.jobs.c.job_id, tables.jobs.c.spec).with_for_update(), tables.jobs.c.job_id, ids)}
             # Read after the jobs, as add_jobs does: a prune committing in between wrote the tombstone of a
             # job read as absent above.
             tomb = tables.job_tombstones

@@ -177,6 +177,28 @@ def test_reads_by_more_ids_than_one_in_list_holds_give_every_row(store):
     assert sorted(e.node_id for e in store.interruptions(unhandled_only=False, node_ids=wanted)) == ids
 
 
+def test_cancel_by_more_ids_than_one_statement_may_bind(tmp_path):
+    """``request_cancel`` reads its jobs in chunks too: on an SQLite built with
+    the limit of 999 bound parameters (the default before SQLite 3.32),
+    cancelling 1,201 jobs at once cancels them all (one ``IN`` of 1,201 ids
+    failed with 'too many SQL variables')."""
+    import sqlite3
+
+    s = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        sa.event.listen(s._engine, "connect",
+                        lambda dbapi, _record: dbapi.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999))
+        s._engine.dispose()  # connections opened from here on have the limit
+        ids = [f"x{i:04d}" for i in range(1201)]
+        s.add_jobs([job(i, submitted=T0) for i in ids], T0)
+        assert s.request_cancel([*ids, ids[0]], T0) == {i: "cancelled" for i in ids}
+        assert {j.state for j in s.jobs()} == {JobState.CANCELLED}
+        with pytest.raises(StoreError, match="no such job: absent; nothing was cancelled"):
+            s.request_cancel([*ids, "absent"], T0)
+    finally:
+        s.close()
+
+
 def test_a_node_keeps_the_zone_its_provider_placed_it_in(store):
     """A node of a regional offer (zone "") carries the zone its provider
     reported; the store gives it back, and it is the node's placement domain."""
