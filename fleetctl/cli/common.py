@@ -474,6 +474,27 @@ def sim_launch_delay_seconds() -> float:
     return value
 
 
+def check_cloud(cloud: str, policy: Policy | None) -> list[str]:
+    """The clouds ``--cloud`` names, once checked against the policy (its
+    infrastructure section, its allowed providers); exits otherwise. No
+    adapter is built and no cloud is called."""
+    if cloud == "sim":
+        return []
+    try:
+        names = cloud_names(cloud)
+    except typer.BadParameter as exc:
+        fail(f"--cloud {exc.message}", 2)
+    if policy is None or policy.infrastructure is None:
+        fail(f"--cloud {cloud} needs the policy's infrastructure section (cluster, controller_url and the "
+             "settings of each cloud); see docs/terraform.md")
+    if policy.providers:
+        refused = [c for c in names if c not in policy.providers]
+        if refused:
+            fail(f"--cloud {cloud}: the policy does not allow {', '.join(refused)} (providers: "
+                 f"{', '.join(policy.providers)})")
+    return names
+
+
 def make_provider(store: Store, seed: int, cloud: str = "sim", policy: Policy | None = None):  # noqa: ANN201
     """The sandbox is the embedded default; ``--cloud aws,gcp,azure`` are the
     real adapters, each with throttled calls retried, several of them behind
@@ -482,19 +503,8 @@ def make_provider(store: Store, seed: int, cloud: str = "sim", policy: Policy | 
         from providers.sim import SimProvider
 
         return SimProvider(store, seed=seed, launch_delay_seconds=sim_launch_delay_seconds())
-    try:
-        names = cloud_names(cloud)
-    except typer.BadParameter as exc:
-        fail(f"--cloud {exc.message}", 2)
-    infra = policy.infrastructure if policy is not None else None
-    if infra is None:
-        fail(f"--cloud {cloud} needs the policy's infrastructure section (cluster, controller_url and the "
-             "settings of each cloud); see docs/terraform.md")
-    if policy is not None and policy.providers:
-        refused = [c for c in names if c not in policy.providers]
-        if refused:
-            fail(f"--cloud {cloud}: the policy does not allow {', '.join(refused)} (providers: "
-                 f"{', '.join(policy.providers)})")
+    names = check_cloud(cloud, policy)
+    infra = policy.infrastructure
     from fleetctl.controller.recorded import RecordedNodes
     from providers.retry import ThrottleRetry
 

@@ -7,11 +7,13 @@ from typing import Annotated
 
 import typer
 
-from fleetctl.cli.common import CloudOption, PolicyOption, SeedOption, StateOption, fail
-from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption
-from fleetctl.cli.plan_apply import _compute
+from fleetctl.cli.common import (CloudOption, PolicyOption, SeedOption, StateOption, check_cloud, fail,
+                                 load_policy_or_exit, open_store)
+from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
+from fleetctl.cli.plan_apply import _plan_now
 from fleetctl.codec import dt_to_str
 from fleetctl.model import Bind, Job, JobState, Launch, Migrate, Preempt
+from fleetctl.store import Store
 
 
 def explain(
@@ -27,28 +29,25 @@ def explain(
     alternatives it considered (offers with their risk-adjusted cost, rules that
     ruled some out). A finished job that `fleetctl prune --finished-older-than-days`
     deleted reads as such, with its final state and when it finished. Changes nothing."""
-    _pol, _path, store, _provider, _now, obs, result = _compute(policy, state, seed, cloud, forecast_dir=forecast_dir,
-                                                                allow_version_mismatch=allow_version_mismatch,
-                                                                must_exist=True)
+    pol, _path = load_policy_or_exit(policy)
+    check_cloud(cloud, pol)
+    forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
+    store = open_store(state, must_exist=True)
     try:
-        known = {j.job_id: j for j in store.jobs()}
-        pruned = store.pruned_jobs([job_id]) if job_id not in known else {}
+        # The job alone first: an unknown, pruned or finished one needs no plan (with --cloud, no cloud calls).
+        stored = _stored(store, job_id)
+        if isinstance(stored, Job) and stored.state.active:
+            _provider, _now, _obs, result = _plan_now(pol, store, forecaster, seed, cloud, None)
+            stored = _stored(store, job_id)  # as planned: it may have finished since the first read
     finally:
         store.close()
-    job = known.get(job_id)
-    if job_id in pruned:
-        _explain_pruned(*pruned[job_id])
-        return
-    if job is None:
+    if stored is None:
         fail(f"no job {job_id!r} in the store; `fleetctl jobs list --all` shows the jobs", 2)
-    print(f"job {job.job_id}: {job.state.value}, team {job.team}, priority {job.priority}, "
-          f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
-    if job.node_ids:
-        print(f"  {'now on' if job.state.active else 'ran on'}: {', '.join(job.node_ids)}")
-    if job.interruptions:
-        avoid = f"; avoids {', '.join(job.avoid_offer_keys)}" if job.avoid_offer_keys else ""
-        print(f"  reclaimed {job.interruptions} time(s) ({job.work_lost_interruptions} cost it work); "
-              f"{job.checkpointed_work_hours:.2f} h of {job.duration_hours:.2f} h kept by checkpoints{avoid}")
+    if isinstance(stored, tuple):
+        _explain_pruned(*stored)
+        return
+    job = stored
+    _describe(job)
     if not job.state.active:
         _nothing_to_plan(job)
         return
@@ -81,6 +80,26 @@ def explain(
         print("  considered:")
         for line in explanation.considered:
             print(f"    - {line}")
+
+
+def _stored(store: Store, job_id: str) -> Job | tuple[Job, datetime] | None:
+    """The stored job, a pruned one's tombstone (the job and when it
+    finished), or None for an id the store never had."""
+    found = store.jobs(job_ids=[job_id])
+    if found:
+        return found[0]
+    return store.pruned_jobs([job_id]).get(job_id)
+
+
+def _describe(job: Job) -> None:
+    print(f"job {job.job_id}: {job.state.value}, team {job.team}, priority {job.priority}, "
+          f"{job.workers} x {job.gpus_per_worker} GPU ({', '.join(job.gpu_models) or 'any model'})")
+    if job.node_ids:
+        print(f"  {'now on' if job.state.active else 'ran on'}: {', '.join(job.node_ids)}")
+    if job.interruptions:
+        avoid = f"; avoids {', '.join(job.avoid_offer_keys)}" if job.avoid_offer_keys else ""
+        print(f"  reclaimed {job.interruptions} time(s) ({job.work_lost_interruptions} cost it work); "
+              f"{job.checkpointed_work_hours:.2f} h of {job.duration_hours:.2f} h kept by checkpoints{avoid}")
 
 
 def _explain_pruned(job: Job, finished: datetime) -> None:

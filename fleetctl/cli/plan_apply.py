@@ -132,11 +132,16 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
     plan's own time: the pure planner then gives that plan's actions again).
     With ``forecast_dir``, the models' forecast from what the store recorded,
     as the daemon and ``reconcile --once`` plan."""
-    from fleetctl.controller.forecast import build_forecast
-
     pol, pol_path = load_policy_or_exit(policy)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
     store = open_store(state, must_exist=must_exist)
+    return (pol, pol_path, store, *_plan_now(pol, store, forecaster, seed, cloud, plan_at))
+
+
+def _plan_now(pol, store, forecaster, seed: int, cloud: str, plan_at: datetime | None):  # noqa: ANN001, ANN202
+    """:func:`_compute` once its inputs are read: (provider, now, observation, plan)."""
+    from fleetctl.controller.forecast import build_forecast
+
     provider = make_provider(store, seed, cloud, pol)
     now = utcnow()
     obs = observe(store, provider, now)
@@ -145,7 +150,7 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
     forecast = build_forecast(store, plan_at or now, forecaster)
     result = make_plan(now=plan_at or now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast,
                        policy=pol, last_termination_utc=store.last_event_at("terminate"))
-    return pol, pol_path, store, provider, now, obs, result
+    return provider, now, obs, result
 
 
 @errors_exit_1  # 2 means "changes" under -detailed-exitcode: every error of plan exits 1, as in Terraform

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,35 @@ def test_a_finished_job_reads_as_finished(state, words, tmp_path, monkeypatch):
     assert words in result.output
     assert "now on:" not in result.output
     assert "  ran on: sim-aws-0123456789" in result.output
+
+
+def test_a_job_that_needs_no_plan_is_explained_without_calling_the_cloud(tmp_path, monkeypatch):
+    """An unknown, finished or pruned job is looked up before any plan: with
+    ``--cloud aws`` and an AWS that cannot be reached, explain still answers
+    (it planned first, so it failed on the cloud, exit 1, for a job it then
+    had nothing to say about). Bad options are still checked first."""
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("AWS_DEFAULT_REGION", "us-east-1"),
+                        ("AWS_EC2_METADATA_DISABLED", "true")):
+        monkeypatch.setenv(name, value)
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    try:
+        store.add_jobs([job("old-1", state=JobState.FAILED), job("done-1"), job("queued-1")], T0)
+        store.put_job(job("done-1", state=JobState.SUCCEEDED), T0 + timedelta(days=2))
+        assert store.prune_finished(T0 + timedelta(days=1))["jobs"] == 1  # old-1
+    finally:
+        store.close()
+    policy = str(REPO / "policies" / "example.yaml")
+    finished = runner.invoke(app, ["explain", "done-1", "--state", url, "--policy", policy, "--cloud", "aws"])
+    assert finished.exit_code == 0 and "nothing to plan: the job has succeeded" in finished.output, finished.output
+    unknown = runner.invoke(app, ["explain", "nope", "--state", url, "--policy", policy, "--cloud", "aws"])
+    assert unknown.exit_code == 2 and "no job 'nope' in the store" in unknown.output, unknown.output
+    pruned = runner.invoke(app, ["explain", "old-1", "--state", url, "--policy", policy, "--cloud", "aws"])
+    assert pruned.exit_code == 0 and "old-1: failed, pruned" in pruned.output, pruned.output
+    queued = runner.invoke(app, ["explain", "queued-1", "--state", url, "--policy", policy, "--cloud", "aws"])
+    assert "Could not connect to the endpoint URL" in str(queued.exception), queued.output  # it plans: AWS asked
+    no_infra = runner.invoke(app, ["explain", "nope", "--state", url, "--cloud", "aws",
+                                   "--policy", str(REPO / "policies" / "backtest-spot.yaml")])
+    assert no_infra.exit_code == 1 and "needs the policy's infrastructure section" in no_infra.output, no_infra.output
