@@ -1,3 +1,3 @@
-from fleetctl.cli.main import main
+from fleetctl.cli.entry import main
 
 main()

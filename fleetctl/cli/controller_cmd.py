@@ -34,6 +34,7 @@ from fleetctl.cli.common import (
     stop_cleanly_on_sigterm,
     utcnow,
 )
+from fleetctl.cli.entry import take_early_hangups
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
 
 DEFAULT_METRICS_ADDR = "127.0.0.1:9108"  # docs/metrics.md; the notice endpoint's usual port is 9109
@@ -240,9 +241,11 @@ def daemon(
     Ctrl-C stops it after the current tick; a forecast retrain under way (--retrain-hours) first finishes the model it is refitting
     (minutes on a long history; a fit cannot be cut short), and the next model is not started."""
     # A SIGHUP while the daemon starts (the store's migrations can take a while) is kept for the loop, not
-    # left to end the process as the default does (systemd counts that end as clean and would not restart it).
+    # left to end the process as the default does (systemd counts that end as clean and would not restart it);
+    # the console script caught those sent while Python imported the CLI (fleetctl.cli.entry).
     hangups: list[int] = []
     signal.signal(signal.SIGHUP, lambda signum, _frame: hangups.append(signum))
+    hangups[:0] = take_early_hangups()
     from functools import partial
 
     from fleetctl.controller.health import LoopHealth, default_max_failing_seconds, default_max_inactivity_seconds

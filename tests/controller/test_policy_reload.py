@@ -246,3 +246,55 @@ def _opened(pid: int, path: Path) -> bool:
         return any(os.path.realpath(fd) == str(path.resolve()) for fd in fds.iterdir())
     except OSError:
         return False
+
+
+def test_the_console_script_keeps_a_sighup_sent_while_python_imports_the_cli(tmp_path):
+    """The daemon command set its handler after the CLI's imports (about a second), and a SIGHUP in that
+    second ended it: `python -m fleetctl daemon` (and the `fleetctl` script) now catch it from their first
+    line. Signalled as soon as /proc shows SIGHUP caught, it runs on and reads its policy again."""
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
+                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logged: list[str] = []
+    reader = threading.Thread(target=lambda: logged.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        assert wait_for(lambda: _catches(proc.pid, signal.SIGHUP), timeout=60), proc.poll()
+        proc.send_signal(signal.SIGHUP)
+        first = proc.stdout.readline()
+        assert "metrics on" in first, (first, proc.poll(), "".join(logged))
+        assert wait_for(lambda: "SIGHUP: reading the policy file again" in "".join(logged)), "".join(logged)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, "".join(logged)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        reader.join(timeout=30)
+
+
+def test_only_the_daemon_command_line_catches_sighup_early():
+    from fleetctl.cli import entry
+
+    assert entry.runs_daemon(["daemon", "--interval", "30"]) and entry.runs_daemon(["-h", "daemon"])
+    assert not entry.runs_daemon(["reconcile", "--once"]) and not entry.runs_daemon(["jobs", "daemon"])
+    assert not entry.runs_daemon([]) and not entry.runs_daemon(["--version"])
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        entry.keep_hangups()
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert entry.take_early_hangups() == [signal.SIGHUP] and entry.take_early_hangups() == []
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (/proc/PID/status SigCgt)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (signum - 1) & 1)
