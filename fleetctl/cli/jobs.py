@@ -198,6 +198,10 @@ def _spec_value(value: Any) -> str:
     return str(value)
 
 
+TeamOption = Annotated[Optional[list[str]], typer.Option(
+    "--team", help="Only this team's jobs (repeatable).", metavar="TEAM", show_default=False)]
+
+
 @app.command("list")
 def list_jobs(
     state: StateOption = None,
@@ -206,6 +210,7 @@ def list_jobs(
         "--only", help=f"Only jobs in this state: {', '.join(s.value for s in JobState)} (repeatable); "
                        "finished states (succeeded, failed, cancelled) imply --all.",
         show_default=False, **{**one_of(JobState, case_sensitive=False), "metavar": "STATE"})] = None,
+    team: TeamOption = None,
     output: Annotated[OutputFormat, typer.Option("--format", help="table or json.", **one_of(OutputFormat))] = OutputFormat.table,
 ) -> None:
     """Show the jobs in the store with their state and nodes. A bound or running
@@ -214,12 +219,10 @@ def list_jobs(
     wanted = set(only or ())
     store = open_store(state, must_exist=True, read_only=True)
     try:
-        jobs = store.jobs(active_only=not all_ and all(s.active for s in wanted))
+        jobs = _selected(store.jobs(active_only=not all_ and all(s.active for s in wanted)), wanted, team)
         cancelling = set(store.pending_cancellations())
     finally:
         store.close()
-    if wanted:
-        jobs = tuple(j for j in jobs if j.state in wanted)
     if output is OutputFormat.json:
         print(json.dumps([{**job_to_dict(j), "cancel_requested": j.job_id in cancelling and j.state.active}
                           for j in jobs], indent=2))
@@ -243,20 +246,59 @@ def list_jobs(
 
 @app.command()
 def cancel(
-    job_ids: Annotated[list[str], typer.Argument(help="Ids of the jobs to cancel.", show_default=False)],
+    job_ids: Annotated[Optional[list[str]], typer.Argument(
+        help="Ids of the jobs to cancel; or none, with --team or --only.", show_default=False)] = None,
+    team: Annotated[Optional[list[str]], typer.Option(
+        "--team", help="Instead of ids: cancel the unfinished jobs of this team (repeatable).", metavar="TEAM",
+        show_default=False)] = None,
+    only: Annotated[Optional[list[JobState]], typer.Option(
+        "--only", help="Instead of ids: cancel the jobs in this state: queued, bound or running (repeatable); "
+                       "with --team, that team's jobs in it.",
+        show_default=False, **{**one_of(JobState, case_sensitive=False), "metavar": "STATE"})] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Show the jobs it would cancel, and cancel none.")] = False,
     reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
     state: StateOption = None,
 ) -> None:
-    """Cancel jobs. A queued job is cancelled at once; a bound or running one at the next
+    """Cancel jobs, by id or by team and state.
+
+    Name them by id, or select the unfinished jobs of a team and/or a state
+    (`--team ml-research --only queued`; `--dry-run` shows them). A queued job is cancelled at once; a bound or running one at the next
     reconcile tick (`fleetctl reconcile --once`, or the daemon's next pass), which stops it
     and leaves its nodes idle for the policy's idle timeout. Finished jobs are left as they
     are, and so are those `fleetctl prune --finished-older-than-days` deleted (the output
     gives their final state and when they finished). An unknown id is an error (exit code 2)
-    and nothing is cancelled."""
+    and nothing is cancelled; a selection that matches no job cancels nothing and exits 0."""
     from fleetctl.store import StoreError
 
+    states = set(only or ())
+    if job_ids and (team or states):
+        fail("name jobs by id, or select them with --team/--only, not both", 2)
+    if not job_ids and not (team or states):
+        fail("name the jobs to cancel by id, or select them with --team and/or --only "
+             "(`fleetctl jobs cancel --help`)", 2)
+    finished = sorted(s.value for s in states if not s.active)
+    if finished:
+        fail(f"--only {', '.join(finished)}: a finished job cannot be cancelled; choose queued, bound or running", 2)
     store = open_store(state, must_exist=True)
     try:
+        if not job_ids:
+            job_ids = [j.job_id for j in _selected(store.jobs(active_only=True), states, team)]
+            if not job_ids:  # as `kubectl delete -l` and `scancel --user` end: not an error
+                console.print(f"no unfinished job matches {_selection(team, states)}; nothing to cancel",
+                              markup=False)
+                return
+        if dry_run:
+            known = store.job_states(job_ids, pruned=True)
+            unknown = [i for i in dict.fromkeys(job_ids) if i not in known]
+            if unknown:
+                fail(f"no such job: {', '.join(unknown)}", 2)
+            for job_id in dict.fromkeys(job_ids):
+                left = "" if known[job_id].active else ", left as it is"
+                console.print(f"{job_id}: {known[job_id].value}{left}", markup=False)
+            console.print(f"--dry-run: {counted(sum(known[i].active for i in set(job_ids)), 'job')} would be "
+                          "cancelled; nothing was changed", markup=False)
+            return
         outcome = store.request_cancel(job_ids, utcnow(), reason)
     except StoreError as exc:
         fail(str(exc), 2)
@@ -265,3 +307,14 @@ def cancel(
     words = {"cancelled": "cancelled", "requested": "cancel requested: stopped at the next reconcile tick"}
     for job_id, result in outcome.items():
         console.print(f"{job_id}: {words.get(result, result + ', left as it is')}", markup=False)
+
+
+def _selected(jobs, states, teams):  # noqa: ANN001, ANN202 - Iterable[Job], set[JobState], list[str] | None
+    """The jobs in one of ``states`` (any when empty) of one of ``teams`` (any when None or empty)."""
+    return tuple(j for j in jobs if (not states or j.state in states) and (not teams or j.team in teams))
+
+
+def _selection(teams: list[str] | None, states: set[JobState]) -> str:
+    parts = ([f"--team {' '.join(teams)}"] if teams else []) + \
+            ([f"--only {' '.join(sorted(s.value for s in states))}"] if states else [])
+    return " ".join(parts)
