@@ -74,7 +74,8 @@ def test_the_wheel_has_every_module_of_the_packages(wheel_files):
     ("terraform/modules", "fleetctl/terraform_modules"),  # plan --terraform-dir copies them into DIR
     ("providers/data", "providers/data"),                  # the catalog snapshots
     ("fleetctl/store/migrations", "fleetctl/store/migrations"),  # alembic's env, template and versions
-], ids=["terraform-modules", "catalog", "migrations"])
+    ("docs", "fleetctl/docs"),                             # `fleetctl docs`: the pages help and errors name
+], ids=["terraform-modules", "catalog", "migrations", "docs"])
 def test_the_wheel_has_the_data_fleetctl_reads_at_run_time(wheel_files, folder, installed_as):
     expected = {f"{installed_as}/{p.relative_to(REPO / folder).as_posix()}" for p in _tracked(REPO / folder)}
     assert expected and expected <= wheel_files, sorted(expected - wheel_files)
@@ -151,6 +152,8 @@ def test_the_installed_package_works_from_a_directory_without_the_checkout(insta
     version = _run(installed, here, str(installed / "bin" / "fleetctl"), "--version")
     assert version.returncode == 0 and version.stdout == "fleetctl 0.1.0\n", version
 
+    page = _run(installed, here, *fleetctl, "docs", "docs/terraform.md")  # as help texts name it
+    assert page.returncode == 0 and page.stdout == (REPO / "docs" / "terraform.md").read_text(), page.stderr
     no_policy = _run(installed, here, *fleetctl, "plan")
     assert no_policy.returncode == 1 and "fleetctl policy init" in no_policy.stderr, no_policy.stderr
     assert _run(installed, here, *fleetctl, "policy", "init", "-o", "policies/prod.yaml").returncode == 0

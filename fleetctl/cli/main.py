@@ -16,6 +16,7 @@ from fleetctl.cli.backtest import backtest
 from fleetctl.cli.catalog import catalog
 from fleetctl.cli.common import exit_on_closed_pipe, fail, reader_gone
 from fleetctl.cli.controller_cmd import daemon, prune, reconcile
+from fleetctl.cli.docs_cmd import docs
 from fleetctl.cli.explain import explain
 from fleetctl.cli.nodewatch_cmd import node_watch
 from fleetctl.cli.plan_apply import apply, plan
@@ -55,7 +56,8 @@ app = typer.Typer(
     name="fleetctl",
     help="A Terraform-driven fleet controller for ML compute on spot capacity across AWS, GCP and Azure.\n\n"
     "With no cloud configured it runs on the sandbox: real catalog prices, simulated nodes, state in "
-    ".fleetctl/state.db.",
+    ".fleetctl/state.db. The pages that help and errors name as docs/NAME.md are installed with it: "
+    "`fleetctl docs`.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -100,6 +102,7 @@ app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(trace.app, name="trace")
 app.add_typer(forecast.app, name="forecast", short_help="Train and evaluate the forecasting models.")
+app.command(short_help="Show the docs pages that help and errors name (docs/NAME.md).")(docs)
 
 
 #: Set to 1 to see the traceback of the errors ``main`` reports in one line.
