@@ -205,8 +205,6 @@ def test_cli_daemon_takes_up_a_changed_policy_file_with_policy_check_seconds(tmp
 
 def test_cli_daemon_keeps_a_sighup_sent_while_it_starts(tmp_path):
     """A SIGHUP before the loop ran ended the daemon (the default action), which systemd counts as clean."""
-    shutil.copytree(REPO / "policies", tmp_path / "policies")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
     # A store whose opening waits: another connection holds SQLite's write lock for a few seconds, so the
     # daemon is still starting (migrating the store) when the signal comes.
     import sqlite3
@@ -214,6 +212,20 @@ def test_cli_daemon_keeps_a_sighup_sent_while_it_starts(tmp_path):
     (tmp_path / ".fleetctl").mkdir()
     db = sqlite3.connect(tmp_path / ".fleetctl" / "state.db", isolation_level=None)
     db.execute("BEGIN EXCLUSIVE")
+    try:
+        # signal it once it has reached the store, while the lock holds it there
+        logged = _hangup_while_starting(tmp_path, lambda pid: _opened(pid, tmp_path / ".fleetctl" / "state.db"),
+                                        after_signal=lambda: db.execute("COMMIT"))
+    finally:
+        db.close()
+    assert "policy reload: policies/example.yaml has no setting changed" in logged
+
+
+def _hangup_while_starting(tmp_path: Path, ready, after_signal=lambda: None) -> str:  # noqa: ANN001
+    """`python -m fleetctl daemon` in ``tmp_path``, sent SIGHUP once ``ready(pid)``: it must then serve,
+    read its policy again and stop cleanly on SIGTERM. Returns what it logged."""
+    shutil.copytree(REPO / "policies", tmp_path / "policies")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
                              "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -221,22 +233,20 @@ def test_cli_daemon_keeps_a_sighup_sent_while_it_starts(tmp_path):
     reader = threading.Thread(target=lambda: logged.extend(proc.stderr), daemon=True)
     reader.start()
     try:
-        # signal it once it has reached the store, while the lock holds it there
-        assert wait_for(lambda: _opened(proc.pid, tmp_path / ".fleetctl" / "state.db"), timeout=60)
+        assert wait_for(lambda: ready(proc.pid), timeout=60), proc.poll()
         proc.send_signal(signal.SIGHUP)
-        db.execute("COMMIT")
+        after_signal()
         first = proc.stdout.readline()
         assert "metrics on" in first, (first, proc.poll(), "".join(logged))
         assert wait_for(lambda: "SIGHUP: reading the policy file again" in "".join(logged)), "".join(logged)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, "".join(logged)
     finally:
-        db.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
         reader.join(timeout=30)
-    assert "policy reload: policies/example.yaml has no setting changed" in "".join(logged)
+    return "".join(logged)
 
 
 def _opened(pid: int, path: Path) -> bool:
@@ -252,27 +262,7 @@ def test_the_console_script_keeps_a_sighup_sent_while_python_imports_the_cli(tmp
     """The daemon command set its handler after the CLI's imports (about a second), and a SIGHUP in that
     second ended it: `python -m fleetctl daemon` (and the `fleetctl` script) now catch it from their first
     line. Signalled as soon as /proc shows SIGHUP caught, it runs on and reads its policy again."""
-    shutil.copytree(REPO / "policies", tmp_path / "policies")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
-    proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "30", "--retain-days", "0",
-                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    logged: list[str] = []
-    reader = threading.Thread(target=lambda: logged.extend(proc.stderr), daemon=True)
-    reader.start()
-    try:
-        assert wait_for(lambda: _catches(proc.pid, signal.SIGHUP), timeout=60), proc.poll()
-        proc.send_signal(signal.SIGHUP)
-        first = proc.stdout.readline()
-        assert "metrics on" in first, (first, proc.poll(), "".join(logged))
-        assert wait_for(lambda: "SIGHUP: reading the policy file again" in "".join(logged)), "".join(logged)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, "".join(logged)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        reader.join(timeout=30)
+    _hangup_while_starting(tmp_path, lambda pid: _catches(pid, signal.SIGHUP))
 
 
 def test_only_the_daemon_command_line_catches_sighup_early():
