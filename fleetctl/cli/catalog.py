@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import enum
 import json
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import console, err_console, fail, one_of
+from fleetctl.cli.common import TableFormat, console, err_console, fail, one_of
 from fleetctl.codec import offer_to_dict
 from fleetctl.model import CLOUDS, Market, Offer
 from fleetctl.render import counted
-
-
-class OutputFormat(str, enum.Enum):
-    table = "table"
-    json = "json"
 
 
 def _sort_key(o: Offer) -> tuple:
@@ -56,7 +50,7 @@ def catalog(
     region: Annotated[Optional[list[str]], typer.Option(
         "--region", help="Region id, e.g. us-east-1, any case (repeatable).", metavar="<str>")] = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="Show at most this many rows in the table (0: all).")] = 50,
-    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.", **one_of(OutputFormat))] = OutputFormat.table,
+    output: Annotated[TableFormat, typer.Option("--format", help="table or json.", **one_of(TableFormat))] = TableFormat.table,
 ) -> None:
     """List offers (instance type x region x zone x market, with USD/hour) from the
     shipped catalog snapshots of AWS, GCP and Azure, cheapest per GPU-hour first."""
@@ -93,7 +87,7 @@ def catalog(
             err_console.print(f"note: --region {r} is a region of {', '.join(clouds)}, not of --provider "
                               f"{', '.join(provider)}: no offer of those is there", markup=False)
     offers = filter_offers(offers, gpu=gpu, provider=provider, market=market, region=region)
-    if output is OutputFormat.json:
+    if output is TableFormat.json:
         docs = []
         for o in offers:
             d = offer_to_dict(o)

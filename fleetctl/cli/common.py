@@ -167,6 +167,12 @@ def one_of(choices: type[E], *, case_sensitive: bool = True) -> dict[str, Any]:
     return {"parser": parse, "metavar": "<" + "|".join(str(m.value) for m in choices) + ">"}
 
 
+class TableFormat(str, enum.Enum):
+    """--format of the commands that print a table, or JSON for scripts."""
+    table = "table"
+    json = "json"
+
+
 class LogFormat(str, enum.Enum):
     TEXT = "text"
     JSON = "json"

@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from fleetctl.audit import EVENT_KINDS
 from fleetctl.cli.common import (CloudOption, PolicyOption, SeedOption, StateOption, check_cloud, fail,
                                  load_policy_or_exit, open_store)
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
+from fleetctl.cli.events_cmd import details
 from fleetctl.cli.plan_apply import _plan_now
 from fleetctl.codec import dt_to_str
 from fleetctl.model import Bind, Job, JobState, Launch, Migrate, Preempt
@@ -39,6 +41,7 @@ def explain(
         if isinstance(stored, Job) and stored.state.active:
             _provider, _now, _obs, result = _plan_now(pol, store, forecaster, seed, cloud, None)
             stored = _stored(store, job_id)  # as planned: it may have finished since the first read
+        history, more = store.audit_log(kinds=JOB_KINDS, about=job_id, limit=HISTORY) if stored else ((), False)
     finally:
         store.close()
     if stored is None:
@@ -48,6 +51,7 @@ def explain(
         return
     job = stored
     _describe(job)
+    _history(job_id, history, more)
     if not job.state.active:
         _nothing_to_plan(job)
         return
@@ -89,6 +93,21 @@ def _stored(store: Store, job_id: str) -> Job | tuple[Job, datetime] | None:
     if found:
         return found[0]
     return store.pruned_jobs([job_id]).get(job_id)
+
+
+#: The audit log's kinds whose subject is a job, and how many of the newest explain shows.
+JOB_KINDS = tuple(k for k, (subject, _meaning) in EVENT_KINDS.items() if subject == "job")
+HISTORY = 10
+
+
+def _history(job_id: str, entries, more: bool) -> None:  # noqa: ANN001 - Store.audit_log's entries
+    if not entries:
+        return
+    print(f"  history ({'the newest ' + str(len(entries)) + '; ' if more else ''}"
+          f"`fleetctl events --for {job_id}` for all):")
+    for e in entries:
+        what = e["kind"] if e["subject"] == job_id else f"{e['kind']} of {e['subject']}"  # e.g. a job it preempted
+        print(f"    {e['at_utc']}  {what}  {details(e['payload'])}".rstrip())
 
 
 def _describe(job: Job) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 from datetime import datetime
@@ -13,17 +12,12 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, one_of, \
-    open_store, store_may_exist, utcnow
+    open_store, store_may_exist, TableFormat, utcnow
 from fleetctl.codec import dt_to_str, job_to_dict
 from fleetctl.model import JobState
 from fleetctl.render import counted
 
 app = typer.Typer(help="Submit jobs to the queue, list them, cancel them.", no_args_is_help=True)
-
-
-class OutputFormat(str, enum.Enum):
-    table = "table"
-    json = "json"
 
 
 @app.command()
@@ -211,7 +205,7 @@ def list_jobs(
                        "finished states (succeeded, failed, cancelled) imply --all.",
         show_default=False, **{**one_of(JobState, case_sensitive=False), "metavar": "STATE"})] = None,
     team: TeamOption = None,
-    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.", **one_of(OutputFormat))] = OutputFormat.table,
+    output: Annotated[TableFormat, typer.Option("--format", help="table or json.", **one_of(TableFormat))] = TableFormat.table,
 ) -> None:
     """Show the jobs in the store with their state and nodes. A bound or running
     job whose cancel is requested shows as `running, cancel requested` (or `bound, ...`) (JSON:
@@ -223,7 +217,7 @@ def list_jobs(
         cancelling = set(store.pending_cancellations())
     finally:
         store.close()
-    if output is OutputFormat.json:
+    if output is TableFormat.json:
         print(json.dumps([{**job_to_dict(j), "cancel_requested": j.job_id in cancelling and j.state.active}
                           for j in jobs], indent=2))
         return

@@ -17,6 +17,7 @@ from fleetctl.cli.catalog import catalog
 from fleetctl.cli.common import exit_on_closed_pipe, fail, reader_gone
 from fleetctl.cli.controller_cmd import daemon, prune, reconcile
 from fleetctl.cli.docs_cmd import docs
+from fleetctl.cli.events_cmd import events
 from fleetctl.cli.explain import explain
 from fleetctl.cli.nodewatch_cmd import node_watch
 from fleetctl.cli.plan_apply import apply, plan
@@ -97,6 +98,7 @@ app.command(short_help="Run one reconcile tick (for cron).")(reconcile)
 app.command(short_help="Run the controller loop and serve /metrics.")(daemon)
 app.command(short_help="Delete recorded history older than a number of days.")(prune)
 app.command(short_help="Simulate fleetctl and baselines on job and market traces.")(backtest)
+app.command(short_help="Show the audit log: what the controller did, to what, when and why.")(events)
 app.command("node-watch", short_help="Forward this node's reclaim notices to the daemon.")(node_watch)
 app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(jobs.app, name="jobs")

@@ -22,7 +22,7 @@ from fleetctl.cli.common import (
     open_store,
     utcnow,
 )
-from fleetctl.cli.jobs import OutputFormat
+from fleetctl.cli.common import TableFormat
 from fleetctl.codec import dt_to_str, node_to_dict
 from fleetctl.model import InterruptionKind, NodeState, Policy
 from fleetctl.render import counted
@@ -30,10 +30,10 @@ from fleetctl.render import counted
 
 def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption = "sim",
            policy: PolicyOption = None,
-           output: Annotated[OutputFormat, typer.Option(
+           output: Annotated[TableFormat, typer.Option(
                "--format", help="table, or json for scripts: {\"nodes\": [...], \"jobs\": {STATE: count}, "
                                 "\"gpus\", \"usd_per_hour\", \"pending_notices\"}; each node with its jobs.",
-               **one_of(OutputFormat))] = OutputFormat.table,
+               **one_of(TableFormat))] = TableFormat.table,
            ) -> None:
     """Show nodes (with the jobs on them), job counts by state, and current USD/hour.
     With --cloud aws, the nodes come from EC2 (the policy names the cluster). On the
@@ -59,7 +59,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
     counts = Counter(j.state.value for j in jobs)
     usd = sum(n.offer.usd_per_hour for n in nodes)
     gpus = sum(n.offer.instance_type.gpu_count for n in nodes)
-    if output is OutputFormat.json:
+    if output is TableFormat.json:
         doc = {"nodes": [{**node_to_dict(n), "jobs": sorted(set(on_node.get(n.node_id, [])))} for n in nodes],
                "jobs": dict(sorted(counts.items())), "gpus": gpus, "usd_per_hour": round(usd, 6),
                "pending_notices": [{"node_id": e.node_id, "kind": e.kind.value, "received_at_utc": dt_to_str(

@@ -496,10 +496,8 @@ class Store:
         if on_node is not None:
             # node_ids live in the spec's JSON: only specs holding the id as a JSON string are read and decoded
             # (it may be there in another field: the decoded jobs are checked), not every job of the query.
-            quoted = json.dumps(on_node)
-            pattern = "%" + quoted.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             with self._tx() as conn:
-                rows = conn.execute(query.where(tables.jobs.c.spec.like(pattern, escape="\\"))).all()
+                rows = conn.execute(query.where(_holds_json_string(tables.jobs.c.spec, on_node))).all()
             found = [job for job in (_row(job_from_dict, r.spec, f"job {r.job_id!r}") for r in rows)
                      if on_node in job.node_ids]
             return tuple(sorted(found, key=lambda j: (j.submitted_at_utc, j.job_id)))
@@ -1050,6 +1048,45 @@ class Store:
             )
         )
 
+    def audit_log(self, *, kinds: Iterable[str] = (), since: datetime | None = None, until: datetime | None = None,
+                  about: str | None = None, limit: int = 500) -> tuple[tuple[dict[str, Any], ...], bool]:
+        """The newest ``limit`` audit entries at or after ``since`` and before
+        ``until`` (of ``kinds``, when given), oldest first, and whether older
+        ones matched too. ``about``: the entries about one job or node, its
+        subject or named in its payload as a JSON string (a launch's nodes,
+        a preemption's ``by``); the payload test is a LIKE on the stored JSON,
+        checked again once decoded. The time bounds use the ``at_utc`` index."""
+        e = tables.events
+        query = sa.select(e)
+        kinds = list(kinds)
+        if kinds:
+            query = query.where(e.c.kind.in_(kinds))
+        if since is not None:
+            query = query.where(e.c.at_utc >= dt_to_str(since))
+        if until is not None:
+            query = query.where(e.c.at_utc < dt_to_str(until))
+        if about is not None:
+            query = query.where(sa.or_(e.c.subject == about, _holds_json_string(e.c.payload, about)))
+        found: list[dict[str, Any]] = []
+        more = False
+        page = query.order_by(e.c.seq.desc()).limit(limit + 1)
+        with self._tx() as conn:
+            while True:  # pages of the newest first; a LIKE match that decodes as not naming it is read past
+                rows = conn.execute(page).all()
+                if rows:
+                    page = query.where(e.c.seq < rows[-1].seq).order_by(e.c.seq.desc()).limit(limit + 1)
+                for r in rows:
+                    entry = {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject,
+                             "payload": _decode(r.payload, f"event {r.seq}")}
+                    if about is None or r.subject == about or _names(entry["payload"], about):
+                        if len(found) == limit:
+                            more = True
+                            break
+                        found.append(entry)
+                if more or len(rows) <= limit:
+                    break
+        return tuple(reversed(found)), more
+
     def events(self, kind: str | None = None, since: datetime | None = None) -> tuple[dict[str, Any], ...]:
         query = sa.select(tables.events).order_by(tables.events.c.seq)
         if kind is not None:
@@ -1063,6 +1100,26 @@ class Store:
              "payload": _decode(r.payload, f"event {r.seq}")}
             for r in rows
         )
+
+
+def _holds_json_string(column: Any, value: str) -> Any:
+    """A filter: the JSON text in ``column`` holds ``value`` as a JSON string
+    (a LIKE, so also where it is a key, or inside a longer string escaped
+    alike: decode and check the rows it keeps)."""
+    quoted = json.dumps(value)
+    pattern = "%" + quoted.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return column.like(pattern, escape="\\")
+
+
+def _names(value: Any, wanted: str) -> bool:
+    """Whether a decoded JSON value holds ``wanted`` as a string, at any depth."""
+    if isinstance(value, str):
+        return value == wanted
+    if isinstance(value, dict):
+        return any(_names(v, wanted) for v in value.values())
+    if isinstance(value, list):
+        return any(_names(v, wanted) for v in value)
+    return False
 
 
 def _tombstone_job(row: Any) -> Job:

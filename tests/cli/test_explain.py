@@ -69,3 +69,23 @@ def test_a_job_that_needs_no_plan_is_explained_without_calling_the_cloud(tmp_pat
     no_infra = runner.invoke(app, ["explain", "nope", "--state", url, "--cloud", "aws",
                                    "--policy", str(REPO / "policies" / "backtest-spot.yaml")])
     assert no_infra.exit_code == 1 and "needs the policy's infrastructure section" in no_infra.output, no_infra.output
+
+
+def test_explain_shows_the_jobs_history_from_the_audit_log(tmp_path):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    try:
+        store.add_jobs([job("big", state=JobState.SUCCEEDED), job("small", state=JobState.CANCELLED)], T0)
+        store.record("bind", T0, "big", nodes=["n-1"], reason="fits_new_capacity")
+        store.record("preempt", T0 + timedelta(minutes=1), "small", by="big", reason="preempted", detail="room")
+        store.record("complete", T0 + timedelta(hours=1), "big")
+        store.record("terminate", T0 + timedelta(hours=2), "n-1", reason="idle_timeout")  # a node's: not shown
+    finally:
+        store.close()
+    shown = runner.invoke(app, ["explain", "big", "--state", url, "--policy", str(REPO / "policies" / "example.yaml")])
+    assert shown.exit_code == 0, shown.output
+    lines = [line.strip() for line in shown.output.splitlines()]
+    start = lines.index("history (`fleetctl events --for big` for all):")
+    assert [line.split("  ", 1)[1] for line in lines[start + 1:start + 4]] == [
+        "bind  nodes=n-1 reason=fits_new_capacity", "preempt of small  by=big detail=room reason=preempted", "complete"]
+    assert "terminate" not in shown.output

@@ -1029,3 +1029,24 @@ def test_another_programs_database_is_refused_untouched(request, tmp_path, backe
     assert "Nothing was written to it" in str(exc.value)
     assert sorted(sa.inspect(engine).get_table_names()) == ["invoices", "jobs"]
     engine.dispose()
+
+
+def test_the_audit_log_reads_by_kind_window_and_subject_newest_first(store):
+    """``audit_log`` on both databases: the newest ``limit`` of the window,
+    oldest first; ``about`` matches a subject or a JSON string in the
+    details exactly (SQLite's LIKE ignores case, and ``_``/``%`` are its
+    wildcards: the decoded entries are checked again)."""
+    for i in range(7):
+        store.record("bind", T0 + timedelta(minutes=i), f"job-{i}", nodes=[f"n-{i % 2}"], reason="r")
+    store.record("bind", T0 + timedelta(minutes=8), "other", nodes=["N-1", "nx1", "n-1x"], reason="r")
+    store.record("terminate", T0 + timedelta(minutes=9), "n-1", reason="idle_timeout")
+    entries, more = store.audit_log(limit=3)
+    assert [e["subject"] for e in entries] == ["job-6", "other", "n-1"] and more
+    entries, more = store.audit_log(about="n-1", limit=100)
+    assert [e["subject"] for e in entries] == ["job-1", "job-3", "job-5", "n-1"] and not more
+    entries, more = store.audit_log(about="n-1", limit=2)  # "other" matched the LIKE only, and is read past
+    assert [e["subject"] for e in entries] == ["job-5", "n-1"] and more
+    entries, _ = store.audit_log(about="n_1", limit=100)
+    assert entries == ()
+    entries, _ = store.audit_log(kinds=["bind"], since=T0 + timedelta(minutes=2), until=T0 + timedelta(minutes=4))
+    assert [e["subject"] for e in entries] == ["job-2", "job-3"]

@@ -1,0 +1,97 @@
+"""`fleetctl events` and the audit log's kinds (fleetctl.audit), on a store a real reconcile wrote."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.audit import EVENT_KINDS
+from fleetctl.cli.main import app
+from fleetctl.store import Store
+from tests.builders import T0
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_every_kind_the_code_records_is_listed_and_documented():
+    """A new kind of audit entry gets its meaning in fleetctl.audit, and docs/events.md lists them all."""
+    recorded = set()
+    for folder in ("fleetctl", "providers"):
+        for f in (REPO / folder).rglob("*.py"):
+            text = f.read_text(encoding="utf-8")
+            recorded |= set(re.findall(r"\brecord\(\s*\"([a-z_]+)\"", text))
+            recorded |= set(re.findall(r"\baudit=\"([a-z_]+)\"", text))
+            recorded |= set(re.findall(r"kind=\"([a-z_]+)\"", text))
+    assert {"launch", "bind", "requeue", "notice_received", "node_lost", "offers_observed"} <= recorded
+    assert recorded <= set(EVENT_KINDS), sorted(recorded - set(EVENT_KINDS))
+    documented = re.findall(r"^\| `([a-z_]+)` \| ([a-z-]+) \| (.+) \|$", (REPO / "docs" / "events.md").read_text(),
+                            re.MULTILINE)
+    assert [(k, s, m) for k, s, m in documented] == [(k, s or "-", m) for k, (s, m) in EVENT_KINDS.items()]
+
+
+@pytest.fixture
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    try:
+        store.record("launch", T0, "aws/us-east-1/a/p3.2xlarge/spot", nodes=["n-1", "n-2"], reason="cheapest_offer")
+        store.record("demand", T0, "", gpus={"V100-16GB": 2})
+        store.record("bind", T0 + timedelta(minutes=1), "job-a", nodes=["n-1"], reason="fits_new_capacity")
+        store.record("bind", T0 + timedelta(minutes=1), "job-b", nodes=["n-2"], reason="fits_new_capacity")
+        store.record("preempt", T0 + timedelta(minutes=5), "job-b", by="job-a", reason="preempted", detail="x")
+        store.record("terminate", T0 + timedelta(hours=2), "n-2", reason="idle_timeout", detail="idle 10 min")
+        store.record("bind", T0 + timedelta(hours=3), "job_a", nodes=["n%1"], reason="fits")  # LIKE's wildcards
+    finally:
+        store.close()
+    return url
+
+
+def _events(url: str, *args: str) -> dict:
+    shown = runner.invoke(app, ["events", "--state", url, "--since", "2000-01-01T00:00:00Z", "--format", "json",
+                                *args])
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.output)
+
+
+def test_events_filter_by_kind_subject_and_window(url):
+    every = _events(url)
+    assert [e["kind"] for e in every["events"]] == ["launch", "bind", "bind", "preempt", "terminate", "bind"]
+    assert every["format_version"] == 1 and every["more"] is False  # demand (per-pass history) left out
+    assert [e["kind"] for e in _events(url, "--kind", "demand")["events"]] == ["demand"]
+    job_a = _events(url, "--for", "job-a")["events"]  # its bind, and the preemption made for it
+    assert [(e["kind"], e["subject"]) for e in job_a] == [("bind", "job-a"), ("preempt", "job-b")]
+    node = _events(url, "--for", "n-2")["events"]  # named in a launch's and a bind's details, subject of its end
+    assert [(e["kind"], e["subject"]) for e in node] == [("launch", "aws/us-east-1/a/p3.2xlarge/spot"),
+                                                          ("bind", "job-b"), ("terminate", "n-2")]
+    assert [e["subject"] for e in _events(url, "--for", "n%1")["events"]] == ["job_a"]
+    assert _events(url, "--for", "n-")["events"] == []  # a prefix names nothing
+    window = _events(url, "--since", (T0 + timedelta(minutes=1)).isoformat(), "--until",
+                     (T0 + timedelta(hours=2)).isoformat())["events"]
+    assert [e["kind"] for e in window] == ["bind", "bind", "preempt"]
+    newest = _events(url, "--limit", "2")
+    assert [e["kind"] for e in newest["events"]] == ["terminate", "bind"] and newest["more"] is True
+    table = runner.invoke(app, ["events", "--state", url, "--since", "2000-01-01T00:00:00Z", "--limit", "2"])
+    assert table.exit_code == 0 and "older entries of the window are left out" in table.output, table.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--kind", "terminated"), "--kind terminated: no such kind"),
+    (("--since", "yesterday"), "--since 'yesterday': give a time before now as 30m, 24h or 7d"),
+    (("--since", "2026-01-01T00:00:00"), "has no time zone"),
+    (("--since", "1h", "--until", "2h"), "--until 2h is not after --since 1h"),
+    (("--limit", "0"), "Invalid value for '--limit'"),
+], ids=["kind", "since", "naive", "until", "limit"])
+def test_events_refuses_bad_options(url, args, words):
+    refused = runner.invoke(app, ["events", "--state", url, *args])
+    assert refused.exit_code == 2 and words in " ".join(refused.output.split()), refused.output
+
+
+def test_events_needs_a_store(tmp_path):
+    missing = runner.invoke(app, ["events", "--state", f"sqlite:///{tmp_path / 'none.db'}"])
+    assert missing.exit_code != 0 and not (tmp_path / "none.db").exists(), missing.output
