@@ -1,0 +1,179 @@
+"""fleetctl.report (pure): hand-computed showback numbers for a small fleet."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.model import InterruptionEvent, InterruptionKind, Market, NodeState
+from fleetctl.report import IDLE, AuditEvent, GroupKey, NodeRecord, build_report, node_end, report_to_document
+from tests.builders import T0, job, node, offer
+
+H = timedelta(hours=1)
+N1 = replace(node("n1", of=offer("g8", gpus=8, price=16.0, market=Market.ON_DEMAND)), launched_at_utc=T0)  # $2/GPU-h
+N2 = replace(node("n2", of=offer("g4", gpus=4, price=12.0, provider="gcp", zone="z2")),  # $3/GPU-h, spot
+             launched_at_utc=T0, state=NodeState.GONE)
+JOBS = {"A": job("A", gpus=4, team="a"), "B": job("B", workers=2, gpus=2, team="b"),
+        "C": job("C", gpus=2, team="a")}
+
+
+def ev(seq, hours, kind, subject, **payload):
+    return AuditEvent(seq, T0 + timedelta(hours=hours), kind, subject, payload)
+
+
+#: n1 (8 GPUs, $16/h) is live from T0 on; n2 (4 GPUs, $12/h, spot) gets a reclaim notice at 2h58m with its
+#: deadline at 3h, and is recorded gone at 3h05m. A runs 0.75h-3h on n1; B (2 workers x 2 GPUs) runs on n2
+#: from 0.5h until its requeue at 3h02m (the node went at 3h), losing 2 GPU-hours; C runs on n1 from 4h
+#: (past the window's end); C's completion at 6h is after it.
+EVENTS = (
+    ev(1, 0.5, "start", "B", nodes=["n2", "n2"]),
+    ev(2, 0.75, "start", "A", nodes=["n1"]),
+    ev(3, 2 + 58 / 60, "interruption", "n2", notice="reclaim_warning", event_id="e1",
+       deadline_utc=str(T0 + 3 * H)),
+    ev(4, 3, "complete", "A"),
+    ev(5, 3 + 2 / 60, "requeue", "B", node="n2", kept_hours=0.0, lost_gpu_hours=2.0, reason="interruption",
+       checkpoint="none"),
+    ev(6, 4, "start", "C", nodes=["n1"]),
+    ev(7, 6, "complete", "C"),
+)
+NODES = (NodeRecord(N1), NodeRecord(N2, gone_recorded_at_utc=T0 + 3 * H + timedelta(minutes=5)))
+
+
+def make(by=(GroupKey.team,), since=T0 + H, until=T0 + 5 * H, events=EVENTS, nodes=NODES, **kw):
+    return build_report(since=since, until=until, by=by, nodes=nodes, events=events, jobs=JOBS, **kw)
+
+
+def rows(report):
+    return {r.key: r for r in report.rows}
+
+
+def test_by_team_hand_computed():
+    report = make()
+    r = rows(report)
+    # window 1h-5h. n1: 4 h x $16 = $64, 32 GPU-h; n2: 1h-3h (its deadline) = $24, 8 GPU-h
+    assert report.total.usd == pytest.approx(88.0)
+    assert report.total.gpu_hours == pytest.approx(40.0)
+    assert report.total.node_hours == pytest.approx(6.0)
+    # a: A 1h-3h x 4 GPUs (clipped at since) + C 4h-5h x 2 GPUs (clipped at until) = 10 GPU-h at $2
+    assert r[("a",)].allocated_gpu_hours == pytest.approx(10.0)
+    assert r[("a",)].usd == pytest.approx(20.0)
+    assert r[("a",)].node_hours == pytest.approx(2 * 4 / 8 + 1 * 2 / 8)
+    assert r[("a",)].jobs_completed == 1  # A; C completes after until
+    # b: B 1h-3h (clipped at since, and at n2's end, not at the requeue) x 4 GPUs at $3
+    assert r[("b",)].gpu_hours == pytest.approx(8.0)
+    assert r[("b",)].usd == pytest.approx(24.0)
+    assert r[("b",)].reclaim_lost_gpu_hours == pytest.approx(2.0)
+    # idle: n1's 32 - 10 GPU-h at $2; n2 was full
+    assert r[(IDLE,)].gpu_hours == pytest.approx(22.0)
+    assert r[(IDLE,)].usd == pytest.approx(44.0)
+    assert r[(IDLE,)].allocated_usd == 0
+    assert list(rows(report)) == [("a",), ("b",), (IDLE,)]
+    assert report.notes == ()
+
+
+def test_team_rows_sum_to_the_node_spend_whatever_the_order():
+    shuffled = list(EVENTS)
+    random.Random(3).shuffle(shuffled)
+    for events in (EVENTS, tuple(shuffled)):
+        report = make(events=events)
+        assert sum(r.usd for r in report.rows) == pytest.approx(report.total.usd, abs=1e-9)
+        assert sum(r.gpu_hours for r in report.rows) == pytest.approx(report.total.gpu_hours, abs=1e-9)
+        assert sum(r.node_hours for r in report.rows) == pytest.approx(report.total.node_hours, abs=1e-9)
+        assert sum(r.allocated_usd for r in report.rows) == pytest.approx(report.total.allocated_usd, abs=1e-9)
+        assert make(events=events) == report
+
+
+def test_by_provider_and_team():
+    r = rows(make(by=(GroupKey.provider, GroupKey.team)))
+    assert set(r) == {("aws", "a"), ("aws", IDLE), ("gcp", "b"), ("gcp", IDLE)}
+    assert r[("aws", "a")].usd + r[("aws", IDLE)].usd == pytest.approx(64.0)
+    assert r[("gcp", "b")].usd == pytest.approx(24.0) and r[("gcp", IDLE)].usd == pytest.approx(0.0)
+
+
+def test_by_node_keys_rows_are_whole_nodes_with_their_held_share():
+    r = rows(make(by=(GroupKey.market,)))
+    assert r[("on_demand",)].usd == pytest.approx(64.0) and r[("on_demand",)].allocated_usd == pytest.approx(20.0)
+    assert r[("spot",)].usd == pytest.approx(24.0) and r[("spot",)].allocated_usd == pytest.approx(24.0)
+    assert r[("spot",)].reclaim_lost_gpu_hours == pytest.approx(2.0)
+    assert r[("on_demand",)].jobs_completed == 1
+
+
+def test_a_window_inside_one_run_and_one_before_anything():
+    inside = make(since=T0 + 1.5 * H, until=T0 + 2.5 * H)
+    r = rows(inside)
+    assert r[("a",)].gpu_hours == pytest.approx(4.0) and r[("b",)].gpu_hours == pytest.approx(4.0)
+    assert inside.total.usd == pytest.approx(16 + 12)
+    before = make(since=T0 - 5 * H, until=T0)
+    assert before.total.usd == 0 and before.rows == ()
+
+
+def test_a_run_stopped_by_each_kind_ends_there():
+    for kind in ("complete", "preempt", "requeue", "migrate", "cancel"):
+        events = (ev(1, 1, "start", "A", nodes=["n1"]), ev(2, 2, kind, "A"))
+        r = rows(make(events=events, nodes=(NodeRecord(N1),)))
+        assert r[("a",)].gpu_hours == pytest.approx(4.0), kind
+        assert r[(IDLE,)].gpu_hours == pytest.approx(32.0 - 4.0), kind
+
+
+def test_a_migrated_job_is_charged_on_its_new_nodes_from_its_next_start():
+    n3 = replace(N1, node_id="n3", offer=offer("g8b", gpus=8, price=24.0))  # $3/GPU-h
+    events = (ev(1, 1, "start", "A", nodes=["n1"]), ev(2, 2, "migrate", "A", to=["n3"]),
+              ev(3, 2.5, "start", "A", nodes=["n3"]))
+    r = rows(make(events=events, nodes=(NodeRecord(N1), NodeRecord(n3))))
+    assert r[("a",)].gpu_hours == pytest.approx(4 * 1 + 4 * 2.5)
+    assert r[("a",)].usd == pytest.approx(4 * 1 * 2 + 4 * 2.5 * 3)
+
+
+def test_preemption_loss_counted_when_recorded_and_a_note_when_not():
+    events = (ev(1, 1, "start", "A", nodes=["n1"]), ev(2, 2, "preempt", "A", by="X", lost_gpu_hours=3.0),
+              ev(3, 2.5, "start", "C", nodes=["n1"]), ev(4, 3, "preempt", "C", by="X"))
+    report = make(events=events, nodes=(NodeRecord(N1),))
+    assert rows(report)[("a",)].preempt_lost_gpu_hours == pytest.approx(3.0)
+    assert any("1 preemption(s) were recorded without" in n for n in report.notes)
+
+
+def test_a_terminated_node_ends_at_its_termination_not_when_recorded_gone():
+    gone = replace(N1, state=NodeState.GONE)
+    record = NodeRecord(gone, gone_recorded_at_utc=T0 + 4 * H)
+    assert node_end(record, (ev(1, 2, "terminate", "n1"),), ()) == (T0 + 2 * H, "terminate")
+    assert node_end(record, (), ()) == (T0 + 4 * H, "gone")
+    assert node_end(record, (ev(1, 4, "node_lost", "n1"),), ()) == (T0 + 4 * H, "lost")
+    assert node_end(NodeRecord(N1), (), ()) == (None, "")
+    hint = InterruptionEvent("h", "aws", "n1", InterruptionKind.REBALANCE, T0 + H, None)
+    assert node_end(NodeRecord(N1), (), (hint,)) == (None, "")  # a rebalance hint takes nothing
+    notice = InterruptionEvent("w", "aws", "n1", InterruptionKind.RECLAIM_WARNING, T0 + H, T0 + 1.5 * H)
+    assert node_end(NodeRecord(N1), (), (notice,)) == (T0 + 1.5 * H, "reclaim")  # taken at the deadline
+    report = make(nodes=(record,), events=(ev(1, 4, "node_lost", "n1"),))
+    assert report.total.usd == pytest.approx(3 * 16.0)
+    assert any("lost without a notice" in n for n in report.notes)
+
+
+def test_pruned_history_is_said_not_hidden():
+    report = make(covered_from=T0 + 2 * H)
+    assert not report.fully_covered
+    assert any("only complete from 2026-11-02T11:00:00Z" in n for n in report.notes)
+    doc = report_to_document(report)
+    assert doc["format_version"] == 1 and doc["fully_covered"] is False
+    assert doc["covered_from_utc"] == "2026-11-02T11:00:00Z"
+    # covered from before the window: no caveat
+    assert make(covered_from=T0).notes == ()
+
+
+def test_a_completion_without_its_start_is_a_note_and_its_time_idle():
+    report = make(events=(ev(1, 2, "complete", "A"),), nodes=(NodeRecord(N1),))
+    assert rows(report)[(IDLE,)].gpu_hours == pytest.approx(32.0)
+    assert any("without a recorded start" in n for n in report.notes)
+
+
+def test_unknown_jobs_and_policy_teams():
+    report = build_report(since=T0 + H, until=T0 + 5 * H, by=(GroupKey.team,), nodes=NODES, events=EVENTS,
+                          jobs={k: v for k, v in JOBS.items() if k != "B"}, teams=("a", "z"))
+    r = rows(report)
+    assert ("z",) in r and r[("z",)].usd == 0
+    assert r[(IDLE,)].gpu_hours == pytest.approx(22.0 + 8.0)  # B's GPUs: nobody's known
+    assert any("not in the store" in n and "B" in n for n in report.notes)
+    with pytest.raises(ValueError):
+        make(since=T0 + H, until=T0 + H)
