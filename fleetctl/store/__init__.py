@@ -18,7 +18,7 @@ import os
 import re
 import time
 from contextlib import contextmanager, nullcontext
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -641,6 +641,30 @@ class Store:
                               node_from_dict, "node")
         return tuple(sorted(found, key=lambda n: n.node_id))
 
+    def nodes_live_since(self, since: datetime) -> tuple[tuple[Node, datetime | None], ...]:
+        """Every node not gone, and every GONE node recorded gone at ``since``
+        or later, each with when it was recorded gone (its row's last write;
+        None for a node not gone), ordered by id: the nodes that may have been
+        live at some time from ``since`` on (``fleetctl report``). Read through
+        the indexes on state and (state, updated_at), not through every gone
+        node kept: a node that ended before ``since`` was recorded gone before
+        it (its row is written when it goes, and only then or later)."""
+        t = tables.nodes
+        live = [s.value for s in NodeState if s is not NodeState.GONE]
+        # a second early: timestamps are compared as text, and ISO 8601 with and without microseconds
+        # ("...:00.5Z" < "...:00Z") sorts a fraction of a second wrong; the gone time is exact below
+        cut = dt_to_str(since - timedelta(seconds=1))
+        with self._tx() as conn:
+            rows = conn.execute(sa.select(t.c.node_id, t.c.doc, t.c.state, t.c.updated_at_utc).where(
+                t.c.state.in_(live) | ((t.c.state == NodeState.GONE.value) & (t.c.updated_at_utc >= cut)))).all()
+        out = []
+        for r in sorted(rows, key=lambda r: r.node_id):
+            gone_at = str_to_dt(r.updated_at_utc) if r.state == NodeState.GONE.value else None
+            if gone_at is not None and gone_at < since:
+                continue
+            out.append((_row(node_from_dict, r.doc, f"node {r.node_id!r}"), gone_at))
+        return tuple(out)
+
     def nodes_by_idempotency_key(self, key: str) -> tuple[Node, ...]:
         with self._tx() as conn:
             rows = conn.execute(sa.select(tables.nodes.c.node_id, tables.nodes.c.doc)
@@ -801,6 +825,8 @@ class Store:
             deleted_events = conn.execute(events.delete().where(events.c.at_utc < cut)
                                           .where(events.c.kind.not_in(self.PER_PASS_EVENTS))
                                           .where(events.c.seq.not_in(latest))).rowcount
+            # where the finished history now starts: `fleetctl report` says a window before it is not covered
+            self._insert_event(conn, "prune_finished", before, "", {"before_utc": cut})
         return {"jobs": deleted_jobs, "job_cancellations": deleted_cancels, "nodes": deleted_nodes,
                 "launches": deleted_launches, "events": deleted_events}
 
@@ -1100,6 +1126,50 @@ class Store:
              "payload": _decode(r.payload, f"event {r.seq}")}
             for r in rows
         )
+
+    def events_between(self, start: datetime, end: datetime, kinds: Iterable[str]) -> tuple[dict[str, Any], ...]:
+        """The audit log's entries of ``kinds`` at ``start`` or later and
+        before ``end``, in time order (then ``seq``), as ``events`` gives them
+        (``at_utc`` parsed to a datetime). Read through the index on
+        ``at_utc``: a window's rows, not the whole log."""
+        t = tables.events
+        # a second wider each side: the text comparison (see nodes_live_since); exact bounds below
+        query = (sa.select(t).where(t.c.at_utc >= dt_to_str(start - timedelta(seconds=1)))
+                 .where(t.c.at_utc < dt_to_str(end + timedelta(seconds=1)))
+                 .where(t.c.kind.in_(sorted(set(kinds)))))
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        found = []
+        for r in rows:
+            at = str_to_dt(r.at_utc)
+            if at is not None and start <= at < end:
+                found.append({"seq": r.seq, "at_utc": at, "kind": r.kind, "subject": r.subject,
+                              "payload": _decode(r.payload, f"event {r.seq}")})
+        return tuple(sorted(found, key=lambda e: (e["at_utc"], e["seq"])))
+
+    def history_complete_from(self) -> datetime | None:
+        """From when the audit log, the jobs and the nodes are complete: the
+        first event kept, or, when ``prune_finished`` deleted the finished
+        history, its latest cut (its ``prune_finished`` entry; for a prune by
+        a fleetctl that did not record one, the last finish its job
+        tombstones keep, a lower bound of that cut). None for an empty log.
+
+        Design choice: not the oldest event alone: ``prune_finished`` keeps
+        the latest event of each kind, however old, so a rare kind's old
+        entry would date the log's start long before the cut."""
+        t = tables.events
+        with self._tx() as conn:
+            first = conn.execute(sa.select(sa.func.min(t.c.at_utc))).scalar()
+            cuts = conn.execute(sa.select(t.c.payload).where(t.c.kind == "prune_finished")).scalars().all()
+            buried = conn.execute(sa.select(sa.func.max(tables.job_tombstones.c.finished_at_utc))).scalar()
+        found = [str_to_dt(first)] if first else []
+        for text in cuts:
+            cut = _decode(text, "a prune_finished event").get("before_utc")
+            if isinstance(cut, str):
+                found.append(str_to_dt(cut))
+        if buried:
+            found.append(str_to_dt(buried))
+        return max(found) if found else None  # type: ignore[type-var]
 
 
 def _holds_json_string(column: Any, value: str) -> Any:

@@ -461,7 +461,9 @@ def test_prune_finished_deletes_the_finished_history_before_the_cut_and_keeps_th
         ("bind", "2026-12-02"),  # the latest bind, though before the cut
         ("cancel_requested", "2026-11-02"),  # the latest of two
         ("demand", "2026-11-02"),  # per-pass: prune's, not prune_finished's
-        ("launch", "2026-12-02"), ("terminate", "2026-11-02")]
+        ("launch", "2026-12-02"),
+        ("prune_finished", "2026-12-02"),  # the cut, for `fleetctl report` (Store.history_complete_from)
+        ("terminate", "2026-11-02")]
     assert store.last_event_at("terminate") == T0  # what a pass reads (the planner's cooldown)
     assert store.prune_finished(cut) == {"jobs": 0, "job_cancellations": 0, "nodes": 0, "launches": 0, "events": 0}
 
