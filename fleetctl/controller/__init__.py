@@ -417,17 +417,22 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
                         raise failed(f"preempt: job {action.job_id!r} is no longer active")
                     # Requeued with its checkpoint; the runtime stops it (checkpointing first if it can).
                     kept = victim.checkpointed_work_hours
+                    # the work the preemption cost it, for `fleetctl report`: known when the runtime says how far
+                    # the run got (or it was not running); without a runtime it is moved as it stands, unmeasured
+                    loss: dict[str, float] = {} if victim.state is JobState.RUNNING else {"lost_gpu_hours": 0.0}
                     if runtime is not None and victim.state is JobState.RUNNING:
+                        done = runtime.progress(victim, now).done_hours
                         kept = (runtime.checkpoint(victim, None, now) if victim.checkpointable
                                 else runtime.stop(victim, now)).checkpointed_hours
                         checkpoints += 1 if victim.checkpointable else 0
+                        loss = {"lost_gpu_hours": max(0.0, done - kept) * victim.gpus}
                     vacated.append(victim)
                     victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
                                      checkpointed_work_hours=kept)
                     store.put_job(victim, now)
                     jobs[victim.job_id] = victim
                     store.record("preempt", now, victim.job_id, by=action.by_job_id, reason=action.reason.value,
-                                 detail=action.detail)
+                                 detail=action.detail, **loss)
                 else:
                     job = jobs.get(action.job_id)
                     if job is None or tuple(sorted(set(job.node_ids))) != tuple(sorted(set(action.from_node_ids))):
