@@ -157,7 +157,8 @@ def node_end(record: NodeRecord, events: Iterable[AuditEvent], notices: Iterable
         found.append((record.gone_recorded_at_utc, "lost" if lost else "gone"))
     if not found:
         return None, ""
-    when, source = min(found)
+    # the earliest; at a tie, what says why (a termination is recorded gone at the same instant)
+    when, source = min(found, key=lambda f: (f[0], f[1] in ("gone", "lost")))
     return max(when, node.launched_at_utc), source
 
 

@@ -140,6 +140,7 @@ def test_a_terminated_node_ends_at_its_termination_not_when_recorded_gone():
     record = NodeRecord(gone, gone_recorded_at_utc=T0 + 4 * H)
     assert node_end(record, (ev(1, 2, "terminate", "n1"),), ()) == (T0 + 2 * H, "terminate")
     assert node_end(record, (), ()) == (T0 + 4 * H, "gone")
+    assert node_end(record, (ev(1, 4, "terminate", "n1"),), ()) == (T0 + 4 * H, "terminate")  # recorded together
     assert node_end(record, (ev(1, 4, "node_lost", "n1"),), ()) == (T0 + 4 * H, "lost")
     assert node_end(NodeRecord(N1), (), ()) == (None, "")
     hint = InterruptionEvent("h", "aws", "n1", InterruptionKind.REBALANCE, T0 + H, None)

@@ -21,6 +21,7 @@ from fleetctl.cli.events_cmd import events
 from fleetctl.cli.explain import explain
 from fleetctl.cli.nodewatch_cmd import node_watch
 from fleetctl.cli.plan_apply import apply, plan
+from fleetctl.cli.report import report
 from fleetctl.cli.status import status
 
 
@@ -94,6 +95,7 @@ app.command(short_help="Show what fleetctl would launch, terminate and bind.")(p
 app.command(short_help="Carry out a plan: one saved with plan -out, or one made now.")(apply)
 app.command(short_help="Show nodes with their jobs, job counts and current USD/hour.")(status)
 app.command(short_help="Explain the planner's decision for one job.")(explain)
+app.command(short_help="Spend and GPU-hours by team over a window, for showback.")(report)
 app.command(short_help="Run one reconcile tick (for cron).")(reconcile)
 app.command(short_help="Run the controller loop and serve /metrics.")(daemon)
 app.command(short_help="Delete recorded history older than a number of days.")(prune)
