@@ -358,8 +358,9 @@ def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], 
     # the launch of the oldest node live at since: a run open at since started after it
     reach = min((n.launched_at_utc for n, _, _ in live.values() if n.launched_at_utc <= since), default=since)
     if covered_from is not None and covered_from > since:
-        notes.append(f"the audit log is only complete from {_show(covered_from)} (older history was pruned): "
-                     f"the window before it is not covered and its numbers are too low")
+        notes.append(f"the window is only covered from {_show(covered_from)}: the store's history begins there "
+                     "(older history was pruned, or nothing was recorded before); what ran before it is not "
+                     "counted")
     elif covered_from is not None and covered_from > reach:
         notes.append(f"nodes live at the window's start were launched before {_show(covered_from)}, where the "
                      "audit log begins (older history was pruned): a job run on them that started before then "

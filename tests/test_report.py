@@ -155,7 +155,7 @@ def test_a_terminated_node_ends_at_its_termination_not_when_recorded_gone():
 def test_pruned_history_is_said_not_hidden():
     report = make(covered_from=T0 + 2 * H)
     assert not report.fully_covered
-    assert any("only complete from 2026-11-02T11:00:00Z" in n for n in report.notes)
+    assert any("only covered from 2026-11-02T11:00:00Z" in n for n in report.notes)
     doc = report_to_document(report)
     assert doc["format_version"] == 1 and doc["fully_covered"] is False
     assert doc["covered_from_utc"] == "2026-11-02T11:00:00Z"

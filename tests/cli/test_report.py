@@ -128,9 +128,9 @@ def test_a_window_older_than_the_pruned_history_says_so(history):
                      dt_to_str(T0 + 180 * MIN), "--format", "json")
     doc = json.loads(shown.stdout)
     assert doc["fully_covered"] is False and doc["covered_from_utc"] == dt_to_str(T0 + 100 * MIN)
-    assert any("only complete from" in n for n in doc["notes"])
+    assert any("only covered from" in n for n in doc["notes"])
     table = fleetctl(cwd, "report", "--state", url, "--since", dt_to_str(T0), "--until", dt_to_str(T0 + 180 * MIN))
-    assert "only complete from 2026-11-02T10:40:00Z" in table.stdout
+    assert "only covered from 2026-11-02T10:40:00Z" in table.stdout
 
 
 def _dt(text: str):
