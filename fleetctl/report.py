@@ -170,12 +170,14 @@ class _Run:
     stop_utc: datetime
 
 
-def job_runs(events: Iterable[AuditEvent], until: datetime) -> tuple[tuple[_Run, ...], dict[str, int]]:
+def job_runs(events: Iterable[AuditEvent], since: datetime, until: datetime) -> \
+        tuple[tuple[_Run, ...], dict[str, int]]:
     """The runs of jobs on nodes from ``start`` to the next stop entry (or
-    ``until``), and the counts of what could not be paired: ``stop_without_start``
-    per kind (a ``complete`` or a running job's ``cancel`` whose ``start`` is
-    not among ``events``) and ``start_without_stop`` (a start while a run was
-    open: the open run is closed there)."""
+    ``until``), and the counts of what could not be paired at ``since`` or
+    later: ``<kind>_without_start`` (a ``complete`` or a running job's
+    ``cancel`` whose ``start`` is not among ``events``) and
+    ``start_without_stop`` (a start while a run was open: the open run is
+    closed there)."""
     open_runs: dict[str, tuple[datetime, tuple[str, ...]]] = {}
     runs: list[_Run] = []
     unpaired: dict[str, int] = defaultdict(int)
@@ -184,13 +186,15 @@ def job_runs(events: Iterable[AuditEvent], until: datetime) -> tuple[tuple[_Run,
             if e.subject in open_runs:
                 began, nodes = open_runs.pop(e.subject)
                 runs.append(_Run(e.subject, nodes, began, e.at_utc))
-                unpaired["start_without_stop"] += 1
+                if e.at_utc > since:
+                    unpaired["start_without_stop"] += 1
             open_runs[e.subject] = (e.at_utc, tuple(str(n) for n in e.payload.get("nodes") or ()))
         elif e.kind in STOP_KINDS:
             if e.subject in open_runs:
                 began, nodes = open_runs.pop(e.subject)
                 runs.append(_Run(e.subject, nodes, began, e.at_utc))
-            elif e.kind == "complete" or (e.kind == "cancel" and e.payload.get("state") == "running"):
+            elif e.at_utc >= since and (e.kind == "complete"
+                                        or (e.kind == "cancel" and e.payload.get("state") == "running")):
                 unpaired[f"{e.kind}_without_start"] += 1
     for job_id, (began, nodes) in open_runs.items():
         runs.append(_Run(job_id, nodes, began, until))
@@ -271,7 +275,7 @@ def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], 
         if node.offer.instance_type.gpu_count == 0:
             no_gpus += 1
 
-    runs, paired = job_runs((e for e in events if e.kind == "start" or e.kind in STOP_KINDS), until)
+    runs, paired = job_runs((e for e in events if e.kind == "start" or e.kind in STOP_KINDS), since, until)
     unpaired: dict[str, int] = defaultdict(int, paired)
     held: dict[str, float] = defaultdict(float)  # node id -> GPU-hours held by jobs
     held_node_hours: dict[str, float] = defaultdict(float)

@@ -167,6 +167,8 @@ def test_a_completion_without_its_start_is_a_note_and_its_time_idle():
     report = make(events=(ev(1, 2, "complete", "A"),), nodes=(NodeRecord(N1),))
     assert rows(report)[(IDLE,)].gpu_hours == pytest.approx(32.0)
     assert any("without a recorded start" in n for n in report.notes)
+    # before the window (read only to find the runs open at since): nothing to say
+    assert make(events=(ev(1, 0.5, "complete", "A"),), nodes=(NodeRecord(N1),)).notes == ()
 
 
 def test_unknown_jobs_and_policy_teams():

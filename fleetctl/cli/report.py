@@ -18,8 +18,8 @@ from rich.table import Table
 
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, one_of, \
     open_store, store_may_exist, utcnow
-from fleetctl.report import IDLE, KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
-    report_to_document
+from fleetctl.report import IDLE, KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
+    job_runs, report_to_document
 
 
 class ReportFormat(str, enum.Enum):
@@ -136,15 +136,20 @@ def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...
     only the kinds the report uses (``fleetctl.report.KINDS``). A fleet
     whose oldest live node has run for months reads those months of job
     starts and stops; nothing older. The specs are read for the jobs those
-    entries name only (stored jobs, else pruned jobs' tombstones), and the
-    reclaim notices for the nodes read only."""
+    entries name for a run in the window or a stop in it only (stored
+    jobs, else pruned jobs' tombstones), and the reclaim notices for the
+    nodes read only."""
     records = tuple(NodeRecord(node, gone) for node, gone in store.nodes_live_since(since)
                     if node.launched_at_utc < until)
     reach = min((r.node.launched_at_utc for r in records if r.node.launched_at_utc < since), default=since)
     events = tuple(AuditEvent(seq=e["seq"], at_utc=e["at_utc"], kind=e["kind"], subject=e["subject"],
                               payload=e["payload"] if isinstance(e["payload"], dict) else {})
                    for e in store.events_between(reach, until, KINDS))
-    job_ids = sorted({e.subject for e in events if e.kind not in ("terminate", "interruption", "node_lost")})
+    # the specs of the jobs that count: those with a run in the window on a node read, or a stop entry in it
+    runs, _ = job_runs((e for e in events if e.kind == "start" or e.kind in STOP_KINDS), since, until)
+    read = {r.node.node_id for r in records}
+    job_ids = sorted({r.job_id for r in runs if r.stop_utc > since and read.intersection(r.node_ids)}
+                     | {e.subject for e in events if e.kind in STOP_KINDS and e.at_utc >= since})
     jobs = {j.job_id: j for j in store.jobs(job_ids=job_ids)}
     missing = [i for i in job_ids if i not in jobs]
     if missing:
