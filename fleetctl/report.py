@@ -283,18 +283,16 @@ def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], 
     overbooked: set[str] = set()
     for run in runs:
         job = jobs.get(run.job_id)
-        if job is None:
-            unknown_jobs.add(run.job_id)
-            continue
         for node_id in sorted(set(run.node_ids)):
             if node_id not in live:
                 continue
             node, n0, n1 = live[node_id]
             gpu_count = node.offer.instance_type.gpu_count
-            if gpu_count == 0:
-                continue
             hours = _overlap_hours(run.start_utc, run.stop_utc, n0, n1)
-            if hours <= 0:
+            if hours <= 0 or gpu_count == 0:
+                continue
+            if job is None:  # a run in the window whose job the store no longer knows: its GPUs stay idle
+                unknown_jobs.add(run.job_id)
                 continue
             gpus = run.node_ids.count(node_id) * job.gpus_per_worker
             if gpus > gpu_count:

@@ -178,5 +178,8 @@ def test_unknown_jobs_and_policy_teams():
     assert ("z",) in r and r[("z",)].usd == 0
     assert r[(IDLE,)].gpu_hours == pytest.approx(22.0 + 8.0)  # B's GPUs: nobody's known
     assert any("not in the store" in n and "B" in n for n in report.notes)
+    later = build_report(since=T0 + 3.5 * H, until=T0 + 5 * H, by=(GroupKey.team,), nodes=NODES, events=EVENTS,
+                         jobs={k: v for k, v in JOBS.items() if k != "B"})
+    assert later.notes == ()  # B's run ended before the window: its spec is not needed
     with pytest.raises(ValueError):
         make(since=T0 + H, until=T0 + H)
