@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -165,3 +166,17 @@ def test_a_missing_store_is_a_usage_error_and_none_is_created(tmp_path):
     assert list(tmp_path.iterdir()) == []
     shown = fleetctl(tmp_path, "report", "--state", f"sqlite:///{tmp_path / 'none.db'}")
     assert shown.returncode == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_a_named_policy_gives_each_of_its_teams_a_row_and_a_bad_one_is_a_usage_error(history):
+    cwd, url, _ = history
+    repo = Path(__file__).resolve().parents[2]
+    window = ("--since", dt_to_str(T0), "--until", dt_to_str(T0 + 180 * MIN), "--format", "json")
+    shown = fleetctl(cwd, "report", "--state", url, *window, "--policy", str(repo / "policies" / "example.yaml"))
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["team"]: r for r in json.loads(shown.stdout)["rows"]}
+    assert {"a", "b", "(idle)", "ml-research", "ml-product"} <= set(rows)
+    assert rows["ml-research"]["usd"] == 0
+    (cwd / "bad.yaml").write_text("teams: [\n")
+    shown = fleetctl(cwd, "report", "--state", url, *window, "--policy", str(cwd / "bad.yaml"))
+    assert shown.returncode == 2 and "bad.yaml" in shown.stderr
