@@ -28,7 +28,8 @@ def test_every_kind_the_code_records_is_listed_and_documented():
             recorded |= set(re.findall(r"\brecord\(\s*\"([a-z_]+)\"", text))
             recorded |= set(re.findall(r"\baudit=\"([a-z_]+)\"", text))
             recorded |= set(re.findall(r"kind=\"([a-z_]+)\"", text))
-    assert {"launch", "bind", "requeue", "notice_received", "node_lost", "offers_observed"} <= recorded
+            recorded |= set(re.findall(r"_insert_event\(\s*conn,\s*\"([a-z_]+)\"", text))
+    assert {"launch", "bind", "requeue", "notice_received", "node_lost", "offers_observed", "prune_finished"} <= recorded
     assert recorded <= set(EVENT_KINDS), sorted(recorded - set(EVENT_KINDS))
     documented = re.findall(r"^\| `([a-z_]+)` \| ([a-z-]+) \| (.+) \|$", (REPO / "docs" / "events.md").read_text(),
                             re.MULTILINE)
