@@ -9,10 +9,11 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import re
 import signal
 import sys
 from contextvars import ContextVar
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, NoReturn, Optional, TypeVar
 
@@ -271,6 +272,30 @@ def utcnow() -> datetime:
 _ERROR_EXIT: ContextVar[int | None] = ContextVar("fleetctl_error_exit", default=None)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+#: ``30m``, ``24h``, ``1.5d``: that long before now (``--since``/``--until`` of `report` and `events`).
+_SPAN = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd])\s*")
+_SPAN_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+WHEN_HELP = ("ISO 8601 in UTC (2026-11-01, 2026-11-01T06:00:00Z; a time without an offset is UTC, one with an "
+             "offset is converted) or a span before now: 30m, 24h, 7d")
+
+
+def parse_when(option: str, value: str, now: datetime) -> datetime:
+    """``value`` of ``option`` (``--since``/``--until``) as a UTC time (see
+    ``WHEN_HELP``); a usage error (exit 2) naming the option and the value otherwise."""
+    span = _SPAN.fullmatch(value)
+    try:
+        if span:
+            return now - timedelta(**{_SPAN_UNITS[span.group(2)]: float(span.group(1))})
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            fail(f"{option} {value!r} is not a time: give {WHEN_HELP}", 2)
+        return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    except OverflowError:
+        fail(f"{option} {value!r}: out of the range of times", 2)
 
 
 def errors_exit_1(command: F) -> F:

@@ -4,38 +4,14 @@
 from __future__ import annotations
 
 import json
-import re
-from datetime import datetime, timedelta
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 
 from fleetctl.audit import EVENT_KINDS, HISTORY_KINDS
-from fleetctl.cli.common import TableFormat, StateOption, console, fail, one_of, open_store, utcnow
-from fleetctl.codec import str_to_dt
+from fleetctl.cli.common import WHEN_HELP, StateOption, TableFormat, console, fail, one_of, open_store, parse_when, utcnow
 from fleetctl.render import counted
-
-_RELATIVE = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-
-
-def parse_when(option: str, text: str, now: datetime) -> datetime:
-    """``30m``, ``24h``, ``7d`` (before ``now``) or an ISO 8601 time with its
-    zone; exits 2 naming ``option`` otherwise."""
-    relative = _RELATIVE.fullmatch(text.strip())
-    if relative:
-        try:
-            return now - timedelta(**{_UNITS[relative["unit"]]: float(relative["n"])})
-        except OverflowError:
-            fail(f"{option} {text}: too far back", 2)
-    try:
-        when = str_to_dt(text.strip())
-    except ValueError as exc:
-        fail(f"{option} {text!r}: give a time before now as 30m, 24h or 7d, or an ISO 8601 time with its zone "
-             f"(2026-11-27T09:00:00Z) ({exc})", 2)
-    return when
-
 
 def details(payload: Any) -> str:
     """An entry's payload as ``key=value`` pairs (lists joined by commas)."""
@@ -52,10 +28,10 @@ def details(payload: Any) -> str:
 
 def events(
     since: Annotated[str, typer.Option(
-        "--since", help="From this time: 30m, 24h or 7d before now, or an ISO 8601 time with its zone.",
+        "--since", help=f"Start of the window (included): {WHEN_HELP}.",
         metavar="WHEN")] = "24h",
     until: Annotated[Optional[str], typer.Option(
-        "--until", help="Before this time (same forms as --since). Default: now.", metavar="WHEN",
+        "--until", help="End of the window (excluded), as --since. Default: now.", metavar="WHEN",
         show_default=False)] = None,
     kind: Annotated[Optional[list[str]], typer.Option(
         "--kind", help="Only entries of this kind (repeatable): " + ", ".join(EVENT_KINDS) + ". Without it, "

@@ -8,16 +8,15 @@ import csv
 import enum
 import json
 import os
-import re
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, one_of, \
-    open_store, store_may_exist, utcnow
+from fleetctl.cli.common import WHEN_HELP, PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, \
+    one_of, open_store, parse_when, store_may_exist, utcnow
 from fleetctl.report import IDLE, KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
     job_runs, report_to_document
 
@@ -28,32 +27,7 @@ class ReportFormat(str, enum.Enum):
     csv = "csv"
 
 
-#: ``7d``, ``24h``, ``1.5d``: that long before now.
-_RELATIVE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([dh])\s*$")
-
 DEFAULT_SINCE = "7d"
-
-_WHEN_HELP = ("ISO 8601 in UTC (2026-11-01, 2026-11-01T06:00:00Z; a time without an offset is UTC, one with an "
-              "offset is converted) or a span before now: 7d, 24h")
-
-
-def parse_when(option: str, value: str, now: datetime) -> datetime:
-    """``value`` of ``option`` (``--since``/``--until``) as a UTC time; a usage
-    error (exit 2) naming the option and the value otherwise."""
-    relative = _RELATIVE.match(value)
-    if relative:
-        amount, unit = float(relative.group(1)), relative.group(2)
-        try:
-            return now - (timedelta(days=amount) if unit == "d" else timedelta(hours=amount))
-        except OverflowError:
-            fail(f"{option} {value!r}: too far back", 2)
-    try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        fail(f"{option} {value!r} is not a time: give {_WHEN_HELP}", 2)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
 
 
 def parse_by(values: list[str] | None) -> tuple[GroupKey, ...]:
@@ -74,7 +48,7 @@ def parse_by(values: list[str] | None) -> tuple[GroupKey, ...]:
 def report(
     since: Annotated[Optional[str], typer.Option(
         "--since", show_default=False, metavar="WHEN",
-        help=f"Start of the window (included): {_WHEN_HELP}. Default: {DEFAULT_SINCE}.")] = None,
+        help=f"Start of the window (included): {WHEN_HELP}. Default: {DEFAULT_SINCE}.")] = None,
     until: Annotated[Optional[str], typer.Option(
         "--until", show_default=False, metavar="WHEN", help=f"End of the window (excluded), as --since. Default: now.")] = None,
     by: Annotated[Optional[list[str]], typer.Option(
