@@ -40,6 +40,7 @@ class FleetState:
     gpu_allocation_ratio: float = 0.0
     queued_jobs: tuple[tuple[tuple[str, str], float], ...] = ()  # (priority, team)
     usd_per_hour: tuple[tuple[tuple[str, str], float], ...] = ()  # (provider, market)
+    team_usd_per_hour: tuple[tuple[tuple[str], float], ...] = ()  # (team,), and IDLE_TEAM
 
 
 #: The gauge families of a FleetState: its field, the metric's name, HELP and label names.
@@ -50,7 +51,14 @@ _FLEET_GAUGES = (
     ("queued_jobs", "fleetctl_queued_jobs", "Queued jobs by priority class and team.", ("priority", "team")),
     ("usd_per_hour", "fleetctl_usd_per_hour", "What the fleet costs now, USD per hour, by provider and market.",
      ("provider", "market")),
+    ("team_usd_per_hour", "fleetctl_team_usd_per_hour",
+     "What the fleet costs now, USD per hour, charged to each team by the GPUs its running jobs hold (a node's USD "
+     "per GPU-hour times the GPUs held, as `fleetctl report` charges); team=\"(idle)\": the GPUs no running job "
+     "holds. The series sum to fleetctl_usd_per_hour's.", ("team",)),
 )
+
+#: The team label of the GPUs no running job holds (``fleetctl report``'s row of the same name).
+IDLE_TEAM = "(idle)"
 
 
 class _FleetGauges(Collector):
@@ -173,13 +181,24 @@ class FleetMetrics:
             if n.state is NodeState.READY:
                 ready_gpus += n.offer.instance_type.gpu_count
         ready = {n.node_id for n in node_list if n.state is NodeState.READY}
+        live = {n.node_id: n for n in node_list}
         allocated = 0
         queued: Tally = Tally()
+        team_usd: Tally = Tally()
+        idle_usd = {n.node_id: n.offer.usd_per_hour for n in node_list}  # less what running jobs are charged
         for j in jobs:
             if j.state is JobState.RUNNING:
                 allocated += sum(j.gpus_per_worker for nid in j.node_ids if nid in ready)
+                for nid in sorted(set(j.node_ids) & live.keys()):
+                    node = live[nid]
+                    if node.offer.instance_type.gpu_count:
+                        charged = (j.node_ids.count(nid) * j.gpus_per_worker * node.offer.usd_per_hour
+                                   / node.offer.instance_type.gpu_count)
+                        team_usd[(j.team,)] += charged
+                        idle_usd[nid] -= charged
             elif j.state is JobState.QUEUED:
                 queued[(j.priority, j.team)] += 1
+        team_usd[(IDLE_TEAM,)] += sum(idle_usd.values())  # negative only on a node booked beyond its GPUs
         providers = sorted({n.offer.provider for n in node_list})
         self._fleet.state = FleetState(  # one assignment: a scrape sees the old state or this one, whole
             nodes=tuple((key, float(node_count[key])) for key in sorted(node_count)),
@@ -188,6 +207,7 @@ class FleetMetrics:
             queued_jobs=tuple((key, float(queued[key])) for key in sorted(queued)),
             usd_per_hour=tuple(((provider, market.value), float(usd.get((provider, market.value), 0.0)))
                                for provider in providers for market in Market),
+            team_usd_per_hour=tuple((key, float(team_usd[key])) for key in sorted(team_usd)),
         )
 
 

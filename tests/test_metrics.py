@@ -119,3 +119,24 @@ def test_a_scrape_during_a_refresh_sees_the_fleet_before_it_whole():
     assert after["fleetctl_queued_jobs"] == [((("priority", "batch"), ("team", "b")), 1.0)]
     assert after["fleetctl_usd_per_hour"] == [((("market", "on_demand"), ("provider", "aws")), 20.0),
                                               ((("market", "spot"), ("provider", "aws")), 16.0)]
+
+
+def test_the_fleets_cost_is_charged_to_teams_by_the_gpus_their_running_jobs_hold():
+    """fleetctl_team_usd_per_hour: a node's USD per GPU-hour times the GPUs each running job holds
+    there, the rest (idle GPUs, booting nodes, bound jobs) as team "(idle)"; the series sum to the
+    fleet's USD/hour, as `fleetctl report`'s rows do."""
+    metrics = FleetMetrics()
+    nodes = [node("n1", of=offer("a8", gpus=8, price=8.0)),
+             node("n2", of=offer("b4", gpus=4, price=20.0, market=Market.ON_DEMAND)),
+             node("n3", of=offer("c1", gpus=1, price=3.0), state=NodeState.LAUNCHING),
+             node("gone", of=offer("d1", gpus=1, price=99.0), state=NodeState.GONE)]
+    jobs = [replace(job("a-gang", workers=2, gpus=4, team="a"), state=JobState.RUNNING, node_ids=("n1", "n1")),
+            replace(job("b-one", gpus=1, team="b"), state=JobState.RUNNING, node_ids=("n2",)),
+            replace(job("b-bound", gpus=2, team="b"), state=JobState.BOUND, node_ids=("n2",)),
+            replace(job("b-gone", gpus=1, team="b"), state=JobState.RUNNING, node_ids=("gone",)),
+            job("c-queued", team="c")]
+    metrics.observe_state(nodes, jobs)
+    charged = {s.labels["team"]: s.value for s in families(metrics)["fleetctl_team_usd_per_hour"].samples}
+    assert charged == pytest.approx({"a": 8.0, "b": 5.0, "(idle)": 15.0 + 3.0})
+    fleet = sum(s.value for s in families(metrics)["fleetctl_usd_per_hour"].samples)
+    assert sum(charged.values()) == pytest.approx(fleet) == pytest.approx(31.0)
