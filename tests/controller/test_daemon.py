@@ -346,10 +346,12 @@ def test_the_daemon_prunes_the_finished_history_daily_under_the_lease_when_told_
     w.store.release_lease("controller", "daemon on host-a pid 7")
     loop.prune()
     assert {j.job_id for j in w.store.jobs()} == {"recent"}
-    # the per-pass "demand" row stays (--retain-days 0: keep it), and so does the launch after the cut
+    # the per-pass "demand" row stays (--retain-days 0: keep it), and so does the launch after the cut; the
+    # prune records its cut (dated at it), where `fleetctl report` reads the history is whole from
     assert sorted((e["kind"], e["at_utc"][:10]) for e in w.store.events()) == [
         ("demand", (now - timedelta(days=40)).strftime("%Y-%m-%d")),
-        ("launch", (now - timedelta(days=10)).strftime("%Y-%m-%d"))]
+        ("launch", (now - timedelta(days=10)).strftime("%Y-%m-%d")),
+        ("prune_finished", (now - timedelta(days=30)).strftime("%Y-%m-%d"))]
 
 
 def test_cli_daemon_passes_retain_finished_days_to_its_daily_prune(tmp_path):
