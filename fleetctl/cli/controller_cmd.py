@@ -53,11 +53,13 @@ def reconcile(
 ) -> None:
     """One reconcile tick: handle reclaim notices, start and finish jobs, plan, act, record.
 
-    Idempotent: a second run with nothing new changes nothing. For a loop, use `fleetctl daemon`."""
+    Idempotent: a second run with nothing new changes nothing. For a loop, use `fleetctl daemon`.
+    While it runs it holds the controller lease, so a daemon on the same store cannot handle
+    reclaim notices: the tick checks for them itself every few seconds, between its steps."""
     from datetime import timedelta
 
     from fleetctl.controller.forecast import build_forecast
-    from fleetctl.controller.reconcile import tick
+    from fleetctl.controller.reconcile import ONCE_NOTICE_CHECK_SECONDS, notice_checks, tick
     from fleetctl.controller.runtime import SimRuntime
 
     if not once:
@@ -81,7 +83,8 @@ def reconcile(
             forecast = build_forecast(store, now, forecaster,
                                       reclaims_within=timedelta(minutes=pol.reclaimed_offer_ttl_minutes))
             report = tick(store=store, provider=make_provider(store, seed, cloud, pol), runtime=SimRuntime(),
-                          policy=pol, now=now, forecast=forecast)
+                          policy=pol, now=now, forecast=forecast,
+                          notices_due=notice_checks(ONCE_NOTICE_CHECK_SECONDS, utcnow))
     except LeaseHeld as exc:
         fail(f"{exc}. This run changed nothing (waited {lock_timeout:g} s: --lock-timeout).")
     except ApplyError as exc:

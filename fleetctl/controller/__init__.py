@@ -8,7 +8,9 @@
   effect, a launch's intent committed before the cloud is asked and its
   nodes as soon as it answers, destructive actions re-checked against fresh
   state right before they happen, every fact written to the store; an
-  ``ApplyError`` part-way says what was carried out.
+  ``ApplyError`` part-way says what was carried out. Given ``between``, it
+  lets reclaim notices be handled at its safe points and stops
+  (``NoticesHandled``) once one was: the rest of the plan predates it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Callable
 
 from fleetctl.model import (
     Bind,
@@ -37,7 +40,6 @@ from fleetctl.codec import str_to_dt
 from fleetctl.store import ConcurrentApply, Store, retry_key
 from providers.base import InsufficientCapacity, LaunchRequest, Provider, ProviderError
 
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from fleetctl.controller.runtime import Runtime
@@ -90,6 +92,14 @@ class ApplyError(Exception):
 
 class StalePlan(ApplyError):
     """The state changed since the plan was made."""
+
+
+class NoticesHandled(ApplyError):
+    """Reclaim notices were handled at a safe point part-way through the plan
+    (``execute``'s ``between``): they may have cordoned a node the rest of the
+    plan binds jobs to, or requeued a job it moves, so the rest, made before
+    them, is not carried out. ``carried_out`` and ``applied`` say what was;
+    the caller plans again from the fleet as it now is."""
 
 
 class ApplyInterrupted(ApplyError):
@@ -291,12 +301,18 @@ def _check_job_actions(plan: Plan, jobs: dict[str, Job]) -> None:
 
 
 def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
-            runtime: "Runtime | None" = None) -> ApplyResult:
+            runtime: "Runtime | None" = None, between: Callable[[], bool] | None = None) -> ApplyResult:
     """Carry out ``plan``. ``plan_id`` (the plan's fingerprint) seeds the
     idempotency keys, so applying the same plan twice never buys twice.
 
     ``runtime`` (if given) checkpoints and stops the jobs that preemptions and
     migrations move; without one, they are moved as they stand.
+
+    ``between`` (if given) is called at each safe point: before each launch,
+    before the job moves and before each termination, never inside a store
+    transaction. It handles the reclaim notices that wait (the daemon's tick:
+    ``reconcile.tick``'s ``notices_due``) and says whether it handled any; if
+    it did, the rest of the plan is not carried out (``NoticesHandled``).
 
     Design choice: the job actions are checked first (``_check_job_actions``),
     so a plan the store no longer allows changes nothing. Then, in the plan's
@@ -319,7 +335,7 @@ def execute(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan
     progress = _Progress()
     try:
         return _carry_out(plan, store=store, provider=provider, now=now, plan_id=plan_id, runtime=runtime,
-                          progress=progress)
+                          progress=progress, between=between)
     except (ApplyError, ConcurrentApply):
         raise
     except Exception as exc:  # not the cloud's answer: reported with what was carried out, the original chained
@@ -349,7 +365,8 @@ class _Progress:
 
 
 def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, plan_id: str,
-               runtime: "Runtime | None", progress: _Progress) -> ApplyResult:
+               runtime: "Runtime | None", progress: _Progress,
+               between: Callable[[], bool] | None = None) -> ApplyResult:
     """``execute`` once the job actions are checked."""
     names: dict[str, str] = {}
     carried = progress.carried  # what was done, for an error part-way
@@ -357,7 +374,14 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
     def failed(message: str, refused_offer: str | None = None) -> ApplyError:
         return ApplyError(message, tuple(carried), refused_offer, applied=progress.result())
 
+    def safe_point(before: str) -> None:
+        """Let ``between`` handle the notices that wait; stop if it handled any (outside any transaction)."""
+        if between is not None and between():
+            raise NoticesHandled(f"reclaim notices were handled before the {before}; the rest of the plan was made "
+                                 "before them and is not carried out", tuple(carried), applied=progress.result())
+
     for index, action, together in _launch_parts(plan):
+        safe_point(f"launch of {action.count} x {action.offer.key}")
         progress.step = f"launch of {action.count} x {action.offer.key}"
         try:
             with store.transaction():  # the intent, committed before the cloud is asked
@@ -395,6 +419,7 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
     vacated: list[Job] = []  # preempted jobs, as they were: the nodes they leave are idle from now
     moves = [a for a in plan.actions if isinstance(a, (Preempt, Bind, Migrate))]
     if moves:
+        safe_point("job moves")
         progress.step = "the job moves (preempt, bind, migrate)"
         checkpoints = 0
         bound: list[str] = []
@@ -470,6 +495,7 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
     # controllers out while this one acts).
     fresh = store.jobs(active_only=True) if terminates else ()
     for action in terminates:
+        safe_point(f"termination of {action.node_id}")
         progress.step = f"terminate of {action.node_id}"
         with store.transaction():
             holders = sorted(j.job_id for j in fresh if action.node_id in j.node_ids)

@@ -16,7 +16,39 @@ reconcile and interruption passes also take the store's controller lease
 (``fleetctl.controller.lease``) for their duration, so a cron ``reconcile
 --once``, an ``apply`` or a second daemon on the same store never acts at the
 same time (a pass that finds it held is skipped and logged; the next one
-tries again). A tick
+tries again).
+
+Reclaim notices do not wait for a reconcile pass to end. A tick at 5,000
+nodes took up to 42 s on the sandbox (starting thousands of jobs after a big
+placement), longer than the 30 s GCP and Azure give; a notice that came just
+after it started waited for the lock that long, and its jobs missed their
+checkpoint (benchmarks/results/notice_latency.md). The notice pass never
+waits for the lock: finding it taken, it sets ``notices_waiting`` and
+returns, and the tick under way, which checks it at its safe points
+(``reconcile.tick``'s ``notices_due``: between its phases, before each job it
+starts or finishes, after planning, before each launch, the job moves and
+each termination), handles the notices there, in its own thread, under its
+own lock and lease: cordon, checkpoint, requeue, as the notice pass would.
+A notice handled after the tick observed the fleet drops the rest of its plan
+(made before it: it may bind a job to the node just cordoned) and the tick
+plans again from the store, so nothing is bound to a cordoned node. A notice
+now waits for the poll (``interruption_seconds``) plus the longest stretch
+between two safe points: planning, or one plan's job moves (one store
+transaction).
+
+Design choice: the tick yields to notices at safe points rather than a fast
+path that checkpoints from the notice thread while the tick runs. The fast
+path would need a second store handle and a thread-safe runtime, would run
+beside a tick that may start or bind jobs on that very node, and would still
+leave the cordon (the store's part) waiting for the tick; and it could not act
+while a cron ``reconcile --once`` holds the lease. Yielding keeps one thread
+acting on the store, the lease and the order the crash sweep checks, and
+``reconcile --once`` gets the same checks, every few seconds
+(``notice_checks``). Making the slow phase fast (one commit per job start in
+``advance_jobs``) shortens ticks but bounds nothing: a tick grows with the
+fleet, the stretch between safe points does not grow with the jobs started.
+
+A tick
 that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
 the loop goes on. A tick refreshes the gauges when it succeeds; after one that
 fails, and after a notice pass that handled a notice (or failed), the daemon
@@ -148,6 +180,9 @@ class Daemon:
         self.holder = holder_id()
         self.standing_by: str | None = None  # who held the lease when a pass last found it taken
         self.stopped = threading.Event()
+        # Set by a notice pass that found the lock taken: the reconcile pass under way handles the notices at
+        # its next safe point (``reconcile.tick``'s ``notices_due``) instead of making them wait for its end.
+        self.notices_waiting = threading.Event()
         self.ticks = 0
         # The last reconcile pass's forecast: the interruptions pass (every few seconds) reuses it
         # instead of rebuilding it from the store each time (seconds on a large market, under the lock).
@@ -212,8 +247,10 @@ class Daemon:
                     forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
                                               reclaims_within=self.ctx.reclaims_within)
                     self.last_forecast = forecast
+                    self.notices_waiting.clear()  # the tick's first step handles every notice stored by now
                     report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                                  policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast)
+                                  policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast,
+                                  notices_due=self._notices_due)
             except Exception:  # the tick boundary: count, log with the traceback, go on
                 self.ctx.metrics.tick_errors.inc()
                 log.exception("reconcile tick failed at %s", now.isoformat())
@@ -226,29 +263,51 @@ class Daemon:
             self.health.pass_ended(PassOutcome.SUCCEEDED, self.monotonic())
             log.info("tick %d: %s", self.ticks, report.summary())
 
+    def _notices_due(self) -> datetime | None:
+        """The tick's ``notices_due``: now, once a notice pass asked for the
+        notices to be handled while the tick held the lock; else None."""
+        if not self.notices_waiting.is_set():
+            return None
+        self.notices_waiting.clear()  # before handling: a pass asking meanwhile is served at the next safe point
+        return self.clock()
+
     def interruptions(self) -> None:
-        with self.lock:
-            if self.stopped.is_set():
-                return
-            changed = False  # the store changed: a notice handled (a node cordoned, jobs requeued)
-            try:
-                with self._leased() as held:
-                    if not held:
-                        return
-                    now = self.clock()
-                    forecast = self.last_forecast
-                    if forecast is None:
-                        forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
-                                                                       reclaims_within=self.ctx.reclaims_within)
-                    changed = True  # until it says otherwise: a pass that fails may have handled notices first
-                    changed = handle_interruptions(
-                        store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
-                        policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast) > 0
-            except Exception:  # the tick boundary, as above
-                self.ctx.metrics.tick_errors.inc()
-                log.exception("interruption handling failed")
-            if changed:
-                self._refresh_gauges("a notice pass")
+        """The notice pass (every ``interruption_seconds``). It never waits
+        for the lock: while another pass holds it, it asks the reconcile pass
+        under way to handle the notices at its next safe point
+        (``notices_waiting``) and returns; the scheduler calls it again at its
+        next interval (a pass still waiting for the lock made apscheduler skip
+        those, so notices that came later in a long tick waited for its end)."""
+        if not self.lock.acquire(blocking=False):
+            self.notices_waiting.set()
+            return
+        try:
+            self._interruptions_locked()
+        finally:
+            self.lock.release()
+
+    def _interruptions_locked(self) -> None:
+        if self.stopped.is_set():
+            return
+        changed = False  # the store changed: a notice handled (a node cordoned, jobs requeued)
+        try:
+            with self._leased() as held:
+                if not held:
+                    return
+                now = self.clock()
+                forecast = self.last_forecast
+                if forecast is None:
+                    forecast = self.last_forecast = build_forecast(self.ctx.store, now, self.ctx.forecaster,
+                                                                   reclaims_within=self.ctx.reclaims_within)
+                changed = True  # until it says otherwise: a pass that fails may have handled notices first
+                changed = handle_interruptions(
+                    store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
+                    policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast) > 0
+        except Exception:  # the tick boundary, as above
+            self.ctx.metrics.tick_errors.inc()
+            log.exception("interruption handling failed")
+        if changed:
+            self._refresh_gauges("a notice pass")
 
     def _refresh_gauges(self, after: str) -> None:
         """The fleet gauges from what the store holds now, after a pass that

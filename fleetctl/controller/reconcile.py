@@ -28,6 +28,7 @@ from fleetctl.controller import (
     REFUSED_OFFER_TTL,
     ApplyError,
     ApplyResult,
+    NoticesHandled,
     execute,
     fingerprint,
     left_behind,
@@ -71,6 +72,7 @@ class TickReport:
     checkpoints: int = 0
     checkpoints_missed: int = 0  # of those, how many could not finish before the deadline
     refused_offers: list[str] = field(default_factory=list)  # launches refused for capacity, planned again without
+    replanned_after_notices: int = 0  # plans dropped because notices were handled while they were made or applied
 
     def summary(self) -> str:
         """One line of what the tick did, the same for `reconcile --once` and
@@ -342,15 +344,31 @@ def apply_cancellations(*, store: Store, provider: Provider, runtime: Runtime, n
 
 
 def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: datetime,
-                 metrics: FleetMetrics | None = None, report: TickReport | None = None) -> None:
+                 metrics: FleetMetrics | None = None, report: TickReport | None = None,
+                 between: Callable[[], bool] | None = None) -> None:
     """Passive transitions: bound jobs start once all their nodes are ready;
     running jobs finish when their work is done (their nodes become idle).
     Each job's transition is one store transaction, counted once it has
     committed: a write that fails part-way leaves the job as it was, and the
-    next pass starts (or finishes) it again and counts it then."""
+    next pass starts (or finishes) it again and counts it then.
+
+    ``between`` (if given) is called before each job, outside any
+    transaction (a safe point: ``tick``'s ``notices_due``); when it says it
+    handled reclaim notices, the jobs still to go and the nodes are read
+    again, so a job a notice requeued is not started from the list read
+    before it."""
     report = report or TickReport()
     nodes = {n.node_id: n for n in provider.nodes(now)}
-    for job in store.jobs(active_only=True):
+    todo = list(store.jobs(active_only=True))
+    i = 0
+    while i < len(todo):
+        if between is not None and between():
+            left = {j.job_id for j in todo[i:]}
+            todo, i = [j for j in store.jobs(active_only=True) if j.job_id in left], 0
+            nodes = {n.node_id: n for n in provider.nodes(now)}
+            continue
+        job = todo[i]
+        i += 1
         if job.state is JobState.BOUND and job.node_ids and all(
             nodes.get(n) is not None and nodes[n].state is NodeState.READY for n in job.node_ids
         ):
@@ -416,28 +434,90 @@ def _count_applied(metrics: FleetMetrics | None, report: TickReport, applied: Ap
             counter.inc(n)
 
 
+#: When a tick under way stops at a safe point to handle reclaim notices: called at each safe point, it
+#: returns the time to handle them at when some may wait (the daemon's notice pass found the tick holding
+#: the loop's lock; ``reconcile --once``: every few seconds, ``notice_checks``), else None.
+NoticeCheck = Callable[[], "datetime | None"]
+
+#: Plans one tick makes again after notices handled part-way through one (``NoticesHandled``) before it
+#: leaves the rest to the next tick (a storm of notices must not keep one tick re-planning for ever).
+MAX_NOTICE_REPLANS_PER_TICK = 3
+
+
+#: How often ``reconcile --once`` checks for reclaim notices during its tick: the daemon's default
+#: interruptions interval (``fleetctl daemon --interruption-interval``).
+ONCE_NOTICE_CHECK_SECONDS = 5.0
+
+
+def notice_checks(every_seconds: float, clock: Callable[[], datetime],
+                  monotonic: Callable[[], float] = time.monotonic) -> NoticeCheck:
+    """A ``NoticeCheck`` that is due every ``every_seconds`` (of ``monotonic``
+    time), at ``clock()``: what ``reconcile --once`` gives its tick, since no
+    other pass can handle a notice while it holds the controller lease."""
+    last = [monotonic()]
+
+    def due() -> datetime | None:
+        if monotonic() - last[0] < every_seconds:
+            return None
+        last[0] = monotonic()
+        return clock()
+
+    return due
+
+
 def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, now: datetime,
          forecast: Forecast | None = None, metrics: FleetMetrics | None = None,
-         planner: Callable[..., Plan] = make_plan, refused_ttl: timedelta = REFUSED_OFFER_TTL) -> TickReport:
+         planner: Callable[..., Plan] = make_plan, refused_ttl: timedelta = REFUSED_OFFER_TTL,
+         notices_due: NoticeCheck | None = None) -> TickReport:
     """One reconcile pass. Exceptions propagate: the caller (daemon, cron)
     decides what a failed tick means. Each step is one store transaction,
     except the plan's cloud calls: an ``ApplyError`` part-way lists the
     launches and terminations carried out (and recorded) before it. ``planner`` has the signature of
     ``fleetctl.planner.plan`` (the backtest swaps in the baselines' planners).
     ``refused_ttl``: how long an offer the cloud refused for capacity is left
-    out (``observe``); a refusal mid-plan re-plans at once without it."""
+    out (``observe``); a refusal mid-plan re-plans at once without it.
+
+    ``notices_due`` (the daemon, ``reconcile --once``; never the simulator)
+    lets reclaim notices cut into the tick: at each safe point it is asked,
+    and when it answers a time, ``handle_interruptions`` runs there, at that
+    time, in this pass (under its lease): the node cordoned, its jobs
+    checkpointed and requeued, as at the start of a tick. The safe points are
+    between the phases, before each job of ``advance_jobs``, after the plan is
+    made and inside ``execute`` (before each launch, the job moves, each
+    termination): never inside a store transaction, never between a plan's
+    observation and its use. A notice handled after the observation makes the
+    plan stale (it may bind a job to the node just cordoned, or move a job
+    just requeued): the rest of it is dropped and the fleet observed and
+    planned again (at most ``MAX_NOTICE_REPLANS_PER_TICK`` times; then the
+    next tick plans)."""
     started = time.perf_counter()
     report = TickReport()
+
+    def handle_waiting() -> bool:
+        """A safe point: handle the notices that wait, if ``notices_due`` says
+        some may; True if any was handled (the store may have changed)."""
+        at = notices_due() if notices_due is not None else None
+        if at is None:
+            return False
+        return handle_interruptions(store=store, provider=provider, runtime=runtime, policy=policy, now=at,
+                                    forecast=forecast, metrics=metrics, report=report) > 0
+
+    between = handle_waiting if notices_due is not None else None
     handle_interruptions(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
                          metrics=metrics, report=report)
     handle_lost_nodes(store=store, provider=provider, runtime=runtime, policy=policy, now=now, forecast=forecast,
                       metrics=metrics, report=report)
+    handle_waiting()
     apply_cancellations(store=store, provider=provider, runtime=runtime, now=now, report=report)
-    advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report)
+    advance_jobs(store=store, provider=provider, runtime=runtime, now=now, metrics=metrics, report=report,
+                 between=between)
+    handle_waiting()
     obs = observe(store, provider, now, refused_ttl)
     store.record_offers(obs.offers, now)  # the market history the interruption forecaster learns from
     store.record("demand", now, "", gpus=demand_by_model(obs.jobs, obs.nodes))  # ... and the demand forecaster
     refused: set[str] = set()
+    replans = 0
+    applied_plan = True  # False: notices cut into this tick's plans too often; the next tick plans
     while True:
         result = planner(now=now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast,
                          policy=policy, last_termination_utc=store.last_event_at("terminate"))
@@ -445,8 +525,20 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
         if not result.has_changes:
             break
         try:
+            if handle_waiting():  # while planning: the observation it was made from is stale
+                raise NoticesHandled("reclaim notices were handled after the fleet was observed for this plan")
             applied = execute(result, store=store, provider=provider, now=now, plan_id=fingerprint(obs, policy),
-                              runtime=runtime)
+                              runtime=runtime, between=between)
+        except NoticesHandled as exc:
+            _count_applied(metrics, report, exc.applied)  # done before the notices: the next plan starts from it
+            report.replanned_after_notices += 1
+            if replans >= MAX_NOTICE_REPLANS_PER_TICK:
+                log.info("reclaim notices cut into %d plans of this tick; the next tick plans again", replans + 1)
+                applied_plan = False
+                break
+            replans += 1
+            obs = observe(store, provider, now, refused_ttl)
+            continue
         except ApplyError as exc:
             _count_applied(metrics, report, exc.applied)  # done before the error: the next plan starts from it
             # The cloud refused an offer for capacity: plan again at once without it (at most once per
@@ -460,7 +552,7 @@ def tick(*, store: Store, provider: Provider, runtime: Runtime, policy: Policy, 
             continue
         _count_applied(metrics, report, applied)
         break
-    if result.has_changes:
+    if result.has_changes and applied_plan:
         store.record("plan_applied", now, "", summary=f"{len(result.actions)} actions",
                      usd_per_hour=result.usd_per_hour_after)
     settled = settle_launches(store, now)  # a dead process's launches: after any retry of them in this pass
