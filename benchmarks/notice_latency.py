@@ -80,6 +80,7 @@ MOMENTS: Final[dict[str, str]] = {"start": "handle_lost_nodes", "advance_jobs": 
                                   "observe": "observe", "execute": "execute"}
 NOTICE_SECONDS: Final[float] = 30.0  # GCP and Azure
 CLOCK: Final[list[datetime]] = [NOW]  # the virtual clock of the daemon and the cron tick
+CHECKS: Final[list[list[float]]] = [[]]  # the safe points of the tick under way (perf_counter times)
 
 
 class RecordingRuntime(SimRuntime):
@@ -91,9 +92,13 @@ class RecordingRuntime(SimRuntime):
         self.requests: dict[str, float] = {}  # job id -> first request since the last reset
         self.watch: frozenset[str] = frozenset()
         self.handling = threading.local()  # .on: inside _handle_and_mark
+        # once the notice arrived: a job of the node also on another node, reclaimed by the churn before the
+        # tick, was checkpointed by the tick's own first step, before this notice (not its request)
+        self.armed = False
 
     def _note(self, job_id: str) -> None:
-        if getattr(self.handling, "on", False) and job_id in self.watch and job_id not in self.requests:
+        if (self.armed and getattr(self.handling, "on", False) and job_id in self.watch
+                and job_id not in self.requests):
             self.requests[job_id] = time.perf_counter()
 
     def checkpoint(self, job, deadline_utc, now):  # noqa: ANN001, ANN201 - the Runtime protocol
@@ -157,6 +162,16 @@ def measure(url: str, nodes: int, ticks: int, seed: int, mode: str, interruption
         return out
 
     target: dict[str, Any] = {}
+    checks: list[float] = []  # when the tick asked whether notices wait (its safe points), this tick
+    if hasattr(daemon, "_notices_due"):  # a commit whose ticks have safe points
+        asked = daemon._notices_due  # noqa: SLF001
+
+        def notices_due():  # noqa: ANN202
+            checks.append(time.perf_counter())
+            return asked()
+
+        daemon._notices_due = notices_due  # noqa: SLF001
+    CHECKS[:] = [checks]
     with instrumented(meter, store, provider, metrics):
         rc._handle_and_mark = handle_and_mark  # noqa: SLF001
         try:
@@ -168,17 +183,27 @@ def measure(url: str, nodes: int, ticks: int, seed: int, mode: str, interruption
                 handled.clear()
                 target.clear()
                 runtime.requests.clear()
+                runtime.armed = False
                 runtime.watch = frozenset(picked[1]) if picked else frozenset()
                 arrived = threading.Event()
                 fn_name = MOMENTS[moment]
                 inner = getattr(rc, fn_name)
 
-                def trigger(*args, _inner=inner, **kwargs):  # noqa: ANN002, ANN003, ANN202
-                    if picked is not None and not arrived.is_set():
+                def deliver() -> None:
+                    """The notice arrives (once): stored as the sandbox's provider stores it."""
+                    if arrived.is_set():
+                        return
+                    if picked is not None:
                         event = provider.reclaim(picked[0], clock[0], lead_seconds=NOTICE_SECONDS)
                         target["event_id"] = event.event_id
-                        target["at"] = time.perf_counter()
-                        arrived.set()
+                    else:  # no spot node holds a job: nothing to measure
+                        handled.set()
+                    target["at"] = time.perf_counter()
+                    runtime.armed = True
+                    arrived.set()
+
+                def trigger(*args, _inner=inner, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                    deliver()
                     return _inner(*args, **kwargs)
 
                 setattr(rc, fn_name, trigger)
@@ -192,6 +217,7 @@ def measure(url: str, nodes: int, ticks: int, seed: int, mode: str, interruption
                             return
 
                 meter.reset()
+                checks.clear()
                 poll = threading.Thread(target=poller, name="notice-pass", daemon=True)
                 poll.start()
                 started = time.perf_counter()
@@ -201,14 +227,15 @@ def measure(url: str, nodes: int, ticks: int, seed: int, mode: str, interruption
                     run_cron_tick(store, provider, runtime, policy, metrics, now)
                 ended = time.perf_counter()
                 setattr(rc, fn_name, inner)
-                if not arrived.is_set():  # the tick never reached the moment: deliver after it
-                    arrived.set()
-                    target["at"] = ended
+                if not arrived.is_set():  # the tick never reached the moment (no plan to execute): after it
+                    deliver()
                 handled.wait(600)
                 poll.join(600)
                 at = target.get("at", ended)
                 ckpt = min(runtime.requests.values()) if runtime.requests else None
                 cordon = cordoned.get(target.get("event_id", ""))
+                marks = [started, *(c for c in checks if started <= c <= ended), ended]
+                stretch = max(b - a for a, b in zip(marks, marks[1:]))
                 phases = dict(meter.seconds)
                 phases["other"] = max(0.0, (ended - started) - sum(phases.values()))
                 per_tick.append({
@@ -218,6 +245,8 @@ def measure(url: str, nodes: int, ticks: int, seed: int, mode: str, interruption
                     "notice_at_seconds": round(at - started, 3),
                     "checkpoint_seconds": round(ckpt - at, 3) if ckpt is not None else None,
                     "cordon_seconds": round(cordon - at, 3) if cordon is not None else None,
+                    "safe_points": len(marks) - 2,
+                    "longest_stretch_seconds": round(stretch, 3),
                     "phases": {p: round(phases.get(p, 0.0), 3) for p in PHASES},
                     "injected": injected,
                 })
@@ -239,6 +268,7 @@ def measure(url: str, nodes: int, ticks: int, seed: int, mode: str, interruption
             "checkpoint_max_seconds": round(max(cps), 3) if cps else None,
             "cordon_median_seconds": round(statistics.median(cos), 3) if cos else None,
             "cordon_max_seconds": round(max(cos), 3) if cos else None,
+            "longest_stretch_seconds": max(t["longest_stretch_seconds"] for t in per_tick),
             "over_30s": sum(1 for c in cps if c > NOTICE_SECONDS)}
 
 
@@ -259,7 +289,13 @@ def cron_tick_kwargs() -> dict[str, Any]:
     commit that has them."""
     if not hasattr(rc, "notice_checks"):
         return {}
-    return {"notices_due": rc.notice_checks(rc.ONCE_NOTICE_CHECK_SECONDS, lambda: CLOCK[0])}
+    due = rc.notice_checks(rc.ONCE_NOTICE_CHECK_SECONDS, lambda: CLOCK[0])
+
+    def notices_due():  # noqa: ANN202
+        CHECKS[0].append(time.perf_counter())
+        return due()
+
+    return {"notices_due": notices_due}
 
 
 # --------------------------------------------------------------------------- report
@@ -276,6 +312,11 @@ def _s(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _stretch(r: dict[str, Any]) -> float:
+    """The longest stretch without a safe point (a run from before they existed: its longest tick)."""
+    return r.get("longest_stretch_seconds", r["tick_max_seconds"])
+
+
 def to_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# Reclaim notice latency during a reconcile tick ({doc['mode']})", "",
              f"Command: `{doc['command']}`  ",
@@ -283,30 +324,35 @@ def to_markdown(doc: dict[str, Any]) -> str:
              "Seconds (wall clock) from a notice's arrival to the first checkpoint/stop request for a job on its "
              "node reaching the runtime, and to the node cordoned in the store; the notice pass is called as the "
              "notice arrives (in a daemon, add up to `interruption_seconds`, 5 s by default, for its poll).", "",
+             "Longest stretch: the longest time the tick went without a safe point at which it handles notices "
+             "(the whole tick, on a commit without them): the worst wait of a notice that arrives at the wrong "
+             "moment, whatever moments the notices below happened to hit.", "",
              "| nodes | tick median s | tick max s | checkpoint median s | checkpoint max s | cordon median s "
-             "| cordon max s | notices over 30 s |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| cordon max s | notices over 30 s | longest stretch s |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in doc["results"]:
         lines.append(f"| {r['nodes']:,} | {_s(r['tick_median_seconds'])} | {_s(r['tick_max_seconds'])} "
                      f"| {_s(r['checkpoint_median_seconds'])} | {_s(r['checkpoint_max_seconds'])} "
                      f"| {_s(r['cordon_median_seconds'])} | {_s(r['cordon_max_seconds'])} "
-                     f"| {r['over_30s']} of {len(r['per_tick'])} |")
+                     f"| {r['over_30s']} of {len(r['per_tick'])} | {_s(_stretch(r))} |")
     lines += ["", "Per tick (notice at: seconds into the tick; the slowest phases of the tick):", "",
-              "| nodes | tick | notice moment | tick s | notice at s | checkpoint s | cordon s | slowest phases (s) |",
-              "| ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+              "| nodes | tick | notice moment | tick s | notice at s | checkpoint s | cordon s | safe points "
+              "| longest stretch s | slowest phases (s) |",
+              "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in doc["results"]:
         for t in r["per_tick"]:
             top = sorted(t["phases"].items(), key=lambda kv: -kv[1])[:3]
             lines.append(f"| {r['nodes']:,} | {t['tick']} | {t['moment']} | {t['tick_seconds']:.2f} "
                          f"| {t['notice_at_seconds']:.2f} | {_s(t['checkpoint_seconds'])} | {_s(t['cordon_seconds'])} "
+                         f"| {t.get('safe_points', 0):,} | {_s(t.get('longest_stretch_seconds', t['tick_seconds']))} "
                          f"| {', '.join(f'{p} {s:.1f}' for p, s in top)} |")
     if doc.get("before"):
         before = {r["nodes"]: r for r in doc["before"]["results"]}
         lines += ["", f"Before -> after. Before: commit {doc['before']['commit']}, {doc['before']['date']}, "
                   f"`{doc['before']['command']}`:", "",
                   "| nodes | checkpoint median s | checkpoint max s | cordon median s | cordon max s | over 30 s "
-                  "| tick median s | tick max s |",
-                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| longest stretch s | tick median s | tick max s |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in doc["results"]:
             b = before.get(r["nodes"])
             if b is None:
@@ -316,7 +362,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
                 f"| {_s(b['checkpoint_max_seconds'])} -> {_s(r['checkpoint_max_seconds'])} "
                 f"| {_s(b['cordon_median_seconds'])} -> {_s(r['cordon_median_seconds'])} "
                 f"| {_s(b['cordon_max_seconds'])} -> {_s(r['cordon_max_seconds'])} "
-                f"| {b['over_30s']} -> {r['over_30s']} "
+                f"| {b['over_30s']} -> {r['over_30s']} | {_s(_stretch(b))} -> {_s(_stretch(r))} "
                 f"| {_s(b['tick_median_seconds'])} -> {_s(r['tick_median_seconds'])} "
                 f"| {_s(b['tick_max_seconds'])} -> {_s(r['tick_max_seconds'])} |")
     return "\n".join(lines) + "\n"
