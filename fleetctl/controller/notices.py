@@ -5,7 +5,8 @@ itself, through its metadata service; AWS announces it there too. The watcher
 on each node posts what it sees here, and the endpoint turns it into the same
 ``InterruptionEvent`` the provider path produces and writes it to the store.
 The daemon's next interruptions pass (every few seconds) handles it like any
-other notice: cordon, checkpoint, requeue, re-place
+other notice, or, while a reconcile tick runs, asks that tick to handle it at
+its next safe point: cordon, checkpoint, requeue, re-place
 (``reconcile.handle_interruptions`` takes unhandled notices from the store as
 well as from the provider).
 
