@@ -1010,8 +1010,11 @@ def test_the_probes_answer_over_http_beside_the_metrics(world_factory):
 
         ctx.provider = _CloudDown(w.provider)
         assert wait_for(lambda: probe(port, "/readyz")[0] == 503 and probe(port, "/healthz")[0] == 200)
-        assert re.fullmatch(r"no reconcile pass has succeeded for \d+ s \(limit 3 s; the last \d+ passes failed: "
-                            r"see the daemon's log\)\n", probe(port, "/readyz")[1])
+        # a probe while the next failing tick runs says so instead of pointing at the log; on a machine so
+        # loaded that no other pass ended within the 3 s, one failed pass reads "the last pass failed"
+        assert re.fullmatch(r"no reconcile pass has succeeded for \d+ s \(limit 3 s; the last (\d+ passes|pass) "
+                            r"failed(: see the daemon's log|; a tick started \d+ s ago is still running)\)\n",
+                            probe(port, "/readyz")[1])
 
         ctx.provider = Hung(w.provider)
         assert wait_for(lambda: probe(port, "/healthz")[0] == 503)
