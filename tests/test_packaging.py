@@ -21,14 +21,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("fleetctl", "providers", "forecasting")
-#: What a developer's checkout may hold at its top that no build reads (.gitignore).
+#: What a developer's checkout may hold at its top that no build reads (.gitignore; also any
+#: ``.venv*``: ``make venv VENV=.venv312`` for another Python).
 LOCAL = {".git", ".venv", "build", "dist", "fleetctl.egg-info", ".pytest_cache", ".hypothesis", ".fleetctl",
          "models", "plan.json", "p.json"}
 
 
 def _local(folder: str, names: list[str]) -> set[str]:
     top = Path(folder) == REPO
-    return {n for n in names if n == "__pycache__" or (top and n in LOCAL)}
+    return {n for n in names if n == "__pycache__" or (top and (n in LOCAL or n.startswith(".venv")))}
 
 
 def _backend(hook: str, source: Path, out: Path) -> Path:
