@@ -56,13 +56,33 @@ def directory_reason(path: str) -> str | None:
     return None
 
 
+def follow_symlink(path: str | os.PathLike[str]) -> Path:
+    """The absolute path symlink ``path`` leads to, through every link on the
+    way; a dangling link's target too (the file a write would create).
+    ``OSError`` (``ELOOP``, naming ``path``) for a symlink loop, on every
+    Python: ``Path.resolve()`` raised ``RuntimeError`` for one before 3.13 and
+    returns the loop unresolved since, so a write went over the link itself."""
+    link = Path(path)
+    try:
+        return link.resolve(strict=True)
+    except RuntimeError:  # a loop, Python 3.11 and 3.12
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a loop, Python 3.13
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
+    try:
+        return link.resolve()  # dangling: where the link points
+    except RuntimeError:  # a loop made since, before Python 3.13
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8, line endings as given) to ``path`` all at once;
     returns the path written (a symlink's target). Creates missing parent
     directories. Raises ``OSError`` (with ``filename``) when it cannot."""
     out = Path(path)
     if out.is_symlink():
-        out = out.resolve()
+        out = follow_symlink(out)
     if out.exists() and not out.is_file():
         raise OSError(errno.EEXIST, "exists and is not a regular file", str(out))
     blocking = next((p for p in reversed(out.parents) if p.exists() and not p.is_dir()), None)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from fleetctl.files import cannot_create_reason, umask
+from fleetctl.files import cannot_create_reason, follow_symlink, umask
 
 
 class ModelError(ValueError):
@@ -73,9 +73,9 @@ def check_target(directory: str | Path, kind: str | None = None) -> Path:
     path = Path(directory)
     if path.is_symlink():
         try:
-            path = path.resolve()
-        except (OSError, RuntimeError) as exc:  # a loop: RuntimeError before Python 3.13
-            raise ModelError(f"{directory}: cannot follow the symlink ({exc})") from None
+            path = follow_symlink(path)
+        except OSError as exc:  # a loop (the same on every Python: fleetctl.files.follow_symlink)
+            raise ModelError(f"{directory}: cannot follow the symlink ({exc.strerror or exc})") from None
     if path.exists() and not path.is_dir():
         raise ModelError(f"{path}: exists and is not a directory")
     try:
@@ -201,8 +201,8 @@ def recover(directory: str | Path) -> Path | None:
     path = Path(directory)
     if path.is_symlink():
         try:
-            path = path.resolve()
-        except (OSError, RuntimeError):
+            path = follow_symlink(path)
+        except OSError:
             return None
     if path.exists() or not path.parent.is_dir():
         return None
