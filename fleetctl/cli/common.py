@@ -207,8 +207,11 @@ SeedOption = Annotated[
 
 def refuse_repeated(flag: str, paths: list[Path]) -> None:
     """Exit 2 when one file is given twice to ``flag`` (by the same or another
-    path): each input would count twice."""
-    twice = sorted({str(p) for p in paths if sum(q.resolve() == p.resolve() for q in paths) > 1})
+    path): each input would count twice. A path that cannot be followed (a
+    symlink loop) is left for its reader to report: os.path.realpath, since
+    Path.resolve() raised RuntimeError for a loop before Python 3.13."""
+    real = [os.path.realpath(p) for p in paths]
+    twice = sorted({str(p) for p, r in zip(paths, real) if real.count(r) > 1})
     if twice:
         fail(f"{flag} given more than once: {', '.join(twice)}", 2)
 

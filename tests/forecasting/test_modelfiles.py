@@ -262,6 +262,9 @@ def test_forecast_cli_refuses_unusable_output_and_input(tmp_path):
     copy.write_bytes(vc3sl.read_bytes())
     same = _invoke("train", "demand", "--series", str(vc3sl), "--series", str(copy), "-o", str(tmp_path / "d"))
     assert same.exit_code == 2 and "are the same series" in same.output
+    (tmp_path / "loop.yaml").symlink_to("loop.yaml")  # a traceback (RuntimeError) before Python 3.13
+    loop = _invoke("train", "interruption", "--market", str(tmp_path / "loop.yaml"), "-o", str(tmp_path / "m"))
+    assert loop.exit_code == 2 and "cannot read the file: Too many levels of symbolic links" in loop.output
     assert not (tmp_path / "m").exists() and not (tmp_path / "d").exists()
 
     trained = _invoke("train", "demand", "--series", str(vc3sl), "--horizons", "1h", "--until",
