@@ -1,9 +1,13 @@
 """A real PostgreSQL for the store tests, started by the tests themselves
-(``tests/pgserver.py``; see README 'Set-up' for the server package)."""
+(``tests/pgserver.py``; see README 'Set-up' for the server package), and the
+``store`` fixture: each test once on SQLite and once on PostgreSQL."""
 
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
+
+from fleetctl.store import Store
 
 from tests.pgserver import PostgresMissing, postgres_server
 
@@ -15,3 +19,19 @@ def postgres_url():
             yield database("fleetctl")
     except PostgresMissing as exc:
         pytest.fail(f"{exc}; see README 'Set-up'")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """A new store: SQLite in a directory not made yet (the store makes it), or a clean PostgreSQL schema."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'sub' / 'state.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:  # a clean schema per test
+            conn.execute(sa.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+        engine.dispose()
+    s = Store(url)
+    yield s
+    s.close()

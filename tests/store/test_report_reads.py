@@ -11,25 +11,9 @@ import sqlalchemy as sa
 from fleetctl.cli.report import read_report
 from fleetctl.model import JobState, NodeState
 from fleetctl.report import IDLE, KINDS, GroupKey
-from fleetctl.store import Store
 from tests.builders import T0, job, node, offer
 
 H = timedelta(hours=1)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'state.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-        engine = sa.create_engine(url)
-        with engine.begin() as conn:  # a clean schema per test
-            conn.execute(sa.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-        engine.dispose()
-    s = Store(url)
-    yield s
-    s.close()
 
 
 def _node(store, node_id, launched, gone_at=None, **kw):

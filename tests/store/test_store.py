@@ -17,21 +17,6 @@ from tests.builders import T0, job, node
 from tests.store.migrate import downgrade
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'sub' / 'state.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
-        engine = sa.create_engine(url)
-        with engine.begin() as conn:  # a clean schema per test
-            conn.execute(sa.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-        engine.dispose()
-    s = Store(url)
-    yield s
-    s.close()
-
-
 def test_migrations_run_and_are_idempotent(store):
     assert store.schema_revision() == "0010"
     again = Store(store.url)
