@@ -57,7 +57,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Final
+from typing import Any, Final
 
 HERE: Final[Path] = Path(__file__).resolve().parent
 ROOT: Final[Path] = HERE.parent

@@ -13,6 +13,7 @@ from fleetctl.audit import EVENT_KINDS, HISTORY_KINDS
 from fleetctl.cli.common import WHEN_HELP, StateOption, TableFormat, console, fail, one_of, open_store, parse_when, utcnow
 from fleetctl.render import counted
 
+
 def details(payload: Any) -> str:
     """An entry's payload as ``key=value`` pairs (lists joined by commas)."""
     if not isinstance(payload, dict):
@@ -28,16 +29,14 @@ def details(payload: Any) -> str:
 
 def events(
     since: Annotated[str, typer.Option(
-        "--since", help=f"Start of the window (included): {WHEN_HELP}.",
-        metavar="WHEN")] = "24h",
+        "--since", help=f"Start of the window (included): {WHEN_HELP}.", metavar="WHEN")] = "24h",
     until: Annotated[Optional[str], typer.Option(
         "--until", help="End of the window (excluded), as --since. Default: now.", metavar="WHEN",
         show_default=False)] = None,
     kind: Annotated[Optional[list[str]], typer.Option(
         "--kind", help="Only entries of this kind (repeatable): " + ", ".join(EVENT_KINDS) + ". Without it, "
                        "every kind but the forecasters' per-pass history (" + ", ".join(HISTORY_KINDS) + ").",
-        metavar="KIND",
-        show_default=False)] = None,
+        metavar="KIND", show_default=False)] = None,
     about: Annotated[Optional[str], typer.Option(
         "--for", help="Only the entries about this job or node: its subject, or named in its details (a "
                       "launch's nodes, a preemption's job).", metavar="ID", show_default=False)] = None,

@@ -50,7 +50,7 @@ def report(
         "--since", show_default=False, metavar="WHEN",
         help=f"Start of the window (included): {WHEN_HELP}. Default: {DEFAULT_SINCE}.")] = None,
     until: Annotated[Optional[str], typer.Option(
-        "--until", show_default=False, metavar="WHEN", help=f"End of the window (excluded), as --since. Default: now.")] = None,
+        "--until", show_default=False, metavar="WHEN", help="End of the window (excluded), as --since. Default: now.")] = None,
     by: Annotated[Optional[list[str]], typer.Option(
         "--by", show_default=False, metavar="KEY",
         help="Group rows by team (the job's), provider, market, gpu_model or region (the node's offer); "
