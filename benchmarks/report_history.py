@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.plan_speed import NOW  # noqa: E402
 from benchmarks.tick_scaling import seed_history, seed_world  # noqa: E402
 from fleetctl.codec import dt_to_str  # noqa: E402
-from fleetctl.report import KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, build_report, job_runs  # noqa: E402
+from fleetctl.cli.report import read_inputs  # noqa: E402
+from fleetctl.report import GroupKey, build_report  # noqa: E402
 from fleetctl.store import Store  # noqa: E402
 
 
@@ -57,46 +58,26 @@ def build(path: Path, nodes: int, days: float, seed: int, prune_finished_days: f
 
 
 def in_process(url: str, since, until) -> dict[str, float | int]:  # noqa: ANN001
-    """The CLI's reads (``read_report``), timed one by one, then the pure computation."""
+    """The CLI's reads (``read_inputs``, as ``read_report`` calls it), timed step by step, then the pure
+    computation."""
     store = Store(url, read_only=True)
-    out: dict[str, float | int] = {}
+    timings: dict[str, float] = {}
     try:
+        inputs = read_inputs(store, since, until, timings)
         t = time.perf_counter()
-        records = tuple(NodeRecord(n, g) for n, g in store.nodes_live_since(since) if n.launched_at_utc < until)
-        out["nodes_read"] = len(records)
-        out["nodes_s"] = time.perf_counter() - t
-        reach = min((r.node.launched_at_utc for r in records if r.node.launched_at_utc < since), default=since)
-        out["events_from_days_before_since"] = round((since - reach).total_seconds() / 86400, 2)
-        t = time.perf_counter()
-        events = tuple(AuditEvent(e["seq"], e["at_utc"], e["kind"], e["subject"], e["payload"])
-                       for e in store.events_between(reach, until, KINDS))
-        out["events_read"] = len(events)
-        out["events_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        runs, _ = job_runs((e for e in events if e.kind == "start" or e.kind in STOP_KINDS), since, until)
-        read = {r.node.node_id for r in records}
-        ids = sorted({r.job_id for r in runs if r.stop_utc > since and read.intersection(r.node_ids)}
-                     | {e.subject for e in events if e.kind in STOP_KINDS and e.at_utc >= since})
-        jobs = {j.job_id: j for j in store.jobs(job_ids=ids)}
-        missing = [i for i in ids if i not in jobs]
-        jobs.update({i: j for i, (j, _) in store.pruned_jobs(missing).items()})
-        out["jobs_read"] = len(jobs)
-        out["jobs_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        notices = store.interruptions(unhandled_only=False, node_ids=[r.node.node_id for r in records])
-        covered = store.history_complete_from()
-        out["notices_and_coverage_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        report = build_report(since=since, until=until, by=(GroupKey.team,), nodes=records, events=events, jobs=jobs,
-                              notices=notices, covered_from=covered)
-        out["compute_s"] = time.perf_counter() - t
-        out["rows"] = len(report.rows)
-        out["total_usd"] = round(report.total.usd, 2)
-        out["sum_of_rows_usd"] = round(sum(r.usd for r in report.rows), 2)
-        out["notes"] = list(report.notes)  # type: ignore[assignment]
+        report = build_report(since=since, until=until, by=(GroupKey.team,), nodes=inputs.records,
+                              events=inputs.events, jobs=inputs.jobs, notices=inputs.notices,
+                              covered_from=inputs.covered_from)
+        compute_s = time.perf_counter() - t
     finally:
         store.close()
-    return out
+    return {"nodes_read": len(inputs.records), "nodes_s": timings["nodes"],
+            "events_from_days_before_since": round((since - inputs.reach).total_seconds() / 86400, 2),
+            "events_read": len(inputs.events), "events_s": timings["events"],
+            "jobs_read": len(inputs.jobs), "jobs_s": timings["jobs"],
+            "notices_and_coverage_s": timings["notices_and_coverage"], "compute_s": compute_s,
+            "rows": len(report.rows), "total_usd": round(report.total.usd, 2),
+            "sum_of_rows_usd": round(sum(r.usd for r in report.rows), 2), "notes": list(report.notes)}
 
 
 def main() -> None:

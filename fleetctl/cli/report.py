@@ -9,6 +9,8 @@ import enum
 import json
 import os
 import sys
+import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Optional
 
@@ -17,6 +19,7 @@ from rich.table import Table
 
 from fleetctl.cli.common import WHEN_HELP, PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, \
     one_of, open_store, parse_when, store_may_exist, utcnow
+from fleetctl.model import Job
 from fleetctl.report import IDLE, KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
     job_runs, report_to_document
 
@@ -97,9 +100,22 @@ def report(
         print_table(result)
 
 
-def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...],  # noqa: ANN001 - a Store
-                teams: tuple[str, ...] = ()) -> Report:
-    """Read what the window needs from ``store`` and build the report.
+@dataclass(frozen=True)
+class ReportInputs:
+    """What ``read_inputs`` reads for a window; ``build_report`` takes the rest."""
+
+    records: tuple[NodeRecord, ...]
+    reach: datetime  # the audit log is read from here (the oldest node live at ``since``'s launch)
+    events: tuple[AuditEvent, ...]
+    jobs: dict[str, Job]
+    notices: tuple
+    covered_from: datetime | None
+
+
+def read_inputs(store, since: datetime, until: datetime,  # noqa: ANN001 - a Store
+                timings: dict[str, float] | None = None) -> ReportInputs:
+    """Read what the window needs from ``store`` (``timings``: each step's
+    seconds, for benchmarks/report_history.py).
 
     Design choice: bounded reads, none of all history. The nodes are those
     not gone plus those recorded gone at ``since`` or later
@@ -113,12 +129,22 @@ def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...
     entries name for a run in the window or a stop in it only (stored
     jobs, else pruned jobs' tombstones), and the reclaim notices for the
     nodes read only."""
+    clock = [time.perf_counter()]
+
+    def lap(step: str) -> None:
+        if timings is not None:
+            now = time.perf_counter()
+            timings[step] = now - clock[0]
+            clock[0] = now
+
     records = tuple(NodeRecord(node, gone) for node, gone in store.nodes_live_since(since)
                     if node.launched_at_utc < until)
+    lap("nodes")
     reach = min((r.node.launched_at_utc for r in records if r.node.launched_at_utc < since), default=since)
     events = tuple(AuditEvent(seq=e["seq"], at_utc=e["at_utc"], kind=e["kind"], subject=e["subject"],
                               payload=e["payload"] if isinstance(e["payload"], dict) else {})
                    for e in store.events_between(reach, until, KINDS))
+    lap("events")
     # the specs of the jobs that count: those with a run in the window on a node read, or a stop entry in it
     runs, _ = job_runs((e for e in events if e.kind == "start" or e.kind in STOP_KINDS), since, until)
     read = {r.node.node_id for r in records}
@@ -128,9 +154,19 @@ def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...
     missing = [i for i in job_ids if i not in jobs]
     if missing:
         jobs.update({job_id: job for job_id, (job, _) in store.pruned_jobs(missing).items()})
+    lap("jobs")
     notices = store.interruptions(unhandled_only=False, node_ids=[r.node.node_id for r in records]) if records else ()
-    return build_report(since=since, until=until, by=by, nodes=records, events=events, jobs=jobs, notices=notices,
-                        covered_from=store.history_complete_from(), teams=teams)
+    covered = store.history_complete_from()
+    lap("notices_and_coverage")
+    return ReportInputs(records, reach, events, jobs, tuple(notices), covered)
+
+
+def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...],  # noqa: ANN001 - a Store
+                teams: tuple[str, ...] = ()) -> Report:
+    """Read what the window needs from ``store`` (``read_inputs``) and build the report."""
+    i = read_inputs(store, since, until)
+    return build_report(since=since, until=until, by=by, nodes=i.records, events=i.events, jobs=i.jobs,
+                        notices=i.notices, covered_from=i.covered_from, teams=teams)
 
 
 def _show(when: datetime) -> str:
