@@ -34,7 +34,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -44,6 +45,8 @@ from fleetctl.naming import pool_name
 
 ROOT_FILE: Final[str] = "main.tf.json"
 PLAN_FILE: Final[str] = "fleetctl.tfplan"
+#: How often ``Terraform.run`` calls its ``while_waiting`` while Terraform runs.
+WAIT_POLL_SECONDS: Final[float] = 1.0
 MODULES: Final[tuple[str, ...]] = ("aws-iam", "aws-controller", "aws-pool", "gcp-pool", "azure-pool")
 #: The modules shipped with fleetctl: package data, so an installed fleetctl has them too (in a
 #: source checkout ``fleetctl/terraform_modules`` is a symlink to ``terraform/modules``).
@@ -393,15 +396,40 @@ class Terraform:
         self.env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1", **(env or {})}
         self.timeout = timeout_seconds
 
-    def run(self, *args: str, ok: Sequence[int] = (0,)) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, ok: Sequence[int] = (0,),
+            while_waiting: Callable[[], object] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``terraform ARGS`` in the directory; ``TerraformError`` if it
+        exits other than ``ok`` or outlives the timeout. ``while_waiting`` is
+        called every ``WAIT_POLL_SECONDS`` while it runs (``apply`` handles
+        reclaim notices there). If it raises, Terraform is left to finish (a
+        killed apply leaves its state locked and half-written) and the error
+        is raised then."""
         if shutil.which(self.binary, path=self.env.get("PATH")) is None and not Path(self.binary).is_file():
             raise TerraformError(f"terraform binary {self.binary!r} not found: install Terraform >= 1.5 or pass "
                                  "--terraform-binary")
-        try:
-            done = subprocess.run([self.binary, *args], cwd=self.directory, env=self.env, capture_output=True,
-                                  text=True, timeout=self.timeout, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise TerraformError(f"terraform {args[0]} in {self.directory} timed out after {self.timeout:.0f} s") from exc
+        command = [self.binary, *args]
+        with subprocess.Popen(command, cwd=self.directory, env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as proc:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    out, err = proc.communicate(
+                        timeout=max(0.0, min(left, WAIT_POLL_SECONDS) if while_waiting else left))
+                    break
+                except subprocess.TimeoutExpired as exc:
+                    if time.monotonic() >= deadline:
+                        proc.kill()
+                        proc.communicate()
+                        raise TerraformError(f"terraform {args[0]} in {self.directory} timed out after "
+                                             f"{self.timeout:.0f} s") from exc
+                if while_waiting is not None:
+                    try:
+                        while_waiting()
+                    except BaseException:
+                        proc.communicate()  # Terraform finishes what it does; then the error
+                        raise
+        done = subprocess.CompletedProcess(command, proc.returncode, out, err)
         if done.returncode not in ok:
             detail = (done.stderr.strip() or done.stdout.strip())[-4000:]
             raise TerraformError(f"terraform {' '.join(args[:1])} failed in {self.directory} "
@@ -441,11 +469,13 @@ class Terraform:
         calls = tuple(sorted(root.get("module_calls") or {}))
         return TerraformPlan(self.directory, plan_file, sha256_of(plan_file), changes, calls)
 
-    def apply(self, plan: TerraformPlan) -> None:
-        """Apply exactly the saved plan (refused if the file changed since it was read)."""
+    def apply(self, plan: TerraformPlan, while_waiting: Callable[[], object] | None = None) -> None:
+        """Apply exactly the saved plan (refused if the file changed since it
+        was read). ``while_waiting``: as ``run``'s."""
         if sha256_of(plan.plan_file) != plan.sha256:
             raise TerraformError(f"{plan.plan_file} changed since it was planned; run `fleetctl plan` again")
-        self.run("apply", "-input=false", "-no-color", "-lock-timeout=60s", plan.plan_file.name)
+        self.run("apply", "-input=false", "-no-color", "-lock-timeout=60s", plan.plan_file.name,
+                 while_waiting=while_waiting)
 
 
 def sha256_of(path: Path) -> str:

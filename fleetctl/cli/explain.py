@@ -39,7 +39,7 @@ def explain(
         # The job alone first: an unknown, pruned or finished one needs no plan (with --cloud, no cloud calls).
         stored = _stored(store, job_id)
         if isinstance(stored, Job) and stored.state.active:
-            _provider, _now, _obs, result = _plan_now(pol, store, forecaster, seed, cloud, None)
+            _provider, _now, _obs, result, _forecast = _plan_now(pol, store, forecaster, seed, cloud, None)
             stored = _stored(store, job_id)  # as planned: it may have finished since the first read
         history, more = store.audit_log(kinds=JOB_KINDS, about=job_id, limit=HISTORY) if stored else ((), False)
     finally:

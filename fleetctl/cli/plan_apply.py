@@ -35,7 +35,7 @@ from fleetctl.cli.common import (
     utcnow,
 )
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
-from fleetctl.controller import ApplyError, ApplyInterrupted, execute, fingerprint, observe
+from fleetctl.controller import ApplyError, ApplyInterrupted, NoticesHandled, execute, fingerprint, observe
 from fleetctl.model import NodeState
 from fleetctl.planner import plan as make_plan
 from fleetctl.planner.breaches import policy_breaches, policy_gaps
@@ -139,7 +139,8 @@ def _compute(policy: Path | None, state: str | None, seed: int, cloud: str = "si
 
 
 def _plan_now(pol, store, forecaster, seed: int, cloud: str, plan_at: datetime | None):  # noqa: ANN001, ANN202
-    """:func:`_compute` once its inputs are read: (provider, now, observation, plan)."""
+    """:func:`_compute` once its inputs are read: (provider, now, observation,
+    plan, forecast)."""
     from fleetctl.controller.forecast import build_forecast
 
     provider = make_provider(store, seed, cloud, pol)
@@ -150,7 +151,7 @@ def _plan_now(pol, store, forecaster, seed: int, cloud: str, plan_at: datetime |
     forecast = build_forecast(store, plan_at or now, forecaster)
     result = make_plan(now=plan_at or now, queue=obs.jobs, fleet=obs.nodes, offers=obs.offers, forecast=forecast,
                        policy=pol, last_termination_utc=store.last_event_at("terminate"))
-    return provider, now, obs, result
+    return provider, now, obs, result, forecast
 
 
 @errors_exit_1  # 2 means "changes" under -detailed-exitcode: every error of plan exits 1, as in Terraform
@@ -185,7 +186,7 @@ def plan(
              "plan document on stdout use --format json", 2)
     out = None if out_text is None else output_file_or_exit("-out", out_text, "plan.json",
                                                             inputs=(policy_path(policy),))
-    pol, pol_path, store, _provider, now, obs, result = _compute(policy, state, seed, cloud,
+    pol, pol_path, store, _provider, now, obs, result, _forecast = _compute(policy, state, seed, cloud,
                                                                  forecast_dir=forecast_dir,
                                                                  allow_version_mismatch=allow_version_mismatch)
     store.close()
@@ -314,7 +315,11 @@ def apply(
     """Carry out a plan: first the saved Terraform plan (if the plan has one), then the API
     actions. A saved plan is refused if the state changed since it was made, or if its
     Terraform plan changed or would destroy what the policy still asks for (nothing is
-    changed then); without a file, fleetctl plans, shows the diff and asks."""
+    changed then); without a file, fleetctl plans, shows the diff and asks.
+
+    It holds the controller lease throughout, so it handles reclaim notices itself every
+    few seconds; one handled part-way stops the plan (exit 1, saying what was carried out):
+    plan again. docs/operations.md."""
     tf = tf_plan = None
     tf_applied = None  # what Terraform did, once it applied: an API error after it must not say "nothing changed"
     stop_cleanly_on_sigterm()
@@ -357,7 +362,7 @@ def apply(
         forecast_dir = Path(saved_models) if saved_models is not None else forecast_dir
     # A saved plan was made from a store: one that does not exist is another directory's or a typo, not an
     # empty state to create (the plan would only be refused as made "from a different state").
-    pol, _pol_path, store, provider, now, obs, fresh = _compute(
+    pol, _pol_path, store, provider, now, obs, fresh, forecast = _compute(
         policy, state, seed, cloud, plan_at=made_at if plan_file is not None else None, forecast_dir=forecast_dir,
         allow_version_mismatch=allow_version_mismatch, must_exist=plan_file is not None)
     try:
@@ -400,6 +405,8 @@ def apply(
         from fleetctl.controller.lease import controller_lease, holder_id
         from fleetctl.store import LeaseHeld
 
+        # While this apply holds the lease no daemon or cron run can handle a reclaim notice: it does.
+        notices = _NoticesWhileApplying(store, provider, pol, forecast)
         try:
             # One controller at a time on this store (the daemon, a cron reconcile): the lease is taken
             # before anything is done, Terraform included, and the state checked again under it.
@@ -411,23 +418,28 @@ def apply(
                     from fleetctl.terraform import TerraformError
 
                     try:
-                        tf.apply(tf_plan)  # type: ignore[union-attr]
+                        tf.apply(tf_plan, while_waiting=notices.check)  # type: ignore[union-attr]
                     except TerraformError as exc:
                         fail(f"{exc}\nNo API action was carried out. Terraform keeps its own state of what it did; "
-                             "run `fleetctl plan --terraform-dir` again.")
+                             f"run `fleetctl plan --terraform-dir` again.{notices.said()}")
                     counts = tf_plan.counts()
                     tf_applied = (f"Terraform: {counts['add']} added, {counts['change']} changed, "
                                   f"{counts['destroy']} destroyed")
                     console.print(f"{tf_applied}.", markup=False)
+                    if notices.handled and to_apply.has_changes:
+                        fail(f"{tf_applied}. {notices.said().strip()} The plan's API actions were made before it (they "
+                             "may bind a job to the node it cordoned), so none was carried out. Run `fleetctl plan "
+                             "--terraform-dir` again: it starts from the infrastructure and the fleet as they are now.")
                 if not to_apply.has_changes:
-                    console.print("No API actions to apply.")
+                    console.print("No API actions to apply." + notices.said())
                     return
-                result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp)
+                result = execute(to_apply, store=store, provider=provider, now=now, plan_id=fp,
+                                 between=notices.check)
         except LeaseHeld as exc:
             fail(f"{exc}. Nothing of the plan was carried out, Terraform included (waited {lock_timeout:g} s: "
                  "--lock-timeout).")
         except ApplyError as exc:
-            message = _apply_error_message(exc, tf_applied)
+            message = _apply_error_message(exc, tf_applied) + notices.said()
             if is_bug(exc):  # not the environment's error: the report, then its traceback (fleetctl.cli.main)
                 err_console.print(f"[bold red]Error:[/] {escape(message)}")
                 raise
@@ -445,6 +457,41 @@ def apply(
         + f". $/h now {sum(n.offer.usd_per_hour for n in held):.2f}.",
         markup=False,
     )
+
+
+class _NoticesWhileApplying:
+    """Reclaim notices handled by ``apply`` while it holds the controller
+    lease (Terraform's apply can take many minutes; the API actions, a while):
+    every ``ONCE_NOTICE_CHECK_SECONDS``, as ``reconcile --once`` does, the
+    node cordoned, its jobs checkpointed and requeued. ``check`` is
+    ``Terraform.apply``'s ``while_waiting`` and ``execute``'s ``between``:
+    True once it handled one, and ``execute`` then stops (``NoticesHandled``)."""
+
+    def __init__(self, store, provider, pol, forecast) -> None:  # noqa: ANN001
+        from fleetctl.controller.reconcile import ONCE_NOTICE_CHECK_SECONDS, TickReport, notice_checks
+
+        self._due = notice_checks(ONCE_NOTICE_CHECK_SECONDS, utcnow)
+        self._args = {"store": store, "provider": provider, "policy": pol, "forecast": forecast}
+        self.report = TickReport()
+        self.handled = 0
+
+    def check(self) -> bool:
+        from fleetctl.controller.reconcile import handle_interruptions
+        from fleetctl.controller.runtime import SimRuntime
+
+        at = self._due()
+        if at is None:
+            return False
+        handled = handle_interruptions(**self._args, runtime=SimRuntime(), now=at, report=self.report)
+        self.handled += handled
+        return handled > 0
+
+    def said(self) -> str:
+        """What the notices handled did, as a sentence after a message ("" for none)."""
+        if not self.handled:
+            return ""
+        return (f"\nWhile applying, {counted(self.handled, 'reclaim notice')} handled: "
+                f"{counted(len(self.report.requeued), 'job')} requeued (see `fleetctl events --kind interruption`).")
 
 
 def _apply_error_message(exc: ApplyError, tf_applied: str | None) -> str:
@@ -466,6 +513,9 @@ def _apply_error_message(exc: ApplyError, tf_applied: str | None) -> str:
                  "are now" if tf_applied is not None else "`fleetctl plan` again: it starts from the fleet as it is now")
         return (f"{exc.message}.{terraform_done}{unknown}\nNo cloud API action "
                 f"{'is recorded as' if unknown else 'was'} carried out. Run {again}.")
+    if isinstance(exc, NoticesHandled):
+        return (f"{exc.message}: no action of it was carried out. Run `fleetctl plan` again: it starts from the "
+                "fleet as it is now.")
     return f"{exc}. Nothing was changed."
 
 

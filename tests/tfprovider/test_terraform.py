@@ -130,7 +130,7 @@ def _edited(tmp_path: Path, edit, name: str | None = None) -> Path:  # noqa: ANN
 
 
 def test_a_new_gcp_image_replaces_the_templates_create_first_and_a_cluster_rename_is_refused(
-        tf_env: dict, tmp_path: Path) -> None:
+        tf_env: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The schema-serving provider answers ForceNew attributes with
     requires_replace, as the real providers do: GCP instance templates are
     immutable, so a new image replaces them (create first, then delete the old
@@ -139,7 +139,22 @@ def test_a_new_gcp_image_replaces_the_templates_create_first_and_a_cluster_renam
     work = tmp_path / "root"
     write_root(work, render(load_policy(EXAMPLE), load_catalog()))
     tf = Terraform(work, init="get", env=tf_env)
-    tf.apply(tf.plan())
+    plan = tf.plan()
+    # What `fleetctl apply` does while Terraform runs (it handles reclaim notices) is called as it runs; an
+    # error there leaves Terraform to finish (a killed apply leaves its state locked and half-written).
+    monkeypatch.setattr("fleetctl.terraform.WAIT_POLL_SECONDS", 0.01)
+    calls = []
+
+    def fails_while_waiting() -> None:
+        calls.append(json.loads((work / "terraform.tfstate").read_text())["serial"]
+                     if (work / "terraform.tfstate").exists() else None)
+        raise RuntimeError("a notice pass failed")
+
+    with pytest.raises(RuntimeError, match="a notice pass failed"):
+        tf.apply(plan, while_waiting=fails_while_waiting)
+    assert calls == [None]  # called while Terraform ran, before it wrote any state
+    assert not (work / ".terraform.tfstate.lock.info").exists()
+    assert not tf.plan().has_changes  # the whole plan was applied
 
     image = "projects/ml-platform-prod/global/images/fleetctl-node-2026-11-23"
     new_image = _edited(tmp_path, lambda doc: doc["infrastructure"]["gcp"].__setitem__("image", image))
