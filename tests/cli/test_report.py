@@ -159,13 +159,14 @@ def test_bad_input_is_a_usage_error_and_writes_nothing(tmp_path, args, words):
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
 
 
-def test_a_missing_store_is_a_usage_error_and_none_is_created(tmp_path):
-    shown = fleetctl(tmp_path, "report")
-    assert shown.returncode == 2, shown.stdout + shown.stderr
-    assert "no state store" in shown.stderr
-    assert list(tmp_path.iterdir()) == []
+def test_a_missing_store_exits_1_as_for_status_and_none_is_created(tmp_path):
+    for command in ("report", "status"):
+        shown = fleetctl(tmp_path, command)
+        assert shown.returncode == 1, shown.stdout + shown.stderr
+        assert "no state store at" in shown.stderr
+        assert list(tmp_path.iterdir()) == []
     shown = fleetctl(tmp_path, "report", "--state", f"sqlite:///{tmp_path / 'none.db'}")
-    assert shown.returncode == 2 and list(tmp_path.iterdir()) == []
+    assert shown.returncode == 1 and list(tmp_path.iterdir()) == []
 
 
 def test_a_named_policy_gives_each_of_its_teams_a_row_and_a_bad_one_is_a_usage_error(history):
