@@ -43,6 +43,26 @@ class StoreError(Exception):
     """The store cannot be opened or a write contradicts what it holds."""
 
 
+def _about_a_second_wider(query: Any, column: Any, since: datetime | None, until: datetime | None) -> Any:
+    """``query`` limited to ``column`` (a stored timestamp) in ``[since,
+    until)``, a second wider each side: timestamps are compared as text, and
+    ISO 8601 with and without a fraction sorts a fraction of a second wrong
+    ("...:14.25Z" < "...:14Z"). ``_within`` then filters the rows exactly."""
+    if since is not None:
+        query = query.where(column >= dt_to_str(since - timedelta(seconds=1)))
+    if until is not None:
+        query = query.where(column < dt_to_str(until + timedelta(seconds=1)))
+    return query
+
+
+def _within(stored: str, since: datetime | None, until: datetime | None) -> bool:
+    """Whether a stored timestamp is in ``[since, until)`` (either open)."""
+    if since is None and until is None:
+        return True
+    at = str_to_dt(stored)
+    return at is not None and (since is None or since <= at) and (until is None or at < until)
+
+
 class _UnknownSchema(Exception):
     """alembic's CommandError: the store's revision is none of this
     fleetctl's (so that opening a store does not import alembic)."""
@@ -1121,10 +1141,7 @@ class Store:
         kinds = list(kinds)
         if kinds:
             query = query.where(e.c.kind.in_(kinds))
-        if since is not None:
-            query = query.where(e.c.at_utc >= dt_to_str(since))
-        if until is not None:
-            query = query.where(e.c.at_utc < dt_to_str(until))
+        query = _about_a_second_wider(query, e.c.at_utc, since, until)
         if about is not None:
             query = query.where(sa.or_(e.c.subject == about, _holds_json_string(e.c.payload, about)))
         found: list[dict[str, Any]] = []
@@ -1138,7 +1155,8 @@ class Store:
                 for r in rows:
                     entry = {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject,
                              "payload": _decode(r.payload, f"event {r.seq}")}
-                    if about is None or r.subject == about or _names(entry["payload"], about):
+                    if (about is None or r.subject == about or _names(entry["payload"], about)) \
+                            and _within(r.at_utc, since, until):
                         if len(found) == limit:
                             more = True
                             break
@@ -1151,14 +1169,13 @@ class Store:
         query = sa.select(tables.events).order_by(tables.events.c.seq)
         if kind is not None:
             query = query.where(tables.events.c.kind == kind)
-        if since is not None:
-            query = query.where(tables.events.c.at_utc >= dt_to_str(since))
+        query = _about_a_second_wider(query, tables.events.c.at_utc, since, None)
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return tuple(
             {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject,
              "payload": _decode(r.payload, f"event {r.seq}")}
-            for r in rows
+            for r in rows if _within(r.at_utc, since, None)
         )
 
     def events_between(self, start: datetime, end: datetime, kinds: Iterable[str]) -> tuple[dict[str, Any], ...]:
@@ -1167,18 +1184,12 @@ class Store:
         (``at_utc`` parsed to a datetime). Read through the index on
         ``at_utc``: a window's rows, not the whole log."""
         t = tables.events
-        # a second wider each side: the text comparison (see nodes_live_since); exact bounds below
-        query = (sa.select(t).where(t.c.at_utc >= dt_to_str(start - timedelta(seconds=1)))
-                 .where(t.c.at_utc < dt_to_str(end + timedelta(seconds=1)))
-                 .where(t.c.kind.in_(sorted(set(kinds)))))
+        query = _about_a_second_wider(sa.select(t).where(t.c.kind.in_(sorted(set(kinds)))), t.c.at_utc, start, end)
         with self._tx() as conn:
             rows = conn.execute(query).all()
-        found = []
-        for r in rows:
-            at = str_to_dt(r.at_utc)
-            if at is not None and start <= at < end:
-                found.append({"seq": r.seq, "at_utc": at, "kind": r.kind, "subject": r.subject,
-                              "payload": _decode(r.payload, f"event {r.seq}")})
+        found = [{"seq": r.seq, "at_utc": str_to_dt(r.at_utc), "kind": r.kind, "subject": r.subject,
+                  "payload": _decode(r.payload, f"event {r.seq}")}
+                 for r in rows if _within(r.at_utc, start, end)]
         return tuple(sorted(found, key=lambda e: (e["at_utc"], e["seq"])))
 
     def history_complete_from(self) -> datetime | None:

@@ -1052,6 +1052,21 @@ def test_another_programs_database_is_refused_untouched(request, tmp_path, backe
     engine.dispose()
 
 
+def test_the_audit_log_window_is_exact_to_the_fraction_of_a_second(store):
+    """Times are stored as ISO 8601 text, with a fraction only when there is
+    one: "...:14.25Z" sorts before "...:14Z" as text. A bound at 14.1 s took
+    the entry at 14 s as after it and the one at 14.25 s as before it."""
+    whole, later = T0 + timedelta(seconds=14), T0 + timedelta(seconds=14.25)
+    store.record("bind", whole, "at-14", reason="r")
+    store.record("bind", later, "at-14.25", reason="r")
+    bound = T0 + timedelta(seconds=14.1)
+    assert [e["subject"] for e in store.audit_log(since=bound)[0]] == ["at-14.25"]
+    assert [e["subject"] for e in store.audit_log(until=bound)[0]] == ["at-14"]
+    assert [e["subject"] for e in store.events("bind", since=bound)] == ["at-14.25"]
+    assert [e["subject"] for e in store.events_between(whole, bound, ["bind"])] == ["at-14"]
+    assert [e["subject"] for e in store.audit_log(since=whole, until=later)[0]] == ["at-14"]
+
+
 def test_the_audit_log_reads_by_kind_window_and_subject_newest_first(store):
     """``audit_log`` on both databases: the newest ``limit`` of the window,
     oldest first; ``about`` matches a subject or a JSON string in the
