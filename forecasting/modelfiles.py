@@ -23,6 +23,12 @@ from typing import Any, Iterator
 from fleetctl.files import cannot_create_reason, follow_symlink, umask
 
 
+class ModelWarning(UserWarning):
+    """What fleetctl says of a model it loads anyway (saved with another
+    scikit-learn version under ``--allow-version-mismatch``, a save put back);
+    the CLI prints these as one ``warning:`` line each."""
+
+
 class ModelError(ValueError):
     """A model directory that cannot be used (missing, corrupt, another library version)."""
 
@@ -222,7 +228,7 @@ def recover(directory: str | Path) -> Path | None:
                              ) from None
         shutil.rmtree(found.parent, ignore_errors=True)
     warnings.warn(f"{path}: a save was interrupted (killed between its renames); the previous model it had moved "
-                  f"to {found} is put back", stacklevel=2)
+                  f"to {found} is put back", ModelWarning, stacklevel=2)
     return path
 
 
@@ -337,13 +343,17 @@ def load_estimator(path: Path, meta: dict[str, Any], *, kind: str, allow_version
     """Check the scikit-learn version the model was saved with, then unpickle it."""
     import joblib
 
+    from sklearn.exceptions import InconsistentVersionWarning
+
+    def mismatch(saved: str | None, here: str) -> str:
+        return (f"{path}: the model was saved with scikit-learn {saved}, this is {here}; its predictions may "
+                f"differ or fail. Retrain it (fleetctl forecast train {kind})")
+
     saved, here = meta["versions"].get("scikit-learn"), versions()["scikit-learn"]
     if saved != here:
-        text = (f"{path}: the model was saved with scikit-learn {saved}, this is {here}; its predictions may "
-                f"differ or fail. Retrain it (fleetctl forecast train {kind})")
         if not allow_version_mismatch:
-            raise ModelError(text + ", or pass --allow-version-mismatch to use it anyway")
-        warnings.warn(text, stacklevel=3)
+            raise ModelError(mismatch(saved, here) + ", or pass --allow-version-mismatch to use it anyway")
+        warnings.warn(mismatch(saved, here), ModelWarning, stacklevel=3)
     est_path = path / "model.joblib"
     recorded = meta.get("digest")
     if recorded is None:  # deleting it must not switch the check off
@@ -357,7 +367,22 @@ def load_estimator(path: Path, meta: dict[str, Any], *, kind: str, allow_version
         raise ModelError(f"{path}: model.json and model.joblib do not belong together (changed or copied "
                          f"after the model was saved: their digest differs from the one recorded); retrain "
                          f"it (fleetctl forecast train {kind})")
-    try:
-        return joblib.load(est_path)
-    except Exception as exc:  # noqa: BLE001 - unpickling raises anything; report it with the path
-        raise ModelError(f"{est_path}: cannot load the model ({type(exc).__name__}: {exc})") from exc
+    # scikit-learn warns once per estimator it unpickles from another version (six for one model):
+    # the version model.json records (not part of the digest) was checked above, and said once.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InconsistentVersionWarning)
+        try:
+            estimator = joblib.load(est_path)
+        except Exception as exc:  # noqa: BLE001 - unpickling raises anything; report it with the path
+            raise ModelError(f"{est_path}: cannot load the model ({type(exc).__name__}: {exc})") from exc
+    pickled = {getattr(w.message, "original_sklearn_version", None) for w in caught
+               if issubclass(w.category, InconsistentVersionWarning)}
+    for w in caught:
+        if not issubclass(w.category, InconsistentVersionWarning):  # another warning: as if not caught here
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if pickled and saved == here:  # model.json's versions edited: the pickle itself says otherwise
+        text = mismatch(", ".join(sorted(map(str, pickled))), here)
+        if not allow_version_mismatch:
+            raise ModelError(text + ", or pass --allow-version-mismatch to use it anyway")
+        warnings.warn(text, ModelWarning, stacklevel=3)
+    return estimator

@@ -45,20 +45,26 @@ def load_forecaster_or_exit(forecast_dir: Path | None, allow_version_mismatch: b
 def load_model_or_exit(load, model_dir, allow_version_mismatch: bool, what: str = ""):  # noqa: ANN001, ANN201
     """``load(model_dir, allow_version_mismatch=...)`` (a model class's ``load``); a
     model that cannot be used exits 2 with the reason (after ``what``, the option
-    that named it), a version warning is printed."""
+    that named it); what fleetctl warns of it (``ModelWarning``: another
+    scikit-learn version, a save put back) is printed as one ``warning:`` line
+    each. Other warnings (a library's deprecation) go through Python's
+    filters, as if not caught here."""
     import warnings
 
     from fleetctl.cli.common import err_console, fail
-    from forecasting.modelfiles import ModelError
+    from forecasting.modelfiles import ModelError, ModelWarning
 
     try:
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+            warnings.simplefilter("always", ModelWarning)
             model = load(model_dir, allow_version_mismatch=allow_version_mismatch)
     except ModelError as exc:
         fail(f"{what}: {exc}" if what else str(exc), 2)
     for w in caught:
-        err_console.print(f"warning: {w.message}", markup=False)
+        if issubclass(w.category, ModelWarning):
+            err_console.print(f"warning: {w.message}", markup=False)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     return model
 
 

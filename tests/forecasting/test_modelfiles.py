@@ -381,3 +381,67 @@ def test_the_check_before_training_sees_the_model_a_killed_save_left(tmp_path):
             pytest.raises(ModelError, match="holds an interruption model"):
         modelfiles.check_target(target, "demand")
     assert modelfiles.read_metadata(target)[1]["kind"] == "interruption"
+
+
+def _pickled_by_another_sklearn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meta_version: str | None = None):
+    """A model whose estimators were pickled by "scikit-learn 0.0.1" (their own
+    ``_sklearn_version``); model.json records this version unless ``meta_version``."""
+    import sklearn.base
+
+    from forecasting.interruption import InterruptionModel
+    from tests.forecasting.test_interruption import synthetic
+
+    model = InterruptionModel.train([synthetic(days=6, seed=7)])
+    with monkeypatch.context() as m:
+        m.setattr(sklearn.base, "__version__", "0.0.1")
+        model.save(tmp_path / "m")
+    if meta_version is not None:
+        meta = json.loads((tmp_path / "m" / "model.json").read_text())
+        meta["versions"]["scikit-learn"] = meta_version  # not part of the digest
+        (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    return tmp_path / "m"
+
+
+def test_a_model_pickled_by_another_scikit_learn_is_one_warning_not_one_per_estimator(tmp_path, monkeypatch):
+    """scikit-learn warns once per estimator it unpickles from another version
+    (six for the interruption model), and the CLI printed every
+    warning caught while loading. Now: refused unless allowed, then one
+    ``ModelWarning``, whatever model.json says of the version."""
+    import warnings
+
+    from sklearn.exceptions import InconsistentVersionWarning
+
+    from forecasting.interruption import InterruptionModel
+    from forecasting.modelfiles import ModelWarning
+
+    for meta_version in (None, "0.0.1"):  # model.json edited to match this version, or saying the other
+        path = _pickled_by_another_sklearn(tmp_path / str(meta_version), monkeypatch, meta_version)
+        with pytest.raises(ModelError, match="saved with scikit-learn 0.0.1"):
+            InterruptionModel.load(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            InterruptionModel.load(path, allow_version_mismatch=True)
+        assert [w.category for w in caught] == [ModelWarning], [str(w.message)[:80] for w in caught]
+        assert "saved with scikit-learn 0.0.1" in str(caught[0].message)
+        assert not any(issubclass(w.category, InconsistentVersionWarning) for w in caught)
+
+
+def test_the_cli_prints_fleetctls_model_warnings_and_leaves_other_warnings_to_python(tmp_path, capfd):
+    """load_model_or_exit printed every warning raised while a model loaded,
+    a library's deprecation too; it prints ModelWarning lines only."""
+    import warnings
+
+    from fleetctl.cli.forecast import load_model_or_exit
+    from forecasting.modelfiles import ModelWarning
+
+    def load(path, allow_version_mismatch):  # noqa: ANN001, ANN202
+        warnings.warn("fleetctl's own word on the model", ModelWarning)
+        warnings.warn("a library deprecation", DeprecationWarning)
+        return "model"
+
+    with warnings.catch_warnings(record=True) as passed_on:
+        warnings.simplefilter("always")
+        assert load_model_or_exit(load, tmp_path, True) == "model"
+    err = capfd.readouterr().err
+    assert "warning: fleetctl's own word on the model" in err and "deprecation" not in err
+    assert [w.category for w in passed_on] == [DeprecationWarning]  # to Python's filters: hidden by default
