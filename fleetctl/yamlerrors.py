@@ -43,7 +43,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.composer import Composer
 from ruamel.yaml.constructor import RoundTripConstructor
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError, YAMLFutureWarning, YAMLWarning
 from ruamel.yaml.events import AliasEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
@@ -501,8 +501,10 @@ def parse_document(text: str, file: str = "<string>", *, max_alias_values: int =
     try:
         with warnings.catch_warnings():
             # ruamel warns about re-used anchors, which YAML allows (the later
-            # one wins); nothing for a person to fix, so no stderr noise.
-            warnings.simplefilter("ignore")
+            # one wins); nothing for a person to fix, so no stderr noise. Its
+            # own warnings only: another library's still reach Python's filters.
+            warnings.simplefilter("ignore", YAMLWarning)
+            warnings.simplefilter("ignore", YAMLFutureWarning)
             # One parse: the node tree gives the positions of aliases and
             # duplicate keys, then becomes the data. The tables are read first,
             # since constructing the data removes the merge keys (<<) from it.

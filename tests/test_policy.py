@@ -920,3 +920,30 @@ def test_the_editor_schema_refuses_a_name_the_loader_refuses(where):
     doc[where]["a.b"] = doc[where][name]
     with pytest.raises(jsonschema.ValidationError, match="a.b"):
         jsonschema.validate(doc, schema)
+
+
+def test_parsing_silences_ruamels_anchor_warning_and_nothing_else(monkeypatch):
+    """A re-used anchor (YAML allows it; the later wins) is nothing to fix, so
+    ruamel's warning is not shown; parsing used to silence every warning
+    raised meanwhile, another library's deprecation too."""
+    import warnings
+
+    from fleetctl import yamlerrors
+
+    text = "a: &x 1\nb: &x 2\nc: *x\n"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert yamlerrors.parse_document(text, "anchors.yaml").data == {"a": 1, "b": 2, "c": 2}
+    assert caught == []
+
+    plain = yamlerrors._yaml
+
+    def deprecated():  # noqa: ANN202 - a library warning while the parser is made
+        warnings.warn("a library deprecation", DeprecationWarning)
+        return plain()
+
+    monkeypatch.setattr(yamlerrors, "_yaml", deprecated)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yamlerrors.parse_document(text, "anchors.yaml")
+    assert [w.category for w in caught] == [DeprecationWarning]
