@@ -5,6 +5,7 @@ model, region) over a window, for showback. Read-only; the computation is
 from __future__ import annotations
 
 import csv
+import dataclasses
 import enum
 import json
 import os
@@ -81,6 +82,12 @@ def report(
     if end <= start:
         fail(f"--until {until or 'now'!r} ({_show(end)}) is not after --since {since or DEFAULT_SINCE!r} "
              f"({_show(start)}): the window is empty", 2)
+    future = None
+    if end > now:  # nothing is spent after now: a node live now would be charged up to a future --until
+        if start >= now:
+            fail(f"--since {since!r} ({_show(start)}) is not before now ({_show(now)}): the window has not "
+                 "begun, nothing is spent in it yet", 2)
+        future, end = end, now
     keys = parse_by(by)
     named = policy is not None or bool(os.environ.get("FLEETCTL_POLICY"))
     teams = tuple(t.name for t in load_policy_or_exit(policy, 2)[0].teams) if named else ()
@@ -89,6 +96,10 @@ def report(
         result = read_report(store, start, end, keys, teams)
     finally:
         store.close()
+    if future is not None:
+        result = dataclasses.replace(result, notes=(
+            f"--until {until!r} ({_show(future)}) is in the future: the window is reported up to now "
+            f"({_show(end)})", *result.notes))
     if output is ReportFormat.json:
         print(json.dumps(report_to_document(result), indent=2))
     elif output is ReportFormat.csv:

@@ -181,3 +181,21 @@ def test_a_named_policy_gives_each_of_its_teams_a_row_and_a_bad_one_is_a_usage_e
     (cwd / "bad.yaml").write_text("teams: [\n")
     shown = fleetctl(cwd, "report", "--state", url, *window, "--policy", str(cwd / "bad.yaml"))
     assert shown.returncode == 2 and "bad.yaml" in shown.stderr
+
+
+def test_a_window_ending_after_now_is_reported_up_to_now(history):
+    """A node still live is charged up to now, not up to a future --until (a year ahead read as a year spent)."""
+    from datetime import datetime, timezone
+
+    cwd, url, _ = history
+    shown = fleetctl(cwd, "report", "--state", url, "--since", dt_to_str(T0), "--until", "2099-01-01",
+                     "--format", "json")
+    after = datetime.now(timezone.utc)
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert _dt(doc["until_utc"]) <= after
+    # b's second node is live from T0 + 2 h 4 min at most: at 8 USD/h, up to now and not to 2099
+    assert doc["total"]["usd"] <= 8.0 * (after - T0).total_seconds() / 3600 * 2
+    assert any("'2099-01-01'" in n and "is in the future" in n for n in doc["notes"]), doc["notes"]
+    ahead = fleetctl(cwd, "report", "--state", url, "--since", "2099-01-01", "--until", "2099-02-01")
+    assert ahead.returncode == 2 and "--since '2099-01-01'" in ahead.stderr and "not before now" in ahead.stderr
