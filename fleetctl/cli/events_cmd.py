@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from fleetctl.audit import EVENT_KINDS, HISTORY_KINDS
 from fleetctl.cli.common import WHEN_HELP, StateOption, TableFormat, console, fail, one_of, open_store, parse_when, utcnow
@@ -80,5 +81,6 @@ def events(
     for col in ("time (UTC)", "kind", "subject", "details"):
         table.add_column(col, overflow="fold")
     for e in entries:
-        table.add_row(e["at_utc"], e["kind"], e["subject"] or "-", details(e["payload"]))
+        # Text, not markup: a --reason or a posted node id may hold "[...]" (a closing tag crashed the table)
+        table.add_row(e["at_utc"], e["kind"], Text(e["subject"] or "-"), Text(details(e["payload"])))
     console.print(table)

@@ -97,3 +97,17 @@ def test_events_refuses_bad_options(url, args, words):
 def test_events_needs_a_store(tmp_path):
     missing = runner.invoke(app, ["events", "--state", f"sqlite:///{tmp_path / 'none.db'}"])
     assert missing.exit_code != 0 and not (tmp_path / "none.db").exists(), missing.output
+
+
+def test_details_with_brackets_are_shown_as_written(url):
+    """A cancel --reason (or a node id a notice posted) is text: "[/bold]" crashed the table, "[red]" vanished."""
+    store = Store(url)
+    try:
+        store.record("cancel_requested", T0 + timedelta(hours=4), "job-a", reason="[/bold] per [red]OPS-1[/red]",
+                     state="running")
+    finally:
+        store.close()
+    shown = runner.invoke(app, ["events", "--state", url, "--since", "2000-01-01T00:00:00Z",
+                                "--kind", "cancel_requested"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "reason=[/bold] per [red]OPS-1[/red]" in shown.output
