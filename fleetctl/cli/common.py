@@ -15,7 +15,7 @@ import sys
 from contextvars import ContextVar
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, NoReturn, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, NoReturn, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -299,6 +299,22 @@ def parse_when(option: str, value: str, now: datetime) -> datetime:
         return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
     except OverflowError:
         fail(f"{option} {value!r}: out of the range of times", 2)
+
+
+def utf8_or_exit(option: str, values: Iterable[str]) -> None:
+    """A usage error (exit 2) naming ``option`` when one of ``values`` (from the command line) is not
+    UTF-8: Python carries such bytes as lone surrogates, which the store cannot encode (a traceback)."""
+    for value in values:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = ord(value[exc.start])
+            byte = f"byte {bad - 0xDC00:#04x}" if 0xDC80 <= bad <= 0xDCFF else f"U+{bad:04X}"
+            try:  # the bytes as given: b"\xff" shown as \xff
+                shown = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:
+                shown = value.encode("utf-8", "backslashreplace").decode("utf-8")
+            fail(f"{option} '{shown}' is not UTF-8 text ({byte} at character {exc.start + 1})", 2)
 
 
 def errors_exit_1(command: F) -> F:

@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from fleetctl.audit import EVENT_KINDS, HISTORY_KINDS
-from fleetctl.cli.common import WHEN_HELP, StateOption, TableFormat, console, fail, one_of, open_store, parse_when, utcnow
+from fleetctl.cli.common import WHEN_HELP, StateOption, TableFormat, console, fail, one_of, open_store, parse_when, utcnow, \
+    utf8_or_exit
 from fleetctl.render import counted
 
 
@@ -59,6 +60,7 @@ def events(
     unknown = sorted(set(kind or ()) - set(EVENT_KINDS))
     if unknown:
         fail(f"--kind {', '.join(unknown)}: no such kind; the kinds are: {', '.join(EVENT_KINDS)}", 2)
+    utf8_or_exit("--for", (about,) if about is not None else ())
     now = utcnow()
     start = parse_when("--since", since, now)
     end = parse_when("--until", until, now) if until is not None else None

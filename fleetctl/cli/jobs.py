@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, one_of, \
-    open_store, store_may_exist, TableFormat, utcnow
+    open_store, store_may_exist, TableFormat, utcnow, utf8_or_exit
 from fleetctl.codec import dt_to_str, job_to_dict
 from fleetctl.model import JobState
 from fleetctl.render import counted
@@ -266,6 +266,9 @@ def cancel(
     from fleetctl.store import StoreError
 
     states = set(only or ())
+    utf8_or_exit("job id", job_ids or ())
+    utf8_or_exit("--team", team or ())
+    utf8_or_exit("--reason", (reason,))
     if job_ids and (team or states):
         fail("name jobs by id, or select them with --team/--only, not both", 2)
     if not job_ids and not (team or states):

@@ -88,7 +88,8 @@ def test_events_filter_by_kind_subject_and_window(url):
     (("--until", "9999-12-31T23:00:00-05:00"), "--until '9999-12-31T23:00:00-05:00': out of the range of times"),
     (("--since", "1h", "--until", "2h"), "--until 2h is not after --since 1h"),
     (("--limit", "0"), "Invalid value for '--limit'"),
-], ids=["kind", "since", "unit", "overflow", "until", "limit"])
+    (("--for", "n\udcff"), "--for 'n\\xff' is not UTF-8 text (byte 0xff at character 2)"),
+], ids=["kind", "since", "unit", "overflow", "until", "limit", "for-not-utf8"])
 def test_events_refuses_bad_options(url, args, words):
     refused = runner.invoke(app, ["events", "--state", url, *args])
     assert refused.exit_code == 2 and words in " ".join(refused.output.split()), refused.output

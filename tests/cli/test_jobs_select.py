@@ -72,7 +72,10 @@ def test_cancel_selects_by_team_and_state_and_leaves_the_rest(url):
     (("a-queued", "--team", "a"), "name jobs by id, or select them with --team/--only, not both"),
     (("--only", "succeeded"), "--only succeeded: a finished job cannot be cancelled"),
     (("a-queued", "nope", "--dry-run"), "no such job: nope"),
-], ids=["nothing", "both", "finished-state", "dry-run-unknown"])
+    # bytes that are not UTF-8 (a shell's $'\xff') reach Python as lone surrogates: a traceback from the store
+    (("a-queued", "x\udcff"), "job id 'x\\xff' is not UTF-8 text (byte 0xff at character 2)"),
+    (("a-queued", "--reason", "r\udcff"), "--reason 'r\\xff' is not UTF-8 text"),
+], ids=["nothing", "both", "finished-state", "dry-run-unknown", "id-not-utf8", "reason-not-utf8"])
 def test_a_cancel_that_names_nothing_usable_changes_nothing(url, args, words):
     before = _states(url)
     refused = _run(url, "jobs", "cancel", *args)
