@@ -263,7 +263,7 @@ def cancel(
     are, and so are those `fleetctl prune --finished-older-than-days` deleted (the output
     gives their final state and when they finished). An unknown id is an error (exit code 2)
     and nothing is cancelled; a selection that matches no job cancels nothing and exits 0."""
-    from fleetctl.store import StoreError
+    from fleetctl.store import UnknownJobs
 
     states = set(only or ())
     utf8_or_exit("job id", job_ids or ())
@@ -297,7 +297,7 @@ def cancel(
                           "cancelled; nothing was changed", markup=False)
             return
         outcome = store.request_cancel(job_ids, utcnow(), reason)
-    except StoreError as exc:
+    except UnknownJobs as exc:  # an id on the command line; a damaged store is not (exit 1, as `jobs list`)
         fail(str(exc), 2)
     finally:
         store.close()

@@ -86,6 +86,14 @@ class LeaseHeld(StoreError):
         self.seconds_left = seconds_left
 
 
+class UnknownJobs(StoreError):
+    """Job ids the store does not hold (nor their tombstones): ``job_ids``."""
+
+    def __init__(self, job_ids: list[str], message: str) -> None:
+        super().__init__(message)
+        self.job_ids = tuple(job_ids)
+
+
 class DuplicateJob(StoreError):
     """Job ids already stored with another spec. ``conflicts`` holds
     ``(job id, stored state, changes)`` for each, ``changes`` being
@@ -581,7 +589,7 @@ class Store:
                 raise StoreError(f"job {job.job_id!r} is not in the store")
 
     def request_cancel(self, job_ids: Iterable[str], now: datetime, reason: str = "") -> dict[str, str]:
-        """Record cancel requests, all or none: ``StoreError`` naming unknown
+        """Record cancel requests, all or none: ``UnknownJobs`` naming unknown
         ids (nothing recorded). A queued job is cancelled at once; a bound or
         running one by the next reconcile tick (``pending_cancellations``),
         which stops it first. Returns each job's outcome: ``cancelled``,
@@ -604,7 +612,7 @@ class Store:
                 [i for i in ids if i not in found])}
             unknown = [i for i in ids if i not in found and i not in pruned]
             if unknown:
-                raise StoreError(f"no such job: {', '.join(unknown)}; nothing was cancelled")
+                raise UnknownJobs(unknown, f"no such job: {', '.join(unknown)}; nothing was cancelled")
             t = tables.job_cancellations
             for job_id in ids:
                 gone = pruned.get(job_id)

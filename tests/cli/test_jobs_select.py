@@ -81,3 +81,22 @@ def test_a_cancel_that_names_nothing_usable_changes_nothing(url, args, words):
     refused = _run(url, "jobs", "cancel", *args)
     assert refused.exit_code == 2 and words in " ".join(refused.output.split()), refused.output
     assert _states(url) == before
+
+
+def test_a_damaged_store_exits_1_from_cancel_as_from_list(url, tmp_path):
+    """Exit 2 is for an unusable command-line value (an unknown id); a damaged row is the store's (README)."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        conn.execute("UPDATE jobs SET spec = '{\"bad\": 1}' WHERE job_id = 'a-queued-2'")
+    conn.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    for args in (("list", "--team", "a"), ("cancel", "--team", "a"), ("cancel", "--team", "a", "--dry-run"),
+                 ("cancel", "a-queued-2")):
+        shown = subprocess.run([sys.executable, "-m", "fleetctl", "jobs", *args, "--state", url], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 1, (args, shown.returncode, shown.stderr)
+        assert "Error: the state store is damaged: job 'a-queued-2' does not decode" in shown.stderr
