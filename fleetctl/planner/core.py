@@ -312,6 +312,9 @@ class _Pass:
         self.vacated: set[str] = set()  # nodes preempted jobs leave in this pass: idle from now
         self.victim_slots: list[Slot] = []
         self.active_jobs: dict[str, Job] = {}
+        self.lowest_victim_value: float = math.inf
+        self._lost_memo: dict[str, float] = {}
+        self._victim_orders: dict[str, tuple[tuple[str, ...], list[tuple[float, Job]]]] = {}
         self.reservations = 0
         self.on_demand_base_jobs: set[str] = set()
         self.strict = True  # diversification checked after every purchase (see buy)
@@ -537,6 +540,11 @@ class _Pass:
                 self.leaving_gpus += node.offer.instance_type.gpu_count
         preemptible = {jid for jid, j in self.active_jobs.items() if self.policy.priority_class(j.priority).preemptible}
         self.victim_slots = [s for s in self.index.slots.values() if any(j in preemptible for j in s.jobs)]
+        # The lowest class value of a possible victim: a job whose band is no higher preempts nobody of a
+        # lower class (only a team within its guarantee may take others' work of its own class). Jobs only
+        # leave the victims in a pass (preempted), so it stays a lower bound.
+        self.lowest_victim_value = min((self.policy.priority_class(self.active_jobs[j].priority).value
+                                        for j in preemptible), default=math.inf)
         return queued
 
     # ------------------------------------------------------------------ 2. queue
@@ -891,24 +899,33 @@ class _Pass:
             return pc.value < band or (claims and v.team != job.team and pc.value <= band
                                        and self._usage_gpus(v.team) - v.gpus >= self.policy.team(v.team).guaranteed_gpus)
 
-        def victim_key(v: Job) -> tuple:
-            return (not v.checkpointable, v.work_since_checkpoint_hours(self.now), -v.gpus, v.job_id)
+        def victims_of(slot: Slot) -> list[Job]:
+            """The jobs ``job`` may preempt on ``slot``, in victim order: ``victim_ok``'s, with the
+            test of a lower class alone when no guarantee is claimed (the common case, at scale)."""
+            if claims:
+                return [v for _, v in self._victim_order(slot) if victim_ok(v.job_id)]
+            return [v for value, v in self._victim_order(slot) if value < band and v.job_id not in self.preempted]
+
 
         kind_set = set(kinds)
         ends_at = self.now + timedelta(hours=job.remaining_hours)
         best: tuple | None = None
-        for slot in self.victim_slots:
+        # No victim can be of a class below this job's (and no guarantee lets it take its own class): every
+        # node would be passed over. Skipped: at 5,000 nodes and 10,000 queued jobs of the lower classes,
+        # asking every node for every job was most of a plan (benchmarks/results/plan_preemption.md).
+        nobody = not claims and band <= self.lowest_victim_value
+        for slot in () if nobody else self.victim_slots:
             if not slot.schedulable or slot.kind not in kind_set:
                 continue
             if slot.reserved_until is not None and ends_at > slot.reserved_until:
                 continue  # a waiting gang's: only work that ends before the gang starts (backfill)
-            victims = sorted((active[j] for j in slot.jobs if victim_ok(j)), key=victim_key)
+            victims = victims_of(slot)
             if not victims:
                 continue
             chosen = self._victims_for(job, slot, victims, job.workers)
             if chosen is None or not self._guarantees_kept(chosen, band):
                 continue
-            key = (len(chosen), sum(v.work_since_checkpoint_hours(self.now) for v in chosen), slot.name)
+            key = (len(chosen), sum(self._lost_hours(v) for v in chosen), slot.name)
             if best is None or key < best[0]:
                 best = (key, slot, chosen)
         if best is not None:
@@ -916,11 +933,42 @@ class _Pass:
             self._preempt_for(job, [(slot, job.workers)], chosen, order)
             return True
         if job.workers > 1:  # a gang: several nodes of one zone
-            spread = self._victims_in_domain(job, kind_set, victim_ok, victim_key)
+            spread = self._victims_in_domain(job, kind_set, victims_of)
             if spread is not None and self._guarantees_kept(spread[1], band):
                 self._preempt_for(job, *spread, order)
                 return True
         return False
+
+    def _lost_hours(self, v: Job) -> float:
+        """``v``'s work since its last checkpoint at ``now`` (what preempting it loses), read once a pass."""
+        lost = self._lost_memo.get(v.job_id)
+        if lost is None:
+            lost = self._lost_memo[v.job_id] = v.work_since_checkpoint_hours(self.now)
+        return lost
+
+    def _victim_key(self, v: Job) -> tuple:
+        """Victims in the order they are taken: checkpointable first, the least work lost, the most GPUs."""
+        return (not v.checkpointable, self._lost_hours(v), -v.gpus, v.job_id)
+
+    def _victim_order(self, slot: Slot) -> list[tuple[float, Job]]:
+        """The active, preemptible jobs on ``slot`` with their class values, in ``_victim_key`` order.
+        Kept per slot, and made again when the slot's jobs change (a preemption, a bind): every queued
+        job that may preempt asks every node, and sorting them again each time was most of a plan at
+        5,000 nodes (benchmarks/results/plan_preemption.md)."""
+        jobs = tuple(slot.jobs)
+        kept = self._victim_orders.get(slot.name)
+        if kept is not None and kept[0] == jobs:
+            return kept[1]
+        order = []
+        for jid in jobs:
+            v = self.active_jobs.get(jid)
+            if v is not None:
+                pc = self.policy.priority_class(v.priority)
+                if pc.preemptible:
+                    order.append((pc.value, v))
+        order.sort(key=lambda entry: self._victim_key(entry[1]))
+        self._victim_orders[slot.name] = (jobs, order)
+        return order
 
     def _usage_gpus(self, team: str) -> float:
         usage = self.usage.get(team)
@@ -946,7 +994,7 @@ class _Pass:
                     self.vacated.add(s.name)
             order.charge(v, sign=-1)
             self.preempted.add(v.job_id)
-            lost = v.work_since_checkpoint_hours(self.now)
+            lost = self._lost_hours(v)
             lower = self.policy.priority_class(v.priority).value < band
             self.actions_preempt.append(Preempt(
                 v.job_id, job.job_id,
@@ -959,7 +1007,7 @@ class _Pass:
         self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
         self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {where}")
 
-    def _victims_in_domain(self, job: Job, kind_set: set, victim_ok, victim_key):  # noqa: ANN001, ANN202
+    def _victims_in_domain(self, job: Job, kind_set: set, victims_of):  # noqa: ANN001, ANN202
         """A gang's room on several nodes of one placement domain: per node the
         most workers it can take with the fewest victims, nodes needing fewer
         victims first; the domain with the fewest victims (then the least work
@@ -972,7 +1020,7 @@ class _Pass:
         for domain in sorted(by_domain, key=str):
             options = []
             for slot in sorted(by_domain[domain], key=lambda sl: sl.name):
-                victims = sorted((self.active_jobs[j] for j in slot.jobs if victim_ok(j)), key=victim_key)
+                victims = victims_of(slot)
                 for w in range(min(job.workers, _per_node(job, slot.offer)), 0, -1):
                     chosen = self._victims_for(job, slot, victims, w)
                     if chosen is not None:
@@ -992,8 +1040,8 @@ class _Pass:
                 left -= take
             if left > 0:
                 continue
-            chosen_all = sorted(victims_all.values(), key=victim_key)
-            key = (len(chosen_all), sum(v.work_since_checkpoint_hours(self.now) for v in chosen_all), str(domain))
+            chosen_all = sorted(victims_all.values(), key=self._victim_key)
+            key = (len(chosen_all), sum(self._lost_hours(v) for v in chosen_all), str(domain))
             if best is None or key < best[0]:
                 best = (key, placed, chosen_all)
         return None if best is None else (best[1], best[2])

@@ -167,6 +167,20 @@ def case_preempts_smallest_set_checkpointable_first():
     assert binds(p) == {"prod": ("n1",)}
 
 
+def case_two_jobs_preempt_on_one_node_in_one_pass_each_its_own_victim():
+    # The victims of a node are worked out once a pass and kept (the planner at 5,000 nodes): the second
+    # job must not be offered the first one's victim, nor the first job's own place.
+    fleet = [node("n1")]
+    cp = replace(bound(job("cp", gpus=4), "n1", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    raw = bound(job("raw", gpus=4), "n1")
+    first = job("prod-1", gpus=4, priority="production", spot=True)
+    second = job("prod-2", gpus=4, priority="production", spot=True, submitted=T0 + timedelta(seconds=1))
+    p = run(queue=[cp, raw, first, second], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert sorted((pre.job_id, pre.by_job_id) for pre in p.of_kind("preempt")) == [("cp", "prod-1"),
+                                                                                  ("raw", "prod-2")]
+    assert binds(p) == {"prod-1": ("n1",), "prod-2": ("n1",)}
+
+
 def case_a_gang_preempts_across_nodes_of_one_zone():
     # a production gang of 2 x 8 GPU, budget for no new node: it preempts the batch job on each of two nodes
     fleet = [node("n1"), node("n2"), node("n3", offer(zone="z2"))]
