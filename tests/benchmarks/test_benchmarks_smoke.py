@@ -193,3 +193,12 @@ def test_tick_scaling_prunes_after_the_ticks_and_measures_the_store_before_and_a
                                          - p["deleted_finished"]["events"] + 1)  # + the prune_finished entry
     assert p["bytes_after"] == p["bytes_before"] and p["free_bytes_after"] > 0
     assert p["bytes_after_vacuum"] < p["bytes_before"]
+
+
+def test_plan_preemption_plans_a_world_that_preempts_and_gives_a_digest(tmp_path):
+    out = tmp_path / "pp.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plan_preemption.py"), "--sizes", "60",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["nodes"] == 60 and result["actions"].get("preempt", 0) > 0 and len(result["digest"]) == 64
