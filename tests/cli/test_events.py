@@ -100,8 +100,11 @@ def test_events_needs_a_store(tmp_path):
     assert missing.exit_code != 0 and not (tmp_path / "none.db").exists(), missing.output
 
 
-def test_details_with_brackets_are_shown_as_written(url):
+def test_details_with_brackets_are_shown_as_written(url, monkeypatch):
     """A cancel --reason (or a node id a notice posted) is text: "[/bold]" crashed the table, "[red]" vanished."""
+    from fleetctl.cli.common import console
+
+    monkeypatch.setattr(console, "width", 200)  # made at import, whatever COLUMNS was then: one line a row
     store = Store(url)
     try:
         store.record("cancel_requested", T0 + timedelta(hours=4), "job-a", reason="[/bold] per [red]OPS-1[/red]",
