@@ -611,3 +611,55 @@ def test_the_daemon_runs_against_aws_on_moto_and_takes_a_reclaim_from_the_queue(
             QueueUrl=world.queue_url, AttributeNames=["ApproximateNumberOfMessages",
                                                       "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
         assert attrs == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def test_a_notice_handled_while_terraform_applies_stops_the_api_half(tf_env: dict, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fleetctl apply` holds the controller lease through Terraform's apply, so it
+    handles reclaim notices itself meanwhile. Terraform finishes; the plan's API
+    actions, made before the notice (they may bind a job to the node it
+    cordoned), are not carried out, and the message says what Terraform did."""
+    from datetime import datetime, timezone
+
+    from fleetctl.store import Store
+    from providers.sim import SimProvider
+
+    runner = CliRunner()
+    policy = _edited(tmp_path, lambda doc: doc["scaling"].__setitem__("scale_up_cooldown_seconds", 0))
+    infra = tmp_path / "infra"
+    env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0",
+           "COLUMNS": "200"}
+    assert runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env).exit_code == 0
+    for _ in range(2):
+        assert runner.invoke(app, ["reconcile", "--once", "--policy", str(policy)], env=env).exit_code == 0
+    (tmp_path / "more.yaml").write_text("id: late-sweep\nteam: ml-product\npriority: batch\ngpus_per_worker: 8\n"
+                                        "gpu_models: [T4]\nvcpus_per_worker: 32\nmemory_gib_per_worker: 128\n"
+                                        "duration_hours: 4\n")
+    assert runner.invoke(app, ["jobs", "submit", str(tmp_path / "more.yaml")], env=env).exit_code == 0
+    planned = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
+                                  "--terraform-init", "get", "-out", str(tmp_path / "p.json")], env=env)
+    assert planned.exit_code == 0 and "+ launch" in planned.output and "Terraform: 34 to add" in planned.output, \
+        planned.output
+    store = Store(env["FLEETCTL_STATE"])
+    try:
+        before = {n.node_id for n in store.nodes()}
+        busy = {n for j in store.jobs(active_only=True) for n in j.node_ids}
+        node = next(n for n in store.nodes() if n.offer.market.value == "spot" and n.node_id in busy)
+        SimProvider(store).reclaim(node.node_id, datetime.now(timezone.utc))  # arrives as apply starts
+    finally:
+        store.close()
+    monkeypatch.setattr("fleetctl.controller.reconcile.ONCE_NOTICE_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr("fleetctl.terraform.WAIT_POLL_SECONDS", 0.01)
+    applied = runner.invoke(app, ["apply", str(tmp_path / "p.json"), "--policy", str(policy),
+                                  "--terraform-init", "get"], env=env)
+    text = " ".join(applied.output.split())
+    assert applied.exit_code == 1, applied.output
+    assert "Terraform: 34 added, 0 changed, 0 destroyed." in text, applied.output
+    assert "While applying, 1 reclaim notice handled" in text and "so none was carried out" in text, applied.output
+    assert (infra / "terraform.tfstate").exists()
+    store = Store(env["FLEETCTL_STATE"])
+    try:
+        assert not store.interruptions(unhandled_only=True)
+        assert {n.node_id for n in store.nodes()} <= before  # none of the plan's launches
+    finally:
+        store.close()
