@@ -317,6 +317,19 @@ def utf8_or_exit(option: str, values: Iterable[str]) -> None:
             fail(f"{option} '{shown}' is not UTF-8 text ({byte} at character {exc.start + 1})", 2)
 
 
+def comma_list(values: Iterable[str] | None) -> list[str]:
+    """A repeatable option's values, each also split at commas (``--team a,b`` as ``--team a --team b``,
+    as ``report --by`` reads its keys): team names, event kinds and the like hold no comma. Blank
+    items are dropped, each value is kept once, in order."""
+    out: list[str] = []
+    for value in values or ():
+        for item in value.split(","):
+            item = item.strip()
+            if item and item not in out:
+                out.append(item)
+    return out
+
+
 def errors_exit_1(command: F) -> F:
     """Make every ``fail`` inside ``command`` exit 1 (see ``_ERROR_EXIT``)."""
     @functools.wraps(command)

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from fleetctl.audit import EVENT_KINDS, HISTORY_KINDS
 from fleetctl.cli.common import WHEN_HELP, StateOption, TableFormat, console, fail, one_of, open_store, parse_when, utcnow, \
-    utf8_or_exit
+    utf8_or_exit, comma_list
 from fleetctl.render import counted
 
 
@@ -36,7 +36,7 @@ def events(
         "--until", help="End of the window (excluded), as --since. Default: now.", metavar="WHEN",
         show_default=False)] = None,
     kind: Annotated[Optional[list[str]], typer.Option(
-        "--kind", help="Only entries of this kind (repeatable): " + ", ".join(EVENT_KINDS) + ". Without it, "
+        "--kind", help="Only entries of this kind (repeatable, or comma-separated): " + ", ".join(EVENT_KINDS) + ". Without it, "
                        "every kind but the forecasters' per-pass history (" + ", ".join(HISTORY_KINDS) + ").",
         metavar="KIND", show_default=False)] = None,
     about: Annotated[Optional[str], typer.Option(
@@ -57,7 +57,8 @@ def events(
     newest --limit of the window. `--for JOB` gives one job's history, `--for NODE` one
     node's. The log keeps what `fleetctl prune` keeps (docs/retention.md); the kinds
     and their details: docs/events.md."""
-    unknown = sorted(set(kind or ()) - set(EVENT_KINDS))
+    kind = comma_list(kind)
+    unknown = sorted(set(kind) - set(EVENT_KINDS))
     if unknown:
         fail(f"--kind {', '.join(unknown)}: no such kind; the kinds are: {', '.join(EVENT_KINDS)}", 2)
     utf8_or_exit("--for", (about,) if about is not None else ())

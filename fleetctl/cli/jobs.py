@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, one_of, \
-    open_store, store_may_exist, TableFormat, utcnow, utf8_or_exit
+    open_store, store_may_exist, TableFormat, utcnow, utf8_or_exit, comma_list
 from fleetctl.codec import dt_to_str, job_to_dict
 from fleetctl.model import JobState
 from fleetctl.render import counted
@@ -193,7 +193,7 @@ def _spec_value(value: Any) -> str:
 
 
 TeamOption = Annotated[Optional[list[str]], typer.Option(
-    "--team", help="Only this team's jobs (repeatable).", metavar="TEAM", show_default=False)]
+    "--team", help="Only this team's jobs (repeatable, or comma-separated).", metavar="TEAM", show_default=False)]
 
 
 @app.command("list")
@@ -211,6 +211,7 @@ def list_jobs(
     job whose cancel is requested shows as `running, cancel requested` (or `bound, ...`) (JSON:
     "cancel_requested": true) until the next reconcile tick stops it."""
     wanted = set(only or ())
+    team = comma_list(team)
     store = open_store(state, must_exist=True, read_only=True)
     try:
         jobs = _selected(store.jobs(active_only=not all_ and all(s.active for s in wanted)), wanted, team)
@@ -243,7 +244,8 @@ def cancel(
     job_ids: Annotated[Optional[list[str]], typer.Argument(
         help="Ids of the jobs to cancel; or none, with --team or --only.", show_default=False)] = None,
     team: Annotated[Optional[list[str]], typer.Option(
-        "--team", help="Instead of ids: cancel the unfinished jobs of this team (repeatable).", metavar="TEAM",
+        "--team", help="Instead of ids: cancel the unfinished jobs of this team (repeatable, or comma-separated).",
+        metavar="TEAM",
         show_default=False)] = None,
     only: Annotated[Optional[list[JobState]], typer.Option(
         "--only", help="Instead of ids: cancel the jobs in this state: queued, bound or running (repeatable); "
@@ -266,6 +268,7 @@ def cancel(
     from fleetctl.store import UnknownJobs
 
     states = set(only or ())
+    team = comma_list(team)
     utf8_or_exit("job id", job_ids or ())
     utf8_or_exit("--team", team or ())
     utf8_or_exit("--reason", (reason,))
@@ -312,6 +315,6 @@ def _selected(jobs, states, teams):  # noqa: ANN001, ANN202 - Iterable[Job], set
 
 
 def _selection(teams: list[str] | None, states: set[JobState]) -> str:
-    parts = ([f"--team {' '.join(teams)}"] if teams else []) + \
+    parts = ([f"--team {','.join(teams)}"] if teams else []) + \
             ([f"--only {' '.join(sorted(s.value for s in states))}"] if states else [])
     return " ".join(parts)

@@ -19,7 +19,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import WHEN_HELP, PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, \
-    one_of, open_store, parse_when, utcnow
+    comma_list, one_of, open_store, parse_when, utcnow
 from fleetctl.model import Job
 from fleetctl.report import IDLE, KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
     job_runs, report_to_document
@@ -37,15 +37,13 @@ DEFAULT_SINCE = "7d"
 def parse_by(values: list[str] | None) -> tuple[GroupKey, ...]:
     """The ``--by`` keys (repeatable, or comma-separated), each once, in order."""
     keys: list[GroupKey] = []
-    for value in values or ["team"]:
-        for word in value.split(","):
-            word = word.strip()
-            try:
-                key = GroupKey(word)
-            except ValueError:
-                fail(f"--by {word!r} is not one of {', '.join(repr(k.value) for k in GroupKey)}", 2)
-            if key not in keys:
-                keys.append(key)
+    for word in comma_list(values or ["team"]):
+        try:
+            key = GroupKey(word)
+        except ValueError:
+            fail(f"--by {word!r} is not one of {', '.join(repr(k.value) for k in GroupKey)}", 2)
+        if key not in keys:
+            keys.append(key)
     return tuple(keys)
 
 

@@ -100,3 +100,28 @@ def test_a_damaged_store_exits_1_from_cancel_as_from_list(url, tmp_path):
                                env=env, capture_output=True, text=True, timeout=120)
         assert shown.returncode == 1, (args, shown.returncode, shown.stderr)
         assert "Error: the state store is damaged: job 'a-queued-2' does not decode" in shown.stderr
+
+
+def test_teams_and_kinds_may_be_comma_separated_as_report_by_is(url):
+    """`--team a,b` matched no team (team names hold no comma) and `jobs cancel` then said "nothing to
+    cancel", exit 0: a cancel that quietly did nothing. Now it is `--team a --team b`, as `report --by
+    team,provider` reads its keys; `events --kind` too."""
+    listed = _run(url, "jobs", "list", "--team", "a,b", "--only", "queued", "--format", "json")
+    assert listed.exit_code == 0 and "a-queued" in listed.output and "b-queued" in listed.output, listed.output
+    dry = _run(url, "jobs", "cancel", "--team", "a, b", "--only", "queued", "--dry-run")
+    assert dry.exit_code == 0 and "3 jobs would be cancelled" in dry.output, dry.output
+    none = _run(url, "jobs", "cancel", "--team", "c,d", "--only", "queued")
+    assert none.exit_code == 0 and "no unfinished job matches --team c,d --only queued" in none.output, none.output
+    store = Store(url)
+    try:
+        store.record("bind", T0, "a-queued", nodes=["n1"], reason="r")
+        store.record("launch", T0, "offer-1", nodes=["n1"], reason="r")
+        store.record("terminate", T0, "n1", reason="idle")
+    finally:
+        store.close()
+    shown = _run(url, "events", "--kind", "bind,launch", "--since", "2000-01-01T00:00:00Z", "--format", "json")
+    assert shown.exit_code == 0, shown.output
+    assert '"kind": "terminate"' not in shown.output and '"kind": "bind"' in shown.output \
+        and '"kind": "launch"' in shown.output, shown.output
+    refused = _run(url, "events", "--kind", "bind,nope")
+    assert refused.exit_code == 2 and "--kind nope: no such kind" in refused.output, refused.output
