@@ -9,7 +9,7 @@ import typer
 
 from fleetctl.audit import EVENT_KINDS
 from fleetctl.cli.common import (CloudOption, PolicyOption, SeedOption, StateOption, check_cloud, fail,
-                                 load_policy_or_exit, open_store)
+                                 load_policy_or_exit, open_store, utf8_or_exit)
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
 from fleetctl.cli.events_cmd import details
 from fleetctl.cli.plan_apply import _plan_now
@@ -31,6 +31,7 @@ def explain(
     alternatives it considered (offers with their risk-adjusted cost, rules that
     ruled some out). A finished job that `fleetctl prune --finished-older-than-days`
     deleted reads as such, with its final state and when it finished. Changes nothing."""
+    utf8_or_exit("job id", (job_id,))
     pol, _path = load_policy_or_exit(policy)
     check_cloud(cloud, pol)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)

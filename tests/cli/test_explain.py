@@ -89,3 +89,14 @@ def test_explain_shows_the_jobs_history_from_the_audit_log(tmp_path):
     assert [line.split("  ", 1)[1] for line in lines[start + 1:start + 4]] == [
         "bind  nodes=n-1 reason=fits_new_capacity", "preempt of small  by=big detail=room reason=preempted", "complete"]
     assert "terminate" not in shown.output
+
+
+def test_a_job_id_that_is_not_utf8_is_a_usage_error(tmp_path):
+    """`fleetctl explain $'\\xff'`: the id reached the store as a lone surrogate, a UnicodeEncodeError traceback."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    Store(url).close()
+    result = runner.invoke(app, ["explain", "\udcff", "--state", url,
+                                 "--policy", str(REPO / "policies" / "example.yaml")])
+    assert result.exit_code == 2, result.output
+    assert "job id '\\xff' is not UTF-8 text (byte 0xff at character 1)" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
