@@ -311,6 +311,7 @@ class _Pass:
         self.preempted: set[str] = set()
         self.vacated: set[str] = set()  # nodes preempted jobs leave in this pass: idle from now
         self.victim_slots: list[Slot] = []
+        self.victim_slots_by_kind: dict[Kind, list[Slot]] = {}
         self.active_jobs: dict[str, Job] = {}
         self.lowest_victim_value: float = math.inf
         self._lost_memo: dict[str, float] = {}
@@ -540,6 +541,10 @@ class _Pass:
                 self.leaving_gpus += node.offer.instance_type.gpu_count
         preemptible = {jid for jid, j in self.active_jobs.items() if self.policy.priority_class(j.priority).preemptible}
         self.victim_slots = [s for s in self.index.slots.values() if any(j in preemptible for j in s.jobs)]
+        #: the same nodes by kind (GPU model, market): a job asks only the nodes of its kinds
+        self.victim_slots_by_kind: dict[Kind, list[Slot]] = {}
+        for slot in self.victim_slots:
+            self.victim_slots_by_kind.setdefault(slot.kind, []).append(slot)
         # The lowest class value of a possible victim: a job whose band is no higher preempts nobody of a
         # lower class (only a team within its guarantee may take others' work of its own class). Jobs only
         # leave the victims in a pass (preempted), so it stays a lower bound.
@@ -914,8 +919,11 @@ class _Pass:
         # node would be passed over. Skipped: at 5,000 nodes and 10,000 queued jobs of the lower classes,
         # asking every node for every job was most of a plan (benchmarks/results/plan_preemption.md).
         nobody = not claims and band <= self.lowest_victim_value
-        for slot in () if nobody else self.victim_slots:
-            if not slot.schedulable or slot.kind not in kind_set:
+        # The nodes of the job's kinds only. The order they are asked in does not matter: the best key is
+        # the least, and no two are equal (each ends with its node's name).
+        asked = () if nobody else (slot for kind in kinds for slot in self.victim_slots_by_kind.get(kind, ()))
+        for slot in asked:
+            if not slot.schedulable:
                 continue
             if slot.reserved_until is not None and ends_at > slot.reserved_until:
                 continue  # a waiting gang's: only work that ends before the gang starts (backfill)
