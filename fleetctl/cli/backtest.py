@@ -15,6 +15,7 @@ from rich.markup import escape
 from fleetctl.cli.forecast import AllowMismatchOption
 from fleetctl.cli.common import report_dir_or_exit
 from fleetctl.cli.common import PolicyOption, console, err_console, fail, load_policy_or_exit
+from fleetctl.cli.tables import print_table
 
 
 def backtest(
@@ -180,7 +181,7 @@ def _print(doc: dict, output_format: str, jobs: int) -> None:
     ]
     for label, cell in rows:
         table.add_row(label, *(cell(m) for m in doc["policies"].values()))
-    console.print(table)
+    print_table(console, table)
 
 
 def _market_forecaster(path: Path, market, allow_version_mismatch: bool = False):  # noqa: ANN001, ANN202

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import TableFormat, console, err_console, fail, one_of
+from fleetctl.cli.tables import print_table
 from fleetctl.codec import offer_to_dict
 from fleetctl.model import CLOUDS, Market, Offer
 from fleetctl.render import counted
@@ -113,4 +114,4 @@ def catalog(
             f"{o.usd_per_hour:.4f}",
             f"{o.usd_per_gpu_hour:.4f}" if o.usd_per_gpu_hour is not None else "-",
         )
-    console.print(table)
+    print_table(console, table)

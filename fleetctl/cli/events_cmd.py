@@ -13,6 +13,7 @@ from rich.text import Text
 from fleetctl.audit import EVENT_KINDS, HISTORY_KINDS
 from fleetctl.cli.common import WHEN_HELP, StateOption, TableFormat, console, fail, one_of, open_store, parse_when, utcnow, \
     utf8_or_exit, comma_list
+from fleetctl.cli.tables import print_table
 from fleetctl.render import counted
 
 
@@ -86,4 +87,4 @@ def events(
     for e in entries:
         # Text, not markup: a --reason or a posted node id may hold "[...]" (a closing tag crashed the table)
         table.add_row(e["at_utc"], e["kind"], Text(e["subject"] or "-"), Text(details(e["payload"])))
-    console.print(table)
+    print_table(console, table)

@@ -14,6 +14,7 @@ from fleetctl.cli.common import console, err_console, fail, refuse_repeated, rep
 from fleetctl.cli.forecast import SeedOption, check_output_or_exit, evaluate_app, finite_or_null, \
     load_model_or_exit, save_model_or_exit, train_app
 from fleetctl.cli.forecast_interruption import whole_minutes
+from fleetctl.cli.tables import print_table
 from fleetctl.codec import dt_to_str
 
 SeriesOption = Annotated[list[Path], typer.Option(
@@ -201,7 +202,7 @@ def evaluate_demand(
                       f"{result['p90_coverage']:.1%}")
         for name, s in result["baselines"].items():
             table.add_row(name, f"{s['mae']:.3f}", f"{s['pinball_p90']:.3f}", "")
-        console.print(table)
+        print_table(console, table)
     if report is not None:  # after the results: a failure here loses nothing
         try:
             err_console.print(f"wrote {forecast_plot(curves, h, report / f'demand_forecast_{h}m.png')}",

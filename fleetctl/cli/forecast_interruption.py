@@ -14,6 +14,7 @@ from rich.table import Table
 from fleetctl.cli.common import console, err_console, fail, refuse_repeated, report_dir_or_exit
 from fleetctl.cli.forecast import SeedOption, check_output_or_exit, evaluate_app, finite_or_null, \
     load_model_or_exit, save_model_or_exit, train_app
+from fleetctl.cli.tables import print_table
 from fleetctl.yamlerrors import describe_value
 
 MarketsOption = Annotated[list[Path], typer.Option(
@@ -169,7 +170,7 @@ def evaluate_interruption(
         table.add_row("model", f"{result['auc']:.3f}", f"{result['brier']:.4f}")
         for name, s in result["baselines"].items():
             table.add_row(name, f"{s['auc']:.3f}", f"{s['brier']:.4f}")
-        console.print(table)
+        print_table(console, table)
     if report is not None:  # after the results: a failure here loses nothing
         try:
             err_console.print(f"wrote {reliability_plot(y, p, report / 'reliability.png')}", markup=False)

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from fleetctl.cli.common import PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, one_of, \
     open_store, store_may_exist, TableFormat, utcnow, utf8_or_exit, comma_list
+from fleetctl.cli.tables import print_table
 from fleetctl.codec import dt_to_str, job_to_dict
 from fleetctl.model import JobState
 from fleetctl.render import counted
@@ -236,7 +237,7 @@ def list_jobs(
             "class default" if j.spot_eligible is None else ("yes" if j.spot_eligible else "no"),
             ", ".join(j.node_ids) or "-",
         )
-    console.print(table)
+    print_table(console, table)
 
 
 @app.command()

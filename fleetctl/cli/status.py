@@ -23,6 +23,7 @@ from fleetctl.cli.common import (
     utcnow,
 )
 from fleetctl.cli.common import TableFormat
+from fleetctl.cli.tables import print_table
 from fleetctl.codec import dt_to_str, node_to_dict
 from fleetctl.model import InterruptionKind, NodeState, Policy
 from fleetctl.render import counted
@@ -82,7 +83,7 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
             f"{n.offer.usd_per_hour:.4f}",
             ", ".join(sorted(set(on_node.get(n.node_id, [])))) or "-",
         )
-    console.print(table)
+    print_table(console, table)
     console.print("Jobs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), markup=False)
     console.print(f"Fleet: {counted(len(nodes), 'node')}, {counted(gpus, 'GPU')}, ${usd:.2f}/h", markup=False)
     for e in pending:

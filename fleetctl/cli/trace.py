@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from fleetctl.cli.common import console, err_console, fail, output_file_or_exit
+from fleetctl.cli.tables import print_table
 
 app = typer.Typer(help="Import public cluster traces: job traces for the simulator, demand series for the "
                   "forecaster.", short_help="Import public cluster traces.", no_args_is_help=True)
@@ -180,7 +181,7 @@ def _print_summary(source: Path, output: Path, s) -> None:  # noqa: ANN001 - an 
         if count:
             table.add_row(label, str(count), note)
     out, written = _summary_target(output)
-    out.print(table)
+    print_table(out, table)
     if s.first_submit_utc is not None and s.last_submit_utc is not None:
         out.print(f"submits from {format_utc(s.first_submit_utc)} to {format_utc(s.last_submit_utc)}", markup=False)
     out.print(f"wrote {s.kept} jobs to {written}", markup=False)
