@@ -95,6 +95,15 @@ PolicyOption = Annotated[
         show_default=False,
     ),
 ]
+#: --policy of a command that reads the policy only when it is named (report; status on the sandbox).
+NamedPolicyOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--policy",
+        help="Policy YAML, read only when given, or when $FLEETCTL_POLICY names one.",
+        show_default=False,
+    ),
+]
 StateOption = Annotated[
     Optional[str],
     typer.Option(

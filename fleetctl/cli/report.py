@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import WHEN_HELP, PolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, \
+from fleetctl.cli.common import WHEN_HELP, NamedPolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, \
     comma_list, one_of, open_store, parse_when, utcnow
 from fleetctl.model import Job
 from fleetctl.report import IDLE, KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
@@ -62,7 +62,7 @@ def report(
         "--format", help="table; json for scripts (with format_version; docs/report.md); csv (one line per row, "
         "then (total); the notes go to stderr).", **one_of(ReportFormat))] = ReportFormat.table,
     state: StateOption = None,
-    policy: PolicyOption = None,
+    policy: NamedPolicyOption = None,
 ) -> None:
     """Spend and GPU-hours per team (or per provider, market, GPU model, region) over a window,
     from the store's nodes and audit log: node-hours, GPU-hours bought, USD spent (each node's

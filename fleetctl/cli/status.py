@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from fleetctl.cli.common import (
     CloudOption,
-    PolicyOption,
     SeedOption,
     StateOption,
     console,
@@ -30,7 +30,11 @@ from fleetctl.render import counted
 
 
 def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption = "sim",
-           policy: PolicyOption = None,
+           policy: Annotated[Optional[Path], typer.Option(
+               "--policy", show_default=False,
+               help="Policy YAML. On the sandbox, read only when given, or when $FLEETCTL_POLICY names one; "
+                    "with --cloud aws, gcp or azure (it names the cluster), default: $FLEETCTL_POLICY, else "
+                    "policies/example.yaml.")] = None,
            output: Annotated[TableFormat, typer.Option(
                "--format", help="table, or json for scripts: {\"nodes\": [...], \"jobs\": {STATE: count}, "
                                 "\"gpus\", \"usd_per_hour\", \"pending_notices\"}; each node with its jobs.",

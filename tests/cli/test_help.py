@@ -111,3 +111,19 @@ def test_the_default_priority_map_is_not_cut_in_two_at_80_columns():
     words = shown.output.split()
     for entry in ("LS=production,", "Guaranteed=production,", "Burstable=batch,", "BE=batch."):
         assert entry in words, shown.output
+
+
+@pytest.mark.parametrize("command", [("status",), ("report",)])
+def test_policy_help_of_commands_that_read_it_only_when_named_gives_no_default_file(command):
+    """status (on the sandbox) and report read the policy only when --policy or $FLEETCTL_POLICY
+    names one, as their summaries say; the option's help said "Default: $FLEETCTL_POLICY, else
+    policies/example.yaml", which they never read unasked."""
+    shown = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200", "TERMINAL_WIDTH": None},
+                               prog_name="fleetctl")
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    option = text[text.index("--policy <path>"):]
+    option = option[:option.index(" --", 1)]
+    assert "read only when given, or when $FLEETCTL_POLICY names one" in option, option
+    if command == ("report",):  # status with --cloud aws needs the policy, so it has a default there
+        assert "else policies/example.yaml" not in option, option
