@@ -18,8 +18,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fleetctl.cli.common import WHEN_HELP, NamedPolicyOption, StateOption, console, err_console, fail, load_policy_or_exit, \
-    comma_list, one_of, open_store, parse_when, utcnow
+from fleetctl.cli.common import WHEN_HELP, NamedPolicyOption, StateOption, console, err_console, fail, \
+    load_policy_or_exit, comma_list, one_of, open_store, parse_when, utcnow
 from fleetctl.model import Job
 from fleetctl.report import IDLE, KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
     job_runs, report_to_document
