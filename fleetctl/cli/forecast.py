@@ -14,7 +14,9 @@ import typer
 
 app = typer.Typer(help="Train and evaluate the forecasting models (interruption risk, demand).",
                   no_args_is_help=True)
-train_app = typer.Typer(help="Train a model from recorded history and save it to a directory.", no_args_is_help=True)
+train_app = typer.Typer(help="Train a model on market traces or demand series and save it to a directory (the daemon's "
+                        "retraining uses what its store recorded).", short_help="Train a model and save it to a directory.",
+                        no_args_is_help=True)
 evaluate_app = typer.Typer(help="Measure a saved model against naive baselines on held-out data.",
                            no_args_is_help=True)
 app.add_typer(train_app, name="train")
