@@ -1202,8 +1202,8 @@ class Store:
 
     def history_complete_from(self) -> datetime | None:
         """From when the audit log, the jobs and the nodes are complete: the
-        first event kept, or, when ``prune_finished`` deleted the finished
-        history, its latest cut (its ``prune_finished`` entry; for a prune by
+        first event kept (a ``prune_finished`` entry aside), or, when ``prune_finished`` deleted the
+        finished history, its latest cut (its ``prune_finished`` entry; for a prune by
         a fleetctl that did not record one, the last finish its job
         tombstones keep, a lower bound of that cut). None for an empty log.
 
@@ -1212,7 +1212,8 @@ class Store:
         entry would date the log's start long before the cut."""
         t = tables.events
         with self._tx() as conn:
-            first = conn.execute(sa.select(sa.func.min(t.c.at_utc))).scalar()
+            # not the prune_finished entries, dated at their cuts: a cut older than the store is not its start
+            first = conn.execute(sa.select(sa.func.min(t.c.at_utc)).where(t.c.kind != "prune_finished")).scalar()
             cuts = conn.execute(sa.select(t.c.payload).where(t.c.kind == "prune_finished")).scalars().all()
             buried = conn.execute(sa.select(sa.func.max(tables.job_tombstones.c.finished_at_utc))).scalar()
         found = [str_to_dt(first)] if first else []

@@ -59,6 +59,17 @@ def test_history_complete_from_is_the_first_event_then_the_prune_cut(store):
     assert store.last_event_at("prune_finished") == cut
 
 
+def test_history_complete_from_a_prune_cut_older_than_the_store_is_its_first_event(store):
+    """A year-long retention on a day-old store: the prune's entry (dated at its cut) does not
+    date the history's start back to the cut, where nothing was recorded yet."""
+    store.record("start", T0, "j")
+    store.prune_finished(T0 - 365 * 24 * H)
+    assert store.last_event_at("prune_finished") == T0 - 365 * 24 * H
+    assert store.history_complete_from() == T0
+    store.prune_finished(T0 - 24 * H)  # a later, shorter retention: still older than the store
+    assert store.history_complete_from() == T0
+
+
 def test_history_complete_from_a_prune_that_recorded_no_cut_is_bounded_by_its_tombstones(store):
     store.record("start", T0, "j")
     store.add_jobs([job("done")], T0)
