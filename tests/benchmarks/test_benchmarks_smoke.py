@@ -202,3 +202,13 @@ def test_plan_preemption_plans_a_world_that_preempts_and_gives_a_digest(tmp_path
     assert done.returncode == 0, done.stderr
     (result,) = json.loads(out.read_text())["results"]
     assert result["nodes"] == 60 and result["actions"].get("preempt", 0) > 0 and len(result["digest"]) == 64
+
+
+def test_cli_tables_times_the_read_commands_and_compares_two_checkouts(tmp_path):
+    out = tmp_path / "cli.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cli_tables.py"), "--sizes", "30", "--runs", "1",
+                           "--before", str(ROOT), "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| 30 |")]
+    assert len(rows) == 4 and all("| yes |" in row for row in rows), rows  # the same checkout: the same bytes
