@@ -42,6 +42,9 @@ class Slot:
     kind: Kind = ("", "")
     domain: Domain = ("", "", "")
     bin: tuple[int, int] = (0, 0)  # where the index filed it: (vCPU bin, memory bin)
+    # Bumped whenever ``jobs`` or the free room change: what a pass keeps about a slot (its victims) is
+    # valid while the version it was worked out at is the slot's.
+    version: int = 0
 
     @classmethod
     def of(cls, name: str, offer: Offer, *, new: bool, schedulable: bool = True,
@@ -148,6 +151,7 @@ class CapacityIndex:
         slot.free_vcpus -= job.vcpus_per_worker * workers
         slot.free_memory_gib -= job.memory_gib_per_worker * workers
         slot.jobs[job.job_id] = slot.jobs.get(job.job_id, 0) + workers
+        slot.version += 1
         if filed:
             self._file(slot)
 
@@ -163,6 +167,7 @@ class CapacityIndex:
         slot.free_gpus += job.gpus_per_worker * workers
         slot.free_vcpus += job.vcpus_per_worker * workers
         slot.free_memory_gib += job.memory_gib_per_worker * workers
+        slot.version += 1
         if filed:
             self._file(slot)
         return workers

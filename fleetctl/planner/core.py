@@ -217,6 +217,23 @@ class _Option:
         return self.nodes * self.offer.usd_per_hour
 
 
+@dataclass(frozen=True, slots=True)
+class _SlotVictims:
+    """What a pass keeps about one slot for preemption, until its jobs or free room change
+    (``Slot.version``): the active, preemptible jobs on it with their class values, in victim order;
+    the room it would have if every one of them went (its free room plus their resources, added in that
+    order, as ``_Pass._victims_for`` adds them: a bound on what any set of them can free); the lowest
+    class value among them; and the least work any of them would lose (a bound on what taking one or
+    more of them loses)."""
+
+    order: tuple[tuple[float, Job], ...]
+    gpus: int
+    vcpus: float
+    memory_gib: float
+    lowest_value: float  # math.inf when there is no victim
+    least_lost_hours: float  # math.inf when there is no victim
+
+
 class _Pass:
     def __init__(self, now: datetime, queue, fleet, offers, forecast: Forecast | None, policy: Policy,
                  last_termination_utc: datetime | None = None) -> None:
@@ -315,7 +332,7 @@ class _Pass:
         self.active_jobs: dict[str, Job] = {}
         self.lowest_victim_value: float = math.inf
         self._lost_memo: dict[str, float] = {}
-        self._victim_orders: dict[str, tuple[tuple[str, ...], list[tuple[float, Job]]]] = {}
+        self._slot_victims: dict[str, tuple[Slot, int, _SlotVictims]] = {}  # name -> (slot, its version, victims)
         self.reservations = 0
         self.on_demand_base_jobs: set[str] = set()
         self.strict = True  # diversification checked after every purchase (see buy)
@@ -907,8 +924,8 @@ class _Pass:
             """The jobs ``job`` may preempt on ``slot``, in victim order: ``victim_ok``'s, with the
             test of a lower class alone when no guarantee is claimed (the common case, at scale)."""
             if claims:
-                return [v for _, v in self._victim_order(slot) if victim_ok(v.job_id)]
-            return [v for value, v in self._victim_order(slot) if value < band and v.job_id not in self.preempted]
+                return [v for _, v in self._victims_on(slot).order if victim_ok(v.job_id)]
+            return [v for value, v in self._victims_on(slot).order if value < band and v.job_id not in self.preempted]
 
         kind_set = set(kinds)
         ends_at = self.now + timedelta(hours=job.remaining_hours)
@@ -954,25 +971,34 @@ class _Pass:
         """Victims in the order they are taken: checkpointable first, the least work lost, the most GPUs."""
         return (not v.checkpointable, self._lost_hours(v), -v.gpus, v.job_id)
 
-    def _victim_order(self, slot: Slot) -> list[tuple[float, Job]]:
-        """The active, preemptible jobs on ``slot`` with their class values, in ``_victim_key`` order.
-        Kept per slot, and made again when the slot's jobs change (a preemption, a bind): every queued
-        job that may preempt asks every node, and sorting them again each time was most of a plan at
-        5,000 nodes (benchmarks/results/plan_preemption.md)."""
-        jobs = tuple(slot.jobs)
-        kept = self._victim_orders.get(slot.name)
-        if kept is not None and kept[0] == jobs:
-            return kept[1]
+    def _victims_on(self, slot: Slot) -> _SlotVictims:
+        """The active, preemptible jobs on ``slot`` in ``_victim_key`` order, with the room they bound
+        (``_SlotVictims``). Kept per slot, and made again when the slot changes (a preemption, a bind):
+        every queued job that may preempt asks every node, and sorting them again each time was most of
+        a plan at 5,000 nodes (benchmarks/results/plan_preemption.md)."""
+        kept = self._slot_victims.get(slot.name)
+        if kept is not None and kept[0] is slot and kept[1] == slot.version:
+            return kept[2]
         order = []
-        for jid in jobs:
+        for jid in slot.jobs:
             v = self.active_jobs.get(jid)
             if v is not None:
                 pc = self.policy.priority_class(v.priority)
                 if pc.preemptible:
                     order.append((pc.value, v))
         order.sort(key=lambda entry: self._victim_key(entry[1]))
-        self._victim_orders[slot.name] = (jobs, order)
-        return order
+        # Each addend is kept at 0 or above, so that every partial sum _victims_for reaches over a subset
+        # of these jobs (in this order, from the same free room) is at most this sum, whatever the inputs.
+        gpus, vcpus, memory = slot.free_gpus, slot.free_vcpus, slot.free_memory_gib
+        for _, v in order:
+            w = slot.jobs[v.job_id]
+            gpus += max(0, v.gpus_per_worker * w)
+            vcpus += max(0.0, v.vcpus_per_worker * w)
+            memory += max(0.0, v.memory_gib_per_worker * w)
+        record = _SlotVictims(tuple(order), gpus, vcpus, memory, min((value for value, _ in order), default=math.inf),
+                              min((self._lost_hours(v) for _, v in order), default=math.inf))
+        self._slot_victims[slot.name] = (slot, slot.version, record)
+        return record
 
     def _usage_gpus(self, team: str) -> float:
         usage = self.usage.get(team)
@@ -1334,6 +1360,7 @@ class _Pass:
         slot.free_gpus += it.gpu_count - old_it.gpu_count
         slot.free_vcpus += it.vcpus - old_it.vcpus
         slot.free_memory_gib += it.memory_gib - old_it.memory_gib
+        slot.version += 1
         slot.offer, slot.kind, slot.domain = offer, kind_of(offer), offer.placement_domain
         slot.schedulable = True
         self.new_index.add(slot)
@@ -1404,6 +1431,7 @@ class _Pass:
                                     f"{job.workers} x {job.gpus_per_worker} GPU on {len(placed)} new "
                                     f"{offer.instance_type.name} ({offer.market.value}) in {where}")
         old.jobs.pop(job.job_id, None)
+        old.version += 1
 
     def _unbuy(self, slot: Slot) -> None:
         """Take a node bought in this step out of the step's purchases."""
