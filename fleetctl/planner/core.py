@@ -927,8 +927,20 @@ class _Pass:
                 return [v for _, v in self._victims_on(slot).order if victim_ok(v.job_id)]
             return [v for value, v in self._victims_on(slot).order if value < band and v.job_id not in self.preempted]
 
+        def room_of(slot: Slot) -> tuple[float, float, float, float]:
+            """At least the GPUs, vCPUs and GiB ``job`` could have on ``slot`` (every job it may take
+            there gone), and the least work any of those jobs loses (``_SlotVictims``). With no claim
+            and no job of a lower class there, it may take nobody: its free room."""
+            kept = self._victims_on(slot)
+            if not claims and kept.lowest_value >= band:
+                return slot.free_gpus, slot.free_vcpus, slot.free_memory_gib, math.inf
+            return kept.gpus, kept.vcpus, kept.memory_gib, kept.least_lost_hours
+
         kind_set = set(kinds)
         ends_at = self.now + timedelta(hours=job.remaining_hours)
+        need_g = job.gpus_per_worker * job.workers  # as _victims_for works it out
+        need_v = job.vcpus_per_worker * job.workers
+        need_m = job.memory_gib_per_worker * job.workers
         best: tuple | None = None
         # No victim can be of a class below this job's and no guarantee lets it take its own class: no node
         # is asked (plan_preemption.py at 5,000 nodes: 18.6 s without this test, 10.9 s with it). Else the
@@ -940,11 +952,22 @@ class _Pass:
                 continue
             if slot.reserved_until is not None and ends_at > slot.reserved_until:
                 continue  # a waiting gang's: only work that ends before the gang starts (backfill)
+            # Two tests on what the pass keeps per slot (room_of) skip most nodes before their victims are
+            # worked out, and never one that could win (test_planner_rules: the room is exact, not a hair
+            # short; a node asked later still wins): a node whose room with every job it may take gone
+            # does not hold the job has no room for it; and a node whose free GPUs do not hold it takes
+            # at least one victim, so its key is at least (1, its least lost work, its name).
+            room_g, room_v, room_m, least_lost = room_of(slot)
+            if room_g < need_g or room_v < need_v or room_m < need_m:
+                continue
+            if best is not None and slot.free_gpus < need_g and (1, least_lost, slot.name) > best[0]:
+                continue
             victims = victims_of(slot)
             if not victims:
                 continue
             chosen = self._victims_for(job, slot, victims, job.workers)
-            if chosen is None or not self._guarantees_kept(chosen, band):
+            # without a claim every victim is of a lower class: no guarantee is at stake
+            if chosen is None or (claims and not self._guarantees_kept(chosen, band)):
                 continue
             key = (len(chosen), sum(self._lost_hours(v) for v in chosen), slot.name)
             if best is None or key < best[0]:
@@ -954,7 +977,7 @@ class _Pass:
             self._preempt_for(job, [(slot, job.workers)], chosen, order)
             return True
         if job.workers > 1:  # a gang: several nodes of one zone
-            spread = self._victims_in_domain(job, kind_set, victims_of)
+            spread = self._victims_in_domain(job, kind_set, victims_of, room_of)
             if spread is not None and self._guarantees_kept(spread[1], band):
                 self._preempt_for(job, *spread, order)
                 return True
@@ -1037,21 +1060,37 @@ class _Pass:
         self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
         self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {where}")
 
-    def _victims_in_domain(self, job: Job, kind_set: set, victims_of):  # noqa: ANN001, ANN202
+    def _victims_in_domain(self, job: Job, kind_set: set, victims_of, room_of):  # noqa: ANN001, ANN202
         """A gang's room on several nodes of one placement domain: per node the
         most workers it can take with the fewest victims, nodes needing fewer
         victims first; the domain with the fewest victims (then the least work
-        lost) wins. Returns ([(slot, workers)], victims) or None."""
+        lost) wins. Returns ([(slot, workers)], victims) or None. ``try_preempt``'s
+        ``victims_of`` and ``room_of`` (a bound: no room for w workers there, no victims for them)."""
         by_domain: dict = {}
         for slot in self.index.slots.values():
             if slot.schedulable and slot.kind in kind_set and slot.reserved_for is None:
                 by_domain.setdefault(slot.domain, []).append(slot)
         best: tuple | None = None
+        gpw, vpw, mpw = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker
+        monotone = gpw >= 0 and vpw >= 0 and mpw >= 0  # then no room for one worker is no room for more
         for domain in sorted(by_domain, key=str):
             options = []
             for slot in sorted(by_domain[domain], key=lambda sl: sl.name):
-                victims = victims_of(slot)
-                for w in range(min(job.workers, _per_node(job, slot.offer)), 0, -1):
+                room_g, room_v, room_m, _ = room_of(slot)
+                if monotone and (room_g < gpw or room_v < vpw or room_m < mpw):
+                    continue
+                top = victims = None
+                # the most workers first, as many as a node of its offer holds (_per_node, worked out
+                # only for a node with room for some); _victims_for is not asked where room_of rules out w
+                for w in range(job.workers, 0, -1):
+                    if room_g < gpw * w or room_v < vpw * w or room_m < mpw * w:
+                        continue
+                    if top is None:
+                        top = _per_node(job, slot.offer)
+                    if w > top:
+                        continue
+                    if victims is None:
+                        victims = victims_of(slot)
                     chosen = self._victims_for(job, slot, victims, w)
                     if chosen is not None:
                         options.append((len(chosen), -w, slot.name, slot, victims))

@@ -196,6 +196,59 @@ def case_a_gang_preempts_across_nodes_of_one_zone():
     assert not p.of_kind("preempt") and "prod-gang" in unplaced(p)
 
 
+def case_preempts_where_free_room_and_a_victim_hold_the_job_exactly():
+    # try_preempt skips a node whose room with every job it may take gone (its free room plus theirs)
+    # does not hold the job: that bound must be exact, not a hair short. Here the room is exactly the
+    # job's need in GPUs, vCPUs and memory at once (values a float holds exactly).
+    fleet = [node("n1", offer(vcpus=96, memory_gib=1024.0))]  # 8 GPUs
+    prod_run = bound(job("prod-run", gpus=3, vcpus=5.5, memory_gib=100.25, priority="production", spot=True), "n1")
+    victim = bound(job("b", gpus=4, vcpus=90.0, memory_gib=900.5), "n1")
+    # free: 1 GPU, 0.5 vCPU, 23.25 GiB; with b gone: 5 GPUs, 90.5 vCPUs, 923.75 GiB
+    prod = job("prod", gpus=5, vcpus=90.5, memory_gib=923.75, priority="production", spot=True)
+    p = run(queue=[prod_run, victim, prod], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert [(pre.job_id, pre.by_job_id) for pre in p.of_kind("preempt")] == [("b", "prod")]
+    assert binds(p) == {"prod": ("n1",)}
+    # a hair more in any one of them, and there is no room: nobody is preempted
+    for more in ({"gpus": 6}, {"vcpus": 90.75}, {"memory_gib": 924.0}):
+        p = run(queue=[prod_run, victim, replace(prod, **{f"{k}_per_worker": v for k, v in more.items()})],
+                fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+        assert not p.of_kind("preempt") and "prod" in unplaced(p), more
+
+
+def case_a_gang_preempts_where_free_room_and_victims_hold_its_workers_exactly():
+    # The same bound on each node of a gang's zone: each of n2 and n3 holds one worker exactly once its
+    # batch job goes. n1, alone in the first zone looked at, holds one worker too: no zone there.
+    fleet = [node("n1", offer(zone="z1", vcpus=96, memory_gib=1024.0)),
+             node("n2", offer(zone="z2", vcpus=96, memory_gib=1024.0)),
+             node("n3", offer(zone="z2", vcpus=96, memory_gib=1024.0))]
+    running = [bound(job(f"b{i}", gpus=4, vcpus=90.0, memory_gib=900.5), f"n{i}") for i in (1, 2, 3)]
+    running += [bound(job(f"p{i}", gpus=3, vcpus=5.5, memory_gib=100.25, priority="production", spot=True), f"n{i}")
+                for i in (1, 2, 3)]
+    gang = job("prod-gang", workers=2, gpus=5, vcpus=90.5, memory_gib=923.75, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert sorted(pre.job_id for pre in p.of_kind("preempt")) == ["b2", "b3"]
+    assert sorted(binds(p)["prod-gang"]) == ["n2", "n3"]
+    p = run(queue=[*running, replace(gang, memory_gib_per_worker=924.0)], fleet=fleet, offers=[],
+            pol=policy(max_usd_per_hour=10.0))
+    assert not p.of_kind("preempt") and "prod-gang" in unplaced(p)
+
+
+def case_a_node_asked_later_wins_with_less_work_lost():
+    # Nodes are asked in name order, and a node that cannot beat the best so far is skipped (its key is at
+    # least (1 victim, the least work any job there loses, its name)). n1 offers b1 (2 h lost); n2 and n3
+    # each offer a checkpointable job (15 min lost) beside one that would lose 3 h: n2 wins, n3 by name.
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job("b1", gpus=8), "n1", started=T0 - timedelta(hours=2))]
+    for n in ("n2", "n3"):
+        running += [replace(bound(job(f"c-{n}", gpus=4), n, started=T0 - timedelta(hours=3),
+                                  checkpoint=T0 - timedelta(minutes=15)), checkpointable=True),
+                    bound(job(f"r-{n}", gpus=4), n, started=T0 - timedelta(hours=3))]
+    prod = job("prod", gpus=4, priority="production", spot=True)
+    p = run(queue=[*running, prod], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert [(pre.job_id, pre.by_job_id) for pre in p.of_kind("preempt")] == [("c-n2", "prod")]
+    assert binds(p) == {"prod": ("n2",)}
+
+
 def case_never_preempts_non_preemptible_or_equal_priority():
     fleet = [node("n1")]
     other_prod = bound(job("other-prod", gpus=8, priority="production", spot=True), "n1")
