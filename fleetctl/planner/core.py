@@ -1041,8 +1041,12 @@ class _Pass:
         where = ", ".join(slot.name for slot, _ in placed)
         band = order.band_of.get(job.job_id, self.policy.priority_class(job.priority).value)
         for v in chosen:
-            for s in self.index.slots.values():
-                if v.job_id in s.jobs:
+            # A victim is an active job: it holds the nodes it is bound to (load_fleet), and no other. They
+            # are given back in the index's order (node names: load_fleet files the fleet sorted), as a walk
+            # over every slot did (0.6 of 5 s at 5,000 nodes in plan_preemption.py).
+            for name in sorted(set(v.node_ids)):
+                s = self.index.slots.get(name)
+                if s is not None and v.job_id in s.jobs:
                     self.index.give_back(s, v)
                     self.vacated.add(s.name)
             order.charge(v, sign=-1)
