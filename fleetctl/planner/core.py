@@ -977,7 +977,7 @@ class _Pass:
             self._preempt_for(job, [(slot, job.workers)], chosen, order)
             return True
         if job.workers > 1:  # a gang: several nodes of one zone
-            spread = self._victims_in_domain(job, kind_set, victims_of, room_of)
+            spread = self._victims_in_domain(job, kind_set, victims_of, room_of, nobody)
             if spread is not None and self._guarantees_kept(spread[1], band):
                 self._preempt_for(job, *spread, order)
                 return True
@@ -1064,19 +1064,33 @@ class _Pass:
         self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
         self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {where}")
 
-    def _victims_in_domain(self, job: Job, kind_set: set, victims_of, room_of):  # noqa: ANN001, ANN202
+    def _victims_in_domain(self, job: Job, kind_set: set, victims_of, room_of, nobody: bool):  # noqa: ANN001, ANN202
         """A gang's room on several nodes of one placement domain: per node the
         most workers it can take with the fewest victims, nodes needing fewer
         victims first; the domain with the fewest victims (then the least work
         lost) wins. Returns ([(slot, workers)], victims) or None. ``try_preempt``'s
-        ``victims_of`` and ``room_of`` (a bound: no room for w workers there, no victims for them)."""
-        by_domain: dict = {}
-        for slot in self.index.slots.values():
-            if slot.schedulable and slot.kind in kind_set and slot.reserved_for is None:
-                by_domain.setdefault(slot.domain, []).append(slot)
-        best: tuple | None = None
+        ``victims_of`` and ``room_of`` (a bound: no room for w workers there, no victims for them),
+        and whether it may take nobody anywhere (then ``room_of`` is the free room)."""
         gpw, vpw, mpw = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker
         monotone = gpw >= 0 and vpw >= 0 and mpw >= 0  # then no room for one worker is no room for more
+        by_domain: dict = {}
+        if nobody and monotone:
+            # Only nodes with free GPUs for a worker can offer one: those the index files with that many
+            # free (its schedulable slots), rather than every node (at 5,000 nodes in plan_preemption.py,
+            # 407 such gangs looked at 1.45 million nodes, 0.16 million of them with the GPUs free). The
+            # lists are sorted below, so the order they are gathered in does not matter.
+            for kind in kind_set:
+                for domain in self.index.domains_of_kind.get(kind, ()):
+                    for free, group in self.index.by_domain_kind.get((domain, kind), {}).items():
+                        if free >= gpw:
+                            for slot in group.values():
+                                if slot.reserved_for is None:
+                                    by_domain.setdefault(domain, []).append(slot)
+        else:
+            for slot in self.index.slots.values():
+                if slot.schedulable and slot.kind in kind_set and slot.reserved_for is None:
+                    by_domain.setdefault(slot.domain, []).append(slot)
+        best: tuple | None = None
         for domain in sorted(by_domain, key=str):
             options = []
             for slot in sorted(by_domain[domain], key=lambda sl: sl.name):

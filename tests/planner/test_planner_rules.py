@@ -249,6 +249,24 @@ def case_a_node_asked_later_wins_with_less_work_lost():
     assert binds(p) == {"prod": ("n2",)}
 
 
+def case_a_gang_past_the_zones_free_capacity_looks_at_takes_free_nodes_preempting_nobody():
+    # The free-capacity search for a gang looks at 16 zones at most (capacity._GANG_DOMAINS): z01..z16 each
+    # have 18 GPUs free over three nodes but no node with 8, so it finds nothing. The preemption search then
+    # finds z17's two free nodes; this batch gang may preempt nobody, and it looks only at nodes with a
+    # worker's GPUs free (exactly 8 here).
+    fleet, running = [], []
+    for z in range(1, 17):
+        for k in range(3):
+            name = f"z{z:02d}-{k}"
+            fleet.append(node(name, offer(zone=f"z{z:02d}")))
+            running.append(bound(job(f"b-{name}", gpus=2, team="b"), name))
+    fleet += [node("z17-0", offer(zone="z17")), node("z17-1", offer(zone="z17"))]
+    gang = job("gang", workers=2, gpus=8)
+    p = run(queue=[*running, gang], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert not p.of_kind("preempt")
+    assert sorted(binds(p)["gang"]) == ["z17-0", "z17-1"]
+
+
 def case_never_preempts_non_preemptible_or_equal_priority():
     fleet = [node("n1")]
     other_prod = bound(job("other-prod", gpus=8, priority="production", spot=True), "n1")
