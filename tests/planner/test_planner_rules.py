@@ -233,19 +233,37 @@ def case_a_gang_preempts_where_free_room_and_victims_hold_its_workers_exactly():
     assert not p.of_kind("preempt") and "prod-gang" in unplaced(p)
 
 
-def case_a_node_asked_later_wins_with_less_work_lost():
-    # Nodes are asked in name order, and a node that cannot beat the best so far is skipped (its key is at
-    # least (1 victim, the least work any job there loses, its name)). n1 offers b1 (2 h lost); n2 and n3
-    # each offer a checkpointable job (15 min lost) beside one that would lose 3 h: n2 wins, n3 by name.
-    fleet = [node("n1"), node("n2"), node("n3")]
-    running = [bound(job("b1", gpus=8), "n1", started=T0 - timedelta(hours=2))]
-    for n in ("n2", "n3"):
+def case_the_node_whose_victim_loses_least_wins_past_nodes_that_lose_more():
+    # Nodes are asked by the least work a job on them loses, and once a node cannot beat the best so far
+    # (its key is at least (1 victim, that least lost work, its name)) no later one is. n1's b1 loses 1 h,
+    # n2's b2 3 h; n3 and n4 each offer a checkpointable job (15 min lost) beside one that would lose 3 h:
+    # n3 wins, over n4 by name. Asked by name, n2 would stop the search at n1's key; asked by the most
+    # work lost, likewise.
+    fleet = [node("n1"), node("n2"), node("n3"), node("n4")]
+    running = [bound(job("b1", gpus=8), "n1", started=T0 - timedelta(hours=1)),
+               bound(job("b2", gpus=8), "n2", started=T0 - timedelta(hours=3))]
+    for n in ("n3", "n4"):
         running += [replace(bound(job(f"c-{n}", gpus=4), n, started=T0 - timedelta(hours=3),
                                   checkpoint=T0 - timedelta(minutes=15)), checkpointable=True),
                     bound(job(f"r-{n}", gpus=4), n, started=T0 - timedelta(hours=3))]
     prod = job("prod", gpus=4, priority="production", spot=True)
     p = run(queue=[*running, prod], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
-    assert [(pre.job_id, pre.by_job_id) for pre in p.of_kind("preempt")] == [("c-n2", "prod")]
+    assert [(pre.job_id, pre.by_job_id) for pre in p.of_kind("preempt")] == [("c-n3", "prod")]
+    assert binds(p) == {"prod": ("n3",)}
+
+
+def case_a_node_asked_later_still_wins_when_the_first_takes_a_job_that_loses_more():
+    # Victims are taken checkpointable first, so a node's victim need not be its job that loses least:
+    # n1 is asked first (r1 there lost 6 min) but gives up c1 (2 h lost since its checkpoint); n2, asked
+    # next (its job lost 30 min), must still be asked and wins.
+    fleet = [node("n1"), node("n2")]
+    running = [replace(bound(job("c1", gpus=4), "n1", started=T0 - timedelta(hours=3),
+                             checkpoint=T0 - timedelta(hours=2)), checkpointable=True),
+               bound(job("r1", gpus=4), "n1", started=T0 - timedelta(minutes=6)),
+               bound(job("b2", gpus=8), "n2", started=T0 - timedelta(minutes=30))]
+    prod = job("prod", gpus=4, priority="production", spot=True)
+    p = run(queue=[*running, prod], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert [(pre.job_id, pre.by_job_id) for pre in p.of_kind("preempt")] == [("b2", "prod")]
     assert binds(p) == {"prod": ("n2",)}
 
 
