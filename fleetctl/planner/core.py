@@ -1086,7 +1086,9 @@ class _Pass:
                    else f"not checkpointable: loses {lost:.2f} h of work"),
             ))
         self.commit(job, placed, Reason.FITS_FREE_CAPACITY, order)
-        self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {where}")
+        self._note(job, f"preempted {', '.join(v.job_id for v in chosen)} on {where}" if chosen else
+                   f"placed on {where}, in free room the preemption search found (a gang's search of free "
+                   "capacity looks at a bounded number of zones); nobody preempted")
 
     def _victims_in_domain(self, job: Job, kind_set: set, victims_of, room_of, nobody: bool):  # noqa: ANN001, ANN202
         """A gang's room on several nodes of one placement domain: per node the

@@ -283,6 +283,9 @@ def case_a_gang_past_the_zones_free_capacity_looks_at_takes_free_nodes_preemptin
     p = run(queue=[*running, gang], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
     assert not p.of_kind("preempt")
     assert sorted(binds(p)["gang"]) == ["z17-0", "z17-1"]
+    (said,) = [e.considered for e in p.explanations if e.job_id == "gang"]
+    assert not any("preempted  on" in line for line in said), said  # it said so, with nobody named
+    assert any("nobody preempted" in line for line in said), said
 
 
 def case_never_preempts_non_preemptible_or_equal_priority():
