@@ -18,6 +18,7 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 import fleetctl.cli.tables as tables
+from fleetctl.cli.common import console
 from fleetctl.cli.main import app
 from fleetctl.model import JobState
 from fleetctl.store import Store
@@ -138,6 +139,9 @@ def test_the_cli_tables_take_the_quick_path_and_print_the_same(url, monkeypatch,
         return render(self, *a, **kw)
 
     monkeypatch.setattr(Table, "_render", counting)
+    # made at import, as wide as the output was then (400 piped; a terminal's or $COLUMNS' width in a
+    # test worker): the width a pipe gets, which these tables fit
+    monkeypatch.setattr(console, "width", 400)
     quick = CliRunner().invoke(app, [*args, "--state", url])
     assert quick.exit_code == 0, quick.output
     assert rendered_rows == [0], rendered_rows  # rich drew only the skeleton
