@@ -118,9 +118,10 @@ def prune(
         "job whose cancel request no tick has handled; nodes not gone, and gone nodes that a kept reclaim "
         "notice or an active job names; pending and unknown launches, and every launch (with its retries and "
         "its nodes) while one of them is not deletable, so a retried launch never buys twice; the latest "
-        "event of each kind; and each deleted job's id, final state and spec (a tombstone, a quarter of the job's "
-        "row), so its id is never reused: re-submitting the job is a no-op, and a changed job under it is refused. "
-        "Off unless given (auditors may want every decision kept).")] = None,
+        "event of each kind; the start of each job run open at the cut (`fleetctl report` charges that run "
+        "to its job's team from it); and each deleted job's id, final state and spec (a tombstone, a quarter "
+        "of the job's row), so its id is never reused: re-submitting the job is a no-op, and a changed job "
+        "under it is refused. Off unless given (auditors may want every decision kept).")] = None,
     policy: PolicyOption = None,
     state: StateOption = None,
     lock_timeout: LockTimeoutOption = 60.0,

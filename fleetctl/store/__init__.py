@@ -794,6 +794,9 @@ class Store:
     #: Audit-log kinds written on every pass whatever happens (the forecasters' history and the
     #: pass markers); the others record decisions and are kept.
     PER_PASS_EVENTS = ("demand", "offers_observed", "plan_applied")
+    #: Audit-log kinds that begin and end a job's run on its nodes (``start``, then one of
+    #: ``fleetctl.report.STOP_KINDS``): `fleetctl report` charges a team for its jobs' runs.
+    RUN_EVENTS = ("start", "complete", "preempt", "requeue", "migrate", "cancel")
 
     def prune(self, before: datetime, notices_before: datetime | None = None) -> dict[str, int]:
         """Delete what every pass adds, older than ``before``: the per-pass
@@ -848,6 +851,10 @@ class Store:
           bought) and buy again;
         * the latest event of each kind (a pass reads when the last
           termination was);
+        * the ``start`` entry of each job run open at the cut (the job's last
+          ``RUN_EVENTS`` entry before it is a start): `fleetctl report` over a
+          window from the cut on charges the run to its job's team from it
+          (without it, the run's GPU-hours counted as idle);
         * each deleted job's id, final state and submitted spec, as a
           tombstone (``_bury``), so that ``add_jobs`` never reuses the id.
 
@@ -884,9 +891,13 @@ class Store:
             deleted_launches = _delete_with(conn, launches, launches.c.idempotency_key,
                                             (k for c, keys in chains.items() if c not in kept for k in keys))
             latest = sa.select(sa.func.max(events.c.seq)).group_by(events.c.kind)
+            last_run_entry = (sa.select(sa.func.max(events.c.seq)).where(events.c.at_utc < cut)
+                              .where(events.c.kind.in_(self.RUN_EVENTS)).group_by(events.c.subject))
+            open_runs = sa.select(events.c.seq).where(events.c.seq.in_(last_run_entry)).where(events.c.kind == "start")
             deleted_events = conn.execute(events.delete().where(events.c.at_utc < cut)
                                           .where(events.c.kind.not_in(self.PER_PASS_EVENTS))
-                                          .where(events.c.seq.not_in(latest))).rowcount
+                                          .where(events.c.seq.not_in(latest))
+                                          .where(events.c.seq.not_in(open_runs))).rowcount
             # where the finished history now starts: `fleetctl report` says a window before it is not covered
             self._insert_event(conn, "prune_finished", before, "", {"before_utc": cut})
         return {"jobs": deleted_jobs, "job_cancellations": deleted_cancels, "nodes": deleted_nodes,

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from fleetctl.cli.report import read_report
 from fleetctl.model import JobState, NodeState
-from fleetctl.report import IDLE, KINDS, GroupKey
+from fleetctl.report import IDLE, KINDS, STOP_KINDS, GroupKey
 from tests.builders import T0, job, node, offer
 
 H = timedelta(hours=1)
@@ -101,3 +101,32 @@ def test_read_report_from_the_store(store):
     assert rows[(IDLE,)].gpu_hours == pytest.approx(16 + 4 - 8 - 2)
     assert result.covered_from_utc == T0 + 9 * H and result.fully_covered
     assert n1.node_id in {n.node_id for n, _ in store.nodes_live_since(since)}
+
+
+def test_a_run_open_at_a_prune_cut_keeps_its_start_and_is_charged_to_its_team_after_it(store):
+    """`prune --finished-older-than-days` deleted the start entry of a job running across its cut (every
+    decision before the cut went), so `fleetctl report` over a window from the cut on, which it calls fully
+    covered, charged that run to (idle) while `status`, `jobs list` and the team gauge showed the job
+    running there. The start of each run open at the cut stays; one that ended before the cut does not."""
+    cut = T0 + 10 * H
+    _node(store, "n1", T0, of=offer("g8", gpus=8, price=16.0))
+    store.add_jobs([job("long", gpus=4, team="a"), job("moved", gpus=2, team="b"), job("done", gpus=2, team="b")],
+                   T0)
+    store.record("start", T0 + H, "done", nodes=["n1"])
+    store.record("complete", T0 + 2 * H, "done")  # ended before the cut: its start goes
+    store.record("start", T0 + 2 * H, "long", nodes=["n1"])  # still running
+    store.record("start", T0 + 3 * H, "moved", nodes=["n1"])
+    store.record("requeue", cut + H, "moved", node="n1", kept_hours=0.0, lost_gpu_hours=0.0)  # ended after the cut
+    store.record("complete", cut + 2 * H, "done-elsewhere")  # the latest complete (kept as such)
+
+    store.prune_finished(cut)
+
+    assert sorted((e["kind"], e["subject"]) for e in store.events() if e["kind"] == "start") == [
+        ("start", "long"), ("start", "moved")]
+    result = read_report(store, cut, cut + 4 * H, (GroupKey.team,))
+    assert result.fully_covered
+    rows = {r.key: r for r in result.rows}
+    assert rows[("a",)].allocated_gpu_hours == pytest.approx(4 * 4)
+    assert rows[("b",)].allocated_gpu_hours == pytest.approx(2 * 1)
+    assert rows[(IDLE,)].gpu_hours == pytest.approx(8 * 4 - 16 - 2)
+    assert set(store.RUN_EVENTS) == {"start", *STOP_KINDS}  # the kinds the report pairs into runs
