@@ -67,7 +67,7 @@ def in_process(url: str, since, until) -> dict[str, float | int]:  # noqa: ANN00
         t = time.perf_counter()
         report = build_report(since=since, until=until, by=(GroupKey.team,), nodes=inputs.records,
                               events=inputs.events, jobs=inputs.jobs, notices=inputs.notices,
-                              covered_from=inputs.covered_from)
+                              covered_from=inputs.covered_from, open_runs_kept=inputs.open_runs_kept)
         compute_s = time.perf_counter() - t
     finally:
         store.close()

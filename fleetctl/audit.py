@@ -30,7 +30,8 @@ EVENT_KINDS: Final[dict[str, tuple[str, str]]] = {
     "node_lost": ("node", "a node gone without a notice while jobs were on it"),
     "plan_applied": ("", "a pass carried out a plan with changes (summary, usd_per_hour)"),
     "prune_finished": ("", "`prune --finished-older-than-days` deleted the finished history before its cut "
-                           "(before_utc; dated at the cut: `fleetctl report` reads where history is whole from)"),
+                           "(before_utc; open_runs_kept: the start of each job run open at the cut is kept; dated "
+                           "at the cut: `fleetctl report` reads where history is whole from)"),
     "demand": ("", "the GPUs demanded per model at a pass (the demand forecaster's history)"),
     "offers_observed": ("", "the spot market was observed (the interruption forecaster's history)"),
 }

@@ -230,7 +230,7 @@ class _Acc:
 def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], nodes: Iterable[NodeRecord],
                  events: Iterable[AuditEvent], jobs: Mapping[str, Job],
                  notices: Iterable[InterruptionEvent] = (), covered_from: datetime | None = None,
-                 teams: Iterable[str] = ()) -> Report:
+                 teams: Iterable[str] = (), open_runs_kept: bool = False) -> Report:
     """The report of ``[since, until)`` grouped ``by`` those keys (see the
     module docstring for the rules).
 
@@ -242,7 +242,9 @@ def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], 
     pruned one's tombstone). ``notices``: the recorded reclaim notices of
     those nodes. ``covered_from``: when the store's audit log starts being
     complete (retention). ``teams``: teams that get a row even when they used
-    nothing (with ``by == (team,)``)."""
+    nothing (with ``by == (team,)``). ``open_runs_kept``: the prunes that set
+    ``covered_from`` kept the start of each run open at their cut
+    (``Store.open_runs_kept``), so a window from it on sees every run."""
     if until <= since:
         raise ValueError("until must be after since")
     events = tuple(e for e in events if e.at_utc < until)
@@ -363,11 +365,11 @@ def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], 
         notes.append(f"the window is only covered from {_show(covered_from)}: the store's history begins there "
                      "(older history was pruned, or nothing was recorded before); what ran before it is not "
                      "counted")
-    elif covered_from is not None and covered_from > reach:
+    elif covered_from is not None and covered_from > reach and not open_runs_kept:
         notes.append(f"nodes live at the window's start were launched before {_show(covered_from)}, where the "
                      "audit log begins (older history was pruned): a job run on them that started before then "
-                     "and ended with a reclaim, preemption or migration is not seen, and its GPU-hours count "
-                     "as idle")
+                     "and ended with a reclaim, preemption or migration, or is still running, is not seen, and "
+                     "its GPU-hours count as idle")
     if unpaired.get("complete_without_start") or unpaired.get("cancel_without_start"):
         n = unpaired.get("complete_without_start", 0) + unpaired.get("cancel_without_start", 0)
         notes.append(f"{n} job run(s) ended in the window without a recorded start (started before the retained "

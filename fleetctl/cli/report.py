@@ -116,6 +116,7 @@ class ReportInputs:
     jobs: dict[str, Job]
     notices: tuple
     covered_from: datetime | None
+    open_runs_kept: bool = False  # the prunes kept the start of each run open at their cut
 
 
 def read_inputs(store, since: datetime, until: datetime,  # noqa: ANN001 - a Store
@@ -163,8 +164,9 @@ def read_inputs(store, since: datetime, until: datetime,  # noqa: ANN001 - a Sto
     lap("jobs")
     notices = store.interruptions(unhandled_only=False, node_ids=[r.node.node_id for r in records]) if records else ()
     covered = store.history_complete_from()
+    kept = store.open_runs_kept()
     lap("notices_and_coverage")
-    return ReportInputs(records, reach, events, jobs, tuple(notices), covered)
+    return ReportInputs(records, reach, events, jobs, tuple(notices), covered, kept)
 
 
 def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...],  # noqa: ANN001 - a Store
@@ -172,7 +174,8 @@ def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...
     """Read what the window needs from ``store`` (``read_inputs``) and build the report."""
     i = read_inputs(store, since, until)
     return build_report(since=since, until=until, by=by, nodes=i.records, events=i.events, jobs=i.jobs,
-                        notices=i.notices, covered_from=i.covered_from, teams=teams)
+                        notices=i.notices, covered_from=i.covered_from, teams=teams,
+                        open_runs_kept=i.open_runs_kept)
 
 
 def _show(when: datetime) -> str:

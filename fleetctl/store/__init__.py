@@ -899,7 +899,8 @@ class Store:
                                           .where(events.c.seq.not_in(latest))
                                           .where(events.c.seq.not_in(open_runs))).rowcount
             # where the finished history now starts: `fleetctl report` says a window before it is not covered
-            self._insert_event(conn, "prune_finished", before, "", {"before_utc": cut})
+            # (and that it kept the starts of the runs open at the cut: the report sees every run after it)
+            self._insert_event(conn, "prune_finished", before, "", {"before_utc": cut, "open_runs_kept": True})
         return {"jobs": deleted_jobs, "job_cancellations": deleted_cancels, "nodes": deleted_nodes,
                 "launches": deleted_launches, "events": deleted_events}
 
@@ -1210,6 +1211,19 @@ class Store:
                   "payload": _decode(r.payload, f"event {r.seq}")}
                  for r in rows if _within(r.at_utc, start, end)]
         return tuple(sorted(found, key=lambda e: (e["at_utc"], e["seq"])))
+
+    def open_runs_kept(self) -> bool:
+        """Whether the store was pruned (``prune_finished``) and every prune
+        kept the start of each job run open at its cut (its entry says
+        ``open_runs_kept``; an older fleetctl's deleted them), so that a
+        window from the last cut on sees every run (`fleetctl report`). As far
+        as the entries tell: a prune by a fleetctl that recorded no entry (only
+        tombstones) before one of this fleetctl is not seen."""
+        t = tables.events
+        with self._tx() as conn:
+            entries = conn.execute(sa.select(t.c.payload).where(t.c.kind == "prune_finished")).scalars().all()
+        return bool(entries) and all(_decode(text, "a prune_finished event").get("open_runs_kept") is True
+                                     for text in entries)
 
     def history_complete_from(self) -> datetime | None:
         """From when the audit log, the jobs and the nodes are complete: the

@@ -130,3 +130,27 @@ def test_a_run_open_at_a_prune_cut_keeps_its_start_and_is_charged_to_its_team_af
     assert rows[("b",)].allocated_gpu_hours == pytest.approx(2 * 1)
     assert rows[(IDLE,)].gpu_hours == pytest.approx(8 * 4 - 16 - 2)
     assert set(store.RUN_EVENTS) == {"start", *STOP_KINDS}  # the kinds the report pairs into runs
+
+
+def test_the_caveat_about_runs_started_before_a_prune_cut_is_given_only_when_a_prune_dropped_them(store):
+    """A prune by this fleetctl keeps the start of each run open at its cut, so a window from the cut on
+    sees every run on the nodes launched before it: no caveat that such runs count as idle. A prune by
+    an older fleetctl (its entry does not say it kept them) deleted them: the caveat stays, and says that
+    a run still going is not seen either."""
+    cut = T0 + 10 * H
+    _node(store, "n1", T0, of=offer("g8", gpus=8, price=16.0))
+    store.add_jobs([job("long", gpus=4, team="a")], T0)
+    store.record("start", T0 + 2 * H, "long", nodes=["n1"])
+    store.prune_finished(cut)
+    assert store.events("prune_finished")[-1]["payload"] == {"before_utc": "2026-11-02T19:00:00Z",
+                                                              "open_runs_kept": True}
+    result = read_report(store, cut, cut + 4 * H, (GroupKey.team,))
+    assert result.fully_covered and result.notes == ()
+
+    with store._engine.begin() as conn:  # as an older fleetctl recorded its prune: no open_runs_kept
+        conn.execute(sa.update(sa.table("events", sa.column("kind"), sa.column("payload")))
+                     .where(sa.column("kind") == "prune_finished")
+                     .values(payload='{"before_utc": "2026-11-02T19:00:00Z"}'))
+    (note,) = read_report(store, cut, cut + 4 * H, (GroupKey.team,)).notes
+    assert note.startswith("nodes live at the window's start were launched before 2026-11-02T19:00:00Z")
+    assert "or is still running" in note
