@@ -199,7 +199,7 @@ def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds:
                                         received_at_utc=dt_to_str(gone_at - timedelta(seconds=120)),
                                         deadline_utc=dt_to_str(gone_at), handled_at_utc=dt_to_str(gone_at)))
             event(gone_at, "interruption", node_id, notice="reclaim_warning", event_id=event_id,
-                  deadline_utc=str(gone_at))
+                  deadline_utc=dt_to_str(gone_at))
         else:
             event(gone_at, "terminate", node_id, reason="idle", detail="idle past the policy's idle timeout")
     templates = queued_jobs(random.Random(f"{seed}:history-jobs"), mix, min(n_jobs, 2_000), start)

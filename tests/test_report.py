@@ -183,3 +183,13 @@ def test_unknown_jobs_and_policy_teams():
     assert later.notes == ()  # B's run ended before the window: its spec is not needed
     with pytest.raises(ValueError):
         make(since=T0 + H, until=T0 + H)
+
+
+def test_a_notice_deadline_reads_the_same_as_written_now_and_as_older_entries_wrote_it():
+    """Interruption entries write their deadline as ISO 8601 with a Z (null without one); older ones
+    wrote str(datetime) ("2026-11-02 12:00:00+00:00") and "None": both are read."""
+    now_written = tuple(replace(e, payload={**e.payload, "deadline_utc": "2026-11-02T12:00:00Z"})
+                        if e.kind == "interruption" else e for e in EVENTS)
+    assert make(events=now_written).total == make().total
+    assert node_end(NODES[1], (ev(3, 2.9, "interruption", "n2", notice="reclaim_warning", deadline_utc=None),), ()) \
+        == node_end(NODES[1], (ev(3, 2.9, "interruption", "n2", notice="reclaim_warning", deadline_utc="None"),), ())

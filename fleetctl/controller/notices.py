@@ -360,7 +360,7 @@ class NoticeServer:
             # the notice stored, so the watcher's retry was a "duplicate" and the entry never came.
             new = self.store.add_interruption(
                 event, audit="notice_received", event_id=event.event_id, provider=event.provider,
-                notice=event.kind.value, notice_id=body.notice_id, deadline_utc=str(event.deadline_utc),
+                notice=event.kind.value, notice_id=body.notice_id, deadline_utc=dt_to_str(event.deadline_utc),
                 detail=body.detail)
         if new and event.deadline_utc is not None and event.deadline_utc <= now:
             log.warning("notice %s for %s arrived after its deadline (%s): its jobs cannot checkpoint; the node "

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Callable
 
+from fleetctl.codec import dt_to_str
 from fleetctl.controller import (
     REFUSED_OFFER_TTL,
     ApplyError,
@@ -218,7 +219,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         return None
     provider = node.offer.provider if node is not None else event.provider  # the node's own, not the sender's word
     store.record("interruption", now, event.node_id, notice=event.kind.value, event_id=event.event_id,
-                 deadline_utc=str(event.deadline_utc))
+                 deadline_utc=dt_to_str(event.deadline_utc))
     counted_as = (provider, event.kind.value)
     report.interruptions += 1
     gone = node is None or node.state is NodeState.GONE

@@ -115,3 +115,45 @@ def test_details_with_brackets_are_shown_as_written(url, monkeypatch):
                                 "--kind", "cancel_requested"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "reason=[/bold] per [red]OPS-1[/red]" in shown.output
+
+
+def test_the_deadline_in_a_notice_entry_is_written_as_every_time_of_the_log(tmp_path):
+    """The deadline in the details of an `interruption` and a `notice_received` entry was written with
+    str(): "2026-11-02 09:05:00+00:00" beside the entry's own "2026-11-02T09:03:00Z" (and status's JSON
+    deadline_utc), and the string "None" for a notice without one, which `events --format json` showed as
+    a string rather than null. Now as every time of the log: ISO 8601 in UTC with a Z, or null."""
+    from fleetctl.controller.notices import NoticeServer
+    from fleetctl.controller.reconcile import tick
+    from fleetctl.controller.runtime import SimRuntime
+    from fleetctl.model import InterruptionKind
+    from providers.sim import SimProvider
+    from tests.builders import job, offer, policy
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    try:
+        provider = SimProvider(store, seed=1, launch_delay_seconds=0.0, offers=(offer("a8", gpus=8, price=8.0),))
+        pol = policy(rebalance_drain_probability=0.9)  # the hint is recorded and ignored
+
+        def run(minutes):
+            tick(store=store, provider=provider, runtime=SimRuntime(), policy=pol, now=T0 + timedelta(minutes=minutes))
+
+        store.add_jobs([job("j1", gpus=8)], T0)
+        run(0)
+        run(1)
+        (node_id,) = store.jobs(job_ids=["j1"])[0].node_ids
+        provider.reclaim(node_id, T0 + timedelta(minutes=2), kind=InterruptionKind.REBALANCE)
+        run(2)
+        posted = NoticeServer(store, "127.0.0.1:0", token=None, clock=lambda: T0 + timedelta(minutes=3))
+        body = {"node_id": node_id, "provider": "aws", "kind": "reclaim_warning", "notice_id": "i-1",
+                "deadline_utc": "2026-11-02T09:05:00Z"}
+        assert posted.accept(json.dumps(body).encode())[0] == 202
+        posted.shutdown()
+        run(3)
+    finally:
+        store.close()
+    shown = [(e["kind"], e["payload"]["notice"], e["payload"]["deadline_utc"])
+             for e in _events(url, "--kind", "notice_received,interruption")["events"]]
+    assert shown == [("interruption", "rebalance", None),
+                     ("notice_received", "reclaim_warning", "2026-11-02T09:05:00Z"),
+                     ("interruption", "reclaim_warning", "2026-11-02T09:05:00Z")]
