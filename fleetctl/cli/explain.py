@@ -52,7 +52,7 @@ def explain(
         return
     job = stored
     _describe(job)
-    _history(job_id, history, more)
+    _history(job, history, more)
     if not job.state.active:
         _nothing_to_plan(job)
         return
@@ -101,11 +101,15 @@ JOB_KINDS = tuple(k for k, (subject, _meaning) in EVENT_KINDS.items() if subject
 HISTORY = 10
 
 
-def _history(job_id: str, entries, more: bool) -> None:  # noqa: ANN001 - Store.audit_log's entries
+def _history(job: Job, entries, more: bool) -> None:  # noqa: ANN001 - Store.audit_log's entries
+    """The job's newest audit entries, and the `fleetctl events` command that lists them all: from the
+    job's submission (before its every entry), since `events` alone reads the last 24 hours only."""
     if not entries:
         return
+    job_id = job.job_id
+    since = job.submitted_at_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"  history ({'the newest ' + str(len(entries)) + '; ' if more else ''}"
-          f"`fleetctl events --for {job_id}` for all):")
+          f"`fleetctl events --for {job_id} --since {since}` for all):")
     for e in entries:
         what = e["kind"] if e["subject"] == job_id else f"{e['kind']} of {e['subject']}"  # e.g. a job it preempted
         print(f"    {e['at_utc']}  {what}  {details(e['payload'])}".rstrip())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -85,10 +86,17 @@ def test_explain_shows_the_jobs_history_from_the_audit_log(tmp_path):
     shown = runner.invoke(app, ["explain", "big", "--state", url, "--policy", str(REPO / "policies" / "example.yaml")])
     assert shown.exit_code == 0, shown.output
     lines = [line.strip() for line in shown.output.splitlines()]
-    start = lines.index("history (`fleetctl events --for big` for all):")
+    start = lines.index("history (`fleetctl events --for big --since 2026-11-02T09:00:00Z` for all):")
     assert [line.split("  ", 1)[1] for line in lines[start + 1:start + 4]] == [
         "bind  nodes=n-1 reason=fits_new_capacity", "preempt of small  by=big detail=room reason=preempted", "complete"]
     assert "terminate" not in shown.output
+    # the command it names shows those entries: `events --for` alone reads the last 24 hours (these are
+    # weeks old), so a hint without --since showed none of them
+    hint = lines[start].split("`")[1].split()[1:]
+    listed = runner.invoke(app, [*hint, "--state", url, "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert [(e["kind"], e["subject"]) for e in json.loads(listed.output)["events"]] == [
+        ("bind", "big"), ("preempt", "small"), ("complete", "big")]
 
 
 def test_a_job_id_that_is_not_utf8_is_a_usage_error(tmp_path):
