@@ -30,7 +30,9 @@ def explain(
     """Explain one job: the planner's decision for it with its reason, and the
     alternatives it considered (offers with their risk-adjusted cost, rules that
     ruled some out). A finished job that `fleetctl prune --finished-older-than-days`
-    deleted reads as such, with its final state and when it finished. Changes nothing."""
+    deleted reads as such, with its final state and when it finished. Changes no fleet and no job (on the
+    sandbox its simulated nodes catch up with the clock as a cloud's would: launched ones become ready,
+    reclaimed ones go)."""
     utf8_or_exit("job id", (job_id,))
     pol, _path = load_policy_or_exit(policy)
     check_cloud(cloud, pol)

@@ -180,7 +180,9 @@ def plan(
 ) -> None:
     """Show what fleetctl would do: launches, terminations and job bindings, each with
     its reason, then the cost in $/h before -> after. With --terraform-dir, also the
-    Terraform changes the policy's infrastructure asks for. Changes no fleet and no cloud."""
+    Terraform changes the policy's infrastructure asks for. Changes no fleet and no cloud (on the sandbox
+    its simulated nodes catch up with the clock as a cloud's would: launched ones become ready, reclaimed
+    ones go)."""
     if out_text == "-":  # saved a file named '-', which `apply -` then read
         fail("-out -: the saved plan is a file for `fleetctl apply` (and a Terraform plan beside it); for the "
              "plan document on stdout use --format json", 2)
