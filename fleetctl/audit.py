@@ -13,9 +13,9 @@ EVENT_KINDS: Final[dict[str, tuple[str, str]]] = {
     "terminate": ("node", "a node terminated (reason, detail)"),
     "bind": ("job", "a job bound to nodes (nodes, reason)"),
     "start": ("job", "a job started on its nodes (nodes)"),
-    "complete": ("job", "a job finished its work"),
-    "preempt": ("job", "a job preempted for a higher-priority one (by, reason, detail)"),
-    "migrate": ("job", "a job moved to other nodes (to, reason, detail)"),
+    "complete": ("job", "a job finished its work (nodes: the nodes it ran on)"),
+    "preempt": ("job", "a job preempted for a higher-priority one (by, reason, detail, nodes: the nodes it left)"),
+    "migrate": ("job", "a job moved to other nodes (to, reason, detail, nodes: the nodes it left)"),
     "requeue": ("job", "a job taken off a reclaimed node and queued again (node, checkpoint, kept_hours, "
                        "lost_gpu_hours)"),
     "cancel_requested": ("job", "`fleetctl jobs cancel` asked for it (reason, state)"),

@@ -452,12 +452,13 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
                         checkpoints += 1 if victim.checkpointable else 0
                         loss = {"lost_gpu_hours": max(0.0, done - kept) * victim.gpus}
                     vacated.append(victim)
+                    held = list(victim.node_ids)
                     victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
                                      checkpointed_work_hours=kept)
                     store.put_job(victim, now)
                     jobs[victim.job_id] = victim
                     store.record("preempt", now, victim.job_id, by=action.by_job_id, reason=action.reason.value,
-                                 detail=action.detail, **loss)
+                                 detail=action.detail, nodes=held, **loss)
                 else:
                     job = jobs.get(action.job_id)
                     if job is None or tuple(sorted(set(job.node_ids))) != tuple(sorted(set(action.from_node_ids))):
@@ -472,12 +473,13 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
                     # one node per worker (as the planner names them), or each node for as many workers
                     per_worker = targets if len(targets) == job.workers else \
                         targets * (job.workers // max(1, len(targets))) or targets
+                    held = list(job.node_ids)
                     job = replace(job, state=JobState.BOUND, started_at_utc=None, checkpointed_work_hours=kept,
                                   node_ids=per_worker)
                     store.put_job(job, now)
                     jobs[job.job_id] = job
                     store.record("migrate", now, job.job_id, to=list(targets), reason=action.reason.value,
-                                 detail=action.detail)
+                                 detail=action.detail, nodes=held)
             if vacated:
                 terminating = {a.node_id for a in plan.actions if isinstance(a, Terminate)}
                 nodes = {n.node_id: n for n in provider.nodes(now)}

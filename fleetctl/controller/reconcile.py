@@ -409,7 +409,7 @@ def advance_jobs(*, store: Store, provider: Provider, runtime: Runtime, now: dat
     def finished(job: Job) -> None:
         def write() -> None:
             store.put_job(replace(job, state=JobState.SUCCEEDED, checkpointed_work_hours=job.duration_hours), now)
-            store.record("complete", now, job.job_id)
+            store.record("complete", now, job.job_id, nodes=list(job.node_ids))  # `events --for NODE` finds it
             left_behind(store, nodes, job, now)
 
         def count() -> None:

@@ -1169,3 +1169,27 @@ def test_launches_a_dead_process_left_open_are_settled_from_what_was_bought(worl
     assert logged["payload"] == {"nodes": [bought.node_id], "reason": None, "recovered": True, "was": "pending"}
     run_tick(w, T0 + timedelta(minutes=2))
     assert len(w.store.events("launch")) == 1  # settled once
+
+
+@pytest.mark.parametrize("scenario", [_consolidation_migrates, _reclaim_preempts], ids=["migrate", "preempt"])
+def test_a_nodes_history_shows_the_jobs_that_left_it(world_factory, scenario):
+    """`fleetctl events --for NODE` (``Store.audit_log(about=...)``) lists a job's bind and start on
+    the node, and its end there: a move away and a completion name the nodes the job left (they named
+    none, so a node's history stopped at the start)."""
+    w = world_factory(offers=(SPOT_A,))
+    pol, now, kind, _, _ = scenario(w)
+    before = {j.job_id: j.node_ids for j in jobs(w).values()}
+    tick(store=w.store, provider=w.provider, runtime=w.runtime, policy=pol, now=now)
+    (moved,) = w.store.events(kind)
+    left = before[moved["subject"]]
+    assert left and moved["payload"]["nodes"] == list(left)
+    history, _ = w.store.audit_log(about=left[0], since=T0 - timedelta(days=1))
+    assert [e["subject"] for e in history if e["kind"] == kind] == [moved["subject"]]
+    # and the completion of a job on a node: run the rest of the day
+    for minutes in range(30, 60 * 24, 30):
+        run_tick(w, T0 + timedelta(minutes=minutes), pol=pol)
+    done = w.store.events("complete")
+    assert done and all(e["payload"]["nodes"] for e in done)
+    for e in done:
+        history, _ = w.store.audit_log(about=e["payload"]["nodes"][0], since=T0 - timedelta(days=1))
+        assert any(h["kind"] == "complete" and h["subject"] == e["subject"] for h in history), e
