@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from fleetctl.codec import dt_to_str
 from fleetctl.model import InterruptionEvent, InterruptionKind, Job, Node
 
 FORMAT_VERSION = 1
@@ -362,7 +363,9 @@ def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], 
     # the launch of the oldest node live at since: a run open at since started after it
     reach = min((n.launched_at_utc for n, _, _ in live.values() if n.launched_at_utc <= since), default=since)
     if covered_from is not None and covered_from > since:
-        notes.append(f"the window is only covered from {_show(covered_from)}: the store's history begins there "
+        # to the second, unless that would read as the window's own start (a store begun in its first second)
+        shown = _show(covered_from) if _show(covered_from) != _show(since) else dt_to_str(covered_from)
+        notes.append(f"the window is only covered from {shown}: the store's history begins there "
                      "(older history was pruned, or nothing was recorded before); what ran before it is not "
                      "counted")
     elif covered_from is not None and covered_from > reach and not open_runs_kept:

@@ -152,6 +152,14 @@ def test_a_terminated_node_ends_at_its_termination_not_when_recorded_gone():
     assert any("lost without a notice" in n for n in report.notes)
 
 
+def test_a_history_begun_within_the_windows_first_second_is_shown_to_the_fraction():
+    """Covered from half a second after the window's start: the note must not read as 'only covered from'
+    the window's own start, which the time to the second would show."""
+    report = make(covered_from=T0 + H + timedelta(milliseconds=500))
+    assert not report.fully_covered
+    assert any("only covered from 2026-11-02T10:00:00.500000Z" in n for n in report.notes), report.notes
+
+
 def test_pruned_history_is_said_not_hidden():
     report = make(covered_from=T0 + 2 * H)
     assert not report.fully_covered
