@@ -104,8 +104,8 @@ def _plain(console: Console, cell: object) -> str | None:
     else:
         return None
     plain = text.plain
-    if text.spans or text.style or plain != plain.strip() or any(ch in plain for ch in "\n\r\t"):
-        return None  # rich styles it, or strips or wraps it
+    if text.spans or text.style or plain != plain.strip() or "\t" in plain or len(plain.splitlines()) > 1:
+        return None  # rich styles it, or strips or wraps it (it measures lines by str.splitlines: \u2028, \x1c...)
     return plain
 
 

@@ -150,3 +150,17 @@ def test_the_cli_tables_take_the_quick_path_and_print_the_same(url, monkeypatch,
     assert rich_own.exit_code == 0, rich_own.output
     assert rendered_rows[-1] > 0
     assert quick.output == rich_own.output
+
+
+@pytest.mark.parametrize("cell", ["aaaa\u2028bbbb", "aaaa\u2029bbbb", "aaaa\x1cbbbb", "aaaa\x85bbbb"],
+                         ids=["line-separator", "paragraph-separator", "file-separator", "next-line"])
+@pytest.mark.parametrize("justify", ["left", "right"])
+def test_a_cell_rich_measures_as_several_lines_is_left_to_rich(cell, justify):
+    # rich measures a cell by str.splitlines (which also splits at these) and wraps it at '\n' only:
+    # the column is as wide as the longest piece, and the cell wraps
+    table = Table()
+    table.add_column("h", justify=justify)
+    table.add_row(cell)
+    table.add_row("x")
+    for options in CONSOLES:
+        assert _printed(table, True, **options) == _printed(table, False, **options), options
