@@ -95,11 +95,13 @@ def _plain_layout(table: Table) -> bool:
 
 def _plain(console: Console, cell: object) -> str | None:
     """The text rich shows for a cell given as a string (markup read as rich reads it) or a Text, if
-    it is one line with no style and no space at either end (rich strips a right-justified cell's); else
-    None."""
+    it is one line with no style, no justify of its own and no space at either end (rich strips a
+    right-justified cell's); else None."""
     if isinstance(cell, str):
         text = console.render_str(cell, highlight=False)
     elif isinstance(cell, Text):
+        if cell.justify is not None:
+            return None  # a Text's own justify wins over its column's
         text = cell
     else:
         return None

@@ -164,3 +164,14 @@ def test_a_cell_rich_measures_as_several_lines_is_left_to_rich(cell, justify):
     table.add_row("x")
     for options in CONSOLES:
         assert _printed(table, True, **options) == _printed(table, False, **options), options
+
+
+@pytest.mark.parametrize("text_justify", ["left", "right", "center", "full", "default"])
+@pytest.mark.parametrize("column_justify", ["left", "right"])
+def test_a_text_cell_with_its_own_justify_is_printed_as_rich_does(text_justify, column_justify):
+    table = Table()
+    table.add_column("h", justify=column_justify)
+    table.add_row(Text("a b", justify=text_justify))  # a Text's justify wins over its column's
+    table.add_row("a longer cell")
+    for options in CONSOLES:
+        assert _printed(table, True, **options) == _printed(table, False, **options), options
