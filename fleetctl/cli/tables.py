@@ -87,10 +87,11 @@ def _plain_layout(table: Table) -> bool:
             and not any(row.end_section or row.style for row in table.rows)
             and table.style in ("", "none") and not table.border_style and table.title_justify == "center"
             and table.safe_box is None and table.min_width is None and table.title_style is None
+            and not table.collapse_padding and not table.highlight and table.header_style == "table.header"
             and (table.title is None or isinstance(table.title, str))
             and all(c.justify in ("left", "right") and not c.style and not c.header_style and c.width is None
                     and c.min_width is None and c.max_width is None and c.ratio is None and not c.no_wrap
-                    and c.overflow == "ellipsis" and c.vertical == "top" for c in table.columns))
+                    and c.overflow == "ellipsis" and c.vertical == "top" and not c.highlight for c in table.columns))
 
 
 def _plain(console: Console, cell: object) -> str | None:

@@ -175,3 +175,16 @@ def test_a_text_cell_with_its_own_justify_is_printed_as_rich_does(text_justify, 
     table.add_row("a longer cell")
     for options in CONSOLES:
         assert _printed(table, True, **options) == _printed(table, False, **options), options
+
+
+@pytest.mark.parametrize("change", [{"header_style": "bold magenta"}, {"highlight": True}, {"collapse_padding": True},
+                                    {"column_highlight": True}], ids=lambda change: next(iter(change)))
+def test_table_options_the_quick_path_does_not_reproduce_are_left_to_rich(change):
+    column_highlight = change.pop("column_highlight", False)
+    table = Table(title="t", **change)
+    table.add_column("a", highlight=column_highlight or None)
+    table.add_column("b", justify="right", highlight=column_highlight or None)
+    table.add_row("x 12", "0.5")
+    table.add_row("None", "'q'")
+    for options in CONSOLES:
+        assert _printed(table, True, **options) == _printed(table, False, **options), options
