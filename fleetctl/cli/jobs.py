@@ -146,13 +146,11 @@ def _no_offer_warnings(sources: list, pol) -> list:  # noqa: ANN001
     """A warning at each job that no offer of the shipped catalog snapshots which the policy allows
     can hold, with the planner's reason (what `plan` and `explain` will say). Design choice: a
     warning, not an error: offers change, and a team may submit ahead of a pool it is adding."""
-    from fleetctl.planner import no_offer_holds
+    from fleetctl.planner import no_offer_holds_each
     from providers.catalog import load_catalog
 
-    offers = load_catalog()
     warnings = []
-    for source in sources:
-        found = no_offer_holds(source.job, offers, pol)
+    for source, found in zip(sources, no_offer_holds_each((s.job for s in sources), load_catalog(), pol)):
         if found is not None:
             reason, detail = found
             warnings.append(source.doc.issue(source.at, (

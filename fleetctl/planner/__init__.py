@@ -18,6 +18,6 @@ How a pass works (queue order, gangs, backfill, preemption, risk-adjusted
 diversified purchases, consolidation): see ``fleetctl.planner.core``.
 """
 
-from fleetctl.planner.core import PlannedFleet, no_offer_holds, plan, policy_allows
+from fleetctl.planner.core import PlannedFleet, no_offer_holds, no_offer_holds_each, plan, policy_allows
 
-__all__ = ["PlannedFleet", "no_offer_holds", "plan", "policy_allows"]
+__all__ = ["PlannedFleet", "no_offer_holds", "no_offer_holds_each", "plan", "policy_allows"]

@@ -192,7 +192,18 @@ def no_offer_holds(job: Job, offers: Iterable[Offer], policy: Policy) -> tuple[R
     pass (reclaimed offers, interruptions, a deadline that rules spot out) is
     not counted: this is the job against the market itself, for ``jobs submit``
     to warn of a job that ``plan`` would leave queued whatever the fleet does."""
+    return no_offer_holds_each((job,), offers, policy)[0]
+
+
+def no_offer_holds_each(jobs: Iterable[Job], offers: Iterable[Offer],
+                        policy: Policy) -> list[tuple[Reason, str] | None]:
+    """``no_offer_holds`` of each of ``jobs``, with the offers the policy allows filtered and sorted
+    once (per job, that was two thirds of `jobs submit` for 10,000 jobs: 2,500 offers sorted each time)."""
     allowed = tuple(sorted((o for o in offers if policy_allows(policy, o)), key=lambda o: o.key))
+    return [_no_offer_among(job, allowed, policy) for job in jobs]
+
+
+def _no_offer_among(job: Job, allowed: tuple[Offer, ...], policy: Policy) -> tuple[Reason, str] | None:
     spot_ok = _spot_eligible(policy, job)
     dims = _worker_dimensions(job)
     for o in allowed:

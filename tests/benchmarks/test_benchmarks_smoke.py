@@ -212,3 +212,12 @@ def test_cli_tables_times_the_read_commands_and_compares_two_checkouts(tmp_path)
     assert done.returncode == 0, done.stderr
     rows = [line for line in out.read_text().splitlines() if line.startswith("| 30 |")]
     assert len(rows) == 4 and all("| yes |" in row for row in rows), rows  # the same checkout: the same bytes
+
+
+def test_jobs_submit_times_a_submit_and_a_resubmit(tmp_path):
+    out = tmp_path / "submit.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "jobs_submit.py"), "--jobs", "20",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| 20 |")]
+    assert len(rows) == 2, out.read_text()

@@ -246,3 +246,16 @@ def test_scale_down_cooldown_after_a_launch_or_a_termination():
     later = plan(now=T0, queue=[], fleet=[idle], offers=[], forecast=None, policy=pol,
                  last_termination_utc=T0 - timedelta(minutes=5))
     assert [t.node_id for t in later.of_kind("terminate")] == ["old"]
+
+
+def test_no_offer_holds_each_is_no_offer_holds_of_each_job():
+    """`jobs submit` asks for every job at once (the allowed offers filtered and sorted once)."""
+    from fleetctl.planner import no_offer_holds_each
+
+    offers = [offer(gpus=8, market=Market.SPOT), offer("g1", gpus=1, market=Market.ON_DEMAND, region="r2")]
+    pol = policy()
+    queued = [job("huge", gpus=16), job("h", gpus=1, models=("H100-80GB",)), job("fits", gpus=8),
+              job("prod", gpus=1, priority="production"), job("cpu", gpus=0)]
+    each = no_offer_holds_each(queued, offers, pol)
+    assert each == [no_offer_holds(j, offers, pol) for j in queued]
+    assert each[2] is None and each[0] is not None and each[3] is None  # on-demand g1 holds the production job
