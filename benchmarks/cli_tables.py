@@ -78,13 +78,26 @@ def measure(nodes: int, runs: int, before: Path | None, seed: int) -> list[dict]
     return rows
 
 
-def to_markdown(rows: list[dict], command: str, before: Path | None) -> str:
+def header(title: str, command: str) -> list[str]:
+    """A results page's title, its command, and the date, machine and commit it was measured on."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    lines = [f"# CLI read commands on a big store (`{Path(__file__).name}`)", "",
-             f"Command: `{command}`  ",
-             f"Date: {time.strftime('%Y-%m-%d')}; machine: {platform.machine()}, nproc {os.cpu_count()}, "
-             f"Python {platform.python_version()}; commit {commit}", ""]
+    return [f"# {title}", "", f"Command: `{command}`  ",
+            f"Date: {time.strftime('%Y-%m-%d')}; machine: {platform.machine()}, nproc {os.cpu_count()}, "
+            f"Python {platform.python_version()}; commit {commit}", ""]
+
+
+def emit(text: str, out: Path | None) -> int:
+    """``text`` into ``out``, or on stdout without it; the script's exit status."""
+    if out:
+        out.write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
+def to_markdown(rows: list[dict], command: str, before: Path | None) -> str:
+    lines = header(f"CLI read commands on a big store (`{Path(__file__).name}`)", command)
     head = "| nodes | jobs | command | " + ("before s | after s | same output |" if before else "s |") + " lines | bytes |"
     lines += [head, "|" + " ---: | ---: | --- |" + (" ---: | ---: | --- |" if before else " ---: |") + " ---: | ---: |"]
     for r in rows:
@@ -104,13 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = [r for n in (int(s) for s in args.sizes.split(",") if s.strip())
             for r in measure(n, args.runs, args.before, args.seed)]
-    text = to_markdown(rows, "python benchmarks/cli_tables.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                       args.before)
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text, end="")
-    return 0
+    command = "python benchmarks/cli_tables.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    return emit(to_markdown(rows, command, args.before), args.out)
 
 
 if __name__ == "__main__":

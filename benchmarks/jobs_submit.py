@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -24,6 +23,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.cli_tables import emit, header  # noqa: E402
 
 
 def write_jobs(path: Path, count: int) -> None:
@@ -70,25 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     after = measure(args.jobs, args.runs, ROOT)
     before = measure(args.jobs, args.runs, args.before) if args.before else None
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
     command = "python benchmarks/jobs_submit.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = ["# `fleetctl jobs submit` of one file of many jobs (`jobs_submit.py`)", "",
-             f"Command: `{command}`  ",
-             f"Date: {time.strftime('%Y-%m-%d')}; machine: {platform.machine()}, nproc {os.cpu_count()}, "
-             f"Python {platform.python_version()}; commit {commit}", "",
+    lines = [*header("`fleetctl jobs submit` of one file of many jobs (`jobs_submit.py`)", command),
              "| jobs | case | " + ("before s | after s |" if before else "s |"),
              "| ---: | --- |" + (" ---: | ---: |" if before else " ---: |")]
     for key, case in (("new_store_seconds", "into a new store"), ("resubmit_seconds", "again (all unchanged)")):
         lines.append(f"| {args.jobs:,} | {case} | " + (f"{before[key]:.2f} | {after[key]:.2f} |" if before
                                                        else f"{after[key]:.2f} |"))
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text, end="")
-    return 0
-
+    return emit("\n".join(lines) + "\n", args.out)
 
 if __name__ == "__main__":
     raise SystemExit(main())
