@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 from fleetctl import signals
 from fleetctl.codec import dt_to_str, job_from_dict, job_spec_dict, job_to_dict, node_from_dict, node_to_dict, str_to_dt
 from fleetctl.model import JOB_RUNTIME_FIELDS, InterruptionEvent, InterruptionKind, Job, JobState, Market, Node, NodeState, Offer
+from fleetctl.report import STOP_KINDS
 from fleetctl.store import tables
 
 DEFAULT_STATE_DIR = ".fleetctl"
@@ -794,9 +795,9 @@ class Store:
     #: Audit-log kinds written on every pass whatever happens (the forecasters' history and the
     #: pass markers); the others record decisions and are kept.
     PER_PASS_EVENTS = ("demand", "offers_observed", "plan_applied")
-    #: Audit-log kinds that begin and end a job's run on its nodes (``start``, then one of
-    #: ``fleetctl.report.STOP_KINDS``): `fleetctl report` charges a team for its jobs' runs.
-    RUN_EVENTS = ("start", "complete", "preempt", "requeue", "migrate", "cancel")
+    #: Audit-log kinds that begin and end a job's run on its nodes (``start``, then one of the
+    #: report's ``STOP_KINDS``): `fleetctl report` charges a team for its jobs' runs.
+    RUN_EVENTS = ("start", *STOP_KINDS)
 
     def prune(self, before: datetime, notices_before: datetime | None = None) -> dict[str, int]:
         """Delete what every pass adds, older than ``before``: the per-pass
