@@ -459,16 +459,12 @@ class Terraform:
     def _wait_out(proc: subprocess.Popen, verb: str) -> None:
         """Wait for ``proc`` to exit whatever interrupts the wait (another Ctrl-C reaches Terraform
         too, and its second stops it at once), saying so once on stderr."""
-        said = False
+        if proc.poll() is None:
+            sys.stderr.write(f"fleetctl: waiting for terraform {verb} (pid {proc.pid}) to exit before stopping, "
+                             "so that its state is saved and unlocked\n")
+            sys.stderr.flush()
         while True:
             try:
-                if proc.poll() is not None:
-                    return
-                if not said:
-                    said = True
-                    sys.stderr.write(f"fleetctl: waiting for terraform {verb} (pid {proc.pid}) to exit before "
-                                     "stopping, so that its state is saved and unlocked\n")
-                    sys.stderr.flush()
                 proc.wait()
                 return
             except (KeyboardInterrupt, SystemExit):
