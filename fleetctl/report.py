@@ -221,8 +221,8 @@ class _Acc:
                  "reclaim_lost_gpu_hours", "preempt_lost_gpu_hours")
 
     def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
+        for name in self.__slots__:  # floats, but a count (0.0 printed 0 in JSON and CSV)
+            setattr(self, name, 0 if name == "jobs_completed" else 0.0)
 
     def row(self, key: tuple[str, ...]) -> Row:
         return Row(key, **{name: getattr(self, name) for name in self.__slots__})

@@ -171,6 +171,18 @@ def test_pruned_history_is_said_not_hidden():
     assert make(covered_from=T0).notes == ()
 
 
+def test_a_team_with_nothing_in_the_window_has_float_zeros_in_json():
+    """A row nobody added to (a policy team without work) prints 0.0, not 0, in JSON and CSV: the
+    same type as every other row's hours and USD; jobs_completed stays an integer."""
+    report = build_report(since=T0 + H, until=T0 + 5 * H, by=(GroupKey.team,), nodes=NODES, events=EVENTS,
+                          jobs=JOBS, teams=("z",))
+    [z] = [row for row in report_to_document(report)["rows"] if row["team"] == "z"]
+    assert {k: (type(v), v) for k, v in z.items() if k != "team"} == {
+        **{k: (float, 0.0) for k in ("node_hours", "gpu_hours", "usd", "allocated_gpu_hours", "allocated_usd",
+                                     "reclaim_lost_gpu_hours", "preempt_lost_gpu_hours")},
+        "jobs_completed": (int, 0)}
+
+
 def test_a_completion_without_its_start_is_a_note_and_its_time_idle():
     report = make(events=(ev(1, 2, "complete", "A"),), nodes=(NodeRecord(N1),))
     assert rows(report)[(IDLE,)].gpu_hours == pytest.approx(32.0)
