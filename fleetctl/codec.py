@@ -90,6 +90,14 @@ def dt_to_str(value: datetime | None) -> str | None:
     return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def show_utc(value: datetime) -> str:
+    """A time as the CLI shows it to people: ISO 8601 in UTC to the second (``2026-11-27T23:56:30Z``).
+    JSON keeps every digit (``dt_to_str``)."""
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: fleetctl keeps time in UTC")
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def str_to_dt(value: str | None) -> datetime | None:
     if value is None:
         return None

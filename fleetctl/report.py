@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
-from fleetctl.codec import dt_to_str
+from fleetctl.codec import dt_to_str, show_utc
 from fleetctl.model import InterruptionEvent, InterruptionKind, Job, Node
 
 FORMAT_VERSION = 1
@@ -364,12 +364,12 @@ def build_report(*, since: datetime, until: datetime, by: tuple[GroupKey, ...], 
     reach = min((n.launched_at_utc for n, _, _ in live.values() if n.launched_at_utc <= since), default=since)
     if covered_from is not None and covered_from > since:
         # to the second, unless that would read as the window's own start (a store begun in its first second)
-        shown = _show(covered_from) if _show(covered_from) != _show(since) else dt_to_str(covered_from)
+        shown = show_utc(covered_from) if show_utc(covered_from) != show_utc(since) else dt_to_str(covered_from)
         notes.append(f"the window is only covered from {shown}: the store's history begins there "
                      "(older history was pruned, or nothing was recorded before); what ran before it is not "
                      "counted")
     elif covered_from is not None and covered_from > reach and not open_runs_kept:
-        notes.append(f"nodes live at the window's start were launched before {_show(covered_from)}, where the "
+        notes.append(f"nodes live at the window's start were launched before {show_utc(covered_from)}, where the "
                      "audit log begins (older history was pruned): a job run on them that started before then "
                      "and ended with a reclaim, preemption or migration, or is still running, is not seen, and "
                      "its GPU-hours count as idle")
@@ -428,10 +428,6 @@ def _acc_for(rows: dict[tuple[str, ...], _Acc], node: Node | None, by: tuple[Gro
     return rows[_node_key(node, by, team)]
 
 
-def _show(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def report_to_document(report: Report) -> dict[str, Any]:
     """The versioned JSON form (docs/report.md)."""
 
@@ -445,10 +441,10 @@ def report_to_document(report: Report) -> dict[str, Any]:
     keys = [k.value for k in report.by]
     return {
         "format_version": FORMAT_VERSION,
-        "since_utc": _show(report.since_utc),
-        "until_utc": _show(report.until_utc),
+        "since_utc": show_utc(report.since_utc),
+        "until_utc": show_utc(report.until_utc),
         "by": keys,
-        "covered_from_utc": _show(report.covered_from_utc) if report.covered_from_utc else None,
+        "covered_from_utc": show_utc(report.covered_from_utc) if report.covered_from_utc else None,
         "fully_covered": report.fully_covered,
         "rows": [row(r, dict(zip(keys, r.key))) for r in report.rows],
         "total": row(report.total, {}),

@@ -13,7 +13,7 @@ from fleetctl.cli.common import (CloudOption, PolicyOption, SeedOption, StateOpt
 from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_forecaster_or_exit
 from fleetctl.cli.events_cmd import details
 from fleetctl.cli.plan_apply import _plan_now
-from fleetctl.codec import dt_to_str
+from fleetctl.codec import dt_to_str, show_utc
 from fleetctl.model import Bind, Job, JobState, Launch, Migrate, Preempt
 from fleetctl.store import Store
 
@@ -109,7 +109,7 @@ def _history(job: Job, entries, more: bool) -> None:  # noqa: ANN001 - Store.aud
     if not entries:
         return
     job_id = job.job_id
-    since = job.submitted_at_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = show_utc(job.submitted_at_utc)
     print(f"  history ({'the newest ' + str(len(entries)) + '; ' if more else ''}"
           f"`fleetctl events --for {job_id} --since {since}` for all):")
     for e in entries:

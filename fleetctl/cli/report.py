@@ -20,6 +20,7 @@ from rich.table import Table
 
 from fleetctl.cli.common import WHEN_HELP, NamedPolicyOption, StateOption, console, err_console, fail, \
     load_policy_or_exit, comma_list, one_of, open_store, parse_when, utcnow
+from fleetctl.codec import show_utc
 from fleetctl.model import Job
 from fleetctl.report import IDLE, KINDS, STOP_KINDS, AuditEvent, GroupKey, NodeRecord, Report, Row, build_report, \
     job_runs, report_to_document
@@ -78,12 +79,12 @@ def report(
     start = parse_when("--since", since if since is not None else DEFAULT_SINCE, now)
     end = parse_when("--until", until, now) if until is not None else now
     if end <= start:
-        fail(f"--until {until or 'now'!r} ({_show(end)}) is not after --since {since or DEFAULT_SINCE!r} "
-             f"({_show(start)}): the window is empty", 2)
+        fail(f"--until {until or 'now'!r} ({show_utc(end)}) is not after --since {since or DEFAULT_SINCE!r} "
+             f"({show_utc(start)}): the window is empty", 2)
     future = None
     if end > now:  # nothing is spent after now: a node live now would be charged up to a future --until
         if start >= now:
-            fail(f"--since {since!r} ({_show(start)}) is not before now ({_show(now)}): the window has not "
+            fail(f"--since {since!r} ({show_utc(start)}) is not before now ({show_utc(now)}): the window has not "
                  "begun, nothing is spent in it yet", 2)
         future, end = end, now
     keys = parse_by(by)
@@ -96,8 +97,8 @@ def report(
         store.close()
     if future is not None:
         result = dataclasses.replace(result, notes=(
-            f"--until {until!r} ({_show(future)}) is in the future: the window is reported up to now "
-            f"({_show(end)})", *result.notes))
+            f"--until {until!r} ({show_utc(future)}) is in the future: the window is reported up to now "
+            f"({show_utc(end)})", *result.notes))
     if output is ReportFormat.json:
         print(json.dumps(report_to_document(result), indent=2))
     elif output is ReportFormat.csv:
@@ -178,10 +179,6 @@ def read_report(store, since: datetime, until: datetime, by: tuple[GroupKey, ...
                         open_runs_kept=i.open_runs_kept)
 
 
-def _show(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 _COLUMNS = (("node_hours", "node-h", 2), ("gpu_hours", "GPU-h", 2), ("usd", "USD", 2),
             ("allocated_gpu_hours", "GPU-h held by jobs", 2), ("allocated_usd", "USD charged to jobs", 2),
             ("jobs_completed", "jobs done", 0), ("reclaim_lost_gpu_hours", "GPU-h lost: reclaims", 2),
@@ -195,7 +192,7 @@ def _cells(row: Row) -> list[str]:
 
 def print_table(result: Report) -> None:
     keys = [k.value for k in result.by]
-    table = Table(title=f"{_show(result.since_utc)} to {_show(result.until_utc)} (UTC), by {', '.join(keys)}")
+    table = Table(title=f"{show_utc(result.since_utc)} to {show_utc(result.until_utc)} (UTC), by {', '.join(keys)}")
     for key in keys:
         table.add_column(key)
     for _, title, _ in _COLUMNS:

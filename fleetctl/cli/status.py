@@ -24,7 +24,7 @@ from fleetctl.cli.common import (
 )
 from fleetctl.cli.common import TableFormat
 from fleetctl.cli.tables import print_table
-from fleetctl.codec import dt_to_str, node_to_dict
+from fleetctl.codec import dt_to_str, node_to_dict, show_utc
 from fleetctl.model import InterruptionKind, NodeState, Policy
 from fleetctl.render import counted
 
@@ -91,9 +91,9 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
     console.print("Jobs: " + (", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"), markup=False)
     console.print(f"Fleet: {counted(len(nodes), 'node')}, {counted(gpus, 'GPU')}, ${usd:.2f}/h", markup=False)
     for e in pending:
-        deadline = f", deadline {e.deadline_utc:%Y-%m-%d %H:%M:%S} UTC" if e.deadline_utc else ""
-        console.print(f"Pending {e.kind.value} notice for {e.node_id} (received {e.received_at_utc:%Y-%m-%d %H:%M:%S} "
-                      f"UTC{deadline}): {_what_happens(e.kind, pol)}", markup=False)
+        deadline = f", deadline {show_utc(e.deadline_utc)}" if e.deadline_utc else ""
+        console.print(f"Pending {e.kind.value} notice for {e.node_id} (received {show_utc(e.received_at_utc)}"
+                      f"{deadline}): {_what_happens(e.kind, pol)}", markup=False)
 
 
 def _what_happens(kind: InterruptionKind, pol: Policy | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -705,6 +706,9 @@ def test_status_shows_a_reclaim_notice_until_a_tick_handles_it(workdir):
         store.close()
     text = fleetctl(workdir, "status").stdout
     assert f"Pending reclaim_warning notice for {node.node_id}" in text
+    # times as the rest of the CLI shows them: ISO 8601 in UTC to the second
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    assert re.search(rf"notice for {re.escape(node.node_id)} \(received {iso}, deadline {iso}\)", text), text
     assert "cordons the node, asks its checkpointable jobs to checkpoint before the deadline" in " ".join(text.split())
     (pending,) = json.loads(fleetctl(workdir, "status", "--format", "json").stdout)["pending_notices"]
     assert pending["node_id"] == node.node_id and pending["deadline_utc"]
