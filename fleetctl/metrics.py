@@ -135,7 +135,8 @@ class FleetMetrics:
                                           "one does).", registry=r)
         self.tick_errors = Counter("fleetctl_tick_errors",
                                    "Reconcile ticks, notice passes, price refreshes, retrains, prunes and gauge "
-                                   "refreshes that failed (logged with the traceback; the daemon goes on).",
+                                   "refreshes that failed (logged, with the traceback unless the same pass failed "
+                                   "the same way before; the daemon goes on).",
                                    registry=r)
         self.policy_reloads = Counter("fleetctl_policy_reloads",
                                       "Policy reloads asked for by SIGHUP or by a changed file "

@@ -54,7 +54,10 @@ notice is to be handled.)
 
 A tick
 that fails is counted in ``fleetctl_tick_errors`` and logged with its error;
-the loop goes on. A tick refreshes the gauges when it succeeds; after one that
+the loop goes on. The log shows a pass's traceback when it first fails and
+whenever its error changes; the same error again (a state store or cloud API
+down for minutes fails every pass alike) is one line with the count, and the
+first success after failures says how many there were (``RepeatedFailures``). A tick refreshes the gauges when it succeeds; after one that
 fails, and after a notice pass that handled a notice (or failed), the daemon
 refreshes them from the store, so they follow what the store holds. Each
 reconcile pass's outcome (succeeded, failed, or skipped for the lease) feeds
@@ -75,6 +78,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -157,6 +161,53 @@ def prune_history(store: Store, policy: Policy, now: datetime, days: float,
     return deleted, finished
 
 
+@dataclass
+class _Failing:
+    error: tuple[str, str]  # the exception's type and message
+    times: int
+    since: datetime
+
+
+class RepeatedFailures:
+    """The daemon's log of failed passes, one state per kind of pass
+    (reconcile, notices, prices, ...). A failure is logged with its traceback
+    the first time, and whenever the error differs from that kind's previous
+    failure; the same error again is one line with the count and the time of
+    the first (a state store or cloud API down for ten minutes failed each
+    notice pass, every 5 s, with a 50-line traceback). The first success after
+    a failure logs how many there were. Every failure is still counted in
+    ``fleetctl_tick_errors``; this only shapes the log."""
+
+    def __init__(self, logger: logging.Logger, clock: Callable[[], datetime]) -> None:
+        self.log = logger
+        self.clock = clock
+        self.failing: dict[str, _Failing] = {}
+
+    def failed(self, kind: str, message: str, *args: object) -> None:
+        """Log the exception being handled (call it in an ``except`` block)."""
+        exc = sys.exc_info()[1]
+        error = (type(exc).__name__, str(exc))
+        state = self.failing.get(kind)
+        if state is None or state.error != error:
+            self.failing[kind] = _Failing(error, 1 if state is None else state.times + 1,
+                                          self.clock() if state is None else state.since)
+            self.log.exception(message, *args)
+            return
+        state.times += 1
+        text = " ".join(f"{error[0]}: {error[1]}".split())
+        if len(text) > 300:
+            text = text[:297] + "..."
+        self.log.error(message + ": the same error again (%d failures in a row since %s; the traceback is "
+                       "logged at the first): %s", *args, state.times, state.since.isoformat(), text)
+
+    def succeeded(self, kind: str, message: str) -> None:
+        """``message`` (what succeeded) is logged if ``kind`` had failed since its last success."""
+        state = self.failing.pop(kind, None)
+        if state is not None:
+            self.log.info("%s again after %d failure%s in a row since %s", message, state.times,
+                          "" if state.times == 1 else "s", state.since.isoformat())
+
+
 class Daemon:
     def __init__(self, ctx: LoopContext, *, interval_seconds: float = 30.0, interruption_seconds: float = 5.0,
                  price_seconds: float = 3600.0, retrain_seconds: float = 0.0, retain_days: float = 0.0,
@@ -188,6 +239,7 @@ class Daemon:
         # its next safe point (``reconcile.tick``'s ``notices_due``) instead of making them wait for its end.
         self.notices_waiting = threading.Event()
         self.ticks = 0
+        self.failures = RepeatedFailures(log, clock)
         # The last reconcile pass's forecast: the interruptions pass (every few seconds) reuses it
         # instead of rebuilding it from the store each time (seconds on a large market, under the lock).
         self.last_forecast = None
@@ -255,9 +307,9 @@ class Daemon:
                     report = tick(store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                                   policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast,
                                   notices_due=self._notices_due)
-            except Exception:  # the tick boundary: count, log with the traceback, go on
+            except Exception:  # the tick boundary: count, log (with the traceback when new), go on
                 self.ctx.metrics.tick_errors.inc()
-                log.exception("reconcile tick failed at %s", now.isoformat())
+                self.failures.failed("reconcile", "reconcile tick failed at %s", now.isoformat())
                 if acted:  # a tick refreshes the gauges only when it succeeds; what it did before failing is stored
                     self._refresh_gauges("a failed reconcile tick")
                 self.health.pass_ended(PassOutcome.FAILED, self.monotonic())
@@ -265,6 +317,8 @@ class Daemon:
             self.ticks += 1
             self.ctx.metrics.last_successful_tick.set(self.clock().timestamp())
             self.health.pass_ended(PassOutcome.SUCCEEDED, self.monotonic())
+            self.failures.succeeded("reconcile", "a reconcile tick succeeded")
+            self.failures.succeeded("gauges", "refreshing the gauges (by a reconcile tick) succeeded")  # tick did
             log.info("tick %d: %s", self.ticks, report.summary())
 
     def _notices_due(self) -> datetime | None:
@@ -307,9 +361,10 @@ class Daemon:
                 changed = handle_interruptions(
                     store=self.ctx.store, provider=self.ctx.provider, runtime=self.ctx.runtime,
                     policy=self.ctx.policy, now=now, metrics=self.ctx.metrics, forecast=forecast) > 0
+            self.failures.succeeded("interruptions", "interruption handling succeeded")
         except Exception:  # the tick boundary, as above
             self.ctx.metrics.tick_errors.inc()
-            log.exception("interruption handling failed")
+            self.failures.failed("interruptions", "interruption handling failed")
         if changed:
             self._refresh_gauges("a notice pass")
 
@@ -320,18 +375,20 @@ class Daemon:
         replace the pass's own error, which was logged first."""
         try:
             self.ctx.metrics.observe_state(self.ctx.store.nodes(), self.ctx.store.jobs(active_only=True))
+            self.failures.succeeded("gauges", "refreshing the gauges succeeded")
         except Exception:  # the tick boundary, as above
             self.ctx.metrics.tick_errors.inc()
-            log.exception("refreshing the gauges after %s failed", after)
+            self.failures.failed("gauges", "refreshing the gauges after %s failed", after)
 
     def prices(self) -> None:
         with self.lock:
             try:
                 offers = self.ctx.provider.offers(self.clock())
+                self.failures.succeeded("prices", "a price refresh succeeded")
                 log.info("prices: %d offers", len(offers))
             except Exception:  # the tick boundary, as above
                 self.ctx.metrics.tick_errors.inc()
-                log.exception("price refresh failed")
+                self.failures.failed("prices", "price refresh failed")
 
     def prune(self) -> None:
         with self.lock:

@@ -902,6 +902,66 @@ class _CloudDown:
         raise RuntimeError("cloud API down")
 
 
+def test_a_pass_failing_the_same_way_again_logs_one_line_not_the_traceback(world_factory, caplog):
+    """A state store or cloud API down for minutes fails every pass alike: the log shows the
+    traceback at the first failure and when the error changes, then one line per failure with
+    the count; the first success says how many failed. Every failure is still counted."""
+    import logging
+    from datetime import timedelta
+
+    from tests.builders import T0
+
+    class OtherError:
+        def __init__(self, inner):  # noqa: ANN001
+            self._inner = inner
+
+        def __getattr__(self, name):  # noqa: ANN001, ANN204
+            return getattr(self._inner, name)
+
+        def offers(self, now):  # noqa: ANN001, ANN201
+            raise ConnectionError("connection refused\n\tIs the server running?")
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    clock = [T0]
+    metrics = FleetMetrics()
+    ctx = LoopContext(w.store, _CloudDown(w.provider), w.runtime, policy(), metrics)
+    loop = Daemon(ctx, interval_seconds=60, interruption_seconds=1000, clock=lambda: clock[0])
+
+    def passes(n: int) -> list[logging.LogRecord]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="fleetctl.daemon"):
+            for _ in range(n):
+                loop.reconcile()
+                clock[0] += timedelta(seconds=60)
+        return [r for r in caplog.records if r.name == "fleetctl.daemon"]
+
+    first, *again = passes(3)
+    assert first.exc_info and "cloud API down" in str(first.exc_info[1])
+    assert [r.exc_info for r in again] == [None, None]
+    assert [r.getMessage() for r in again] == [
+        f"reconcile tick failed at {(T0 + timedelta(seconds=60 * i)).isoformat()}: the same error again ({i + 1} "
+        f"failures in a row since {T0.isoformat()}; the traceback is logged at the first): RuntimeError: cloud API "
+        "down" for i in (1, 2)]
+
+    ctx.provider = OtherError(w.provider)  # another error: its traceback, once; the streak goes on
+    changed, repeated = passes(2)
+    assert changed.exc_info and isinstance(changed.exc_info[1], ConnectionError)
+    assert repeated.exc_info is None and repeated.getMessage().endswith(
+        f"(5 failures in a row since {T0.isoformat()}; the traceback is logged at the first): ConnectionError: "
+        "connection refused Is the server running?")
+
+    ctx.provider = w.provider
+    recovered = passes(1)
+    assert recovered[0].getMessage() == (f"a reconcile tick succeeded again after 5 failures in a row since "
+                                         f"{T0.isoformat()}")
+    assert recovered[1].getMessage().startswith("tick 1: ")  # the gauges never failed: nothing said of them
+    assert metrics.tick_errors._value.get() == 5
+
+    ctx.provider = _CloudDown(w.provider)  # a new streak starts with the traceback again
+    (fresh,) = passes(1)
+    assert fresh.exc_info and "cloud API down" in str(fresh.exc_info[1])
+
+
 def test_each_reconcile_pass_feeds_the_probes_and_a_success_its_timestamp(world_factory):
     """A pass that succeeds, fails or is skipped (another process holds the
     lease) is recorded for /healthz and /readyz at the daemon's monotonic
