@@ -31,7 +31,8 @@ def _free_port() -> int:
 @contextmanager
 def postgres_server(*, fsync: bool, prefix: str = "fleetctl-pg-") -> Iterator[Callable[[str], str]]:
     """Start a server on 127.0.0.1 in a temporary directory; yields a function
-    that creates a database and returns its SQLAlchemy URL. ``fsync``: off
+    that creates a database and returns its SQLAlchemy URL (its ``restart()``
+    restarts the server). ``fsync``: off
     for tests (faster, nothing to keep), on for a benchmark of commits, which
     should pay for them. Stopped and removed on exit."""
     initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
@@ -61,6 +62,13 @@ def postgres_server(*, fsync: bool, prefix: str = "fleetctl-pg-") -> Iterator[Ca
         subprocess.run([*run_as, createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "fleetctl", name],
                        check=True, capture_output=True)
         return f"postgresql+psycopg://fleetctl@127.0.0.1:{port}/{name}"
+
+    def restart() -> None:
+        """Restart the server (``pg_ctl restart -m fast``): every open connection is closed."""
+        subprocess.run([*run_as, pg_ctl, "restart", "-D", str(data), "-m", "fast", "-w", "-l", str(root / "log"),
+                        "-o", options], check=True, capture_output=True)
+
+    database.restart = restart  # type: ignore[attr-defined]
 
     try:
         yield database

@@ -199,7 +199,9 @@ def _make_engine(url: str, read_only: bool = False) -> Engine:
     else:
         if on_file:
             Path(str(database)).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, future=True)
+        # A server's connections die with it (a PostgreSQL restart or failover): the pool checks each one
+        # before use and opens a new one for a dead one, so the first pass after a restart does not fail.
+        engine = sa.create_engine(url, future=True, pool_pre_ping=not url.startswith("sqlite"))
     if engine.dialect.name == "sqlite":
 
         @sa.event.listens_for(engine, "connect")

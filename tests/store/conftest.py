@@ -13,12 +13,18 @@ from tests.pgserver import PostgresMissing, postgres_server
 
 
 @pytest.fixture(scope="session")
-def postgres_url():
+def postgres_database():
+    """The session's PostgreSQL server: call it to create a database (its URL); ``.restart()`` restarts it."""
     try:
         with postgres_server(fsync=False) as database:
-            yield database("fleetctl")
+            yield database
     except PostgresMissing as exc:
         pytest.fail(f"{exc}; see README 'Set-up'")
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_database):
+    return postgres_database("fleetctl")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -1086,3 +1086,19 @@ def test_the_audit_log_reads_by_kind_window_and_subject_newest_first(store):
     assert entries == ()
     entries, _ = store.audit_log(kinds=["bind"], since=T0 + timedelta(minutes=2), until=T0 + timedelta(minutes=4))
     assert [e["subject"] for e in entries] == ["job-2", "job-3"]
+
+
+def test_a_postgresql_store_goes_on_after_the_server_restarts(postgres_database):
+    """A PostgreSQL restart (maintenance, a failover) closes every connection the store's pool holds.
+    The first use after it must open a new one, not fail on the dead one (a daemon's first pass after
+    a restart failed with AdminShutdown): the pool checks a connection before use."""
+    store = Store(postgres_database("restarted"))
+    try:
+        store.add_jobs([job("before")], T0)
+        assert [j.job_id for j in store.jobs()] == ["before"]  # the pool now holds an open connection
+        postgres_database.restart()
+        assert [j.job_id for j in store.jobs()] == ["before"]
+        store.add_jobs([job("after")], T0)
+        assert sorted(j.job_id for j in store.jobs()) == ["after", "before"]
+    finally:
+        store.close()
