@@ -938,12 +938,12 @@ class Store:
         (who holds it, seconds left). Atomic on SQLite and PostgreSQL: the row
         is created expired if missing, then taken by one conditional update."""
         t = tables.leases
-        now = time.time()
         if self._engine.dialect.name == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
             from sqlalchemy.dialects.sqlite import insert
         with self._tx() as conn:
+            now = self._lease_clock(conn)
             conn.execute(insert(t).values(name=name, holder="", acquired_at_unix=0.0, expires_at_unix=0.0)
                          .on_conflict_do_nothing(index_elements=["name"]))
             taken = conn.execute(
@@ -958,11 +958,20 @@ class Store:
     def take_over_lease(self, name: str, old_holder: str, holder: str, ttl_seconds: float) -> bool:
         """Take the lease from ``old_holder`` (a process known to be gone), if it still holds it."""
         t = tables.leases
-        now = time.time()
         with self._tx() as conn:
+            now = self._lease_clock(conn)
             return bool(conn.execute(
                 t.update().where(t.c.name == name).where(t.c.holder == old_holder)
                 .values(holder=holder, acquired_at_unix=now, expires_at_unix=now + ttl_seconds)).rowcount)
+
+    def _lease_clock(self, conn: Connection) -> float:
+        """Now, in Unix seconds, by the clock every holder of a lease reads: PostgreSQL's own (daemons
+        on several hosts share it; by their own clocks, one whose clock ran ahead of the holder's by
+        more than the lease's time took it from a live holder, and both acted), this host's for
+        SQLite (a file store has one host)."""
+        if conn.dialect.name == "postgresql":
+            return float(conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
+        return time.time()
 
     def release_lease(self, name: str, holder: str) -> None:
         """Give the lease up (only ``holder``'s: one that expired and was taken stays taken)."""

@@ -389,6 +389,34 @@ def test_one_process_holds_the_controller_lease_until_it_releases_or_it_expires(
         other.close()
 
 
+def test_on_postgresql_a_host_whose_clock_runs_ahead_does_not_take_a_live_holders_lease(postgres_url, monkeypatch):
+    """Daemons on several hosts share a PostgreSQL store; their clocks differ. The lease is timed by
+    the database's clock: a host 10 minutes ahead (past the 2-minute lease) saw the live holder's
+    lease expired by its own clock, took it, and both acted. A clock behind cannot hold it longer."""
+    import time
+
+    engine = sa.create_engine(postgres_url)
+    with engine.begin() as conn:  # a clean schema
+        conn.execute(sa.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    here, ahead = Store(postgres_url), Store(postgres_url)
+    try:
+        real = time.time
+        assert here.acquire_lease("controller", "host-a", 120.0) is None
+        monkeypatch.setattr(time, "time", lambda: real() + 600.0)  # host-b's clock
+        holder, left = ahead.acquire_lease("controller", "host-b", 120.0)
+        assert holder == "host-a" and 100.0 < left <= 120.0
+        assert not ahead.take_over_lease("controller", "host-c", "host-b", 120.0)  # not its holder: no effect
+        monkeypatch.setattr(time, "time", lambda: real() - 600.0)  # and a clock behind
+        here.release_lease("controller", "host-a")
+        assert here.acquire_lease("controller", "host-a", 0.2) is None
+        time.sleep(0.3)  # expired by the database's clock, whatever this host's says
+        assert ahead.acquire_lease("controller", "host-b", 120.0) is None
+    finally:
+        here.close()
+        ahead.close()
+
+
 def test_prune_deletes_what_every_pass_adds_and_keeps_decisions_and_the_market_state(store):
     """A daemon writes demand and offers_observed rows every pass: prune
     deletes those older than the cut, keeps launches and other decisions, and
