@@ -890,16 +890,18 @@ def test_a_gauge_refresh_that_fails_after_a_failed_tick_is_logged_and_counted_no
 
 
 class _CloudDown:
-    """The sandbox provider, with a cloud API that answers nothing (every tick fails observing the offers)."""
+    """The sandbox provider, with a cloud API that answers nothing (every tick fails observing the
+    offers, raising ``error``)."""
 
-    def __init__(self, inner):  # noqa: ANN001
+    def __init__(self, inner, error: Exception | None = None):  # noqa: ANN001
         self._inner = inner
+        self._error = error or RuntimeError("cloud API down")
 
     def __getattr__(self, name):  # noqa: ANN001, ANN204
         return getattr(self._inner, name)
 
     def offers(self, now):  # noqa: ANN001, ANN201
-        raise RuntimeError("cloud API down")
+        raise self._error
 
 
 def test_a_pass_failing_the_same_way_again_logs_one_line_not_the_traceback(world_factory, caplog):
@@ -910,16 +912,6 @@ def test_a_pass_failing_the_same_way_again_logs_one_line_not_the_traceback(world
     from datetime import timedelta
 
     from tests.builders import T0
-
-    class OtherError:
-        def __init__(self, inner):  # noqa: ANN001
-            self._inner = inner
-
-        def __getattr__(self, name):  # noqa: ANN001, ANN204
-            return getattr(self._inner, name)
-
-        def offers(self, now):  # noqa: ANN001, ANN201
-            raise ConnectionError("connection refused\n\tIs the server running?")
 
     w = world_factory(offers=(offer("a8", price=8.0),))
     clock = [T0]
@@ -943,7 +935,8 @@ def test_a_pass_failing_the_same_way_again_logs_one_line_not_the_traceback(world
         f"failures in a row since {T0.isoformat()}; the traceback is logged at the first): RuntimeError: cloud API "
         "down" for i in (1, 2)]
 
-    ctx.provider = OtherError(w.provider)  # another error: its traceback, once; the streak goes on
+    # another error: its traceback, once; the streak goes on
+    ctx.provider = _CloudDown(w.provider, ConnectionError("connection refused\n\tIs the server running?"))
     changed, repeated = passes(2)
     assert changed.exc_info and isinstance(changed.exc_info[1], ConnectionError)
     assert repeated.exc_info is None and repeated.getMessage().endswith(
