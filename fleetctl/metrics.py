@@ -152,6 +152,10 @@ class FleetMetrics:
                                  "1 for the policy the daemon plans with, labelled with the SHA-256 of the "
                                  "file's bytes it was read from (sha256sum of that version of the file).",
                                  ["sha256"], registry=r)
+        self.clock_offset = Gauge("fleetctl_store_clock_offset_seconds",
+                                  "This host's clock minus the PostgreSQL state store's, read each reconcile pass "
+                                  "(0 on SQLite). Daemons on several hosts record times by their own clocks; a few "
+                                  "seconds or more means NTP is not keeping them in step.", registry=r)
         self.lease_held = Gauge("fleetctl_controller_lease_held",
                                 "1 if this daemon's last pass held the controller lease and acted, 0 if it was skipped "
                                 "because another process (a cron reconcile, an apply, a second daemon) held it.",

@@ -111,6 +111,9 @@ from providers.base import Provider
 
 log = logging.getLogger("fleetctl.daemon")
 
+#: A host clock further than this from the PostgreSQL store's is logged (fleetctl_store_clock_offset_seconds).
+CLOCK_OFFSET_WARN_SECONDS = 5.0
+
 
 @dataclass
 class LoopContext:
@@ -240,6 +243,7 @@ class Daemon:
         self.notices_waiting = threading.Event()
         self.ticks = 0
         self.failures = RepeatedFailures(log, clock)
+        self.clock_off = False  # this host's clock was off the store's at the last look
         # The last reconcile pass's forecast: the interruptions pass (every few seconds) reuses it
         # instead of rebuilding it from the store each time (seconds on a large market, under the lock).
         self.last_forecast = None
@@ -287,6 +291,20 @@ class Daemon:
             self.standing_by = got[0]
         return None
 
+    def _observe_clock_offset(self) -> None:
+        """``fleetctl_store_clock_offset_seconds``, and a warning when this host's clock leaves the
+        store's by more than ``CLOCK_OFFSET_WARN_SECONDS`` (once, and once when it is back in step)."""
+        offset = self.ctx.store.clock_offset_seconds()
+        self.ctx.metrics.clock_offset.set(offset or 0.0)
+        off = offset is not None and abs(offset) > CLOCK_OFFSET_WARN_SECONDS
+        if off and not self.clock_off:
+            log.warning("this host's clock is %.1f s %s the state store's (PostgreSQL): the times this daemon "
+                        "records (idle timers, checkpoints, notices) disagree with other hosts'; keep the hosts' "
+                        "clocks in step (NTP)", abs(offset), "ahead of" if offset > 0 else "behind")
+        elif self.clock_off and not off:
+            log.info("this host's clock is back in step with the state store's (%+.1f s)", offset or 0.0)
+        self.clock_off = off
+
     def reconcile(self) -> None:
         self.health.pass_started(self.monotonic())  # before the lock: a pass waiting for it has not ended
         with self.lock:
@@ -295,6 +313,7 @@ class Daemon:
             now = self.clock()
             acted = False
             try:
+                self._observe_clock_offset()
                 with self._leased() as held:
                     if not held:
                         self.health.pass_ended(PassOutcome.SKIPPED, self.monotonic())

@@ -973,6 +973,18 @@ class Store:
             return float(conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
         return time.time()
 
+    def clock_offset_seconds(self) -> float | None:
+        """This host's clock minus PostgreSQL's, in seconds (read at the middle of the query's round
+        trip); None for SQLite, which has no clock of its own. Daemons on several hosts record times
+        by their own clocks: an offset of more than a few seconds means NTP is not keeping them in step."""
+        if self._engine.dialect.name != "postgresql":
+            return None
+        with self._engine.connect() as conn:
+            before = time.time()
+            server = float(conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
+            after = time.time()
+        return (before + after) / 2 - server
+
     def release_lease(self, name: str, holder: str) -> None:
         """Give the lease up (only ``holder``'s: one that expired and was taken stays taken)."""
         t = tables.leases

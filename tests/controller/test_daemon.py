@@ -955,6 +955,32 @@ def test_a_pass_failing_the_same_way_again_logs_one_line_not_the_traceback(world
     assert fresh.exc_info and "cloud API down" in str(fresh.exc_info[1])
 
 
+def test_a_host_clock_off_the_stores_is_a_gauge_and_one_warning(world_factory, caplog, monkeypatch):
+    """Each reconcile pass reads this host's clock offset from the PostgreSQL store's into
+    fleetctl_store_clock_offset_seconds; past 5 s it is logged once as a warning (not every pass),
+    and once more when the clocks are back in step."""
+    import logging
+
+    w = world_factory(offers=(offer("a8", price=8.0),))
+    offsets = iter([0.4, 612.5, 611.9, -7.0, 0.2, None])
+    monkeypatch.setattr(w.store, "clock_offset_seconds", lambda: next(offsets))
+    metrics = FleetMetrics()
+    loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), metrics), interval_seconds=60,
+                  interruption_seconds=1000)
+    shown = []
+    with caplog.at_level(logging.INFO, logger="fleetctl.daemon"):
+        for _ in range(6):
+            loop.reconcile()
+            shown.append(metrics.clock_offset._value.get())
+    assert shown == [0.4, 612.5, 611.9, -7.0, 0.2, 0.0]
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "clock" in r.getMessage()]
+    assert said == [
+        ("WARNING", "this host's clock is 612.5 s ahead of the state store's (PostgreSQL): the times this daemon "
+                    "records (idle timers, checkpoints, notices) disagree with other hosts'; keep the hosts' clocks in "
+                    "step (NTP)"),
+        ("INFO", "this host's clock is back in step with the state store's (+0.2 s)")]
+
+
 def test_each_reconcile_pass_feeds_the_probes_and_a_success_its_timestamp(world_factory):
     """A pass that succeeds, fails or is skipped (another process holds the
     lease) is recorded for /healthz and /readyz at the daemon's monotonic

@@ -417,6 +417,27 @@ def test_on_postgresql_a_host_whose_clock_runs_ahead_does_not_take_a_live_holder
         ahead.close()
 
 
+def test_the_clock_offset_is_this_hosts_clock_minus_postgresqls(postgres_url, tmp_path, monkeypatch):
+    """What fleetctl_store_clock_offset_seconds shows: on PostgreSQL, this host's clock minus the
+    server's (here one machine: about 0; a host 10 minutes ahead: about +600); SQLite has no clock."""
+    import time
+
+    store = Store(postgres_url)
+    try:
+        assert abs(store.clock_offset_seconds()) < 1.0
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 600.0)
+        assert 599.0 < store.clock_offset_seconds() < 601.0
+    finally:
+        store.close()
+    monkeypatch.undo()
+    sqlite = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        assert sqlite.clock_offset_seconds() is None
+    finally:
+        sqlite.close()
+
+
 def test_prune_deletes_what_every_pass_adds_and_keeps_decisions_and_the_market_state(store):
     """A daemon writes demand and offers_observed rows every pass: prune
     deletes those older than the cut, keeps launches and other decisions, and
