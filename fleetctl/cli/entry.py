@@ -8,10 +8,14 @@ sent just after `systemctl start` ended the daemon while it imported, an end
 that systemd counts as clean and does not restart. The signals caught before
 the daemon command sets its own handler wait in ``EARLY_HANGUPS``; the command
 takes them (``take_early_hangups``) and reads the policy file again once it
-runs. Only the standard library is imported here."""
+runs. Only the standard library is imported here.
+
+A standard stream that whoever started fleetctl closed is /dev/null from the
+start too (``open_closed_streams``), before any import could open a file."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -39,7 +43,21 @@ def take_early_hangups() -> list[int]:
     return taken
 
 
+def open_closed_streams() -> None:
+    """Point a standard stream that was closed when fleetctl started (`fleetctl
+    apply <&-`, `fleetctl status >&-`, a supervisor that closes descriptors 0-2)
+    at /dev/null. Python leaves ``sys.stdin``/``sys.stdout`` None there, and
+    each read or write of it raised AttributeError: a traceback and exit 1,
+    also after a command that had done its work. Opened in order 0, 1, 2, each
+    takes the lowest free descriptor, which is its own: a file opened later
+    (the state store) cannot become descriptor 1 and receive the output."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode))
+
+
 def main() -> None:
+    open_closed_streams()
     if runs_daemon(sys.argv[1:]):
         keep_hangups()
     from fleetctl.cli.main import main as cli_main

@@ -1,0 +1,69 @@
+"""fleetctl as cron, CI runners, containers and supervisors start it: standard streams closed,
+stdout that cannot encode every character, colour forced onto a pipe. Each runs the real
+console entry point in a child process (``python -m fleetctl``), as those environments do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetctl.store import Store
+from tests.builders import T0, job
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(cwd: Path, *args: str, redirect: str = "", **env: str) -> subprocess.CompletedProcess:
+    """``fleetctl ARGS`` in ``cwd`` with ``env`` added (FLEETCTL_* of the caller dropped), through
+    ``sh -c 'exec ... REDIRECT'``: ``<&-`` or ``>&-`` starts it with that stream closed."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    command = ["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, "-m", "fleetctl", *args]
+    return subprocess.run(command, cwd=cwd, env={**base, "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0", **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def states(cwd: Path) -> dict[str, str]:
+    store = Store(f"sqlite:///{cwd / '.fleetctl' / 'state.db'}")
+    try:
+        return {j.job_id: j.state.value for j in store.jobs()}
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """The example policy and a store (the default one, under the working directory) with two queued jobs."""
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "example.yaml").write_bytes((REPO / "policies" / "example.yaml").read_bytes())
+    (tmp_path / ".fleetctl").mkdir()
+    store = Store(f"sqlite:///{tmp_path / '.fleetctl' / 'state.db'}")
+    try:
+        store.add_jobs([job("a", team="ml-research"), job("b", team="ml-product")], T0)
+    finally:
+        store.close()
+    return tmp_path
+
+
+def test_apply_with_stdin_closed_refuses_as_with_any_stdin_that_is_not_a_terminal(workdir):
+    result = run(workdir, "apply", redirect="<&-")
+    assert result.returncode == 1, result.stderr
+    assert "Error: refusing to apply without confirmation: stdin is not a terminal; pass -auto-approve" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert states(workdir) == {"a": "queued", "b": "queued"}
+
+
+@pytest.mark.parametrize("args", [("status",), ("plan",), ("docs", "reasons")], ids=["status", "plan", "docs"])
+def test_a_command_with_stdout_closed_ends_as_it_would_have_with_its_output_read(workdir, args):
+    result = run(workdir, *args, redirect=">&-")
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_change_made_with_stdout_closed_exits_0(workdir):
+    """The cancel was made; it must not read as failed (it exited 1 with a traceback after cancelling)."""
+    result = run(workdir, "jobs", "cancel", "a", redirect=">&-")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert states(workdir) == {"a": "cancelled", "b": "queued"}
