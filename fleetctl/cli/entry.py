@@ -11,10 +11,12 @@ takes them (``take_early_hangups``) and reads the policy file again once it
 runs. Only the standard library is imported here.
 
 A standard stream that whoever started fleetctl closed is /dev/null from the
-start too (``open_closed_streams``), before any import could open a file."""
+start too (``open_closed_streams``), before any import could open a file, and
+stdout writes what its encoding cannot (``replace_unencodable_output``)."""
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import sys
@@ -56,8 +58,34 @@ def open_closed_streams() -> None:
             setattr(sys, name, open(os.devnull, mode))
 
 
+#: The ``errors`` handler of stdout (``replace_unencodable_output``).
+STDOUT_ERRORS = "fleetctl-stdout"
+
+
+def _unencodable(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """Bytes that came in undecodable (a file name's, as lone surrogates) go out as they came
+    ("surrogateescape"); any other character the encoding lacks as an escape ("\\u2014" for an em dash)."""
+    try:
+        return codecs.lookup_error("surrogateescape")(exc)
+    except UnicodeError:
+        return codecs.lookup_error("backslashreplace")(exc)
+
+
+def replace_unencodable_output() -> None:
+    """Make stdout write a character its encoding cannot as an escape (as Python's stderr
+    does) instead of raising UnicodeEncodeError. Under an ASCII or Latin-1 locale
+    (`LC_ALL=C PYTHONUTF8=0`, `PYTHONIOENCODING=ascii`, en_US.ISO-8859-1) a traceback
+    ended `fleetctl docs reasons` (its em dash), `fleetctl events` once a cancel reason
+    held an accent, and every table rich cut with "…" on a terminal."""
+    codecs.register_error(STDOUT_ERRORS, _unencodable)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)  # a TextIOWrapper's (not a test runner's stream)
+    if reconfigure is not None:
+        reconfigure(errors=STDOUT_ERRORS)
+
+
 def main() -> None:
     open_closed_streams()
+    replace_unencodable_output()
     if runs_daemon(sys.argv[1:]):
         keep_hangups()
     from fleetctl.cli.main import main as cli_main

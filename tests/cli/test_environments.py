@@ -23,7 +23,7 @@ def run(cwd: Path, *args: str, redirect: str = "", **env: str) -> subprocess.Com
     base = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
     command = ["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, "-m", "fleetctl", *args]
     return subprocess.run(command, cwd=cwd, env={**base, "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0", **env},
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, errors="surrogateescape", timeout=120)
 
 
 def states(cwd: Path) -> dict[str, str]:
@@ -67,3 +67,46 @@ def test_a_change_made_with_stdout_closed_exits_0(workdir):
     result = run(workdir, "jobs", "cancel", "a", redirect=">&-")
     assert (result.returncode, result.stderr) == (0, "")
     assert states(workdir) == {"a": "cancelled", "b": "queued"}
+
+
+# Stdout that cannot encode every character: an ASCII locale with Python's UTF-8 mode off (its stdout
+# writes undecodable input bytes back as they came), an encoding forced by PYTHONIOENCODING.
+NOT_UTF8 = [{"LC_ALL": "C", "PYTHONUTF8": "0"}, {"PYTHONIOENCODING": "ascii"}, {"PYTHONIOENCODING": "latin-1"}]
+NOT_UTF8_IDS = ["C-locale", "ascii", "latin-1"]
+
+
+@pytest.mark.parametrize("env", NOT_UTF8, ids=NOT_UTF8_IDS)
+def test_a_page_with_a_character_stdout_cannot_encode_shows_it_escaped(tmp_path, env):
+    result = run(tmp_path, "docs", "reasons", **env)
+    assert (result.returncode, result.stderr) == (0, "")
+    page = (REPO / "docs" / "reasons.md").read_text(encoding="utf-8")
+    assert "\u2014" in page  # what made it fail
+    assert result.stdout == page.replace("\u2014", "\\u2014")
+
+
+@pytest.mark.parametrize("env", NOT_UTF8, ids=NOT_UTF8_IDS)
+def test_the_audit_log_shows_a_cancel_reason_stdout_cannot_encode(workdir, env):
+    """A reason given where stdout is UTF-8 (the daemon's host, a colleague's laptop) and read where it is not."""
+    store = Store(f"sqlite:///{workdir / '.fleetctl' / 'state.db'}")
+    try:
+        store.request_cancel(["a"], T0, "Umzug \u2013 weil \u2713")
+    finally:
+        store.close()
+    result = run(workdir, "events", "--kind", "cancel_requested", "--since", "2000-01-01", **env)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "reason=Umzug \\u2013 weil \\u2713" in result.stdout
+
+
+def test_a_table_cut_to_a_narrow_terminal_on_an_ascii_stdout_shows_its_ellipses_escaped(workdir):
+    """rich marks a cut cell with U+2026, which an ASCII stdout cannot encode (COLUMNS: a narrow terminal)."""
+    result = run(workdir, "jobs", "list", COLUMNS="40", PYTHONIOENCODING="ascii")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "\\u2026" in result.stdout
+
+
+def test_a_file_name_that_is_not_utf8_is_written_back_as_given(tmp_path):
+    """Undecodable bytes of an argument come back out unchanged (not as an escape of their surrogates)."""
+    name = os.fsdecode(b"p\xff.yaml")
+    result = run(tmp_path, "policy", "init", "-o", name, LC_ALL="C", PYTHONUTF8="0")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / name).is_file() and f"wrote {name};" in result.stdout
