@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, Optional
 
 import typer
@@ -94,7 +95,9 @@ def catalog(
             d = offer_to_dict(o)
             d["usd_per_gpu_hour"] = None if o.usd_per_gpu_hour is None else round(o.usd_per_gpu_hour, 6)
             docs.append(d)
-        console.print_json(json.dumps(docs)) if console.is_terminal else print(json.dumps(docs, indent=2))
+        # Coloured on a terminal only: rich takes FORCE_COLOR (set by many CI runners) for one, and its
+        # colours in piped JSON broke `| jq`.
+        console.print_json(json.dumps(docs)) if sys.stdout.isatty() else print(json.dumps(docs, indent=2))
         return
     shown = f" (showing {limit})" if limit and len(offers) > limit else ""
     table = Table(title=counted(len(offers), "offer") + shown)

@@ -4,6 +4,7 @@ console entry point in a child process (``python -m fleetctl``), as those enviro
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -110,3 +111,14 @@ def test_a_file_name_that_is_not_utf8_is_written_back_as_given(tmp_path):
     result = run(tmp_path, "policy", "init", "-o", name, LC_ALL="C", PYTHONUTF8="0")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / name).is_file() and f"wrote {name};" in result.stdout
+
+
+@pytest.mark.parametrize("args", [("catalog", "--gpu", "H100-80GB", "--format", "json"),
+                                  ("jobs", "list", "--format", "json"), ("status", "--format", "json")],
+                         ids=["catalog", "jobs-list", "status"])
+def test_json_into_a_pipe_is_plain_json_with_colour_forced(workdir, args):
+    """FORCE_COLOR (CI runners set it for coloured logs) colours tables, never JSON a script reads."""
+    plain = run(workdir, *args)
+    forced = run(workdir, *args, FORCE_COLOR="1")
+    assert (forced.returncode, forced.stderr) == (0, "")
+    assert forced.stdout == plain.stdout and json.loads(forced.stdout)
