@@ -334,6 +334,7 @@ def daemon(
     finally:
         server.shutdown()
         thread.join(timeout=5)
+        server.server_close()  # shutdown() only ends serve_forever; the listening socket stays open
         if notices is not None:
             notices.shutdown()
             notices.store.close()

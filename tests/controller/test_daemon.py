@@ -23,6 +23,7 @@ from fleetctl.controller.loop import Daemon, LoopContext
 from fleetctl.metrics import FleetMetrics, serve
 from fleetctl.model import JobState
 from tests.builders import job, offer, policy
+from tests.processes import daemon_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -174,6 +175,16 @@ def test_cli_daemon_on_port_0_prints_the_port_it_serves_metrics_on(tmp_path):
             proc.wait(timeout=30)
         reader.join(timeout=30)
     assert proc.returncode == 0, proc.stderr.read()
+
+
+def test_cli_daemon_closes_its_metrics_socket_on_stop(tmp_path):
+    """Under PYTHONWARNINGS=error (or -X dev) a socket left open printed "Exception ignored in:
+    <socket.socket ... laddr=...>" with a ResourceWarning traceback as the daemon ended."""
+    env = {**_sandbox_with_jobs(tmp_path), "PYTHONWARNINGS": "error"}
+    with daemon_run(tmp_path, "--interval", "30", env=env) as run:
+        code = run.stop()
+    assert code == 0, run.err
+    assert "ResourceWarning" not in run.err and "Exception ignored" not in run.err, run.err
 
 
 def test_reconcile_once_twice_changes_nothing_the_second_time(tmp_path):
