@@ -468,6 +468,10 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
     if is_sqlite and explicit and not Path(database).parent.is_dir():  # type: ignore[arg-type]
         fail(f"--state {url!r}: the directory {Path(database).parent} does not exist (a typo?); nothing was "  # type: ignore[arg-type]
              "created. Create it first to start a new store there", 2)
+    # SQLite itself says only "unable to open database file" there
+    if is_sqlite and Path(database).is_dir():  # type: ignore[arg-type]
+        fail(f"--state {url!r}: {database} is a directory; give the path of the SQLite file, e.g. "
+             f"sqlite:///{Path(database, 'state.db').absolute()}", 2)  # type: ignore[arg-type]
     if must_exist and is_sqlite and not Path(database).exists():  # type: ignore[arg-type]
         where = ("--state" if option is not None else "FLEETCTL_STATE" if os.environ.get("FLEETCTL_STATE")
                  else "the default under the working directory")

@@ -122,3 +122,18 @@ def test_json_into_a_pipe_is_plain_json_with_colour_forced(workdir, args):
     forced = run(workdir, *args, FORCE_COLOR="1")
     assert (forced.returncode, forced.stderr) == (0, "")
     assert forced.stdout == plain.stdout and json.loads(forced.stdout)
+
+
+@pytest.mark.parametrize("command, code", [(("jobs", "submit", "jobs.yaml"), 2), (("plan",), 1)],
+                         ids=["submit", "plan"])
+def test_a_store_url_naming_a_directory_says_so(workdir, command, code):
+    """FLEETCTL_STATE set to the directory meant to hold the store: SQLite said only "unable to open
+    database file" (exit 1 for every command)."""
+    (workdir / "jobs.yaml").write_text("jobs:\n  - {id: c, team: ml-research, priority: batch, gpus_per_worker: 1, "
+                                       "vcpus_per_worker: 4, memory_gib_per_worker: 16, duration_hours: 1}\n")
+    (workdir / "store").mkdir()
+    result = run(workdir, *command, FLEETCTL_STATE=f"sqlite:///{workdir / 'store'}")
+    assert result.returncode == code, result.stderr
+    assert (f"{workdir / 'store'} is a directory; give the path of the SQLite file, e.g. "
+            f"sqlite:///{workdir / 'store' / 'state.db'}") in " ".join(result.stderr.split())
+    assert list((workdir / "store").iterdir()) == []
