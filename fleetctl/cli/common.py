@@ -448,8 +448,8 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
 
         if url in {s.value for s in JobState}:
             hint = f"; to list the jobs in state {url}, use `fleetctl jobs list --only {url}`"
-        elif url.endswith(".db"):  # the path of a SQLite file
-            hint = f"; for the SQLite file {url}: --state sqlite:///{Path(url).absolute()}"
+        elif url.endswith(".db"):  # the path of a SQLite file ('~/state.db' as quoted: ~ unexpanded)
+            hint = f"; for the SQLite file {url}: --state sqlite:///{Path(url).expanduser().absolute()}"
         else:
             hint = ""
         fail(f"--state {url!r} is not a state store URL (sqlite:///path/state.db, or "
@@ -466,6 +466,10 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
              "file (sqlite:///path/state.db) or a server URL", 2)
     explicit = option is not None or bool(os.environ.get("FLEETCTL_STATE"))
     if is_sqlite and explicit and not Path(database).parent.is_dir():  # type: ignore[arg-type]
+        home = Path(database).expanduser()  # type: ignore[arg-type]
+        if str(home) != database:  # sqlite:///~/state.db, as a systemd unit or a Kubernetes env value passes it
+            fail(f"--state {url!r}: a URL's path is taken as written, ~ is not expanded there (nothing was "
+                 f"created); give the full path: sqlite:///{home.absolute()}", 2)
         fail(f"--state {url!r}: the directory {Path(database).parent} does not exist (a typo?); nothing was "  # type: ignore[arg-type]
              "created. Create it first to start a new store there", 2)
     # SQLite itself says only "unable to open database file" there

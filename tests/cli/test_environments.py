@@ -137,3 +137,18 @@ def test_a_store_url_naming_a_directory_says_so(workdir, command, code):
     assert (f"{workdir / 'store'} is a directory; give the path of the SQLite file, e.g. "
             f"sqlite:///{workdir / 'store' / 'state.db'}") in " ".join(result.stderr.split())
     assert list((workdir / "store").iterdir()) == []
+
+
+def test_a_store_url_with_a_tilde_gives_the_full_path_to_use(workdir, tmp_path_factory):
+    """~ in FLEETCTL_STATE (a systemd unit, a Kubernetes env value: no shell expands it) read as a
+    directory named "~" that did not exist, "a typo?"; the file path given quoted ('~/state.db')
+    was spelled out as a URL under the working directory."""
+    home = tmp_path_factory.mktemp("home")
+    in_url = run(workdir, "jobs", "list", FLEETCTL_STATE="sqlite:///~/state.db", HOME=str(home))
+    assert in_url.returncode == 2, in_url.stderr
+    assert f"~ is not expanded there (nothing was created); give the full path: sqlite:///{home / 'state.db'}" \
+        in " ".join(in_url.stderr.split())
+    quoted = run(workdir, "jobs", "list", "--state", "~/state.db", HOME=str(home))
+    assert quoted.returncode == 2, quoted.stderr
+    assert f"for the SQLite file ~/state.db: --state sqlite:///{home / 'state.db'}" in " ".join(quoted.stderr.split())
+    assert list(home.iterdir()) == [] and not (workdir / "~").exists()
