@@ -310,13 +310,21 @@ def parse_when(option: str, value: str, now: datetime) -> datetime:
         fail(f"{option} {value!r}: out of the range of times", 2)
 
 
-def utf8_or_exit(option: str, values: Iterable[str]) -> None:
-    """A usage error (exit 2) naming ``option`` when one of ``values`` (from the command line) is not
-    UTF-8: Python carries such bytes as lone surrogates, which the store cannot encode (a traceback)."""
+def utf8_or_exit(option: str, values: Iterable[str]) -> list[str]:
+    """``values`` (from the command line) as text; a usage error (exit 2) naming ``option`` when one
+    is not UTF-8: Python carries such bytes as lone surrogates, which the store cannot encode (a
+    traceback). Where the locale's encoding is not UTF-8 (``LC_ALL=C`` with Python's UTF-8 mode
+    off) it carries the bytes of a UTF-8 argument ("Kündigung") so too: those are read as the
+    UTF-8 they are, as everywhere else (they were refused as "not UTF-8")."""
+    texts = []
     for value in values:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
+            recovered = _utf8_argument(value)
+            if recovered is not None:
+                texts.append(recovered)
+                continue
             bad = ord(value[exc.start])
             byte = f"byte {bad - 0xDC00:#04x}" if 0xDC80 <= bad <= 0xDCFF else f"U+{bad:04X}"
             try:  # the bytes as given: b"\xff" shown as \xff
@@ -324,6 +332,16 @@ def utf8_or_exit(option: str, values: Iterable[str]) -> None:
             except UnicodeEncodeError:
                 shown = value.encode("utf-8", "backslashreplace").decode("utf-8")
             fail(f"{option} '{shown}' is not UTF-8 text ({byte} at character {exc.start + 1})", 2)
+        texts.append(value)
+    return texts
+
+
+def _utf8_argument(value: str) -> str | None:
+    """The command-line argument ``value`` read from its bytes as UTF-8; None if they are not UTF-8."""
+    try:
+        return os.fsencode(value).decode("utf-8")
+    except UnicodeError:
+        return None
 
 
 def comma_list(values: Iterable[str] | None) -> list[str]:

@@ -62,7 +62,8 @@ def events(
     unknown = sorted(set(kind) - set(EVENT_KINDS))
     if unknown:
         fail(f"--kind {', '.join(unknown)}: no such kind; the kinds are: {', '.join(EVENT_KINDS)}", 2)
-    utf8_or_exit("--for", (about,) if about is not None else ())
+    if about is not None:
+        [about] = utf8_or_exit("--for", (about,))
     now = utcnow()
     start = parse_when("--since", since, now)
     end = parse_when("--until", until, now) if until is not None else None

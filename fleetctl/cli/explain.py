@@ -33,7 +33,7 @@ def explain(
     deleted reads as such, with its final state and when it finished. Changes no fleet and no job (on the
     sandbox its simulated nodes catch up with the clock as a cloud's would: launched ones become ready,
     reclaimed ones go)."""
-    utf8_or_exit("job id", (job_id,))
+    [job_id] = utf8_or_exit("job id", (job_id,))
     pol, _path = load_policy_or_exit(policy)
     check_cloud(cloud, pol)
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)

@@ -268,9 +268,9 @@ def cancel(
 
     states = set(only or ())
     team = comma_list(team)
-    utf8_or_exit("job id", job_ids or ())
-    utf8_or_exit("--team", team or ())
-    utf8_or_exit("--reason", (reason,))
+    job_ids = utf8_or_exit("job id", job_ids or ())
+    team = utf8_or_exit("--team", team)
+    [reason] = utf8_or_exit("--reason", (reason,))
     if job_ids and (team or states):
         fail("name jobs by id, or select them with --team/--only, not both", 2)
     if not job_ids and not (team or states):

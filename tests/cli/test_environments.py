@@ -152,3 +152,14 @@ def test_a_store_url_with_a_tilde_gives_the_full_path_to_use(workdir, tmp_path_f
     assert quoted.returncode == 2, quoted.stderr
     assert f"for the SQLite file ~/state.db: --state sqlite:///{home / 'state.db'}" in " ".join(quoted.stderr.split())
     assert list(home.iterdir()) == [] and not (workdir / "~").exists()
+
+
+@pytest.mark.parametrize("env", [{}, {"LC_ALL": "C", "PYTHONUTF8": "0"}], ids=["default", "C-locale"])
+def test_a_utf8_cancel_reason_is_recorded_as_given_whatever_the_locale(workdir, env):
+    """An ASCII locale carries the UTF-8 bytes of an argument as lone surrogates: the reason was
+    refused as "not UTF-8 text (byte 0xe2 ...)", though it is UTF-8, and nothing was cancelled."""
+    reason = "Umzug \u2013 weil \u2713"
+    cancelled = run(workdir, "jobs", "cancel", "a", "--reason", reason, **env)
+    assert (cancelled.returncode, cancelled.stderr) == (0, "")
+    log = json.loads(run(workdir, "events", "--for", "a", "--since", "2000-01-01", "--format", "json").stdout)
+    assert [e["payload"].get("reason") for e in log["events"]] == [reason]
