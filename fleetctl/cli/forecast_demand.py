@@ -101,7 +101,7 @@ def train_demand(
             fail(f"{s.name} and {first_of[key]} are the same series (the same demand twice would defeat the "
                  "calibration across series)", 2)
         first_of[key] = s.name
-    with console.status("training") as status:
+    with err_console.status("training") as status:  # stderr, as backtest's progress: stdout is the result
         try:
             model = DemandModel.train(data, horizons_minutes=wanted, since_utc=since_utc, until_utc=until_utc,
                                       seed=seed, progress=lambda text: status.update(text))

@@ -118,7 +118,7 @@ def train_interruption(
         fail(f"--train-fraction must be between 0 and 1 (got {train_fraction})", 2)
     check_output_or_exit(output, "interruption")  # before training, not after
     markets = _markets(market)
-    with console.status("training") as status:
+    with err_console.status("training") as status:  # stderr, as backtest's progress: stdout is the result
         try:
             model = InterruptionModel.train(markets, horizon=h, train_fraction=train_fraction, seed=seed,
                                             progress=lambda text: status.update(text))

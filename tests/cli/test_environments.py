@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,16 @@ def test_a_utf8_cancel_reason_is_recorded_as_given_whatever_the_locale(workdir, 
     assert (cancelled.returncode, cancelled.stderr) == (0, "")
     log = json.loads(run(workdir, "events", "--for", "a", "--since", "2000-01-01", "--format", "json").stdout)
     assert [e["payload"].get("reason") for e in log["events"]] == [reason]
+
+
+def test_forecast_trains_with_its_spinner_off_stdout_with_colour_forced(tmp_path):
+    """With FORCE_COLOR (rich then animates as on a terminal) the training spinner went to stdout, so
+    `fleetctl forecast train ... > train.log` held its frames and cursor codes before the result."""
+    start = datetime(2020, 5, 18, tzinfo=timezone.utc)
+    rows = [f"{(start + timedelta(minutes=10 * i)).strftime('%Y-%m-%dT%H:%M:%SZ')},V100-32GB,{40 + i % 7 + i % 24}"
+            for i in range(250)]  # 41.5 hours: training needs 36
+    (tmp_path / "series.csv").write_text("time_utc,gpu_model,gpus\n" + "\n".join(rows) + "\n")
+    result = run(tmp_path, "forecast", "train", "demand", "--series", "series.csv", "-o", "model", "--horizons", "15m",
+                 FORCE_COLOR="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("saved model: 1 series") and "\x1b" not in result.stdout, repr(result.stdout[:200])
