@@ -116,7 +116,13 @@ def default_url(cwd: Path | None = None) -> str:
     env = os.environ.get("FLEETCTL_STATE")
     if env:
         return env
-    base = (cwd or Path.cwd()) / DEFAULT_STATE_DIR
+    try:
+        base = (cwd or Path.cwd()) / DEFAULT_STATE_DIR
+    except FileNotFoundError:  # os.getcwd() names no file: "Error: No such file or directory" said no more
+        raise StoreError("the working directory no longer exists (removed or replaced since the shell entered it), "
+                         f"and the default state store is {DEFAULT_STATE_DIR}/state.db under it: "
+                         "run fleetctl from the directory of the store, or pass --state / set FLEETCTL_STATE") \
+            from None
     return f"sqlite:///{base / 'state.db'}"
 
 

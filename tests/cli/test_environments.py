@@ -177,3 +177,17 @@ def test_forecast_trains_with_its_spinner_off_stdout_with_colour_forced(tmp_path
                  FORCE_COLOR="1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("saved model: 1 series") and "\x1b" not in result.stdout, repr(result.stdout[:200])
+
+
+def test_a_working_directory_removed_under_the_command_is_named_as_the_reason(tmp_path):
+    """A cron line or a shell left in a release directory a deploy has since replaced: the default
+    store's path needs the working directory, and the error said only "No such file or directory"."""
+    gone = tmp_path / "release"
+    gone.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+    result = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+                             sys.executable, "-m", "fleetctl", "jobs", "list"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "Error: the working directory no longer exists" in result.stderr and "Traceback" not in result.stderr
+    assert "pass --state / set FLEETCTL_STATE" in " ".join(result.stderr.split())
