@@ -467,7 +467,7 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
         if url in {s.value for s in JobState}:
             hint = f"; to list the jobs in state {url}, use `fleetctl jobs list --only {url}`"
         elif url.endswith(".db"):  # the path of a SQLite file ('~/state.db' as quoted: ~ unexpanded)
-            hint = f"; for the SQLite file {url}: --state sqlite:///{Path(url).expanduser().absolute()}"
+            hint = f"; for the SQLite file {url}: --state sqlite:///{Path(os.path.expanduser(url)).absolute()}"
         else:
             hint = ""
         fail(f"--state {url!r} is not a state store URL (sqlite:///path/state.db, or "
@@ -484,10 +484,12 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
              "file (sqlite:///path/state.db) or a server URL", 2)
     explicit = option is not None or bool(os.environ.get("FLEETCTL_STATE"))
     if is_sqlite and explicit and not Path(database).parent.is_dir():  # type: ignore[arg-type]
-        home = Path(database).expanduser()  # type: ignore[arg-type]
-        if str(home) != database:  # sqlite:///~/state.db, as a systemd unit or a Kubernetes env value passes it
+        # sqlite:///~/state.db, as a systemd unit or a Kubernetes env value passes it
+        if database.startswith("~"):  # type: ignore[union-attr]
+            full = os.path.expanduser(database)  # unchanged where there is no such home (Path's raised)
+            example = f": sqlite:///{Path(full).absolute()}" if full != database else ""
             fail(f"--state {url!r}: a URL's path is taken as written, ~ is not expanded there (nothing was "
-                 f"created); give the full path: sqlite:///{home.absolute()}", 2)
+                 f"created); give the full path{example}", 2)
         fail(f"--state {url!r}: the directory {Path(database).parent} does not exist (a typo?); nothing was "  # type: ignore[arg-type]
              "created. Create it first to start a new store there", 2)
     # SQLite itself says only "unable to open database file" there

@@ -153,6 +153,11 @@ def test_a_store_url_with_a_tilde_gives_the_full_path_to_use(workdir, tmp_path_f
     assert quoted.returncode == 2, quoted.stderr
     assert f"for the SQLite file ~/state.db: --state sqlite:///{home / 'state.db'}" in " ".join(quoted.stderr.split())
     assert list(home.iterdir()) == [] and not (workdir / "~").exists()
+    for value, words in (("sqlite:///~no-such-user-x/state.db", "~ is not expanded there (nothing was created); "
+                                                                  "give the full path\n"),
+                         ("~no-such-user-x/state.db", "--state sqlite:///" + str(workdir / "~no-such-user-x"))):
+        unknown = run(workdir, "jobs", "list", "--state", value)  # no such user: no home to spell out
+        assert unknown.returncode == 2 and words in unknown.stderr, unknown.stderr  # was a RuntimeError traceback
 
 
 @pytest.mark.parametrize("env", [{}, {"LC_ALL": "C", "PYTHONUTF8": "0"}], ids=["default", "C-locale"])
