@@ -7,10 +7,20 @@ provider's schema from ``tests/tfprovider/schemas/``, and a CLI config whose
 (``TF_CLI_CONFIG_FILE``, ``CHECKPOINT_DISABLE``) makes terraform use them
 with no registry: ``terraform init`` is not needed for providers (use
 ``terraform get`` for local modules).
+
+Terraform starts each provider afresh for every command (a plan starts nine,
+about 0.15 s of Python imports and a handshake each). ``SchemaProviders``
+starts the three once instead and ``install(directory, providers)`` adds
+``TF_REATTACH_PROVIDERS``, so terraform attaches to those (the provider debug
+mode): the same schemas and answers, the same output (the dev_overrides
+warning included); the example root's plan takes 0.8 s instead of 4.3 s.
+A provider that died is not replaced: terraform then fails to reattach (and,
+as go-plugin does, kills its pid, which stays ours until ``stop`` reaps it).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import stat
@@ -26,7 +36,52 @@ SCHEMAS = {
 }
 
 
-def install(directory: Path) -> dict[str, str]:
+class SchemaProviders:
+    """The three schema-serving providers, running (``schema_provider.py --reattach``)
+    until ``stop``, each on a unix socket in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.sockets: dict[str, Path] = {}
+        try:
+            for name, schema in SCHEMAS.items():
+                self.sockets[name] = directory / f"{name}.sock"
+                with (directory / f"{name}.stderr").open("w") as err:
+                    self.processes[name] = subprocess.Popen(
+                        [sys.executable, str(HERE / "schema_provider.py"), str(schema), "--reattach",
+                         str(self.sockets[name])],
+                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
+            for name, proc in self.processes.items():
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "ready":  # it listens once it says so
+                    proc.wait()
+                    raise RuntimeError(f"the {name} schema provider did not start (exit {proc.returncode}): "
+                                       + (directory / f"{name}.stderr").read_text())
+        except BaseException:
+            self.stop()
+            raise
+
+    def reattach(self) -> str:
+        """``TF_REATTACH_PROVIDERS``: go-plugin's reattach config of each; ``Test``: terraform leaves it running."""
+        return json.dumps({
+            f"registry.terraform.io/hashicorp/{name}": {
+                "Protocol": "grpc", "ProtocolVersion": 6, "Pid": proc.pid, "Test": True,
+                "Addr": {"Network": "unix", "String": str(self.sockets[name])}}
+            for name, proc in self.processes.items()})
+
+    def stop(self) -> None:
+        for proc in self.processes.values():
+            proc.terminate()
+        for proc in self.processes.values():
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def install(directory: Path, providers: SchemaProviders | None = None) -> dict[str, str]:
+    """The CLI config (and the plugins it names) in ``directory``, and the
+    environment that points terraform at them; with ``providers``, terraform
+    reattaches to those instead of starting a provider for each command."""
     plugins = directory / "plugins"
     plugins.mkdir(parents=True, exist_ok=True)
     overrides = []
@@ -48,6 +103,7 @@ def install(directory: Path) -> dict[str, str]:
         "CHECKPOINT_DISABLE": "1",
         "TF_IN_AUTOMATION": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")])),
+        **({"TF_REATTACH_PROVIDERS": providers.reattach()} if providers else {}),
     }
 
 

@@ -3,10 +3,15 @@ binary validates, plans and applies against a real provider's schema with
 no registry and no cloud.
 
     python schema_provider.py SCHEMA_JSON
+    python schema_provider.py SCHEMA_JSON --reattach SOCKET
 
 serves, over Terraform's plugin protocol 6 (gRPC, the generated stubs of the
 ``tf`` package), every resource and data source of ``SCHEMA_JSON`` (the shape
-``terraform providers schema -json`` prints, one provider). Terraform itself
+``terraform providers schema -json`` prints, one provider). The first form is
+the plugin terraform starts itself (go-plugin's handshake line on stdout, TLS,
+one process per provider and command); the second serves on ``SOCKET`` until
+it is terminated (or its parent exits), for terraform to reattach to through
+``TF_REATTACH_PROVIDERS`` (see ``harness.SchemaProviders``). Terraform itself
 checks configurations against that schema (unknown arguments, missing
 required ones, types, block counts). The provider's part:
 
@@ -31,6 +36,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import sys
 from concurrent import futures
 from pathlib import Path
@@ -40,7 +46,6 @@ import grpc
 import msgpack
 from tf.gen import tfplugin_pb2 as pb
 from tf.gen import tfplugin_pb2_grpc as rpc
-from tf.runner import _self_signed_cert, _ShutdownInterceptor
 from tf.types import Unknown
 from tf.utils import read_dynamic_value, to_dynamic_value
 
@@ -260,12 +265,13 @@ class SchemaProvider(rpc.ProviderServicer):
         return pb.StopProvider.Response()
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        sys.exit("usage: schema_provider.py SCHEMA_JSON")
+def serve_plugin(schema: Path) -> None:
+    """As the plugin terraform starts: the go-plugin handshake, TLS, and an exit when terraform shuts it down."""
+    from tf.runner import _self_signed_cert, _ShutdownInterceptor  # cryptography: only this mode needs it
+
     stopper = _ShutdownInterceptor()  # terraform asks the plugin to shut down; without this it waits 2 s, then kills
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), interceptors=[stopper])
-    rpc.add_ProviderServicer_to_server(SchemaProvider(Path(argv[1])), server)
+    rpc.add_ProviderServicer_to_server(SchemaProvider(schema), server)
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -278,6 +284,30 @@ def main(argv: list[str]) -> None:
         while server.wait_for_termination(0.05):
             if stopper.stopped:
                 break
+
+
+def serve_reattach(schema: Path, sock: str) -> None:
+    """For terraform to reattach to (``TF_REATTACH_PROVIDERS``, ``"Test": true``): plain gRPC on ``sock``, as
+    go-plugin dials a reattached provider (its automatic TLS is only set up for a plugin it starts); ``ready``
+    on stdout once it listens. Terraform neither starts nor stops it: it serves until terminated, or until its
+    parent exits (no provider left behind by a test run that was killed)."""
+    parent = os.getppid()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    rpc.add_ProviderServicer_to_server(SchemaProvider(schema), server)
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    print("ready", flush=True)
+    while server.wait_for_termination(1.0) and os.getppid() == parent:
+        pass
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) == 2:
+        serve_plugin(Path(argv[1]))
+    elif len(argv) == 4 and argv[2] == "--reattach":
+        serve_reattach(Path(argv[1]), argv[3])
+    else:
+        sys.exit("usage: schema_provider.py SCHEMA_JSON [--reattach SOCKET]")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from providers.catalog import load_catalog
 from tests.providers.aws_world import REGION, moto_world
 from tests.providers.azure_server import TOKEN, ArmServer, FakeArm, gpu_sku
 from tests.providers.gcp_server import FakeGce, GceServer
-from tests.tfprovider.harness import install
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "policies" / "example.yaml"
@@ -47,7 +46,7 @@ def _arm() -> FakeArm:
     return fake
 
 
-def test_one_queue_is_placed_across_three_clouds_and_terraform_covers_all_three(moto_server: Any,
+def test_one_queue_is_placed_across_three_clouds_and_terraform_covers_all_three(moto_server: Any, tf_env: dict,
                                                                                 tmp_path: Path) -> None:
     runner = CliRunner()
     gce, arm = _gce(), _arm()
@@ -60,7 +59,7 @@ def test_one_queue_is_placed_across_three_clouds_and_terraform_covers_all_three(
         policy = tmp_path / "policy.yaml"
         with policy.open("w") as fh:
             yaml.dump(doc, fh)
-        env = {**install(tmp_path / "tf"),
+        env = {**tf_env,
                "AWS_ENDPOINT_URL": world.endpoint, "AWS_DEFAULT_REGION": REGION,
                "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                "FLEETCTL_GCP_API_ENDPOINT": gce_server.endpoint, "FLEETCTL_GCP_CREDENTIALS": "anonymous",
