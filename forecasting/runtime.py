@@ -27,8 +27,10 @@ forecasts nothing for that part (the planner then uses the policy's default).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from fleetctl.controller.forecast import recent_reclaims
 from fleetctl.model import DemandForecast, OfferRisk
@@ -49,8 +51,14 @@ MIN_DEMAND_HISTORY = timedelta(hours=1)
 
 
 class ModelForecaster:
-    def __init__(self, directory: str | Path, *, allow_version_mismatch: bool = False) -> None:
+    """``demand_candidates``: the hyperparameters a demand refit chooses from
+    (default ``forecasting.demand.CANDIDATES``; tests pass one, to be fast, as
+    to ``DemandModel.train``)."""
+
+    def __init__(self, directory: str | Path, *, allow_version_mismatch: bool = False,
+                 demand_candidates: Sequence[dict[str, Any]] | None = None) -> None:
         self.directory = Path(directory)
+        self.demand_candidates = demand_candidates
         if not self.directory.is_dir():
             raise ModelError(f"{self.directory}: no such model directory")
         self.interruption_model: InterruptionModel | None = None
@@ -137,7 +145,7 @@ class ModelForecaster:
         day of history before each scored origin), or the refit scores worse."""
         import pandas as pd
 
-        from forecasting.demand import DemandModel
+        from forecasting.demand import CANDIDATES, DemandModel
         from forecasting.series import DemandSeries
 
         current = self.demand_model
@@ -157,8 +165,10 @@ class ModelForecaster:
         start = min(float(s.times_s[0]) for s in series)
         split = datetime.fromtimestamp(start + train_fraction * (now.timestamp() - start), tz=timezone.utc)
         horizons, seed = current.horizons_minutes, int(current.metadata.get("seed", 0))
+        candidates = CANDIDATES if self.demand_candidates is None else self.demand_candidates
         try:
-            candidate = DemandModel.train(series, horizons_minutes=horizons, until_utc=split, seed=seed)
+            candidate = DemandModel.train(series, horizons_minutes=horizons, until_utc=split, seed=seed,
+                                          candidates=candidates)
             new, old = (_demand_loss(m, series, split) for m in (candidate, current))
         except ValueError as exc:
             log.info("retrain: kept the current demand model (%s)", exc)
@@ -170,7 +180,7 @@ class ModelForecaster:
             return False
         model = candidate
         try:
-            model = DemandModel.train(series, horizons_minutes=horizons, seed=seed)
+            model = DemandModel.train(series, horizons_minutes=horizons, seed=seed, candidates=candidates)
         except ValueError as exc:  # cannot happen when the split could be trained on; keep the checked refit
             log.info("retrain: demand refit on the first %.0f%% only (%s)", 100 * train_fraction, exc)
         model.save(self.directory / "demand")  # all at once: a failed save keeps the old model

@@ -322,7 +322,7 @@ def test_the_demand_model_is_refitted_on_recorded_demand_and_adopted_only_if_it_
     here = synthetic(days=3, seed=5)
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        forecaster = ModelForecaster(tmp_path / "models")
+        forecaster = ModelForecaster(tmp_path / "models", demand_candidates=FAST)
         assert forecaster.models == ("demand",)
         assert forecaster.retrain(store, D0, "demand") is False  # nothing recorded yet
         _record_demand(store, here, D0 + timedelta(days=1))
