@@ -47,6 +47,11 @@ def synthetic(days: float = 4, seed: int = 0, size: float = 64, step_s: float = 
     return DemandSeries("synthetic", "V100-32GB", t, np.clip(np.round(base + noise), 0, None))
 
 
+#: The tests of ``model`` run in one test process (``--dist loadgroup``, pyproject.toml), which trains it once;
+#: split between two xdist workers, each trained it (10 s).
+USES_MODEL = pytest.mark.xdist_group("demand-model")
+
+
 @pytest.fixture(scope="module")
 def model() -> DemandModel:
     return DemandModel.train([synthetic(days=3, seed=1), synthetic(days=3, seed=2, size=16)],
@@ -180,6 +185,7 @@ def test_a_series_may_span_a_year_and_no_more():
         parse_demand_series(year.replace("2021-01-01T00:00:00Z", "2021-01-01T00:00:01Z"), "d.csv")
 
 
+@USES_MODEL
 def test_training_and_evaluation_refuse_a_series_longer_than_a_year(model):
     """Series built without the reader (the API, the runtime) are refused before any grid is built."""
     t = T0.timestamp() + np.array([0.0, 400 * 86400.0])
@@ -191,6 +197,7 @@ def test_training_and_evaluation_refuse_a_series_longer_than_a_year(model):
         evaluate(model, [long], 60, since_utc=T0 + timedelta(days=399))
 
 
+@USES_MODEL
 def test_cli_refuses_a_series_with_a_mistyped_year_up_front(model, tmp_path):
     model.save(tmp_path / "saved")
     typo = tmp_path / "vc3sl.csv"
@@ -318,6 +325,7 @@ def test_p90_candidates_are_scored_as_issued_at_least_the_median():
     assert recorded != pytest.approx(demand.pinball(y[val], raw, 0.9), abs=1e-3)
 
 
+@USES_MODEL
 def test_forecasts_scale_with_the_series(model):
     s = synthetic(days=3, seed=7, size=32)
     for day in (1.2, 2.6):
@@ -330,6 +338,7 @@ def test_forecasts_scale_with_the_series(model):
             assert 0 <= a.gpus_p50 <= a.gpus_p90
 
 
+@USES_MODEL
 def test_predict_takes_a_frame_and_ignores_rows_after_now(model):
     a, b = synthetic(days=2, seed=4), synthetic(days=2, seed=5, size=8)
     b = DemandSeries("other", "A100-80GB", b.times_s + 30.0, b.gpus)
@@ -347,6 +356,7 @@ def test_predict_takes_a_frame_and_ignores_rows_after_now(model):
         model.predict(frame, now.replace(tzinfo=None))
 
 
+@USES_MODEL
 def test_save_load_round_trip_and_version_refusal(model, tmp_path):
     path = model.save(tmp_path / "demand")
     loaded = DemandModel.load(path)
@@ -375,6 +385,7 @@ def test_save_load_round_trip_and_version_refusal(model, tmp_path):
         DemandModel.load(path, allow_version_mismatch=True)
 
 
+@USES_MODEL
 def test_evaluate_scores_the_model_and_both_baselines(model):
     result = evaluate(model, [synthetic(days=3, seed=11)], 60, since_utc=T0 + timedelta(days=1))
     result.pop("_curves")
@@ -385,6 +396,7 @@ def test_evaluate_scores_the_model_and_both_baselines(model):
     assert result["baselines"]["seasonal_naive"]["mae"] != result["baselines"]["last_value"]["mae"]
 
 
+@USES_MODEL
 def test_evaluate_with_no_series_to_score_names_them(model):
     """It said "every series is shorter than ..." and left the reader to guess which files."""
     a, b = synthetic(days=0.8, seed=1), synthetic(days=3, seed=2)
@@ -398,6 +410,7 @@ def test_evaluate_with_no_series_to_score_names_them(model):
         evaluate(model, [a, b], 60, since_utc=T0 + timedelta(days=2, hours=23, minutes=30))
 
 
+@USES_MODEL
 def test_cli_evaluate_with_no_series_to_score_names_them_and_the_default_since(model, tmp_path):
     trained_until = DemandModel(model.estimators, model.horizons_minutes,
                                 {**model.metadata, "training_until_utc": "2020-05-02T23:30:00Z"})
