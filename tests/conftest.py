@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,3 +26,18 @@ def moto_server() -> Iterator["object"]:
     server = MotoServer()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Callable[[str], str]]:
+    """A real PostgreSQL server for this test process (``tests/pgserver.py``; each
+    xdist worker has its own), shared by the store tests and the crash sweep:
+    a function that creates a database of that name and returns its URL (its
+    ``restart()`` restarts the server)."""
+    from tests.pgserver import PostgresMissing, postgres_server
+
+    try:
+        with postgres_server(fsync=False) as database:
+            yield database
+    except PostgresMissing as exc:
+        pytest.fail(f"{exc}; see README 'Set-up'")

@@ -1,5 +1,5 @@
 """A throwaway PostgreSQL server, started from the Debian server binaries:
-the store tests' (``tests/store/conftest.py``) and the tick benchmark's
+the tests' (``postgres`` in ``tests/conftest.py``) and the tick benchmark's
 (``benchmarks/tick_scaling.py``).
 
 initdb refuses to run as root, so as root the server runs as the ``postgres``

@@ -62,7 +62,6 @@ from fleetctl.store import Store, tables
 from providers.base import LaunchRequest, LaunchResult
 from providers.sim import SimProvider
 from tests.builders import T0, job, offer, policy
-from tests.pgserver import PostgresMissing, postgres_server
 
 OFFERS = (offer("a8", price=8.0, zone="z1"), offer("b8", price=9.0, zone="z2"), offer("c8", price=9.5, zone="z3"),
           offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND))
@@ -454,15 +453,6 @@ def test_a_tick_killed_at_any_side_effect_loses_nothing(workdir: Path, dead_hold
     initial.store.parent.mkdir()
     _initial_world(initial, wiring)
     _sweep(initial, workdir, wiring, T1 + restart_after, dead_holder)
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Callable[[str], str]]:
-    try:
-        with postgres_server(fsync=False, prefix="fleetctl-crash-pg-") as database:
-            yield database
-    except PostgresMissing as exc:
-        pytest.fail(f"{exc}; see README 'Set-up'")
 
 
 def test_on_postgresql_a_tick_killed_at_any_side_effect_loses_nothing(

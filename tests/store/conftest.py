@@ -1,6 +1,7 @@
-"""A real PostgreSQL for the store tests, started by the tests themselves
-(``tests/pgserver.py``; see README 'Set-up' for the server package), and the
-``store`` fixture: each test once on SQLite and once on PostgreSQL."""
+"""A database for the store tests on the real PostgreSQL the tests start
+(``postgres`` in ``tests/conftest.py``; see README 'Set-up' for the server
+package), and the ``store`` fixture: each test once on SQLite and once on
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,22 +10,10 @@ import sqlalchemy as sa
 
 from fleetctl.store import Store
 
-from tests.pgserver import PostgresMissing, postgres_server
-
 
 @pytest.fixture(scope="session")
-def postgres_database():
-    """The session's PostgreSQL server: call it to create a database (its URL); ``.restart()`` restarts it."""
-    try:
-        with postgres_server(fsync=False) as database:
-            yield database
-    except PostgresMissing as exc:
-        pytest.fail(f"{exc}; see README 'Set-up'")
-
-
-@pytest.fixture(scope="session")
-def postgres_url(postgres_database):
-    return postgres_database("fleetctl")
+def postgres_url(postgres):
+    return postgres("fleetctl")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

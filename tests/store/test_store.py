@@ -1137,15 +1137,15 @@ def test_the_audit_log_reads_by_kind_window_and_subject_newest_first(store):
     assert [e["subject"] for e in entries] == ["job-2", "job-3"]
 
 
-def test_a_postgresql_store_goes_on_after_the_server_restarts(postgres_database):
+def test_a_postgresql_store_goes_on_after_the_server_restarts(postgres):
     """A PostgreSQL restart (maintenance, a failover) closes every connection the store's pool holds.
     The first use after it must open a new one, not fail on the dead one (a daemon's first pass after
     a restart failed with AdminShutdown): the pool checks a connection before use."""
-    store = Store(postgres_database("restarted"))
+    store = Store(postgres("restarted"))
     try:
         store.add_jobs([job("before")], T0)
         assert [j.job_id for j in store.jobs()] == ["before"]  # the pool now holds an open connection
-        postgres_database.restart()
+        postgres.restart()
         assert [j.job_id for j in store.jobs()] == ["before"]
         store.add_jobs([job("after")], T0)
         assert sorted(j.job_id for j in store.jobs()) == ["after", "before"]
