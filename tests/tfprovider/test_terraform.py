@@ -118,6 +118,23 @@ def test_the_rendered_example_validates_plans_applies_and_replans_clean(tf_env: 
     assert "No changes." in again.stdout
 
 
+def test_terraform_also_starts_the_schema_providers_itself_through_dev_overrides(tmp_path: Path) -> None:
+    """The other tests reattach terraform to providers started once (``harness.SchemaProviders``);
+    this one has terraform start each provider itself, through the CLI config's dev_overrides, as it
+    does a real provider: the set-up DESIGN.md describes, kept working."""
+    from tests.tfprovider.harness import install
+
+    env = install(tmp_path / "tf-harness")  # no providers given: no TF_REATTACH_PROVIDERS
+    env.pop("TF_REATTACH_PROVIDERS", None)  # nor one from the environment the tests run in
+    work = tmp_path / "root"
+    write_root(work, render(load_policy(EXAMPLE), load_catalog()))
+    terraform(work, env, "get")
+    validated = terraform(work, env, "validate")
+    assert "Provider development overrides are in effect" in validated.stdout + validated.stderr
+    plan = terraform(work, env, "plan")
+    assert "Plan: 34 to add, 0 to change, 0 to destroy." in plan.stdout
+
+
 def _edited(tmp_path: Path, edit, name: str | None = None) -> Path:  # noqa: ANN001 - edit(doc) changes the example
     """The example policy, changed by ``edit``, written to ``name`` (default: a new file)."""
     yaml = YAML()
