@@ -452,6 +452,10 @@ def read_policy_file_or_exit(option: Path | None, code: int = 1) -> tuple[Policy
         fail(f"{path}: {len(exc.issues)} policy error(s)", code)
 
 
+#: The URL of the state store this command opened (``open_store``): errors of the store name it.
+OPENED_STORE: str | None = None
+
+
 def open_store(option: str | None, *, must_exist: bool = False, read_only: bool = False) -> Store:
     """The state store (``--state``, else ``$FLEETCTL_STATE``, else ``.fleetctl/state.db``
     here). ``must_exist``: a command that only reads or changes what is stored
@@ -501,8 +505,11 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
                  else "the default under the working directory")
         fail(f"no state store at {database} ({where}): nothing has been planned or submitted with it. Run fleetctl "
              "from the directory you use it in, or pass --state / set FLEETCTL_STATE", 1)
+    global OPENED_STORE
     try:
-        return Store(url, read_only=read_only)
+        store = Store(url, read_only=read_only)
+        OPENED_STORE = store.url
+        return store
     except StoreError as exc:
         if os.environ.get("FLEETCTL_DEBUG"):
             raise

@@ -124,8 +124,15 @@ def known_error(exc: BaseException) -> str | None:
     if isinstance(exc, StoreError):
         return str(exc)
     if isinstance(exc, sa.exc.SQLAlchemyError):
+        from fleetctl.cli.common import OPENED_STORE
+        from fleetctl.store import safe_url
+
         detail = getattr(exc, "orig", None) or exc
-        return f"state store error: {type(detail).__name__}: {str(detail).strip().splitlines()[0]}"
+        first = str(detail).strip().splitlines()[0]
+        which = f" ({safe_url(OPENED_STORE)})" if OPENED_STORE else ""
+        hint = ("; this user may not write the store's file (or its directory): run the command as a user who "
+                "may, or make them writable" if "readonly database" in first else "")
+        return f"state store error{which}: {type(detail).__name__}: {first}{hint}"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or exc}{where}"

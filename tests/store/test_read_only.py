@@ -185,3 +185,29 @@ def test_a_read_only_command_on_an_older_store_it_cannot_write_says_so(read_only
     assert listed.returncode == 1 and "Traceback" not in text, listed.stderr
     assert "schema revision 0005, older than this fleetctl's" in text and "only reads" in text, text
     assert sorted(p.name for p in copy.parent.iterdir()) == ["state.db"]  # nothing created, nothing changed
+
+
+def test_a_write_refused_by_the_files_permissions_names_the_store_and_why(tmp_path):
+    """A store whose file this user may only read, in a directory it may write: a command that
+    only reads works; one that writes fails in one line naming the store (a user with several
+    stores could not tell which) and what is wrong, and changes nothing."""
+    prefix = _unprivileged()
+    path = tmp_path / "store" / "state.db"
+    store = Store(f"sqlite:///{path}")
+    store.add_jobs([job("a")], T0)
+    store.close()
+    path.chmod(0o444)
+    url = f"sqlite:///{path}"
+    listed = _run(prefix, "-m", "fleetctl", "jobs", "list", "--format", "json", "--state", url)
+    assert listed.returncode == 0, listed.stderr
+    cancel = _run(prefix, "-m", "fleetctl", "jobs", "cancel", "a", "--state", url)
+    assert cancel.returncode == 1 and "Traceback" not in cancel.stderr, cancel.stderr
+    assert " ".join(cancel.stderr.split()) == (
+        f"Error: state store error ({url}): OperationalError: attempt to write a readonly database; this user may "
+        "not write the store's file (or its directory): run the command as a user who may, or make them writable")
+    path.chmod(0o644)
+    again = Store(url)
+    try:
+        assert [(j.job_id, j.state.value) for j in again.jobs()] == [("a", "queued")]
+    finally:
+        again.close()
