@@ -213,3 +213,54 @@ def test_a_notice_deadline_reads_the_same_as_written_now_and_as_older_entries_wr
     assert make(events=now_written).total == make().total
     assert node_end(NODES[1], (ev(3, 2.9, "interruption", "n2", notice="reclaim_warning", deadline_utc=None),), ()) \
         == node_end(NODES[1], (ev(3, 2.9, "interruption", "n2", notice="reclaim_warning", deadline_utc="None"),), ())
+
+
+def test_the_total_row_and_the_json_rows_carry_every_column():
+    """The fleet's row sums what its team rows hold; the JSON puts each number under its own name."""
+    report = make()
+    # allocated: a 10 GPU-h at $2 + b 8 GPU-h at $3 = 18 GPU-h, $44; A completes at 3h; B's requeue lost 2 GPU-h
+    assert report.total.allocated_gpu_hours == pytest.approx(18.0)
+    assert report.total.allocated_usd == pytest.approx(44.0)
+    assert report.total.jobs_completed == 1
+    assert report.total.reclaim_lost_gpu_hours == pytest.approx(2.0)
+    assert report.total.preempt_lost_gpu_hours == 0
+    doc = report_to_document(report)
+    assert (doc["since_utc"], doc["until_utc"]) == ("2026-11-02T10:00:00Z", "2026-11-02T14:00:00Z")
+    assert doc["rows"][0] == {"team": "a", "node_hours": 1.25, "gpu_hours": 10.0, "usd": 20.0,
+                              "allocated_gpu_hours": 10.0, "allocated_usd": 20.0, "jobs_completed": 1,
+                              "reclaim_lost_gpu_hours": 0.0, "preempt_lost_gpu_hours": 0.0}
+    assert doc["total"] == {"node_hours": 6.0, "gpu_hours": 40.0, "usd": 88.0, "allocated_gpu_hours": 18.0,
+                            "allocated_usd": 44.0, "jobs_completed": 1, "reclaim_lost_gpu_hours": 2.0,
+                            "preempt_lost_gpu_hours": 0.0}
+
+
+def test_completions_and_losses_count_inside_the_half_open_window_only():
+    """[since, until): an entry at since counts, one at until does not; a run that overlaps a live
+    node for no time adds no row."""
+    at_since = make(since=T0 + 3 * H)  # A's completion is at 3h; B's requeue (3h02m) is inside too
+    assert at_since.total.jobs_completed == 1 and at_since.total.reclaim_lost_gpu_hours == pytest.approx(2.0)
+    after = make(since=T0 + 3.5 * H)  # both before the window
+    assert after.total.jobs_completed == 0 and after.total.reclaim_lost_gpu_hours == 0
+    at_until = make(until=T0 + 3 * H)
+    assert at_until.total.jobs_completed == 0 and rows(at_until)[("a",)].jobs_completed == 0
+    # A ran 0.75h-3h on n1, which is live in 3.5h-5h: no time in the window, so no row for team a
+    only_a = make(since=T0 + 3.5 * H, events=(EVENTS[1], EVENTS[3]), nodes=(NodeRecord(N1),))
+    assert list(rows(only_a)) == [(IDLE,)]
+
+
+def test_a_loss_goes_to_the_group_of_the_node_it_names_else_of_the_node_the_job_held():
+    """B runs a worker on n1 (aws) and one on n2 (gcp). A requeue naming n2 charges gcp; one naming a
+    node not live in the window falls back to the run's first node (n1, aws). A preemption goes to the
+    job's own run (C on n2, gcp), whatever entry came before it."""
+    by = (GroupKey.provider, GroupKey.team)
+    nodes = (NodeRecord(N1), NodeRecord(N2))
+    for named, provider in (("n2", "gcp"), ("n9", "aws")):
+        events = (ev(1, 1, "start", "B", nodes=["n1", "n2"]), ev(2, 2, "requeue", "B", node=named, lost_gpu_hours=2.0))
+        r = rows(make(by=by, events=events, nodes=nodes))
+        assert r[(provider, "b")].reclaim_lost_gpu_hours == pytest.approx(2.0), named
+    events = (ev(1, 1, "start", "A", nodes=["n1"]), ev(2, 1.5, "start", "C", nodes=["n2"]),
+              ev(3, 2, "complete", "A"), ev(4, 2.5, "preempt", "C", by="X", lost_gpu_hours=1.0))
+    report = make(by=by, events=events, nodes=nodes)
+    assert rows(report)[("gcp", "a")].preempt_lost_gpu_hours == pytest.approx(1.0)
+    assert rows(report)[("aws", "a")].preempt_lost_gpu_hours == 0
+    assert report.total.preempt_lost_gpu_hours == pytest.approx(1.0)
