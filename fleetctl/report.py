@@ -174,11 +174,12 @@ class _Run:
 def job_runs(events: Iterable[AuditEvent], since: datetime, until: datetime) -> \
         tuple[tuple[_Run, ...], dict[str, int]]:
     """The runs of jobs on nodes from ``start`` to the next stop entry (or
-    ``until``), and the counts of what could not be paired at ``since`` or
-    later: ``<kind>_without_start`` (a ``complete`` or a running job's
-    ``cancel`` whose ``start`` is not among ``events``) and
-    ``start_without_stop`` (a start while a run was open: the open run is
-    closed there)."""
+    ``until``), and the counts of what could not be paired:
+    ``<kind>_without_start`` (at ``since`` or later, a ``complete`` or a
+    running job's ``cancel`` whose ``start`` is not among ``events``) and
+    ``start_without_stop`` (after ``since``, a start while a run was open:
+    the open run is closed there; one at ``since`` closes a run that lies
+    wholly before the window, which changes none of its numbers)."""
     open_runs: dict[str, tuple[datetime, tuple[str, ...]]] = {}
     runs: list[_Run] = []
     unpaired: dict[str, int] = defaultdict(int)

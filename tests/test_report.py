@@ -132,7 +132,8 @@ def test_preemption_loss_counted_when_recorded_and_a_note_when_not():
               ev(3, 2.5, "start", "C", nodes=["n1"]), ev(4, 3, "preempt", "C", by="X"))
     report = make(events=events, nodes=(NodeRecord(N1),))
     assert rows(report)[("a",)].preempt_lost_gpu_hours == pytest.approx(3.0)
-    assert any("1 preemption(s) were recorded without" in n for n in report.notes)
+    assert report.notes == ("1 preemption(s) were recorded without the GPU-hours they lost (by a fleetctl before "
+                            "that was recorded): not counted in preempt_lost_gpu_hours",)
 
 
 def test_a_terminated_node_ends_at_its_termination_not_when_recorded_gone():
@@ -264,3 +265,63 @@ def test_a_loss_goes_to_the_group_of_the_node_it_names_else_of_the_node_the_job_
     assert rows(report)[("gcp", "a")].preempt_lost_gpu_hours == pytest.approx(1.0)
     assert rows(report)[("aws", "a")].preempt_lost_gpu_hours == 0
     assert report.total.preempt_lost_gpu_hours == pytest.approx(1.0)
+
+
+def test_a_second_start_closes_the_open_run_and_is_noted_only_inside_the_window():
+    """A starts on n1 (4 GPUs) at 0.5h, 0.75h, 1h (= since) and 2h, and completes at 3h. Each start closes
+    the run before it; only the one after since changes the window's numbers, so the note counts 1.
+    In the window (1h-5h): 1h-2h + 2h-3h = 2 h x 4 GPUs = 8 GPU-hours."""
+    events = tuple(ev(i, h, "start", "A", nodes=["n1"]) for i, h in enumerate((0.5, 0.75, 1, 2))) + \
+        (ev(9, 3, "complete", "A"),)
+    report = make(events=events, nodes=(NodeRecord(N1),))
+    assert rows(report)[("a",)].gpu_hours == pytest.approx(8.0)
+    assert report.notes == ("1 job start(s) came while the job's previous run had no recorded stop: that run is "
+                            "taken to end at the new start",)
+
+
+@pytest.mark.parametrize("events, count", [
+    ((ev(1, 1, "complete", "A"),), 1),  # at since: in the window
+    ((ev(1, 2, "cancel", "C", state="running"),), 1),
+    ((ev(1, 1, "complete", "A"), ev(2, 2, "cancel", "C", state="running"), ev(3, 2.5, "cancel", "Q1", state="queued"),
+      ev(4, 2.6, "cancel", "Q2", state="queued")), 2),  # a queued job's cancel ends no run
+], ids=["complete", "running-cancel", "both-and-queued-cancels"])
+def test_runs_ended_without_their_start_are_counted_in_the_note(events, count):
+    report = make(events=events, nodes=(NodeRecord(N1),))
+    assert report.notes == (f"{count} job run(s) ended in the window without a recorded start (started before the "
+                            "retained audit log): their GPU-hours are counted as idle",)
+
+
+def test_nodes_gone_without_a_termination_are_counted_in_the_notes():
+    """n2 is recorded gone at 3h05m with nothing else known, n1 found lost at 4h: one note each, with its
+    count. A node recorded gone at until went outside [since, until): no note."""
+    lost = NodeRecord(replace(N1, state=NodeState.GONE), gone_recorded_at_utc=T0 + 4 * H)
+    report = make(events=(ev(1, 4, "node_lost", "n1"),), nodes=(lost, NODES[1]))
+    assert report.notes == (
+        "1 node(s) were lost without a notice: each is charged until fleetctl found it gone (an upper bound: "
+        "the cloud does not say when it went)",
+        "1 node(s) went without a recorded termination or notice: each is charged until fleetctl recorded it gone "
+        "(an upper bound)")
+    assert make(until=T0 + 3 * H + timedelta(minutes=5), events=(), nodes=NODES[1:]).notes == ()
+
+
+def test_a_node_without_gpus_is_all_idle_and_noted():
+    """n0 has no GPU ($1/h, launched at T0) and runs a job of no GPU: over 1h-5h, 4 node-hours and $4,
+    all in the idle row; nothing allocated."""
+    n0 = replace(node("n0", of=offer("c4", gpus=0, price=1.0, model=None)), launched_at_utc=T0)
+    cpu_job = {"D": job("D", gpus=0, team="a")}
+    events = (ev(1, 0.5, "start", "D", nodes=["n0"]), ev(2, 3, "complete", "D"))
+    report = build_report(since=T0 + H, until=T0 + 5 * H, by=(GroupKey.gpu_model,), nodes=(NodeRecord(n0),),
+                          events=events, jobs=cpu_job)
+    assert report.total.usd == pytest.approx(4.0) and report.total.gpu_hours == 0
+    assert report.total.allocated_usd == 0 and report.total.allocated_gpu_hours == 0
+    assert rows(report)[("(none)",)].usd == pytest.approx(4.0)
+    assert report.notes == ("1 node(s) have no GPUs: their spend is all in the idle row",)
+
+
+def test_a_node_recorded_holding_more_gpus_than_it_has_is_noted():
+    """B (2 GPUs a worker) recorded with three workers on n2 (4 GPUs): 6 GPUs held, 2 more than it has."""
+    events = (ev(1, 1, "start", "B", nodes=["n2", "n2", "n2"]),)
+    report = make(events=events, nodes=(NodeRecord(N2, gone_recorded_at_utc=T0 + 3 * H),), until=T0 + 3 * H)
+    assert rows(report)[(IDLE,)].gpu_hours == pytest.approx(2 * 4 - 2 * 6)  # 1h-3h: 8 bought, 12 held
+    assert report.notes == ("1 node(s) had jobs recorded holding more GPUs than the node has: their idle rows "
+                            "are negative",)
