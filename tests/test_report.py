@@ -325,3 +325,40 @@ def test_a_node_recorded_holding_more_gpus_than_it_has_is_noted():
     assert rows(report)[(IDLE,)].gpu_hours == pytest.approx(2 * 4 - 2 * 6)  # 1h-3h: 8 bought, 12 held
     assert report.notes == ("1 node(s) had jobs recorded holding more GPUs than the node has: their idle rows "
                             "are negative",)
+
+
+def test_rows_by_gpu_model_and_region():
+    n3 = replace(N1, node_id="n3", offer=offer("h8", gpus=8, price=24.0, model="H100-80GB", region="r2"))
+    r = rows(make(by=(GroupKey.gpu_model, GroupKey.region), events=(), nodes=(NodeRecord(N1), NodeRecord(n3))))
+    assert r[("A100-80GB", "r1")].usd == pytest.approx(4 * 16.0)
+    assert r[("H100-80GB", "r2")].usd == pytest.approx(4 * 24.0)
+
+
+def test_policy_teams_get_their_zero_rows_only_in_a_report_by_team_alone():
+    report = build_report(since=T0 + H, until=T0 + 5 * H, by=(GroupKey.provider, GroupKey.team), nodes=NODES,
+                          events=EVENTS, jobs=JOBS, teams=("z",))
+    assert all(len(row.key) == 2 for row in report.rows) and not any("z" in row.key for row in report.rows)
+
+
+def test_the_caveat_on_pruned_history_is_dated_by_the_oldest_node_live_at_since():
+    """n1 was launched at T0 - 5h, n3 at T0 (both live at since, T0 + 1h); the audit log begins at T0 - 3h:
+    a run on n1 may have started before it, unseen. Not so when the prunes kept every open run's start."""
+    old = NodeRecord(replace(N1, launched_at_utc=T0 - 5 * H))
+    n3 = NodeRecord(replace(N1, node_id="n3"))
+    report = make(events=(), nodes=(old, n3), covered_from=T0 - 3 * H)
+    assert len(report.notes) == 1
+    assert report.notes[0].startswith("nodes live at the window's start were launched before 2026-11-02T06:00:00Z")
+    assert make(events=(), nodes=(old, n3), covered_from=T0 - 3 * H, open_runs_kept=True).notes == ()
+    assert make(events=(), nodes=(n3,), covered_from=T0 - 3 * H).notes == ()  # n3 was launched after it
+
+
+def test_recorded_reclaim_notices_end_their_node_at_the_deadline():
+    """n1 ($16/h) with a notice whose deadline is 2h: 1h-2h of the window, $16."""
+    notice = InterruptionEvent("w", "aws", "n1", InterruptionKind.RECLAIM_WARNING, T0 + 1.9 * H, T0 + 2 * H)
+    assert make(events=(), nodes=(NodeRecord(N1),), notices=(notice,)).total.usd == pytest.approx(16.0)
+
+
+def test_a_nodes_end_is_read_from_its_own_entries_and_a_rebalance_entry_takes_nothing():
+    assert node_end(NodeRecord(N1), (ev(1, 2, "terminate", "n2"),), ()) == (None, "")
+    rebalance = ev(1, 2, "interruption", "n1", notice=InterruptionKind.REBALANCE.value, deadline_utc=None)
+    assert node_end(NodeRecord(N1), (rebalance,), ()) == (None, "")
