@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetctl.model import Market as OfferMarket
 from fleetctl.sim.backtest import (
     METRIC_KEYS,
     exclusions,
@@ -18,9 +19,10 @@ from fleetctl.sim.backtest import (
     result_document,
     run_backtest,
 )
+from fleetctl.sim.market import Market, MarketTrace
 from fleetctl.sim.traces import write_job_trace
-from tests.builders import T0
-from tests.sim.sim_fixtures import jobs, market, sim_policy
+from tests.builders import T0, job, offer
+from tests.sim.sim_fixtures import GAP, jobs, market, sim_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("fleetctl", "on-demand", "spot-greedy", "skypilot-failover")
@@ -237,8 +239,6 @@ def test_cli_names_compare_for_an_unknown_baseline(tmp_path):
 def test_lower_bound_prices_spot_only_when_it_could_be_bought():
     """A spot price is in the bound only at ticks with capacity: the price at tick 0 (``offer_spot``'s)
     counts only if tick 0 had capacity, as for every other tick."""
-    from fleetctl.sim.market import Market, MarketTrace
-
     base = market({"z1": (0,) + (1,) * 35}).traces[0]
     # cheap (0.5) only at tick 0, when nothing can be bought; 2.0 whenever there is capacity
     trace = replace(base, offer_spot=replace(base.offer_spot, usd_per_hour=0.5), prices=(0.5,) + (2.0,) * 35)
@@ -248,6 +248,8 @@ def test_lower_bound_prices_spot_only_when_it_could_be_bought():
     # with capacity at tick 0, its price counts
     open_at_0 = replace(trace, capacity=(1,) * 36)
     assert lower_bound_cost(js, Market((open_at_0,), T0), sim_policy()) == pytest.approx(hours * 0.5)
+    # spot never has capacity (one price for the whole trace): on-demand, 3.0 per GPU-hour
+    assert lower_bound_cost(js, market({"z1": (0,) * 36}), sim_policy()) == pytest.approx(hours * 3.0)
 
 
 @pytest.mark.parametrize("spot_eligible, by_class, per_gpu_hour", [
@@ -275,3 +277,34 @@ def test_cli_restart_overhead_costs_every_policy_more(tmp_path):
         costs.append({name: p["cost_usd"] for name, p in json.loads(out.stdout)["policies"].items()})
     assert costs[0].keys() == costs[1].keys() == {"fleetctl", "on-demand"}
     assert all(costs[1][name] > costs[0][name] for name in costs[0])
+
+
+def _with_a_four_gpu_type() -> Market:
+    """The fixture's three zones of g1 (1 V100-16GB, 12 vCPUs, 128 GiB; spot from 1.0 per GPU-hour, on-demand
+    3.0) and g4 (4 A100-80GB, 48 vCPUs, 512 GiB; spot 8.0 an hour, 2.0 per GPU-hour), always available."""
+    g4 = offer("g4", gpus=4, price=8.0, zone="z1", model="A100-80GB", gpu_memory_gib=80.0)
+    four = MarketTrace(g4, replace(g4, market=OfferMarket.ON_DEMAND, usd_per_hour=16.0), T0, GAP, (1,) * 36)
+    return Market(market().traces + (four,), T0)
+
+
+def _job(gpu_memory_gib: float = 0.0, **kw):
+    """A 1-hour job (1 GPU, 4 vCPUs, 16 GiB a worker unless told)."""
+    return replace(job("j", duration_hours=1.0, **kw), gpu_memory_gib_per_gpu=gpu_memory_gib)
+
+
+@pytest.mark.parametrize("the_job, usd", [
+    (_job(vcpus=12, memory_gib=128, gpu_memory_gib=16.0), 1.0),  # fills g1 to the edge: 1 x 1.0
+    (_job(gpus=2), 2 * 2.0),  # 2 GPUs a worker: only g4 holds it, 2 GPUs x 2.0
+    (_job(gpus=1, models=("A100-80GB",)), 2.0),  # only on an A100: g4's 2.0 per GPU-hour
+    (_job(gpu_memory_gib=32.0), 2.0),  # a GPU of 32 GiB or more: g4
+    (_job(workers=2), 2 * 1.0),  # 2 workers x 1 GPU on g1
+    (_job(gpus=8), 0.0),  # no instance type holds a worker: adds nothing
+], ids=["fills-g1", "two-gpus-a-worker", "a100-only", "gpu-memory", "two-workers", "held-by-none"])
+def test_lower_bound_prices_each_job_on_the_cheapest_instance_type_that_holds_a_worker(the_job, usd):
+    assert lower_bound_cost([the_job], _with_a_four_gpu_type(), sim_policy()) == pytest.approx(usd)
+
+
+def test_the_policys_providers_bound_the_offers_priced():
+    pol = sim_policy(providers=("gcp",))
+    assert lower_bound_cost(jobs(2), market(), pol) == 0.0
+    assert any("provider aws is not in the policy's providers (gcp)" in line for line in exclusions(market(), pol))
