@@ -15,11 +15,14 @@ from fleetctl.sim.backtest import (
     METRIC_KEYS,
     exclusions,
     lower_bound_cost,
+    metrics,
     parse_compare,
+    percentile,
     result_document,
     run_backtest,
 )
 from fleetctl.sim.market import Market, MarketTrace
+from fleetctl.sim.simulator import SimResult
 from fleetctl.sim.traces import write_job_trace
 from tests.builders import T0, job, offer
 from tests.sim.sim_fixtures import GAP, jobs, market, sim_policy
@@ -308,3 +311,28 @@ def test_the_policys_providers_bound_the_offers_priced():
     pol = sim_policy(providers=("gcp",))
     assert lower_bound_cost(jobs(2), market(), pol) == 0.0
     assert any("provider aws is not in the policy's providers (gcp)" in line for line in exclusions(market(), pol))
+
+
+def test_percentile_interpolates_linearly_between_the_sorted_values():
+    # sorted 1, 2, 3, 4: the 50th sits at position 3 x 0.5 = 1.5, halfway between 2 and 3
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == pytest.approx(2.5)
+    # 0, 10: the 95th at position 0.95, 0 + (10 - 0) x 0.95
+    assert percentile([10.0, 0.0], 95) == pytest.approx(9.5)
+    # sorted 0, 1, 2, 3, 4: the 95th at position 4 x 0.95 = 3.8, 3 + (4 - 3) x 0.8
+    assert percentile([4.0, 0.0, 1.0, 2.0, 3.0], 95) == pytest.approx(3.8)
+    assert percentile([7.0, 5.0, 6.0], 50) == 6.0  # on a value: no interpolation
+    assert percentile([5.0], 95) == 5.0
+    assert percentile([], 50) == 0.0
+
+
+def test_the_summary_reads_each_number_from_its_own_field():
+    """A result whose every field has its own value: each lands under its own key, rounded to 6 decimals.
+    Waits sorted are 0, 1, 2, 3, 4: p50 at position 2 (2.0), p95 at 3.8 (3 + 0.8 x (4 - 3))."""
+    r = SimResult(cost_usd=12.3456789, useful_gpu_hours=2.5, lost_gpu_hours=3.5, gpu_hours_run=6.0,
+                  held_gpu_hours=8.0, gpu_utilization=0.4375, wait_hours=(4.0, 0.0, 1.0, 2.0, 3.0),
+                  deadline_misses=7, jobs_total=8, jobs_completed=5, jobs_lost=1, interruptions=11, migrations=12,
+                  ticks=100, ice_retries=3, end_utc=T0)
+    assert metrics(r) == {"cost_usd": 12.345679, "useful_gpu_hours": 2.5, "lost_gpu_hours": 3.5,
+                          "gpu_utilization": 0.4375, "wait_p50_hours": 2.0, "wait_p95_hours": 3.8,
+                          "deadline_misses": 7, "jobs_total": 8, "jobs_completed": 5, "jobs_lost": 1,
+                          "interruptions": 11, "migrations": 12}
