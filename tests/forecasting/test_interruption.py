@@ -447,3 +447,42 @@ def test_window_extremes_are_those_of_the_values_in_the_window(which):
         hi = np.concatenate([hi, [n - 1, n - 1, 0]])
         want = [values[a:b + 1].min() if which == "min" else values[a:b + 1].max() for a, b in zip(lo, hi)]
         assert np.array_equal(_window_extreme(values, lo, hi, which), want)
+
+
+def _one_trace(capacity: tuple[int, ...], gap: float) -> Market:
+    return Market((MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, gap, capacity),), T0)
+
+
+def test_label_edges_first_tick_a_rise_at_t_the_last_tick_and_a_loss_past_the_end():
+    """10-minute ticks, a 1-hour horizon (6 ticks); 14 ticks: 5, 4, 4, 6 x 10, 2."""
+    s = build_samples(_one_trace((5, 4, 4) + (6,) * 10 + (2,), 600.0), H)
+    y = dict(zip(s.times // 600, s.y))
+    assert y[0] == 1  # from tick 0's 5 down to 4 at tick 1
+    assert y[3] == 0  # at 6 after a rise from 4: never below 6 in ticks 4-9
+    assert y[7] == 1  # the drop to 2 is at tick 13, the trace's last, exactly t + 1 h
+    assert y[8] == -1  # the horizon reaches past the end: censored, though the drop at tick 13 is inside it
+
+
+def test_recent_rate_is_losses_in_the_last_24_hours_per_available_hour():
+    """Hourly ticks, 30 of them: down at ticks 1, 4, 26 and 29 (a loss at 1 h, 4 h, 26 h and 29 h), up
+    otherwise. Over a 2-hour horizon the probability is 1 - exp(-2 x rate):
+    at 2.5 h, 1 loss over 1.5 available hours (ticks 0 and 2, half of tick 2): rate 1 / 1.5;
+    at 28 h, the window (4 h, 28 h] leaves out the loss at 4 h, not tick 4 (down): 1 loss (26 h) over
+    24 - 1 (tick 4) - 1 (tick 26) = 22 hours;
+    at 28.5 h, the window is 4.5 h-28.5 h: 1 loss (26 h) over 24 - 0.5 (tick 4) - 1 (tick 26) = 22.5 hours;
+    at 29.5 h, the window 5.5 h-29.5 h holds 2 losses (26 h, 29 h) over 24 - 1 - 0.5 (tick 29) = 22.5 hours."""
+    from forecasting.interruption import MarketIndex
+
+    capacity = (1, 0, 1, 1, 0) + (1,) * 21 + (0, 1, 1, 0)
+    index = MarketIndex(_one_trace(capacity, 3600.0))
+    got = index.recent_rate(np.array([2.5, 28, 28.5, 29.5]) * 3600, 2 * 3600.0)
+    assert got[0] == pytest.approx([1 - np.exp(-2 / 1.5), 1 - np.exp(-2 / 22), 1 - np.exp(-2 / 22.5),
+                                    1 - np.exp(-2 * 2 / 22.5)])
+
+
+def test_split_time_is_the_fraction_of_the_period_strictly_inside_it():
+    m = _one_trace((1,) * 24, 600.0)  # 4 hours
+    assert split_time(m, 0.5) == 2 * 3600.0
+    for fraction in (0.0, 1.0):
+        with pytest.raises(ValueError, match="train fraction must be between 0 and 1"):
+            split_time(m, fraction)
