@@ -486,3 +486,44 @@ def test_split_time_is_the_fraction_of_the_period_strictly_inside_it():
     for fraction in (0.0, 1.0):
         with pytest.raises(ValueError, match="train fraction must be between 0 and 1"):
             split_time(m, fraction)
+
+
+def test_scores_auc_and_brier_hand_computed():
+    from forecasting.interruption import scores
+
+    # AUC: positives 0.4 and 0.8 against negatives 0.1 and 0.6 win 3 of 4 pairs;
+    # Brier: (0.1^2 + 0.6^2 + 0.6^2 + 0.2^2) / 4 = 0.77 / 4
+    assert scores(np.array([0, 0, 1, 1]), np.array([0.1, 0.6, 0.4, 0.8])) == {"auc": 0.75, "brier": 0.1925}
+    # one positive (0.4) wins 2 of 3 pairs; Brier (0.01 + 0.25 + 0.09 + 0.36) / 4
+    assert scores(np.array([0, 0, 0, 1]), np.array([0.1, 0.5, 0.3, 0.4])) == {"auc": 0.666667, "brier": 0.1775}
+    # one class: no AUC, and scikit-learn is not asked for one (it warns)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        no_loss = scores(np.array([0, 0, 0]), np.array([0.1, 0.2, 0.3]))
+        all_lost = scores(np.array([1, 1]), np.array([0.2, 0.9]))
+    assert np.isnan(no_loss["auc"]) and no_loss["brier"] == pytest.approx((0.01 + 0.04 + 0.09) / 3, abs=1e-6)
+    assert np.isnan(all_lost["auc"]) and all_lost["brier"] == pytest.approx((0.64 + 0.01) / 2)
+
+
+def test_evaluate_counts_the_samples_after_the_split_and_scores_both_baselines():
+    """4 hours of 10-minute ticks, split at 2 h (tick 12): up except tick 14 (a loss at 8400 s). The samples
+    are ticks 12, 13 (positive: the loss is within the hour), 15, 16, 17 (negative), not 14 (no capacity)
+    nor 18 on (the hour reaches the end). The model (a classifier fitted on 0, 1) says 0.5 everywhere.
+    recent_rate: 0 before the loss; then 1 loss over the available hours since the start:
+    8400 s at tick 15, 9000 s at 16, 9600 s at 17 (1 - exp(-3600 / those))."""
+    from sklearn.dummy import DummyClassifier
+
+    m = _one_trace((1,) * 14 + (0,) + (1,) * 9, 600.0)
+    model = InterruptionModel(DummyClassifier(strategy="prior").fit([[0], [0]], [0, 1]), 60,
+                              {"train_fraction": 0.5, "base_rate": 0.25})
+    r = evaluate(model, [m])
+    assert (r["samples"], r["positives"]) == (5, 2)
+    assert r["auc"] == 0.5 and r["brier"] == 0.25  # (2 x 0.5^2 + 3 x 0.5^2) / 5
+    assert r["baselines"]["base_rate"] == {"auc": 0.5, "brier": 0.2625}  # (2 x 0.75^2 + 3 x 0.25^2) / 5
+    # recent: 0, 0, 0.348561, 0.329680, 0.312711: both positives below every negative (AUC 0);
+    # Brier (1 + 1 + 0.348561^2 + 0.329680^2 + 0.312711^2) / 5
+    assert r["baselines"]["recent_rate"] == {"auc": 0.0, "brier": 0.465594}
+    with pytest.raises(ValueError, match="no evaluation samples"):
+        evaluate(model, [_one_trace((1,) * 6, 600.0)])  # 1 hour: no sample's hour ends inside it
