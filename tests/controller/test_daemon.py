@@ -1144,11 +1144,19 @@ def test_cli_daemon_serves_the_probes_with_the_limits_it_is_given(tmp_path):
         assert wait_for(lambda: answers(200), timeout=60), (
             proc.stderr.read() if proc.poll() is not None else seen)
         locker.execute("BEGIN EXCLUSIVE")
-        assert wait_for(lambda: answers(503, failed="failed"), timeout=90), seen
-        assert re.fullmatch(r"no reconcile pass has ended for \d+ s \(limit 3 s; a tick started \d+ s ago is still "
-                            r"running\)\n", seen["live"][1]), seen
-        assert re.fullmatch(r"no reconcile pass has succeeded for \d+ s \(limit 4 s; the last (pass|\d+ passes) "
-                            r"failed; a tick started \d+ s ago is still running\)\n", seen["ready"][1]), seen
+        live = re.compile(r"no reconcile pass has ended for \d+ s \(limit 3 s; a tick started \d+ s ago is still "
+                          r"running\)\n")
+        ready = re.compile(r"no reconcile pass has succeeded for \d+ s \(limit 4 s; the last (pass|\d+ passes) "
+                           r"failed; a tick started \d+ s ago is still running\)\n")
+
+        # The two probes are two requests: a failed pass may end between them, and
+        # until the next starts (0.5 s later) /readyz rightly says no tick is running.
+        # So wait for one pair of answers taken while a tick was running.
+        def both_say_a_failing_tick_is_running() -> bool:
+            return (answers(503, failed="failed") and live.fullmatch(seen["live"][1]) is not None
+                    and ready.fullmatch(seen["ready"][1]) is not None)
+
+        assert wait_for(both_say_a_failing_tick_is_running, timeout=90), seen
         locker.execute("ROLLBACK")
         assert wait_for(lambda: answers(200), timeout=60), seen
         assert "fleetctl_last_successful_tick_timestamp_seconds" in scrape(port)
