@@ -378,8 +378,10 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def read_token_file(option: str, path: Path, logger: str) -> str:
     """The notice endpoint's bearer token from ``path`` (``--token-file``,
     ``--notice-token-file``): its text without the whitespace around it,
-    checked by ``fleetctl.nodewatch.token_problem``; exits with the reason if
-    it cannot be read or cannot be a token. Warns (on ``logger``) when others may read it."""
+    checked by ``fleetctl.nodewatch.token_problem``; exits 2 with the reason if
+    it cannot be read or cannot be a token (a value given on the command line
+    is unusable, as for ``FLEETCTL_NOTICE_TOKEN``; node-watch keeps 1 for a
+    notice it could not deliver). Warns (on ``logger``) when others may read it."""
     import logging
 
     from fleetctl.nodewatch import token_problem
@@ -387,17 +389,17 @@ def read_token_file(option: str, path: Path, logger: str) -> str:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        fail(f"{option} {path}: {exc.strerror or exc}")
+        fail(f"{option} {path}: {exc.strerror or exc}", 2)
     try:
         token = raw.decode("utf-8").strip()
     except UnicodeDecodeError as exc:
         fail(f"{option} {path} is not text: byte {raw[exc.start]:#04x} at offset {exc.start} is not UTF-8; "
-             "a token is one line of printable ASCII")
+             "a token is one line of printable ASCII", 2)
     if not token:
-        fail(f"{option} {path} is empty")
+        fail(f"{option} {path} is empty", 2)
     problem = token_problem(token)
     if problem:
-        fail(f"{option} {path}: {problem}")
+        fail(f"{option} {path}: {problem}", 2)
     if os.name == "posix" and path.stat().st_mode & 0o077:
         logging.getLogger(logger).warning("%s is readable by other users; chmod 600 it", path)
     return token

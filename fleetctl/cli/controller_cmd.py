@@ -380,7 +380,7 @@ def _check_notice_options(addr: str, path: Path | None) -> str | None:
             "on a private network or behind a TLS proxy", addr)
     if token is None and not is_loopback(host):
         fail(f"refusing to serve notices on {addr} without a token: pass --notice-token-file FILE or set "
-             "FLEETCTL_NOTICE_TOKEN (a tokenless endpoint is allowed on a loopback address only)")
+             "FLEETCTL_NOTICE_TOKEN (a tokenless endpoint is allowed on a loopback address only)", 2)
     return token
 
 

@@ -69,7 +69,8 @@ def node_watch(
     Azure: Scheduled Events Preempt, approved only once the controller has drained the node
     (checkpointed and requeued its jobs), so approving early never cuts
     a checkpoint short (Azure evicts at NotBefore without it).
-    Exits 1 with the reason when a notice cannot be delivered within --max-attempts."""
+    Exits 1 with the reason when a notice cannot be delivered within --max-attempts;
+    2 for an unusable option (a --token-file that cannot be read or holds no token)."""
     from fleetctl.nodewatch import (
         MAX_NODE_ID,
         Backoff,

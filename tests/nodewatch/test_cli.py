@@ -112,7 +112,8 @@ def test_node_watch_start_errors(setup, words, tmp_path, token_file):
     with FakeImds("i-0f00") as imds:  # an AWS metadata service, asked as if it were GCE
         result = node_watch("--controller", "http://127.0.0.1:9", "--token-file", str(path), "--cloud", "gcp",
                             "--metadata-url", imds.url, "--once")
-    assert result.exit_code == 1
+    # a token file it cannot use is a usage error (2), told apart from the environment's (1)
+    assert result.exit_code == (1 if setup == "wrong-cloud" else 2)
     assert words in result.output
 
 
@@ -120,7 +121,7 @@ def test_daemon_refuses_a_node_facing_endpoint_without_a_token(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FLEETCTL_NOTICE_TOKEN", raising=False)
     result = runner.invoke(app, ["daemon", "--notice-addr", "0.0.0.0:9109"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as the token variable's below
     assert "refusing to serve notices on 0.0.0.0:9109 without a token" in result.output
     assert not (tmp_path / ".fleetctl").exists()  # refused before anything was opened
 
@@ -372,7 +373,7 @@ def test_a_token_that_cannot_travel_in_a_header_is_refused_at_startup(command, c
         option = "--notice-token-file"
         args = ["daemon", path]
     code, output = refusal(args, capsys)
-    assert code == 1, output
+    assert code == 2, output  # as FLEETCTL_NOTICE_TOKEN's refusal below
     assert f"{option} {path}" in output and words in output
 
 
