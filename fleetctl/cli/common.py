@@ -128,8 +128,11 @@ def cloud_names(cloud: str) -> list[str]:
     return names
 
 
-def _check_cloud(value: str) -> str:
-    cloud_names(value)  # before any store is opened or created
+def _check_cloud(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    try:
+        cloud_names(value)  # before any store is opened or created
+    except typer.BadParameter as exc:  # click names the option and its variable: a bad FLEETCTL_CLOUD read as --cloud
+        raise typer.BadParameter(exc.message, ctx=ctx, param=param) from None
     return value
 
 
@@ -467,26 +470,29 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
     command that only reads opens it so, and can then read a store where this
     user may not write (``Store``)."""
     url = option or default_url()
+    # errors name where the URL came from: a bad FLEETCTL_STATE in a unit file was reported as --state
+    label = "--state" if option else "FLEETCTL_STATE" if os.environ.get("FLEETCTL_STATE") else "--state"
     if "://" not in url and not url.startswith("sqlite:"):
         from fleetctl.model import JobState
 
         if url in {s.value for s in JobState}:
             hint = f"; to list the jobs in state {url}, use `fleetctl jobs list --only {url}`"
         elif url.endswith(".db"):  # the path of a SQLite file ('~/state.db' as quoted: ~ unexpanded)
-            hint = f"; for the SQLite file {url}: --state sqlite:///{Path(os.path.expanduser(url)).absolute()}"
+            hint = (f"; for the SQLite file {url}: {label}{' ' if label == '--state' else '='}"
+                    f"sqlite:///{Path(os.path.expanduser(url)).absolute()}")
         else:
             hint = ""
-        fail(f"--state {url!r} is not a state store URL (sqlite:///path/state.db, or "
-             f"postgresql+psycopg://user@host/db): --state names where fleetctl keeps its state{hint}", 2)
+        fail(f"{label} {url!r} is not a state store URL (sqlite:///path/state.db, or "
+             f"postgresql+psycopg://user@host/db): {label} names where fleetctl keeps its state{hint}", 2)
     scheme = _unknown_scheme(url)
     if scheme is not None:
         from fleetctl.store import safe_url
 
-        fail(f"--state {safe_url(url)!r}: {scheme!r} is not a database fleetctl knows (sqlite:///path/state.db, or "
+        fail(f"{label} {safe_url(url)!r}: {scheme!r} is not a database fleetctl knows (sqlite:///path/state.db, or "
              "postgresql+psycopg://user@host/db)", 2)
     is_sqlite, database = _sqlite_database(url)
     if is_sqlite and database in (None, "", ":memory:"):
-        fail(f"--state {url!r} is an in-memory SQLite database: nothing would be kept after this command; give a "
+        fail(f"{label} {url!r} is an in-memory SQLite database: nothing would be kept after this command; give a "
              "file (sqlite:///path/state.db) or a server URL", 2)
     explicit = option is not None or bool(os.environ.get("FLEETCTL_STATE"))
     if is_sqlite and explicit and not Path(database).parent.is_dir():  # type: ignore[arg-type]
@@ -494,13 +500,13 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
         if database.startswith("~"):  # type: ignore[union-attr]
             full = os.path.expanduser(database)  # unchanged where there is no such home (Path's raised)
             example = f": sqlite:///{Path(full).absolute()}" if full != database else ""
-            fail(f"--state {url!r}: a URL's path is taken as written, ~ is not expanded there (nothing was "
+            fail(f"{label} {url!r}: a URL's path is taken as written, ~ is not expanded there (nothing was "
                  f"created); give the full path{example}", 2)
-        fail(f"--state {url!r}: the directory {Path(database).parent} does not exist (a typo?); nothing was "  # type: ignore[arg-type]
+        fail(f"{label} {url!r}: the directory {Path(database).parent} does not exist (a typo?); nothing was "  # type: ignore[arg-type]
              "created. Create it first to start a new store there", 2)
     # SQLite itself says only "unable to open database file" there
     if is_sqlite and Path(database).is_dir():  # type: ignore[arg-type]
-        fail(f"--state {url!r}: {database} is a directory; give the path of the SQLite file, e.g. "
+        fail(f"{label} {url!r}: {database} is a directory; give the path of the SQLite file, e.g. "
              f"sqlite:///{Path(database, 'state.db').absolute()}", 2)  # type: ignore[arg-type]
     if must_exist and is_sqlite and not Path(database).exists():  # type: ignore[arg-type]
         where = ("--state" if option is not None else "FLEETCTL_STATE" if os.environ.get("FLEETCTL_STATE")

@@ -165,11 +165,16 @@ def prune(
                       f"{deleted_text(finished, PRUNED_FINISHED)}", markup=False)
 
 
-def _given(ctx: typer.Context, name: str) -> bool:
-    """Whether option ``name`` was given on the command line or by its environment variable (compared by
-    name: typer's ParameterSource is not click's enum)."""
+def _source(ctx: typer.Context, name: str) -> str | None:
+    """Where option ``name``'s value came from: "COMMANDLINE", "ENVIRONMENT", "DEFAULT", ... (by name:
+    typer's ParameterSource is not click's enum)."""
     source = ctx.get_parameter_source(name)
-    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+    return None if source is None else source.name
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line or by its environment variable."""
+    return _source(ctx, name) in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def daemon(
@@ -287,7 +292,8 @@ def daemon(
         if limit <= interval:  # the defaults are longer: only a given limit can be this short
             fail(f"{option} {limit:g} is not more than --interval {interval:g}: a reconcile pass ends once an "
                  "interval at best, so the probe would fail between two passes", 2)
-    notice_token = _check_notice_options(notice_addr, notice_token_file) if notice_addr else None
+    notice_option = "FLEETCTL_NOTICE_ADDR" if _source(ctx, "notice_addr") == "ENVIRONMENT" else "--notice-addr"
+    notice_token = _check_notice_options(notice_addr, notice_token_file, notice_option) if notice_addr else None
     read, policy_file = read_policy_file_or_exit(policy)
     pol = read.policy
     forecaster = load_forecaster_or_exit(forecast_dir, allow_version_mismatch)
@@ -353,14 +359,15 @@ def _zero_or_at_least_one(unit: str, zero_means: str) -> Callable[[float], float
     return check
 
 
-def _check_notice_options(addr: str, path: Path | None) -> str | None:
+def _check_notice_options(addr: str, path: Path | None, option: str = "--notice-addr") -> str | None:
     """The endpoint's bearer token (from ``path``, else ``$FLEETCTL_NOTICE_TOKEN``, else none),
-    checked before anything starts: no token is allowed on a loopback address only."""
+    checked before anything starts: no token is allowed on a loopback address only. ``option``:
+    where ``addr`` came from, as errors name it."""
     from fleetctl.controller.notices import is_loopback, split_addr
     from fleetctl.nodewatch import token_problem
 
     try:
-        host, _ = split_addr(addr)
+        host, _ = split_addr(addr, option)
     except ValueError as exc:
         fail(str(exc), 2)
     if path is None:
