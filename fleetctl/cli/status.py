@@ -41,8 +41,8 @@ def status(state: StateOption = None, seed: SeedOption = 0, cloud: CloudOption =
                **one_of(TableFormat))] = TableFormat.table,
            ) -> None:
     """Show nodes (with the jobs on them), job counts by state, and current USD/hour.
-    With --cloud aws, the nodes come from EC2 (the policy names the cluster). On the
-    sandbox the policy is not needed, and read (and checked) only when --policy or
+    With --cloud aws, gcp or azure, the nodes come from those clouds (the policy names the
+    cluster). On the sandbox the policy is not needed, and read (and checked) only when --policy or
     $FLEETCTL_POLICY names one."""
     named = policy is not None or bool(os.environ.get("FLEETCTL_POLICY"))
     pol = load_policy_or_exit(policy)[0] if cloud != "sim" or named else None
