@@ -365,7 +365,8 @@ def summary_line(diff: PolicyDiff) -> str:
     kinds = Counter(c.kind for c in diff.settings)
     parts = ", ".join(f"{kinds[k]} {word}" for k, word in ((ChangeKind.ADD, "added"), (ChangeKind.REMOVE, "removed"),
                                                           (ChangeKind.CHANGE, "changed")) if kinds[k])
-    settings = f"{counted(len(diff.settings), 'setting')} differ ({parts})" if diff.settings else "no setting differs"
+    verb = "differs" if len(diff.settings) == 1 else "differ"
+    settings = f"{counted(len(diff.settings), 'setting')} {verb} ({parts})" if diff.settings else "no setting differs"
     queue = "" if diff.queue is None else (
         f"; queue $/h {diff.queue.old_usd_per_hour:.2f} -> {diff.queue.new_usd_per_hour:.2f}, "
         f"jobs left queued {len(diff.queue.old_unplaced)} -> {len(diff.queue.new_unplaced)}")

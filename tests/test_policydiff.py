@@ -288,3 +288,11 @@ def test_the_whole_text_of_a_settings_only_change(tmp_path):
 
         Policy diff: 3 settings differ (3 changed); offers admitted 3108 -> 3108 of the catalog's 3108.
         """)
+
+
+def test_one_setting_differs_in_the_singular(tmp_path):
+    """It said "Policy diff: 1 setting differ (1 changed)"."""
+    old = write(tmp_path, "old.yaml", "budget: {max_usd_per_hour: 100}\n")
+    new = write(tmp_path, "new.yaml", "budget: {max_usd_per_hour: 120}\n")
+    assert render_text(diff(old, new)).splitlines()[-1] == \
+        "Policy diff: 1 setting differs (1 changed); offers admitted 3108 -> 3108 of the catalog's 3108."
