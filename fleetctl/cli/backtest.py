@@ -35,8 +35,8 @@ def backtest(
     allow_version_mismatch: AllowMismatchOption = False,
     output_format: Annotated[str, typer.Option("--format", help="table or json.", metavar="<table|json>")] = "table",
     report: Annotated[Optional[Path], typer.Option(
-        "--report", help="Directory to write backtest.png into (cumulative cost and running GPUs over time; "
-                         "needs matplotlib).", show_default=False)] = None,
+        "--report", help="Directory to write backtest.png into (cumulative cost and running GPUs over "
+                         "time).", show_default=False)] = None,
     tick_seconds: Annotated[float, typer.Option("--tick-seconds", help="Simulated seconds between reconcile "
                                                                        "ticks (1 to 86400).")] = 300.0,
     launch_delay_seconds: Annotated[float, typer.Option(

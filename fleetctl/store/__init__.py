@@ -260,7 +260,8 @@ class Store:
     """A handle on the state store. Cheap to create; close() when done."""
 
     def __init__(self, url: str, *, read_only: bool = False) -> None:
-        """``read_only``: for commands that only read (``status``, ``jobs list``);
+        """``read_only``: for commands that only read (``status``, ``jobs list``,
+        ``events``, ``report``);
         a SQLite file is opened so that nothing can be written to it, and it can
         be read where this user may not write (``_connect_read_only``). Its
         schema must be current then: an upgrade would write."""
