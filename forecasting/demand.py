@@ -219,7 +219,10 @@ def build_samples(series: DemandSeries, horizon_minutes: int, *, since_s: float 
     if until_s is not None:
         hi = min(hi, until_s - h)
     first = math.ceil(lo / GRID_SECONDS) * GRID_SECONDS
-    origins = np.arange(first, hi + 1e-9, GRID_SECONDS) if hi >= first else np.zeros(0)
+    # Counted, not np.arange(first, hi + 1e-9): at 1.6e9 seconds the 1e-9 is lost to rounding, and the origin
+    # whose target is exactly the end (or until) was dropped.
+    count = math.floor((hi - first) / GRID_SECONDS) + 1 if hi >= first else 0
+    origins = first + GRID_SECONDS * np.arange(count, dtype=float)
     X, scale, level = features(series, origins, horizon_minutes)
     return Samples(series, horizon_minutes, origins, X, scale, level, _asof(series, origins + h),
                    _asof(series, origins + h - DAY_SECONDS))

@@ -498,3 +498,31 @@ def test_a_demand_series_time_is_a_job_spec_timestamp(text: str) -> None:
         assert exc.issues[0].field_path == "time_utc", exc
         got = None
     assert got == expected
+
+
+# --------------------------------------------------------------------------- samples, metrics, evaluation by hand
+
+
+def _steps(*points: tuple[float, float]) -> DemandSeries:
+    """A series from (hours after T0, GPUs) points."""
+    return DemandSeries("steps", "V100-32GB", np.array([T0.timestamp() + h * 3600 for h, _ in points]),
+                        np.array([float(g) for _, g in points]))
+
+
+def test_samples_reach_a_target_exactly_at_the_series_end_or_until():
+    """Hour k holds k GPUs, to 26 h (the end). Horizon 1 h with a day of history: origins every 5 minutes
+    from 24 h to 25 h, 13 of them, the last one's target exactly the end; its level 25 and outcome 26, the
+    others' 24 and 25; the seasonal forecast y(t + 1 h - 24 h) is 1, then 2 at 25 h. np.arange(first,
+    hi + 1e-9) dropped that origin: at 1.6e9 seconds 1e-9 is lost to rounding. So did it the origin whose
+    target is exactly until (training's split): with until 25 h 30 the origins run to 24 h 30, 7 of them."""
+    series = _steps(*((k, k) for k in range(27)))
+    s = build_samples(series, 60, full_day=True)
+    assert list((s.origins_s - T0.timestamp()) / 300) == list(range(288, 301))
+    assert list(s.level) == [24.0] * 12 + [25.0]
+    assert list(s.outcome) == [25.0] * 12 + [26.0]
+    assert list(s.seasonal) == [1.0] * 12 + [2.0]
+    until = build_samples(series, 60, until_s=T0.timestamp() + 25.5 * 3600, full_day=True)
+    assert list((until.origins_s - T0.timestamp()) / 300) == list(range(288, 295))
+    # half a second short of 26 h, the origin at 25 h would need a target past the end
+    short = DemandSeries("steps", "V100-32GB", np.append(series.times_s[:-1], series.times_s[-1] - 0.5), series.gpus)
+    assert len(build_samples(short, 60, full_day=True).origins_s) == 12
