@@ -149,6 +149,59 @@ def test_helios_cli_writes_to_stdout(tmp_path):
     assert "wrote stdout" in done.stderr and not (tmp_path / "-").exists()
 
 
+def test_helios_window_counts_and_the_largest_demand_a_row_may_hold():
+    """Five rows at +08:00, one a minute from 08:00 (00:00 UTC); running + pending 8, 6, 14, 10^7 (exactly
+    the most a demand row may hold), 1. The window [00:02, 00:04) keeps the rows at 00:02 (at since) and
+    00:03, not 00:04 (at until). Rows read and the running and pending maxima count every row, in the
+    window or not."""
+    text = HELIOS_HEADER + "".join(f"2020-05-01 08:0{i}:00,64,{r},{p},0\n" for i, (r, p) in enumerate(
+        [(5, 3), (6, 0), (2, 12), (9_999_999, 1), (0, 1)]))
+    window = HeliosOptions(since_utc=T0 + timedelta(minutes=2), until_utc=T0 + timedelta(minutes=4))
+    result = parse_helios_sequence(text, "seq.csv", window)
+    assert [(t, m, g) for t, m, g in result.rows] == [(T0 + timedelta(minutes=2), "V100-32GB", 14),
+                                                      (T0 + timedelta(minutes=3), "V100-32GB", 10_000_000)]
+    assert (result.rows_read, result.kept, result.running_gpus_max, result.pending_gpus_max) == (5, 2, 9_999_999, 12)
+    idle = parse_helios_sequence(HELIOS_HEADER + "2020-05-01 08:00:00,64,0,0,64\n", "seq.csv")
+    assert (idle.rows, idle.rows_read, idle.running_gpus_max, idle.pending_gpus_max) == (
+        ((T0, "V100-32GB", 0),), 1, 0, 0)
+    # a series may span exactly MAX_SERIES_SPAN (366 days), and no more
+    year = parse_helios_sequence(HELIOS_HEADER + "2020-05-01 08:00:00,64,1,0,0\n2021-05-02 08:00:00,64,2,0,0\n")
+    assert [t for t, _, _ in year.rows] == [T0, T0 + timedelta(days=366)]
+
+
+def test_helios_reports_each_bad_row_once_and_goes_on_from_the_last_good_time():
+    """Every issue, exactly: a time equal to the previous one is refused like an earlier one; a row out of
+    order leaves the previous good time in place (line 2's 00:05, so 00:03 on line 4 is refused too); a bad
+    time after a good one is its own issue; a sum above 10^7 is one issue, even for a row a year after the
+    first (the span is measured over the rows written)."""
+    def issues(text: str, options: HeliosOptions = HeliosOptions()) -> list[str]:
+        with pytest.raises(SpecError) as info:
+            parse_helios_sequence(text, "seq.csv", options)
+        return [str(i) for i in info.value.issues]
+
+    rows = ["2020-05-01 08:05:00,64,1,0,5", "2020-05-01 08:00:00,64,1,0,5", "2020-05-01 08:03:00,64,1,0,5",
+            "2020-05-01 08:05:00,64,1,0,5", "yesterday,64,1,0,5"]
+    said = issues(HELIOS_HEADER + "\n".join(rows) + "\n")
+    assert [s.split(": ")[0] for s in said] == ["seq.csv:3:1", "seq.csv:4:1", "seq.csv:5:1", "seq.csv:6:1"]
+    assert all("must be after the previous row's time (line 2)" in s for s in said[:3]), said
+    assert "must be an ISO-8601 time" in said[3]
+    big = issues(HELIOS_HEADER + "2019-05-01 08:00:00,64,1,0,5\n2020-05-03 08:00:00,64,10000000,1,5\n")
+    assert len(big) == 1 and big[0].startswith("seq.csv:3:33: pending_gpu_num: running_gpu_num + pending_gpu_num")
+    # without a time column, the first row past the year 9999 ends the reading: one issue, not one a row
+    late = datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc)
+    past = issues("running_gpu_num,pending_gpu_num\n1,2\n3,4\n5,6\n", HeliosOptions(start_utc=late))
+    assert len(past) == 1 and past[0].startswith("seq.csv:3:1: (root): this row's time (--start + 1 x")
+    assert issues(HELIOS_HEADER + "2020-05-01 08:00:00,64,1,0,5\n", HeliosOptions(start_utc=T0)) == [
+        "seq.csv:1:1: (root): the file has a 'time' column; --start is only for files without one"]
+    # the span is from the first row written, not from the one before: half a year, then a year and a day
+    span = issues(HELIOS_HEADER + "2019-05-01 08:00:00,64,1,0,5\n2019-11-01 08:00:00,64,1,0,5\n"
+                  "2020-05-02 08:00:00,64,1,0,5\n")
+    assert len(span) == 1 and span[0].startswith("seq.csv:4:1: (root): this row's time (2020-05-02T00:00:00Z) is "
+                                                 "367 days, 0:00:00 after the first row's"), span
+    assert issues(HELIOS_HEADER + "2020-05-01 08:00:00,64,1,0,5\n", HeliosOptions(since_utc=T0 + timedelta(1))) == [
+        "seq.csv:1:1: (root): no rows to write inside the window"]
+
+
 # --------------------------------------------------------------------------- demand-series CSV
 
 
@@ -526,3 +579,4 @@ def test_samples_reach_a_target_exactly_at_the_series_end_or_until():
     # half a second short of 26 h, the origin at 25 h would need a target past the end
     short = DemandSeries("steps", "V100-32GB", np.append(series.times_s[:-1], series.times_s[-1] - 0.5), series.gpus)
     assert len(build_samples(short, 60, full_day=True).origins_s) == 12
+
