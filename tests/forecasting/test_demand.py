@@ -580,3 +580,112 @@ def test_samples_reach_a_target_exactly_at_the_series_end_or_until():
     short = DemandSeries("steps", "V100-32GB", np.append(series.times_s[:-1], series.times_s[-1] - 0.5), series.gpus)
     assert len(build_samples(short, 60, full_day=True).origins_s) == 12
 
+
+
+def test_samples_start_on_the_grid_at_or_after_the_first_observation():
+    """3 GPUs from 00:02, 7 from 02:00 (the end): origins from 00:05, the grid point after the start, to
+    01:00, 12 of them (floor would put one at 00:00, before any data). A series on the grid from 00:00 to
+    01:00, exactly one horizon long, has the one origin at its start. Grid samples before the first
+    observation are missing, not the first value: at 00:05 the only known sample is y(00:05) = 3, so
+    the scale is 3, and the day's minimum and maximum are 1 (in units of the scale)."""
+    later = build_samples(_steps((2 / 60, 3), (2, 7)), 60)
+    assert (later.origins_s[0] - T0.timestamp(), len(later.origins_s)) == (300, 12)
+    assert (later.scale[0], later.level[0], later.outcome[0]) == (3.0, 3.0, 3.0)
+    x = later.X[0]
+    assert (x[FEATURES.index("min_24h")], x[FEATURES.index("max_24h")], x[FEATURES.index("mean_1h")]) == (1, 1, 1)
+    assert np.isnan(x[FEATURES.index("change_15m")]) and np.isnan(x[FEATURES.index("seasonal_level")])
+    on_grid = build_samples(_steps((0, 3), (1, 7)), 60)
+    assert list(on_grid.origins_s) == [T0.timestamp()] and (on_grid.level[0], on_grid.outcome[0]) == (3.0, 7.0)
+
+def test_pinball_coverage_and_mae_hand_computed():
+    """y 10 against 8, 10, 13: under by 2, exact, over by 3. As the 90th percentile: 0.9 x 2, 0, 0.1 x 3
+    (mean 0.7; weighted 1, 1, 2: 2.4 / 4); as the median: 0.5 x 2, 0, 0.5 x 3 (2.5 / 3). The scores of a
+    median 9, 10, 10 and that 90th percentile: MAE (1 + 0 + 0) / 3; the exact forecast covers its outcome."""
+    y, pred = np.array([10.0, 10.0, 10.0]), np.array([8.0, 10.0, 13.0])
+    assert demand.pinball(y, pred, 0.9) == pytest.approx(0.7)
+    assert demand.pinball(y, pred, 0.9, weights=np.array([1.0, 1.0, 2.0])) == pytest.approx(0.6)
+    assert demand.pinball(y, pred, 0.5) == pytest.approx(2.5 / 3)
+    assert demand._scores(y, np.array([9.0, 10.0, 10.0]), pred) == {
+        "mae": 0.333333, "pinball_p90": 0.7, "p90_coverage": 0.666667}
+
+
+class _Change:
+    """A regressor that predicts the same change (in units of the scale) everywhere."""
+
+    def __init__(self, change: float) -> None:
+        self.change = change
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.full(len(X), self.change)
+
+
+def _fixed_model(median_change: float, p90_change: float, *, shrink: float = 1.0, offset: float = 0.0,
+                 baselines: tuple[float, float] = (0.0, 0.0)) -> DemandModel:
+    """A 1-hour model whose forecasts are known: ``y(t) + s x shrink x median_change`` and
+    ``y(t) + s x (p90_change + offset)``; the baselines' 90th percentiles add ``s x`` each of ``baselines``."""
+    return DemandModel({"60m_q50": _Change(median_change), "60m_q90": _Change(p90_change)}, (60,),
+                       {"adjustments": {"60m_q50": shrink, "60m_q90": offset},
+                        "baseline_residual_q90": {"60": dict(zip(("last_value", "seasonal_naive"), baselines))}})
+
+
+def test_evaluate_hand_computed_against_both_baselines():
+    """10 GPUs from T0 but 299 in [1 h, 1 h 05); 12 from 24 h 10, 11 from 25 h 05 to the end (26 h).
+    Horizon 1 h from 24 h (since) with the target at most 25 h 05 (until): the origins 24 h and 24 h 05. Each
+    has 289 grid samples over the last day (t - 24 h to t), one of them 299 (at 1 h): the scale is
+    (288 x 10 + 299) / 289 = 11 and the level 10; the outcomes y(25 h) = 12 and y(25 h 05) = 11 (an
+    observation counts from its own time); the seasonal forecasts y(1 h) = 299 and y(1 h 05) = 10.
+    The model's median keeps all of a predicted change of 0.1 (10 + 11 x 0.1 = 11.1), its 90th percentile
+    0 plus an offset of 2/11 (10 + 11 x 2/11 = 12, which covers the outcome 12). The baselines' 90th
+    percentiles add 11 x 0.25 (last value: 12.75) and 11 x 0.5 (seasonal: 304.5, 15.5). A series without a
+    day of history in the window is named, not scored."""
+    series = _steps((0, 10), (1, 299), (1 + 5 / 60, 10), (24 + 10 / 60, 12), (25 + 5 / 60, 11), (26, 11))
+    young = DemandSeries("young", "A100-80GB", series.times_s[3:], series.gpus[3:])  # from 24 h 10
+    model = _fixed_model(0.1, 0.0, offset=2 / 11, baselines=(0.25, 0.5))
+    r = evaluate(model, [young, series], 60, since_utc=T0 + timedelta(hours=24),
+                 until_utc=T0 + timedelta(hours=25, minutes=5))
+    assert r["samples"] == 2 and r["_skipped"] == ["young[A100-80GB]"]
+    # |12 - 11.1| + |11 - 11.1| = 1.0; pinball of 12: (0 + 0.1 x 1) / 2; both outcomes at most 12
+    assert (r["mae"], r["pinball_p90"], r["p90_coverage"]) == (0.5, 0.05, 1.0)
+    assert r["baselines"] == {
+        "last_value": {"mae": 1.5, "pinball_p90": 0.125},  # (2 + 1) / 2; (0.1 x 0.75 + 0.1 x 1.75) / 2
+        "seasonal_naive": {"mae": 144.0, "pinball_p90": 14.85},  # (287 + 1) / 2; (0.1 x 292.5 + 0.1 x 4.5) / 2
+    }
+    [(name, target_s, outcome, p50, p90, last)] = r["_curves"]
+    assert name == "steps[V100-32GB]" and list(target_s - T0.timestamp()) == [25 * 3600, 25 * 3600 + 300]
+    assert list(outcome) == [12, 11] and list(p50) == pytest.approx([11.1, 11.1])
+    assert list(p90) == [12, 12] and list(last) == [10, 10]
+    # the whole series from 24 h: 13 origins, to the target at its end (26 h)
+    assert evaluate(model, [series], 60)["samples"] == 13
+    with pytest.raises(ValueError, match=r"the model has no 15-minute horizon \(it has 60 minutes\)"):
+        evaluate(model, [series], 15)
+
+
+def test_quantiles_floor_the_median_at_0_and_the_90th_percentile_at_the_median():
+    """Level 10, scale 4: a median change of -1 keeps half (shrink 0.5): 10 - 2 = 8; of -3: 10 - 6 = 4, and
+    of -6 with all kept, 10 - 24, at least 0. The 90th percentile 10 + 4 x (0.5 + 0.25) = 13; a change of
+    -2 (10 - 7 = 3) is raised to the median it falls below."""
+    X, scale, level = np.zeros((1, len(FEATURES))), np.array([4.0]), np.array([10.0])
+    def p50_p90(model: DemandModel) -> tuple[float, float]:
+        p50, p90 = model.quantiles(X, scale, level, 60)
+        return float(p50[0]), float(p90[0])
+
+    assert p50_p90(_fixed_model(-1, 0.5, shrink=0.5, offset=0.25)) == (8.0, 13.0)
+    assert p50_p90(_fixed_model(-3, -2, shrink=0.5, offset=0.25)) == (4.0, 4.0)
+    assert p50_p90(_fixed_model(-6, -2, offset=0.25)) == (0.0, 3.0)
+    with pytest.raises(ValueError, match="no 360-minute horizon"):
+        _fixed_model(0, 0).quantiles(X, scale, level, 360)
+
+
+@USES_MODEL
+def test_the_baselines_90th_percentiles_are_those_of_their_relative_errors_on_the_training_origins(model):
+    """The definition (module docstring, "Baselines") restated on the training origins of the fixture's two
+    series (hundreds of origins: too many to compute by hand): the 90th percentile of (y(t + h) - y(t)) / s,
+    and of (y(t + h) - y(t + h - 24 h)) / s where yesterday is known (not the first day)."""
+    parts = [build_samples(s, 60) for s in (synthetic(days=3, seed=1), synthetic(days=3, seed=2, size=16))]
+    last_value = np.concatenate([(p.outcome - p.level) / p.scale for p in parts])
+    seasonal = np.concatenate([(p.outcome - p.seasonal) / p.scale for p in parts])
+    assert np.isnan(seasonal).sum() == 2 * (24 * 12 - 12)  # origins before 23 h have no yesterday
+    assert model.metadata["baseline_residual_q90"]["60"] == pytest.approx(
+        {"last_value": np.quantile(last_value, 0.9), "seasonal_naive": np.nanquantile(seasonal, 0.9)})
+    assert model.metadata["baseline_residual_q90"]["60"]["seasonal_naive"] > 0.1  # not the no-yesterday 0.0
+    assert model.metadata["samples"]["60"] == len(last_value)
