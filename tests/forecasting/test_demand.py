@@ -202,6 +202,27 @@ def test_helios_reports_each_bad_row_once_and_goes_on_from_the_last_good_time():
         "seq.csv:1:1: (root): no rows to write inside the window"]
 
 
+
+def test_helios_cli_window_summary_and_its_refusals(tmp_path):
+    """--since alone keeps the rows from it: 1 of the 2 rows read, 6 GPUs (running 6, pending 0); the summary
+    says so. A window that ends where it starts, or a time that is not one, is refused (exit code 2)."""
+    good, out = tmp_path / "good.csv", tmp_path / "demand.csv"
+    good.write_text(HELIOS_HEADER + "2020-05-01 08:00:00,64,5,3,0\n2020-05-01 08:01:00,64,6,0,0\n")
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(out),
+                                 "--since", "2020-05-01T00:01:00Z"])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == "time_utc,gpu_model,gpus\n2020-05-01T00:01:00Z,V100-32GB,6\n"
+    assert ("good.csv: 2 rows -> 1 demand rows of V100-32GB, 2020-05-01T00:01:00Z .. 2020-05-01T00:01:00Z; "
+            "GPUs demanded: mean 6.0, max 6") in " ".join(result.output.split())
+    for args, said in ((["--since", "2020-05-01T00:01:00Z", "--until", "2020-05-01T00:01:00Z"],
+                        "--until (2020-05-01T00:01:00Z) must be after --since (2020-05-01T00:01:00Z): the window is "
+                        "empty"),
+                       (["--until", "soon"], "--until: "), (["--start", "soon"], "--start: ")):
+        result = runner.invoke(app, ["trace", "import", "helios-sequence", str(good), "-o", str(tmp_path / "x.csv"),
+                                     *args])
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), (args, result.output)
+        assert not (tmp_path / "x.csv").exists()
+
 # --------------------------------------------------------------------------- demand-series CSV
 
 
