@@ -19,6 +19,7 @@ from fleetctl.cli.main import app
 from fleetctl.model import DemandForecast
 from fleetctl.yamlerrors import SpecError
 from forecasting import demand
+from forecasting import series as demand_csv
 from forecasting.demand import CANDIDATES, FEATURES, DemandModel, ModelError, build_samples, evaluate, features
 from forecasting.series import (
     DemandSeries,
@@ -193,13 +194,18 @@ def test_helios_reports_each_bad_row_once_and_goes_on_from_the_last_good_time():
     assert len(past) == 1 and past[0].startswith("seq.csv:3:1: (root): this row's time (--start + 1 x")
     assert issues(HELIOS_HEADER + "2020-05-01 08:00:00,64,1,0,5\n", HeliosOptions(start_utc=T0)) == [
         "seq.csv:1:1: (root): the file has a 'time' column; --start is only for files without one"]
-    # the span is from the first row written, not from the one before: half a year, then a year and a day
+    # the span is from the first row written, not from the one before (half a year, then a year and a day), and
+    # the first row past it is named, not the last
     span = issues(HELIOS_HEADER + "2019-05-01 08:00:00,64,1,0,5\n2019-11-01 08:00:00,64,1,0,5\n"
-                  "2020-05-02 08:00:00,64,1,0,5\n")
+                  "2020-05-02 08:00:00,64,1,0,5\n2020-05-03 08:00:00,64,1,0,5\n")
     assert len(span) == 1 and span[0].startswith("seq.csv:4:1: (root): this row's time (2020-05-02T00:00:00Z) is "
                                                  "367 days, 0:00:00 after the first row's"), span
     assert issues(HELIOS_HEADER + "2020-05-01 08:00:00,64,1,0,5\n", HeliosOptions(since_utc=T0 + timedelta(1))) == [
         "seq.csv:1:1: (root): no rows to write inside the window"]
+    assert issues(HELIOS_HEADER) == ["seq.csv:1:1: (root): no rows to write: the file has a header but no rows"]
+    # a demand series' GPU counts need not be whole (the importer's are)
+    assert demand_csv.format_demand_series([(T0, "L4", 2.5), (T0, "L4", 3.0)]).splitlines()[1:] == [
+        "2020-05-01T00:00:00Z,L4,2.5", "2020-05-01T00:00:00Z,L4,3"]
 
 
 
