@@ -9,6 +9,7 @@ Two formats, both with times in UTC (ISO 8601, ``Z``), one record a line:
   ``exception`` (the traceback as text) when the record carries one, and any
   ``extra=`` fields a caller adds. A multi-line message or traceback stays one
   line (JSON escapes the newlines), so a collector never splits a record.
+  On a stderr that is not UTF-8 the lines are ASCII (JSON's ``\\u`` escapes).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
+    """``ascii_only``: escape every character beyond ASCII as JSON does (``\\u00e9``,
+    a surrogate pair above U+FFFF), for a stream that cannot encode them: Python's
+    stderr would write those as ``\\xe9`` or ``\\U0001f600``, which no JSON parser
+    reads. Either way the collector decodes the same strings."""
+
+    def __init__(self, *, ascii_only: bool = False) -> None:
+        super().__init__()
+        self.ascii_only = ascii_only
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "time": utc_time(record),
@@ -55,7 +65,18 @@ class JsonFormatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key not in _STANDARD and key not in entry:
                 entry[key] = value
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        return json.dumps(entry, default=str, ensure_ascii=self.ascii_only)
+
+
+def writes_utf8(stream: Any) -> bool:
+    """Whether ``stream`` encodes text as UTF-8 (a stream without an encoding is taken to)."""
+    import codecs
+
+    encoding = getattr(stream, "encoding", None)
+    try:
+        return encoding is None or codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
 
 
 def configure(log_format: str = "text", level: str = "info") -> None:
@@ -70,7 +91,8 @@ def configure(log_format: str = "text", level: str = "info") -> None:
     if root.handlers:
         return
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter(ascii_only=not writes_utf8(handler.stream))
+                         if log_format == "json" else TextFormatter())
     root.addHandler(handler)
     wanted = logging.getLevelName(level.upper())
     root.setLevel(max(wanted, logging.INFO))

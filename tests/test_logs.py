@@ -81,3 +81,20 @@ def test_log_level_debug_is_fleetctls_own_and_the_libraries_stay_at_info(level, 
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert run.returncode == 0, run.stderr
     assert [line.split(": ", 1)[1] for line in run.stderr.splitlines()] == shown, run.stderr
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1", "utf-8"])
+def test_json_lines_stay_json_on_a_stderr_that_cannot_encode_them(encoding):
+    """On a non-UTF-8 stderr (PYTHONIOENCODING=ascii, LC_ALL=C PYTHONUTF8=0, a Latin-1
+    locale) Python escaped what it could not encode as \\xe9 or \\U0001f600, which no
+    JSON parser reads: now such lines are ASCII with JSON's own escapes. On UTF-8 they
+    stay readable."""
+    message = "job 'Kündigung' \U0001f600 failed"
+    code = ("import logging; from fleetctl.logs import configure; configure('json')\n"
+            f"logging.getLogger('fleetctl.daemon').warning({message!r})\n")
+    env = {**os.environ, "PYTHONIOENCODING": encoding}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, cwd=REPO, env=env)
+    assert run.returncode == 0, run.stderr
+    line = run.stderr.decode(encoding, errors="strict")  # every byte as the stream wrote it
+    assert json.loads(line)["message"] == message, line
+    assert (line.isascii()) is (encoding != "utf-8"), line
