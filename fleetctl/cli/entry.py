@@ -62,18 +62,28 @@ def open_closed_streams() -> None:
 STDOUT_ERRORS = "fleetctl-stdout"
 
 
+#: Typographic characters fleetctl's own output uses, and the one ASCII character each is written as
+#: where stdout cannot encode it: one cell for one, so a table rich cut with "…" keeps its columns.
+ASCII_STAND_INS = {"\u2026": ".", "\u2013": "-", "\u2014": "-", "\u2018": "'", "\u2019": "'",
+                   "\u201c": '"', "\u201d": '"', "\u2192": ">"}
+
+
 def _unencodable(exc: UnicodeError) -> tuple[str | bytes, int]:
     """Bytes that came in undecodable (a file name's, as lone surrogates) go out as they came
-    ("surrogateescape"); any other character the encoding lacks as an escape ("\\u2014" for an em dash)."""
+    ("surrogateescape"); a character of ``ASCII_STAND_INS`` as its stand-in; any other character
+    the encoding lacks as an escape ("\\u00e9"), as Python's stderr writes it."""
     try:
         return codecs.lookup_error("surrogateescape")(exc)
     except UnicodeError:
-        return codecs.lookup_error("backslashreplace")(exc)
+        text = exc.object[exc.start:exc.end]  # type: ignore[attr-defined]
+        return "".join(ASCII_STAND_INS.get(c) or c.encode("ascii", "backslashreplace").decode() for c in text), \
+            exc.end  # type: ignore[attr-defined]
 
 
 def replace_unencodable_output() -> None:
-    """Make stdout write a character its encoding cannot as an escape (as Python's stderr
-    does) instead of raising UnicodeEncodeError. Under an ASCII or Latin-1 locale
+    """Make stdout write a character its encoding cannot as its ASCII stand-in (an ellipsis,
+    dash, quote or arrow: ``ASCII_STAND_INS``) or as an escape (as Python's stderr does)
+    instead of raising UnicodeEncodeError. Under an ASCII or Latin-1 locale
     (`LC_ALL=C PYTHONUTF8=0`, `PYTHONIOENCODING=ascii`, en_US.ISO-8859-1) a traceback
     ended `fleetctl docs reasons` (its em dash), `fleetctl events` once a cancel reason
     held an accent, and every table rich cut with "…" on a terminal."""
