@@ -250,7 +250,7 @@ class CapacityIndex:
             left = job.workers
             examined += 1  # a domain looked at counts, found or not: the work per gang stays bounded
             v, m = job.vcpus_per_worker, job.memory_gib_per_worker
-            for free in range(top, max(g, 1) - 1, -1):
+            for free in range(top, g - 1, -1):  # down to a worker's GPUs: to 0 for CPU-only workers
                 for b in by_free:
                     for slot in b.get(free, {}).values():
                         if slot.free_vcpus < v or slot.free_memory_gib < m:

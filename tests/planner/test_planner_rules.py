@@ -119,6 +119,15 @@ def case_gang_spans_nodes_only_within_one_zone():
     assert sorted(binds(p)["gang"]) == ["b1", "b2"]
 
 
+def case_a_cpu_only_gang_takes_free_cpu_nodes():
+    # two idle CPU nodes hold one 64-vCPU worker each: the gang takes them and buys nothing (it bought two
+    # new nodes before 2026-11-28: the gang search never looked at nodes with no GPUs free)
+    cpu = offer("c64", gpus=0, model=None, vcpus=64, memory_gib=256, price=2.0)
+    p = run(queue=[job("gang", workers=2, gpus=0, vcpus=64, memory_gib=16)], fleet=[node("c1", cpu), node("c2", cpu)],
+            offers=[cpu])
+    assert binds(p) == {"gang": ("c1", "c2")} and not p.of_kind("launch")
+
+
 def case_best_fit_keeps_large_blocks_free():
     fleet = [node("big", offer("g8", gpus=8)), node("small", offer("g2", gpus=2, vcpus=24, memory_gib=256))]
     p = run(queue=[job("one", gpus=1)], fleet=fleet)
