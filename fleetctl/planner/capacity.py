@@ -140,6 +140,7 @@ class CapacityIndex:
         """Offer a withdrawn slot's capacity again."""
         if not slot.schedulable:
             slot.schedulable = True
+            self._grew()  # a gang that found no room while it was withdrawn may find it now
             self._file(slot)
 
     def take(self, slot: Slot, job: Job, workers: int = 1) -> None:
@@ -240,8 +241,10 @@ class CapacityIndex:
         biggest = max((self.max_gpus_of_kind.get(k, 0) for k in kinds), default=0)
         fewest = -(-need_gpus // biggest) if g and biggest else 1
         examined = 0
+        cut = False  # stopped at _GANG_DOMAINS with domains left unseen
         for domain in sorted(d for d, total in sums.items() if total >= need_gpus):
             if examined >= _GANG_DOMAINS:
+                cut = True
                 break
             # Roomiest slots first (fewest nodes), looking only as far as needed.
             by_free = [self.by_domain_kind.get((domain, k), {}) for k in kinds]
@@ -276,7 +279,10 @@ class CapacityIndex:
                 best, best_key = chosen, key
             if key[:2] == (fewest, 0):
                 break  # nothing can beat the fewest nodes with no waste
-        if best is None:
+        # Only a search that saw every domain with room proves that no bigger gang fits: one cut at
+        # _GANG_DOMAINS left domains unseen, and a bigger gang (fewer domains with room for it), or the same
+        # one once capacity shrank, looks at some of those.
+        if best is None and not cut:
             known = self._no_gang_fit.setdefault(where, [])
             if len(known) < 64:
                 known.append(shape)
