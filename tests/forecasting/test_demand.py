@@ -229,6 +229,29 @@ def test_helios_cli_window_summary_and_its_refusals(tmp_path):
         assert result.exit_code == 2 and said in " ".join(result.output.split()), (args, result.output)
         assert not (tmp_path / "x.csv").exists()
 
+
+def test_helios_cli_until_alone_a_window_and_paths_printed_as_they_are(tmp_path, monkeypatch):
+    """Rows at 00:00, 00:01, 00:02 UTC of 8, 6 and 4 GPUs. --until 00:01 alone keeps the first (8 GPUs);
+    the window [00:01, 00:02) keeps the second (6). The paths hold '[vc]', which rich would take for a
+    style tag and drop: the summary, 'wrote' and a bad row's issue print them as they are."""
+    monkeypatch.chdir(tmp_path)  # short relative paths: no line is wrapped inside one
+    seq, out = Path("seq[vc].csv"), Path("demand[vc].csv")
+    seq.write_text(HELIOS_HEADER + "2020-05-01 08:00:00,64,5,3,0\n2020-05-01 08:01:00,64,6,0,0\n"
+                   "2020-05-01 08:02:00,64,4,0,0\n")
+    for window, kept in ((["--until", "2020-05-01T00:01:00Z"], ("2020-05-01T00:00:00Z", 8)),
+                         (["--since", "2020-05-01T00:01:00Z", "--until", "2020-05-01T00:02:00Z"],
+                          ("2020-05-01T00:01:00Z", 6))):
+        result = runner.invoke(app, ["trace", "import", "helios-sequence", str(seq), "-o", str(out), *window])
+        assert result.exit_code == 0, (window, result.output)
+        assert out.read_text() == f"time_utc,gpu_model,gpus\n{kept[0]},V100-32GB,{kept[1]}\n"
+        text = " ".join(result.output.split())
+        assert (f"seq[vc].csv: 3 rows -> 1 demand rows of V100-32GB, {kept[0]} .. {kept[0]}; GPUs demanded: "
+                f"mean {kept[1]}.0, max {kept[1]}") in text, text
+        assert "wrote demand[vc].csv" in text, text
+    seq.write_text(HELIOS_HEADER + "2020-05-01 08:00:00,64,-1,0,5\n")
+    result = runner.invoke(app, ["trace", "import", "helios-sequence", str(seq), "-o", "x.csv"])
+    assert result.exit_code == 2 and "seq[vc].csv:2:24: running_gpu_num: must be at least 0" in result.output
+
 # --------------------------------------------------------------------------- demand-series CSV
 
 
