@@ -647,6 +647,40 @@ def test_samples_start_on_the_grid_at_or_after_the_first_observation():
     on_grid = build_samples(_steps((0, 3), (1, 7)), 60)
     assert list(on_grid.origins_s) == [T0.timestamp()] and (on_grid.level[0], on_grid.outcome[0]) == (3.0, 7.0)
 
+def test_features_hand_computed():
+    """The origin 24 h after T0 (a Saturday, 00:00 UTC) at horizon 1 h, on 5-minute grid samples k = 0 (the
+    origin) .. 288 (T0) back: 20 GPUs at k 0-2 (from 23 h 50), 2 at k 3-11 (from 23 h 05), 26 at k 12-35
+    (from 21 h 05), 25 at k 36-71 (from 18 h 05), 4 at k 72-276 (from 1 h) and 39 at k 277-288 (from T0).
+    The scale is (3 x 20 + 9 x 2 + 24 x 26 + 36 x 25 + 205 x 4 + 12 x 39) / 289 = 2890 / 289 = 10; the
+    level 20 / 10; the changes back to k 3, 12, 36 and 72: (20 - 2, 20 - 26, 20 - 25, 20 - 4) / 10; the
+    last hour's 13 samples (k 0-12) (60 + 18 + 26) / 13 = 8 (their median is 2); the last 6 hours' 73
+    (k 0-72) 1606 / 73 = 22 (median 25); the day's maximum 39, minimum 2, standard deviation from the mean
+    square 61492 / 289; 0.25 hours back to the first sample unlike the level (k 3). Yesterday at the
+    target's time (1 h) is 4, and 39 at the origin's: seasonal 0.4, its change (4 - 39) / 10. A blip of 7
+    from 1 h 00 m 30 s to 1 h 02 m falls between grid samples and the seasonal time."""
+    series = _steps((0, 39), (1, 4), (1 + 0.5 / 60, 7), (1 + 2 / 60, 4), (18 + 5 / 60, 25), (21 + 5 / 60, 26),
+                    (23 + 5 / 60, 2), (23 + 50 / 60, 20))
+    X, scale, level = features(series, np.array([T0.timestamp() + 24 * 3600]), 60)
+    assert (list(scale), list(level)) == ([10.0], [20.0])
+    got = dict(zip(FEATURES, X[0]))
+    assert got.pop("std_24h") == pytest.approx(np.sqrt(61492 / 289 - 10 ** 2) / 10)
+    assert got == pytest.approx({
+        "level": 2.0, "change_15m": 1.8, "change_1h": -0.6, "change_3h": -0.5, "change_6h": 1.6,
+        "mean_1h": 0.8, "mean_6h": 2.2, "max_24h": 3.9, "min_24h": 0.2, "hours_since_change": 0.25,
+        "seasonal_level": 0.4, "seasonal_change": -3.5, "hour_of_day_utc": 0.0, "day_of_week_utc": 5.0})
+
+
+def test_the_scale_is_the_recent_mean_or_1_gpu_when_that_is_0():
+    """A day of 0.5 GPUs: the scale is 0.5 and the level 0.5 / 0.5 = 1. A day of 0 GPUs: the mean is 0, so
+    the scale is 1 GPU (not 0, which would make every feature infinite or NaN), every change 0."""
+    for gpus, expected_scale, expected_level in ((0.5, 0.5, 1.0), (0.0, 1.0, 0.0)):
+        X, scale, _ = features(_steps((0, gpus), (24, gpus)), np.array([T0.timestamp() + 24 * 3600]), 60)
+        assert list(scale) == [expected_scale]
+        got = dict(zip(FEATURES, X[0]))
+        assert (got["level"], got["change_1h"], got["max_24h"], got["std_24h"]) == (expected_level, 0.0,
+                                                                                    expected_level, 0.0)
+
+
 def test_pinball_coverage_and_mae_hand_computed():
     """y 10 against 8, 10, 13: under by 2, exact, over by 3. As the 90th percentile: 0.9 x 2, 0, 0.1 x 3
     (mean 0.7; weighted 1, 1, 2: 2.4 / 4); as the median: 0.5 x 2, 0, 0.5 x 3 (2.5 / 3). The scores of a
