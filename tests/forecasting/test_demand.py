@@ -744,6 +744,30 @@ def test_evaluate_hand_computed_against_both_baselines():
         evaluate(model, [series], 15)
 
 
+def test_evaluate_hand_computed_since_after_a_day_scores_to_6_decimals_and_names_the_window():
+    """The series of test_evaluate_hand_computed_against_both_baselines. From the start, 13 origins (24 h to
+    25 h); since 24 h 05 leaves 12. The last value over the 13: levels 10, 10 and then 12 (from 24 h 10),
+    outcomes 12 (y(25 h)) and then 11: MAE (2 + 1 + 11 x 1) / 13 = 1.076923. On the two origins 24 h and
+    24 h 05 (scale 11), a last-value 90th percentile of 11 x 7/33 above the level is 12 1/3, over both
+    outcomes: pinball (0.1 x 1/3 + 0.1 x 4/3) / 2 = 1/12 = 0.083333. A series with no origin is named with
+    the window: its start when only --until is given, both times when both are."""
+    series = _steps((0, 10), (1, 299), (1 + 5 / 60, 10), (24 + 10 / 60, 12), (25 + 5 / 60, 11), (26, 11))
+    model = _fixed_model(0.1, 0.0, offset=2 / 11, baselines=(7 / 33, 0.5))
+    whole = evaluate(model, [series], 60)
+    assert (whole["samples"], whole["baselines"]["last_value"]["mae"]) == (13, 1.076923)
+    assert evaluate(model, [series], 60, since_utc=T0 + timedelta(hours=24, minutes=5))["samples"] == 12
+    until = T0 + timedelta(hours=25, minutes=5)
+    two = evaluate(model, [series], 60, since_utc=T0 + timedelta(hours=24), until_utc=until)
+    assert (two["samples"], two["baselines"]["last_value"]["pinball_p90"]) == (2, 0.083333)
+    young = DemandSeries("young", "A100-80GB", series.times_s[3:], series.gpus[3:])  # from 24 h 10
+    with pytest.raises(ValueError, match=r"outcome inside the evaluation window \(the series' start \.\. "
+                                         r"2020-05-02T01:05:00Z\): young\[A100-80GB\]$"):
+        evaluate(model, [young], 60, until_utc=until)
+    with pytest.raises(ValueError, match=r"outcome inside the evaluation window \(2020-05-02T00:00:00Z \.\. "
+                                         r"2020-05-02T01:05:00Z\): young\[A100-80GB\]$"):
+        evaluate(model, [young], 60, since_utc=T0 + timedelta(hours=24), until_utc=until)
+
+
 def test_quantiles_floor_the_median_at_0_and_the_90th_percentile_at_the_median():
     """Level 10, scale 4: a median change of -1 keeps half (shrink 0.5): 10 - 2 = 8; of -3: 10 - 6 = 4, and
     of -6 with all kept, 10 - 24, at least 0. The 90th percentile 10 + 4 x (0.5 + 0.25) = 13; a change of
