@@ -768,6 +768,31 @@ def test_evaluate_hand_computed_since_after_a_day_scores_to_6_decimals_and_names
         evaluate(model, [young], 60, since_utc=T0 + timedelta(hours=24), until_utc=until)
 
 
+def test_predict_hand_computed_per_gpu_model():
+    """A model whose median is y + 0.5 s and 90th percentile y + s, now = T0 + 1 h. L4: 2 then 4 GPUs at
+    T0 (the last counts), so the 13 grid samples from T0 to now are 4 (the earlier ones missing): scale 4,
+    forecasts 6 and 8. A10G: 6 GPUs at now itself (at or before now counts): scale 6, 9 and 12. T4: 0 at T0:
+    scale 1 GPU, 0.5 and 1. Sorted by GPU model; naive times are UTC. A NaN or a negative count (even
+    -0.5, after a good one) is refused, naming the GPU model; so is a frame without a column. A series with
+    nothing at or before now has no forecast."""
+    model = _fixed_model(0.5, 1.0)
+    now = T0 + timedelta(hours=1)
+    frame = pd.DataFrame({"time_utc": [T0, T0, now, T0, now + timedelta(minutes=1)],
+                          "gpu_model": ["L4", "L4", "A10G", "T4", "T4"], "gpus": [2, 4, 6, 0, 9]})
+    expected = (DemandForecast("A10G", 60, 9.0, 12.0), DemandForecast("L4", 60, 6.0, 8.0),
+                DemandForecast("T4", 60, 0.5, 1.0))
+    assert model.predict(frame, now) == expected
+    naive = frame.assign(time_utc=[t.replace(tzinfo=None) for t in frame["time_utc"]])
+    assert model.predict(naive, now) == expected
+    for bad in (float("nan"), -0.5):
+        two = pd.DataFrame({"time_utc": [T0, T0 + timedelta(minutes=5)], "gpu_model": "L4", "gpus": [2, bad]})
+        with pytest.raises(ValueError, match=r"^L4: GPU counts must be finite and at least 0$"):
+            model.predict(two, now)
+    with pytest.raises(ValueError, match=r"lacks the column\(s\) gpus$"):
+        model.predict(frame.drop(columns="gpus"), now)
+    assert model.forecast(_steps((2, 4)), now) == ()
+
+
 def test_quantiles_floor_the_median_at_0_and_the_90th_percentile_at_the_median():
     """Level 10, scale 4: a median change of -1 keeps half (shrink 0.5): 10 - 2 = 8; of -3: 10 - 6 = 4, and
     of -6 with all kept, 10 - 24, at least 0. The 90th percentile 10 + 4 x (0.5 + 0.25) = 13; a change of
