@@ -793,6 +793,53 @@ def test_predict_hand_computed_per_gpu_model():
     assert model.forecast(_steps((2, 4)), now) == ()
 
 
+def test_cli_evaluate_prints_the_hand_computed_scores_as_json_and_refuses_bad_options(tmp_path):
+    """test_evaluate_hand_computed_against_both_baselines through the CLI: its fixed model saved, its series
+    written as a demand CSV; --format json prints the same scores (without the curves and the skipped), and
+    so does --until alone (the first origin with a day of history is since's 24 h), with no note. A bad --format, a
+    --horizon that is not one or that the model lacks, and a window that ends where it starts exit 2, each
+    said. Beside a second series from 2 h to 27 h, the series cover 00:00 (the first's start) .. 03:00 the
+    next day (the second's end): a --since at that end or an --until at that start is refused."""
+    from forecasting import modelfiles
+
+    model = _fixed_model(0.1, 0.0, offset=2 / 11, baselines=(0.25, 0.5))
+    model.metadata.update({"kind": "demand", "format_version": demand.FORMAT_VERSION, "horizons_minutes": [60],
+                           "features": list(FEATURES), "grid_minutes": 5.0, "versions": modelfiles.versions()})
+    model.save(tmp_path / "m")
+
+    def write(name: str, series: DemandSeries) -> str:
+        (tmp_path / name).write_text(demand_csv.format_demand_series(
+            [(datetime.fromtimestamp(t, timezone.utc), series.gpu_model, g)
+             for t, g in zip(series.times_s, series.gpus)]))
+        return str(tmp_path / name)
+
+    steps = write("steps.csv", _steps((0, 10), (1, 299), (1 + 5 / 60, 10), (24 + 10 / 60, 12), (25 + 5 / 60, 11),
+                                      (26, 11)))
+    evaluate_ = ["forecast", "evaluate", "demand", "--model", str(tmp_path / "m"), "--series", steps]
+    expected = {"samples": 2, "mae": 0.5, "pinball_p90": 0.05, "p90_coverage": 1.0,
+                "baselines": {"last_value": {"mae": 1.5, "pinball_p90": 0.125},
+                              "seasonal_naive": {"mae": 144.0, "pinball_p90": 14.85}}}
+    for window in (["--since", "2020-05-02T00:00:00Z", "--until", "2020-05-02T01:05:00Z"],
+                   ["--until", "2020-05-02T01:05:00Z"]):
+        result = runner.invoke(app, [*evaluate_, *window, "--format", "json"])
+        assert result.exit_code == 0, (window, result.output)
+        assert json.loads(result.stdout) == expected
+        assert result.stderr == ""  # no note: the model has no training window to start before
+    late = write("late.csv", _steps((2, 5), (27, 5)))
+    cover = "they cover 2020-05-01T00:00:00Z .. 2020-05-02T03:00:00Z"
+    for args, said in ((["--format", "yaml"], "--format must be table or json (got 'yaml')"),
+                       (["--horizon", "soon"], "--horizon: "),
+                       (["--horizon", "6h"], "has no 6h horizon (it has 60 min)"),
+                       (["--since", "2020-05-02T00:00:00Z", "--until", "2020-05-02T00:00:00Z"],
+                        "--until (2020-05-02T00:00:00Z) must be after --since (2020-05-02T00:00:00Z)"),
+                       (["--series", late, "--since", "2020-05-02T03:00:00Z"],
+                        f"--since 2020-05-02T03:00:00Z is after the series end: {cover}"),
+                       (["--series", late, "--until", "2020-05-01T00:00:00Z"],
+                        f"--until 2020-05-01T00:00:00Z is before the series start: {cover}")):
+        result = runner.invoke(app, [*evaluate_, *args])
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), (args, result.output)
+
+
 def test_quantiles_floor_the_median_at_0_and_the_90th_percentile_at_the_median():
     """Level 10, scale 4: a median change of -1 keeps half (shrink 0.5): 10 - 2 = 8; of -3: 10 - 6 = 4, and
     of -6 with all kept, 10 - 24, at least 0. The 90th percentile 10 + 4 x (0.5 + 0.25) = 13; a change of
