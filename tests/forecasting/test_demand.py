@@ -840,6 +840,41 @@ def test_cli_evaluate_prints_the_hand_computed_scores_as_json_and_refuses_bad_op
         assert result.exit_code == 2 and said in " ".join(result.output.split()), (args, result.output)
 
 
+def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
+    """The fixed model of test_evaluate_hand_computed_against_both_baselines, trained until 24 h on its series
+    (a file whose name holds '[vc]', which rich would take for a style tag and drop). --since at exactly that
+    end: no note that it is before it, one that the series was a training series, named as it is. A young
+    series beside it, with no origin, is noted as not scored; alone, the error gives no hint about the
+    default --since, which was given."""
+    from forecasting import modelfiles
+
+    monkeypatch.chdir(tmp_path)  # short relative paths: no line is wrapped inside one
+    series = _steps((0, 10), (1, 299), (1 + 5 / 60, 10), (24 + 10 / 60, 12), (25 + 5 / 60, 11), (26, 11))
+    young = DemandSeries("young", "A100-80GB", series.times_s[3:], series.gpus[3:])  # from 24 h 10
+    for name, s in (("steps[vc].csv", series), ("young[vc].csv", young)):
+        Path(name).write_text(demand_csv.format_demand_series(
+            [(datetime.fromtimestamp(t, timezone.utc), s.gpu_model, g) for t, g in zip(s.times_s, s.gpus)]))
+    model = _fixed_model(0.1, 0.0, offset=2 / 11, baselines=(0.25, 0.5))
+    model.metadata.update({"kind": "demand", "format_version": demand.FORMAT_VERSION, "horizons_minutes": [60],
+                           "features": list(FEATURES), "grid_minutes": 5.0, "versions": modelfiles.versions(),
+                           "training_until_utc": "2020-05-02T00:00:00Z",
+                           "training_series": [{"sha256": demand.series_digest(series)}]})
+    model.save("m")
+    evaluate_ = ["forecast", "evaluate", "demand", "--model", "m", "--since", "2020-05-02T00:00:00Z", "--until",
+                 "2020-05-02T01:05:00Z", "--format", "json"]
+    result = runner.invoke(app, [*evaluate_, "--series", "steps[vc].csv", "--series", "young[vc].csv"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["samples"] == 2
+    notes = " ".join(result.stderr.split())
+    assert notes == ("note: steps[vc].csv[V100-32GB] was also a training series (scored only from "
+                     "2020-05-02T00:00:00Z) note: not scored (no origin with 24 hours of history and the 60-minute "
+                     "outcome inside the window): young[vc].csv[A100-80GB]"), notes
+    result = runner.invoke(app, [*evaluate_, "--series", "young[vc].csv"])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and said.endswith("(2020-05-02T00:00:00Z .. 2020-05-02T01:05:00Z): "
+                                                   "young[vc].csv[A100-80GB]"), said
+
+
 def test_quantiles_floor_the_median_at_0_and_the_90th_percentile_at_the_median():
     """Level 10, scale 4: a median change of -1 keeps half (shrink 0.5): 10 - 2 = 8; of -3: 10 - 6 = 4, and
     of -6 with all kept, 10 - 24, at least 0. The 90th percentile 10 + 4 x (0.5 + 0.25) = 13; a change of
