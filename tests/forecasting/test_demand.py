@@ -795,11 +795,12 @@ def test_predict_hand_computed_per_gpu_model():
 
 def test_cli_evaluate_prints_the_hand_computed_scores_as_json_and_refuses_bad_options(tmp_path):
     """test_evaluate_hand_computed_against_both_baselines through the CLI: its fixed model saved, its series
-    written as a demand CSV; --format json prints the same scores (without the curves and the skipped), and
-    so does --until alone (the first origin with a day of history is since's 24 h), with no note. A bad --format, a
-    --horizon that is not one or that the model lacks, and a window that ends where it starts exit 2, each
-    said. Beside a second series from 2 h to 27 h, the series cover 00:00 (the first's start) .. 03:00 the
-    next day (the second's end): a --since at that end or an --until at that start is refused."""
+    written as a demand CSV; --format json prints the same scores (without the curves and the skipped, indented
+    by 2), and so does --until alone (the first origin with a day of history is since's 24 h), with no note;
+    the table too. A bad --format, a --horizon that is not one or that the model lacks, and a window that
+    ends where it starts exit 2, each said. Beside a second series from 2 h to 27 h, the series cover 00:00
+    (the first's start) .. 03:00 the next day (the second's end): a --since at that end or an --until at that
+    start is refused."""
     from forecasting import modelfiles
 
     model = _fixed_model(0.1, 0.0, offset=2 / 11, baselines=(0.25, 0.5))
@@ -823,8 +824,15 @@ def test_cli_evaluate_prints_the_hand_computed_scores_as_json_and_refuses_bad_op
                    ["--until", "2020-05-02T01:05:00Z"]):
         result = runner.invoke(app, [*evaluate_, *window, "--format", "json"])
         assert result.exit_code == 0, (window, result.output)
-        assert json.loads(result.stdout) == expected
+        assert result.stdout == json.dumps(expected, indent=2) + "\n"
         assert result.stderr == ""  # no note: the model has no training window to start before
+    table = runner.invoke(app, [*evaluate_, "--until", "2020-05-02T01:05:00Z"])
+    assert table.exit_code == 0, table.output
+    assert table.stdout.splitlines()[0] == "demand +60 min, 2 origins (GPUs)"
+    assert table.stdout.splitlines()[4:7] == [  # names to the left, numbers to the right
+        "│ model          │   0.500 │       0.050 │       100.0% │",
+        "│ last_value     │   1.500 │       0.125 │              │",
+        "│ seasonal_naive │ 144.000 │      14.850 │              │"]
     late = write("late.csv", _steps((2, 5), (27, 5)))
     cover = "they cover 2020-05-01T00:00:00Z .. 2020-05-02T03:00:00Z"
     for args, said in ((["--format", "yaml"], "--format must be table or json (got 'yaml')"),
