@@ -852,8 +852,8 @@ def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
     """The fixed model of test_evaluate_hand_computed_against_both_baselines, trained until 24 h on its series
     (a file whose name holds '[vc]', which rich would take for a style tag and drop). --since at exactly that
     end: no note that it is before it, one that the series was a training series, named as it is. A young
-    series beside it, with no origin, is noted as not scored; alone, the error gives no hint about the
-    default --since, which was given."""
+    series beside it, with no origin, is noted as not scored; the report's path is said as it is. Alone, the
+    young series fails with no hint about the default --since, which was given."""
     from forecasting import modelfiles
 
     monkeypatch.chdir(tmp_path)  # short relative paths: no line is wrapped inside one
@@ -870,13 +870,15 @@ def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
     model.save("m")
     evaluate_ = ["forecast", "evaluate", "demand", "--model", "m", "--since", "2020-05-02T00:00:00Z", "--until",
                  "2020-05-02T01:05:00Z", "--format", "json"]
-    result = runner.invoke(app, [*evaluate_, "--series", "steps[vc].csv", "--series", "young[vc].csv"])
+    result = runner.invoke(app, [*evaluate_, "--series", "steps[vc].csv", "--series", "young[vc].csv", "--report",
+                                 "report[vc]"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["samples"] == 2
     notes = " ".join(result.stderr.split())
     assert notes == ("note: steps[vc].csv[V100-32GB] was also a training series (scored only from "
                      "2020-05-02T00:00:00Z) note: not scored (no origin with 24 hours of history and the 60-minute "
-                     "outcome inside the window): young[vc].csv[A100-80GB]"), notes
+                     "outcome inside the window): young[vc].csv[A100-80GB] "
+                     "wrote report[vc]/demand_forecast_60m.png"), notes
     result = runner.invoke(app, [*evaluate_, "--series", "young[vc].csv"])
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and said.endswith("(2020-05-02T00:00:00Z .. 2020-05-02T01:05:00Z): "
