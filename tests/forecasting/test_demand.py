@@ -851,9 +851,9 @@ def test_cli_evaluate_prints_the_hand_computed_scores_as_json_and_refuses_bad_op
 def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
     """The fixed model of test_evaluate_hand_computed_against_both_baselines, trained until 24 h on its series
     (a file whose name holds '[vc]', which rich would take for a style tag and drop). --since at exactly that
-    end: no note that it is before it, one that the series was a training series, named as it is. A young
-    series beside it, with no origin, is noted as not scored; the report's path is said as it is. Alone, the
-    young series fails with no hint about the default --since, which was given."""
+    end: no note that it is before it (5 minutes earlier: one), one that the series was a training series,
+    named as it is. A young series beside it, with no origin, is noted as not scored; the report's path is
+    said as it is. Alone, the young series fails with no hint about the default --since, which was given."""
     from forecasting import modelfiles
 
     monkeypatch.chdir(tmp_path)  # short relative paths: no line is wrapped inside one
@@ -879,6 +879,11 @@ def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
                      "2020-05-02T00:00:00Z) note: not scored (no origin with 24 hours of history and the 60-minute "
                      "outcome inside the window): young[vc].csv[A100-80GB] "
                      "wrote report[vc]/demand_forecast_60m.png"), notes
+    early = runner.invoke(app, ["forecast", "evaluate", "demand", "--model", "m", "--since", "2020-05-01T23:55:00Z",
+                                "--series", "steps[vc].csv"])
+    assert early.exit_code == 0 and ("note: --since is before the end of the model training window "
+                                     "(2020-05-02T00:00:00Z): the scores include origins of the training period"
+                                     ) in " ".join(early.stderr.split()), early.output
     result = runner.invoke(app, [*evaluate_, "--series", "young[vc].csv"])
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and said.endswith("(2020-05-02T00:00:00Z .. 2020-05-02T01:05:00Z): "
