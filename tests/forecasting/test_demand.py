@@ -800,7 +800,7 @@ def test_cli_evaluate_prints_the_hand_computed_scores_as_json_and_refuses_bad_op
     the table too. A bad --format, a --horizon that is not one or that the model lacks, and a window that
     ends where it starts exit 2, each said. Beside a second series from 2 h to 27 h, the series cover 00:00
     (the first's start) .. 03:00 the next day (the second's end): a --since at that end or an --until at that
-    start is refused."""
+    start is refused. A series without a day of history is refused with no hint about a default --since."""
     from forecasting import modelfiles
 
     model = _fixed_model(0.1, 0.0, offset=2 / 11, baselines=(0.25, 0.5))
@@ -846,6 +846,12 @@ def test_cli_evaluate_prints_the_hand_computed_scores_as_json_and_refuses_bad_op
                         f"--until 2020-05-01T00:00:00Z is before the series start: {cover}")):
         result = runner.invoke(app, [*evaluate_, *args])
         assert result.exit_code == 2 and said in " ".join(result.output.split()), (args, result.output)
+    # a series without a day of history: refused, with no hint about a default --since (the model has no
+    # training window to default to)
+    young = write("young.csv", _steps((24 + 10 / 60, 12), (26, 11)))
+    result = runner.invoke(app, ["forecast", "evaluate", "demand", "--model", str(tmp_path / "m"), "--series", young])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "no series has 24 hours of history" in said and "--since" not in said, said
 
 
 def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
@@ -853,7 +859,8 @@ def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
     (a file whose name holds '[vc]', which rich would take for a style tag and drop). --since at exactly that
     end: no note that it is before it (5 minutes earlier: one), one that the series was a training series,
     named as it is. A young series beside it, with no origin, is noted as not scored; the report's path is
-    said as it is. Alone, the young series fails with no hint about the default --since, which was given."""
+    said as it is; trained on all of the series, it is scored from its start. Alone, the young series fails
+    with no hint about the default --since, which was given."""
     from forecasting import modelfiles
 
     monkeypatch.chdir(tmp_path)  # short relative paths: no line is wrapped inside one
@@ -884,6 +891,11 @@ def test_cli_evaluate_notes_name_paths_as_they_are(tmp_path, monkeypatch):
     assert early.exit_code == 0 and ("note: --since is before the end of the model training window "
                                      "(2020-05-02T00:00:00Z): the scores include origins of the training period"
                                      ) in " ".join(early.stderr.split()), early.output
+    model.metadata["training_until_utc"] = None  # a model trained on all of the series: scored from its start
+    model.save("all")
+    result = runner.invoke(app, ["forecast", "evaluate", "demand", "--model", "all", "--series", "steps[vc].csv"])
+    assert result.exit_code == 0 and "note: steps[vc].csv[V100-32GB] was also a training series (scored only " \
+        "from its start)" in " ".join(result.stderr.split()), result.output
     result = runner.invoke(app, [*evaluate_, "--series", "young[vc].csv"])
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and said.endswith("(2020-05-02T00:00:00Z .. 2020-05-02T01:05:00Z): "
