@@ -446,13 +446,20 @@ def test_resubmitting_a_queued_job_after_its_deadline_passed_stays_a_no_op(workd
     assert (datetime.now(timezone.utc) - then) > timedelta(days=1)
 
 
+def _line_of(text: str, needle: str) -> int:
+    """The 1-based line of ``needle``'s first occurrence in ``text`` (the example file's header may grow)."""
+    return text[:text.index(needle)].count("\n") + 1
+
+
 def test_submit_names_the_file_and_line_of_a_repeated_id_and_of_a_changed_job(workdir):
     shutil.copy(workdir / "examples" / "jobs.yaml", workdir / "a.yaml")
     shutil.copy(workdir / "examples" / "jobs.yaml", workdir / "b.yaml")
+    example = (workdir / "a.yaml").read_text()
+    first = _line_of(example, "id: llm-pretrain-7b")
     both = fleetctl(workdir, "jobs", "submit", "a.yaml", "b.yaml")
     assert both.returncode == 2 and not (workdir / ".fleetctl").exists(), both.stderr
-    assert "b.yaml:18:9: jobs[0].id: job id 'llm-pretrain-7b' is also used at a.yaml:18:9; ids are unique across " \
-        "the files of a submission" in both.stderr, both.stderr
+    assert f"b.yaml:{first}:9: jobs[0].id: job id 'llm-pretrain-7b' is also used at a.yaml:{first}:9; ids are " \
+        "unique across the files of a submission" in both.stderr, both.stderr
     assert both.stderr.count("is also used at a.yaml:") == len(example_job_ids())
     twice = fleetctl(workdir, "jobs", "submit", "a.yaml", "./a.yaml", str(workdir / "a.yaml"))  # one file
     assert twice.returncode == 0 and f"{len(example_job_ids())} job(s) submitted" in twice.stdout, twice.stderr
@@ -461,10 +468,10 @@ def test_submit_names_the_file_and_line_of_a_repeated_id_and_of_a_changed_job(wo
     refused = fleetctl(workdir, "jobs", "submit", "a.yaml")
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.splitlines()[:2] == [
-        "a.yaml:26:21: jobs[0].duration_hours: job 'llm-pretrain-7b' already exists (queued) with a different "
-        "duration_hours: 48 -> 49",
-        "a.yaml:71:17: jobs[5].gpu_models: job 'eval-benchmark-suite' already exists (queued) with a different "
-        "gpu_models: [A10G, L4] -> [L4]",
+        f"a.yaml:{_line_of(example, 'duration_hours: 48')}:21: jobs[0].duration_hours: job 'llm-pretrain-7b' "
+        "already exists (queued) with a different duration_hours: 48 -> 49",
+        f"a.yaml:{_line_of(example, 'gpu_models: [L4, A10G]')}:17: jobs[5].gpu_models: job 'eval-benchmark-suite' "
+        "already exists (queued) with a different gpu_models: [A10G, L4] -> [L4]",
     ], refused.stderr
     assert "no job was submitted" in refused.stderr
     stored = json.loads(fleetctl(workdir, "jobs", "list", "--format", "json").stdout)
