@@ -22,6 +22,9 @@ class PostgresMissing(RuntimeError):
     """The server binaries (initdb, pg_ctl) are not installed."""
 
 
+_START_ATTEMPTS = 3
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -50,12 +53,24 @@ def postgres_server(*, fsync: bool, prefix: str = "fleetctl-pg-") -> Iterator[Ca
         shutil.chown(root, "postgres")
         shutil.chown(sock, "postgres")
         run_as = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
     subprocess.run([*run_as, initdb, "-D", str(data), "-U", "fleetctl", "--auth=trust", "-E", "UTF8"],
                    check=True, capture_output=True)
-    options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1" + ("" if fsync else " -c fsync=off")
-    subprocess.run([*run_as, pg_ctl, "start", "-D", str(data), "-l", str(root / "log"), "-w", "-o", options],
-                   check=True, capture_output=True)
+    log = root / "log"
+    # The port is free when asked for and bound by the server a moment later: another process may take
+    # it in between (rare), and then every store test of this worker would fail. So try another port.
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        port = _free_port()
+        options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1" + ("" if fsync else " -c fsync=off")
+        logged = log.stat().st_size if log.exists() else 0
+        started = subprocess.run([*run_as, pg_ctl, "start", "-D", str(data), "-l", str(log), "-w", "-o", options],
+                                 capture_output=True, text=True)
+        if started.returncode == 0:
+            break
+        said = log.read_bytes()[logged:].decode(errors="replace") if log.exists() else ""
+        if "already in use" not in said or attempt == _START_ATTEMPTS:
+            shutil.rmtree(root, ignore_errors=True)
+            raise RuntimeError(f"pg_ctl start failed (exit {started.returncode}, port {port}): "
+                               f"{started.stderr.strip()}\n{said[-2000:]}")
     createdb = shutil.which("createdb") or str(Path(initdb).with_name("createdb"))
 
     def database(name: str) -> str:
