@@ -471,7 +471,7 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
     user may not write (``Store``)."""
     url = option or default_url()
     # errors name where the URL came from: a bad FLEETCTL_STATE in a unit file was reported as --state
-    label = "--state" if option else "FLEETCTL_STATE" if os.environ.get("FLEETCTL_STATE") else "--state"
+    label = "FLEETCTL_STATE" if not option and os.environ.get("FLEETCTL_STATE") else "--state"
     if "://" not in url and not url.startswith("sqlite:"):
         from fleetctl.model import JobState
 
@@ -509,8 +509,7 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
         fail(f"{label} {url!r}: {database} is a directory; give the path of the SQLite file, e.g. "
              f"sqlite:///{Path(database, 'state.db').absolute()}", 2)  # type: ignore[arg-type]
     if must_exist and is_sqlite and not Path(database).exists():  # type: ignore[arg-type]
-        where = ("--state" if option is not None else "FLEETCTL_STATE" if os.environ.get("FLEETCTL_STATE")
-                 else "the default under the working directory")
+        where = label if explicit else "the default under the working directory"
         fail(f"no state store at {database} ({where}): nothing has been planned or submitted with it. Run fleetctl "
              "from the directory you use it in, or pass --state / set FLEETCTL_STATE", 1)
     global OPENED_STORE
