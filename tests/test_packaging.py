@@ -170,6 +170,7 @@ def test_the_installed_package_works_from_a_directory_without_the_checkout(insta
 
     # The Terraform half: the modules are copied from the installed package before terraform runs
     # (here a binary that does not exist: registry providers cannot be installed offline).
+    (here / "infra").mkdir()  # fleetctl does not create a missing --terraform-dir
     rendered = _run(installed, here, *fleetctl, "plan", "--terraform-dir", "infra", *policy,
                     "--terraform-binary", str(tmp_path / "no-terraform"))
     assert rendered.returncode == 1 and "no-terraform' not found" in rendered.stderr, rendered.stderr

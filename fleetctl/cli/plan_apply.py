@@ -6,6 +6,7 @@ import enum
 import hashlib
 import json
 import os
+import shlex
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -58,7 +59,8 @@ TerraformDirOption = Annotated[
         "--terraform-dir", envvar="FLEETCTL_TERRAFORM_DIR", show_default=False,
         help="Render the policy's infrastructure as Terraform (main.tf.json and the modules) into DIR, run "
         "`terraform plan` there and show its changes under a 'Terraform' heading; apply applies that saved "
-        "Terraform plan first, then the API actions. Without it, only the API half is planned.",
+        "Terraform plan first, then the API actions. DIR must exist (fleetctl does not create it: a mistyped path "
+        "would start a second Terraform root). Without it, only the API half is planned.",
     ),
 ]
 TerraformInitOption = Annotated[
@@ -87,17 +89,24 @@ def _root_sha256(document: dict) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
 
-def _terraform_plan(directory: Path, pol, init: InitMode, binary: str, name: str):  # noqa: ANN001, ANN202
+def _terraform_plan(directory: Path, pol, init: InitMode, binary: str, name: str,  # noqa: ANN001, ANN202
+                    option: str = "--terraform-dir"):
     """Render, write and plan the Terraform half into ``directory/name``; exits with the reason on any failure.
 
     Design choice: each saved plan has its own Terraform plan file (``name``), so a later `fleetctl plan
     --terraform-dir` of the same directory (to look) does not replace the one a saved plan will apply."""
     from fleetctl.terraform import Terraform, TerraformError, check_destroys, write_root
 
-    if directory.exists() and not directory.is_dir():
-        fail(f"--terraform-dir {directory}: not a directory", 2)
     try:
         document = _rendered_root(pol)
+        if not directory.is_dir():
+            # Design choice: never create the root. A mistyped path would otherwise start a second, empty
+            # Terraform root beside the real one, and plan every role, queue and template again (as Terraform's
+            # own -chdir refuses a missing directory).
+            fail(f"{option} {directory}: not a directory" if directory.exists() else
+                 f"{option} {directory}: no such directory; fleetctl does not create it, so a mistyped path cannot "
+                 f"start a second Terraform root beside yours. For a new root, create it first: mkdir -p "
+                 f"{shlex.quote(str(directory))}", 2)
         write_root(directory, document)
         tf = Terraform(directory, binary=binary, init=init.value)
         tf_plan = tf.plan(name)
@@ -109,8 +118,14 @@ def _terraform_plan(directory: Path, pol, init: InitMode, binary: str, name: str
     except TerraformError as exc:
         fail(str(exc))
     except OSError as exc:
-        fail(f"--terraform-dir {directory}: {exc.strerror or exc}", 2)
+        fail(f"{option} {directory}: {exc.strerror or exc}", 2)
     return tf, tf_plan, document
+
+
+def _terraform_dir_label(ctx: typer.Context) -> str:
+    """How the user gave the Terraform directory: --terraform-dir, or FLEETCTL_TERRAFORM_DIR in a unit file."""
+    source = ctx.get_parameter_source("terraform_dir")
+    return "FLEETCTL_TERRAFORM_DIR" if source is not None and source.name == "ENVIRONMENT" else "--terraform-dir"
 
 
 def _terraform_doc(tf_plan, document: dict) -> dict:  # noqa: ANN001
@@ -156,6 +171,7 @@ def _plan_now(pol, store, forecaster, seed: int, cloud: str, plan_at: datetime |
 
 @errors_exit_1  # 2 means "changes" under -detailed-exitcode: every error of plan exits 1, as in Terraform
 def plan(
+    ctx: typer.Context,
     policy: PolicyOption = None,
     state: StateOption = None,
     seed: SeedOption = 0,
@@ -197,7 +213,8 @@ def plan(
         # A saved plan's own Terraform plan file; a plan only looked at gets a temporary one (removed below).
         name = (f"fleetctl-{hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:12]}.tfplan" if out is not None
                 else f"fleetctl-look-{os.getpid()}.tfplan")
-        _tf, tf_plan, tf_root = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary, name)
+        _tf, tf_plan, tf_root = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary, name,
+                                                _terraform_dir_label(ctx))
         if out is None:
             tf_plan.plan_file.unlink(missing_ok=True)
     fp = fingerprint(obs, pol)
@@ -294,6 +311,7 @@ def _path_field(doc: dict, key: str, plan_file: Path, name: str | None = None, r
 
 
 def apply(
+    ctx: typer.Context,
     plan_file: Annotated[
         Optional[Path], typer.Argument(help="A plan saved with `fleetctl plan -out`. Without it, plan and apply now.")
     ] = None,
@@ -386,7 +404,7 @@ def apply(
             to_apply = fresh
             if terraform_dir is not None:
                 tf, tf_plan, _root = _terraform_plan(terraform_dir, pol, terraform_init, terraform_binary,
-                                                     f"fleetctl-apply-{os.getpid()}.tfplan")
+                                                     f"fleetctl-apply-{os.getpid()}.tfplan", _terraform_dir_label(ctx))
             print(render_text(to_apply), end="")
             if tf_plan is not None:
                 from fleetctl.terraform import render_changes

@@ -67,6 +67,7 @@ def test_one_queue_is_placed_across_three_clouds_and_terraform_covers_all_three(
                "FLEETCTL_AZURE_ACCESS_TOKEN": TOKEN,
                "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_CLOUD": "aws,gcp,azure"}
         infra = tmp_path / "infra"
+        infra.mkdir()  # fleetctl does not create a missing --terraform-dir
         submitted = runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env)
         assert submitted.exit_code == 0, submitted.output
 

@@ -220,6 +220,7 @@ def test_adding_or_dropping_a_region_plans_only_that_region(tf_env: dict, tmp_pa
     runner = CliRunner()
     env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
     infra = tmp_path / "infra"
+    infra.mkdir()  # fleetctl does not create a missing --terraform-dir
 
     def plan(policy: Path, out: str):  # noqa: ANN202
         done = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
@@ -402,6 +403,7 @@ def test_plan_and_apply_carry_out_the_terraform_and_the_api_halves(moto_server: 
                "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_CLOUD": "aws"}
         policy = _policy_for(world, tmp_path)  # the example, with moto's subnets
         infra = tmp_path / "infra"
+        infra.mkdir()  # fleetctl does not create a missing --terraform-dir
         common = ["--policy", str(policy), "--terraform-dir", str(infra), "--terraform-init", "get"]
         submitted = runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env)
         assert submitted.exit_code == 0, submitted.output
@@ -472,6 +474,7 @@ def test_apply_refuses_a_terraform_plan_that_changed_since_plan(moto_server: Any
                "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_CLOUD": "aws"}
         policy = _policy_for(world, tmp_path, gpu_models=["A10G"])
         infra = tmp_path / "infra"
+        infra.mkdir()  # fleetctl does not create a missing --terraform-dir
         planned = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
                                       "--terraform-init", "get", "-out", str(tmp_path / "plan.json")], env=env)
         assert planned.exit_code == 0, planned.output
@@ -492,6 +495,7 @@ def test_apply_refuses_a_terraform_plan_that_changed_since_plan(moto_server: Any
         # A terraform section copied from a plan of another policy's infrastructure: refused.
         (tmp_path / "other").mkdir()
         other_policy = _policy_for(world, tmp_path / "other", gpu_models=["A10G", "T4"])
+        (tmp_path / "infra2").mkdir()
         other = runner.invoke(app, ["plan", "--policy", str(other_policy), "--state",
                                     f"sqlite:///{tmp_path / 'other.db'}", "--terraform-dir", str(tmp_path / "infra2"),
                                     "--terraform-init", "get", "-out", str(tmp_path / "other.json")], env=env)
@@ -521,6 +525,7 @@ def test_an_api_launch_refused_after_terraform_applied_says_what_terraform_did(t
     runner = CliRunner()
     env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
     infra = tmp_path / "infra"
+    infra.mkdir()  # fleetctl does not create a missing --terraform-dir
     assert runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env).exit_code == 0
     planned = runner.invoke(app, ["plan", "--policy", str(EXAMPLE), "--terraform-dir", str(infra),
                                   "--terraform-init", "get", "-out", str(tmp_path / "plan.json")], env=env)
@@ -559,9 +564,42 @@ def test_missing_infrastructure_is_a_clear_error_and_nothing_is_written(tmp_path
     assert not (tmp_path / ".fleetctl").exists()  # refused before a store was opened
 
 
+def test_a_missing_terraform_directory_is_refused_not_created(tmp_path: Path) -> None:
+    """A mistyped --terraform-dir must not start a second, empty Terraform root
+    that plans every role, queue and template again: plan and apply refuse a
+    directory that does not exist, name how it was given, create nothing and
+    apply nothing (as `terraform -chdir` refuses one)."""
+    runner = CliRunner()
+    env = {"FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
+    assert runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env).exit_code == 0
+    typo = tmp_path / "infra" / "prdo"
+    (tmp_path / "infra").mkdir()
+    planned = runner.invoke(app, ["plan", "--policy", str(EXAMPLE), "--terraform-dir", str(typo),
+                                  "-out", str(tmp_path / "plan.json")], env=env)
+    output = " ".join(planned.output.split())
+    assert planned.exit_code == 1, planned.output  # every error of plan exits 1, as in Terraform
+    assert f"--terraform-dir {typo}: no such directory" in output, output
+    assert f"create it first: mkdir -p {typo}" in output, output
+    assert not typo.exists() and not (tmp_path / "plan.json").exists()
+    applied = runner.invoke(app, ["apply", "--policy", str(EXAMPLE), "--auto-approve"],
+                            env={**env, "FLEETCTL_TERRAFORM_DIR": str(typo)})
+    output = " ".join(applied.output.split())
+    assert applied.exit_code == 2, applied.output
+    assert f"FLEETCTL_TERRAFORM_DIR {typo}: no such directory" in output, output
+    assert not typo.exists()
+    status = runner.invoke(app, ["status", "--policy", str(EXAMPLE), "--format", "json"], env=env)
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.output)["nodes"] == [], status.output  # nothing was launched
+    a_file = tmp_path / "infra" / "main.tf"
+    a_file.write_text("")
+    not_dir = runner.invoke(app, ["plan", "--policy", str(EXAMPLE), "--terraform-dir", str(a_file)], env=env)
+    assert not_dir.exit_code == 1 and f"--terraform-dir {a_file}: not a directory" in not_dir.output
+
+
 def test_a_missing_terraform_binary_is_named(tmp_path: Path) -> None:
     runner = CliRunner()
     env = {"FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}"}
+    (tmp_path / "infra").mkdir()
     done = runner.invoke(app, ["plan", "--policy", str(EXAMPLE), "--terraform-dir", str(tmp_path / "infra"),
                                "--terraform-binary", "/nonexistent/terraform"], env=env)
     assert done.exit_code == 1 and "terraform binary '/nonexistent/terraform' not found" in done.output
@@ -644,6 +682,7 @@ def test_a_notice_handled_while_terraform_applies_stops_the_api_half(tf_env: dic
     runner = CliRunner()
     policy = _edited(tmp_path, lambda doc: doc["scaling"].__setitem__("scale_up_cooldown_seconds", 0))
     infra = tmp_path / "infra"
+    infra.mkdir()  # fleetctl does not create a missing --terraform-dir
     env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0",
            "COLUMNS": "200"}
     assert runner.invoke(app, ["jobs", "submit", str(ROOT / "examples" / "jobs.yaml")], env=env).exit_code == 0
