@@ -57,3 +57,16 @@ def daemon_run(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[DaemonRun
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def served_ports(proc: subprocess.Popen) -> tuple[str, int, int | None]:
+    """A `fleetctl daemon` child's first line (``--metrics-addr``/``--notice-addr`` HOST:0 bind free ports and
+    it names the real ones) and the ports it names: metrics, and notices or None. Asking the OS for a free port
+    first and handing it over leaves a window in which another process may take it."""
+    first = proc.stdout.readline()
+    metrics = re.search(r"metrics on http://[^ ]+:(\d+)/metrics", first)
+    if metrics is None:
+        assert first, ("the daemon printed nothing", proc.wait(timeout=60), proc.stderr.read())
+        raise AssertionError(first)
+    notices = re.search(r"notices on http://[^ ]+:(\d+)/v1/notices", first)
+    return first, int(metrics[1]), None if notices is None else int(notices[1])

@@ -23,15 +23,9 @@ from fleetctl.controller.loop import Daemon, LoopContext
 from fleetctl.metrics import FleetMetrics, serve
 from fleetctl.model import JobState
 from tests.builders import job, offer, policy
-from tests.processes import daemon_run
+from tests.processes import daemon_run, served_ports
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[str, list]:
@@ -56,8 +50,8 @@ def test_daemon_reconciles_and_serves_metrics(world_factory):
     w.store.add_jobs([job("big", gpus=8, submitted=now, duration_hours=5), job("small", gpus=1, submitted=now,
                                                                              duration_hours=5)], now)
     metrics = FleetMetrics()
-    port = free_port()
-    server, thread = serve(metrics, f"127.0.0.1:{port}")
+    server, thread = serve(metrics, "127.0.0.1:0")
+    port = server.server_address[1]
     loop = Daemon(LoopContext(w.store, w.provider, w.runtime, policy(), metrics), interval_seconds=0.2,
                   interruption_seconds=0.1, price_seconds=60)
     loop.start()
@@ -120,11 +114,13 @@ def _sandbox_with_jobs(tmp_path) -> dict[str, str]:
 
 def test_cli_daemon_stops_cleanly_on_sigterm(tmp_path):
     env = _sandbox_with_jobs(tmp_path)
-    port = free_port()
+    env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "0.5",
-                             "--metrics-addr", f"127.0.0.1:{port}"], cwd=tmp_path, env=env,
+                             "--metrics-addr", "127.0.0.1:0"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        _first, port, _ = served_ports(proc)
+
         def running() -> bool:
             try:
                 fams = scrape(port)
@@ -1127,10 +1123,10 @@ def test_cli_daemon_serves_the_probes_with_the_limits_it_is_given(tmp_path):
     import sqlite3
 
     env = _sandbox_with_jobs(tmp_path)
-    port = free_port()
+    env["PYTHONUNBUFFERED"] = "1"
     # --interruption-interval 120: the notice pass runs at the start only, and no pass waits behind one
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--interval", "0.5",
-                             "--interruption-interval", "120", "--metrics-addr", f"127.0.0.1:{port}",
+                             "--interruption-interval", "120", "--metrics-addr", "127.0.0.1:0",
                              "--health-max-inactivity-seconds", "3", "--health-max-failing-seconds", "4"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     locker = sqlite3.connect(tmp_path / ".fleetctl" / "state.db", timeout=30, isolation_level=None)
@@ -1141,6 +1137,7 @@ def test_cli_daemon_serves_the_probes_with_the_limits_it_is_given(tmp_path):
         return seen["live"][0] == status and seen["ready"][0] == status and failed in seen["ready"][1]
 
     try:
+        _first, port, _ = served_ports(proc)
         assert wait_for(lambda: answers(200), timeout=60), (
             proc.stderr.read() if proc.poll() is not None else seen)
         locker.execute("BEGIN EXCLUSIVE")

@@ -23,6 +23,7 @@ from fleetctl.store import Store
 from tests.builders import T0
 from tests.nodewatch.conftest import TOKEN
 from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds
+from tests.processes import served_ports
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -222,14 +223,15 @@ def test_daemon_takes_a_notice_from_node_watch_and_replaces_the_job(tmp_path, to
     env["FLEETCTL_SIM_LAUNCH_DELAY_SECONDS"] = "0"
     subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", "jobs.yaml"], cwd=tmp_path, env=env,
                    check=True, capture_output=True)
-    notice_port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "fleetctl", "daemon", "--interval", "0.3", "--interruption-interval", "0.2",
-         "--metrics-addr", f"127.0.0.1:{free_port()}", "--notice-addr", f"127.0.0.1:{notice_port}",
-         "--notice-token-file", str(token_file)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--metrics-addr", "127.0.0.1:0", "--notice-addr", "127.0.0.1:0", "--notice-token-file", str(token_file)],
+        cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
     store = Store(f"sqlite:///{tmp_path / '.fleetctl' / 'state.db'}")
     try:
+        first, _metrics_port, notice_port = served_ports(proc)  # HOST:0 binds free ports; the line names them
+        assert notice_port, first
         def running():  # noqa: ANN202
             jobs = [j for j in store.jobs() if j.job_id == "train" and j.state.value == "running"]
             return jobs[0] if jobs else None
@@ -270,7 +272,7 @@ def test_daemon_takes_a_notice_from_node_watch_and_replaces_the_job(tmp_path, to
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert f"notices on http://127.0.0.1:{notice_port}/v1/notices" in out
+    assert f"notices on http://127.0.0.1:{notice_port}/v1/notices" in first + out
 
 
 def test_the_daemon_warns_of_a_readable_token_file_and_a_plain_http_endpoint_off_loopback(tmp_path, caplog):

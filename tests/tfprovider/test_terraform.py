@@ -614,7 +614,8 @@ def test_the_daemon_runs_against_aws_on_moto_and_takes_a_reclaim_from_the_queue(
     import signal
     import sys
 
-    from tests.controller.test_daemon import free_port, scrape, wait_for
+    from tests.controller.test_daemon import scrape, wait_for
+    from tests.processes import served_ports
 
     with moto_world(moto_server, cluster="ml-platform") as world:
         policy = _policy_for(world, tmp_path, gpu_models=["A10G", "T4"])
@@ -629,12 +630,14 @@ def test_the_daemon_runs_against_aws_on_moto_and_takes_a_reclaim_from_the_queue(
                         "     duration_hours: 3, checkpointable: true, checkpoint_interval_minutes: 30}\n")
         subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "submit", str(jobs)], env=env, check=True,
                        capture_output=True, cwd=tmp_path)
-        port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "fleetctl", "daemon", "--cloud", "aws", "--policy", str(policy),
                                  "--interval", "0.5", "--interruption-interval", "0.5",
-                                 "--metrics-addr", f"127.0.0.1:{port}"],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 "--metrics-addr", "127.0.0.1:0"],
+                                cwd=tmp_path, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         try:
+            _first, port, _ = served_ports(proc)
+
             def aws_gpus() -> float:
                 try:
                     fams = scrape(port)
