@@ -351,14 +351,20 @@ def test_the_daemon_prunes_the_finished_history_daily_under_the_lease_when_told_
     loop.prune()  # another process acts on the store: nothing is deleted
     assert {j.job_id for j in w.store.jobs()} == {"old", "recent"}
     w.store.release_lease("controller", "daemon on host-a pid 7")
+    before = datetime.now(timezone.utc)
     loop.prune()
+    after = datetime.now(timezone.utc)
     assert {j.job_id for j in w.store.jobs()} == {"recent"}
     # the per-pass "demand" row stays (--retain-days 0: keep it), and so does the launch after the cut; the
     # prune records its cut (dated at it), where `fleetctl report` reads the history is whole from
-    assert sorted((e["kind"], e["at_utc"][:10]) for e in w.store.events()) == [
+    events = sorted(w.store.events(), key=lambda e: e["kind"])
+    assert [(e["kind"], e["at_utc"][:10]) for e in events[:2]] == [
         ("demand", (now - timedelta(days=40)).strftime("%Y-%m-%d")),
-        ("launch", (now - timedelta(days=10)).strftime("%Y-%m-%d")),
-        ("prune_finished", (now - timedelta(days=30)).strftime("%Y-%m-%d"))]
+        ("launch", (now - timedelta(days=10)).strftime("%Y-%m-%d"))]
+    [cut] = events[2:]
+    cut_at = datetime.fromisoformat(cut["at_utc"].replace("Z", "+00:00"))
+    assert cut["kind"] == "prune_finished"  # dated by the daemon's clock: a day's date may turn meanwhile
+    assert before - timedelta(days=30, seconds=1) <= cut_at <= after - timedelta(days=30), cut["at_utc"]
 
 
 def test_cli_daemon_passes_retain_finished_days_to_its_daily_prune(tmp_path):
