@@ -18,7 +18,7 @@ import os
 import re
 import time
 from contextlib import contextmanager, nullcontext
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -35,7 +35,7 @@ DEFAULT_STATE_DIR = ".fleetctl"
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: The newest schema revision, the head of ``migrations/versions`` (a test keeps the two equal). A store
 #: at it opens without importing alembic, which took a quarter of a second of every command's start.
-SCHEMA_HEAD = "0010"
+SCHEMA_HEAD = "0011"
 #: pg_advisory_xact_lock key serialising schema upgrades on a PostgreSQL database ("fleetmig" in ASCII)
 PG_MIGRATION_LOCK_KEY = 0x666C6565746D6967
 
@@ -44,15 +44,36 @@ class StoreError(Exception):
     """The store cannot be opened or a write contradicts what it holds."""
 
 
+def _stamp(value: datetime | None) -> str | None:
+    """A time as the store keeps it: ISO 8601 in UTC, always to the microsecond
+    (``2026-11-27T23:56:30.000000Z``). The columns are text and are compared and
+    ordered as text, so every value has the same width; ``dt_to_str`` leaves out
+    a zero fraction, and "...:30Z" sorted after "...:30.5Z" (migration 0011).
+    Reads parse either form; what the store hands out is ``dt_to_str``'s."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: fleetctl keeps time in UTC")
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _shown(stored: str) -> str:
+    """A stored time in the form the store hands out (``dt_to_str``: no zero fraction)."""
+    return dt_to_str(str_to_dt(stored))  # type: ignore[return-value]
+
+
 def _about_a_second_wider(query: Any, column: Any, since: datetime | None, until: datetime | None) -> Any:
     """``query`` limited to ``column`` (a stored timestamp) in ``[since,
     until)``, a second wider each side: timestamps are compared as text, and
     ISO 8601 with and without a fraction sorts a fraction of a second wrong
-    ("...:14.25Z" < "...:14Z"). ``_within`` then filters the rows exactly."""
+    ("...:14.25Z" < "...:14Z"). ``_within`` then filters the rows exactly.
+    Since migration 0011 every stored time has one width (``_stamp``), so the
+    text bounds alone would do; the widening stays as a guard for rows written
+    by other tools."""
     if since is not None:
-        query = query.where(column >= dt_to_str(since - timedelta(seconds=1)))
+        query = query.where(column >= _stamp(since - timedelta(seconds=1)))
     if until is not None:
-        query = query.where(column < dt_to_str(until + timedelta(seconds=1)))
+        query = query.where(column < _stamp(until + timedelta(seconds=1)))
     return query
 
 
@@ -527,8 +548,8 @@ class Store:
                         job_id=job.job_id,
                         state=job.state.value,
                         spec=json.dumps(job_to_dict(job), sort_keys=True),
-                        submitted_at_utc=dt_to_str(job.submitted_at_utc),
-                        updated_at_utc=dt_to_str(now),
+                        submitted_at_utc=_stamp(job.submitted_at_utc),
+                        updated_at_utc=_stamp(now),
                     )
                 )
                 added += 1
@@ -592,7 +613,7 @@ class Store:
                 .values(
                     state=job.state.value,
                     spec=json.dumps(job_to_dict(job), sort_keys=True),
-                    updated_at_utc=dt_to_str(now),
+                    updated_at_utc=_stamp(now),
                 )
             )
             if result.rowcount != 1:
@@ -627,14 +648,14 @@ class Store:
             for job_id in ids:
                 gone = pruned.get(job_id)
                 if gone is not None:
-                    outcome[job_id] = f"already {gone.state} (finished {gone.finished_at_utc}, pruned)"
+                    outcome[job_id] = f"already {gone.state} (finished {_shown(gone.finished_at_utc)}, pruned)"
                     continue
                 job = _row(job_from_dict, found[job_id].spec, f"job {job_id!r}")
                 if not job.state.active:
                     outcome[job_id] = f"already {job.state.value}"
                     continue
                 if conn.execute(sa.select(t.c.job_id).where(t.c.job_id == job_id)).first() is None:
-                    conn.execute(t.insert().values(job_id=job_id, requested_at_utc=dt_to_str(now), reason=reason,
+                    conn.execute(t.insert().values(job_id=job_id, requested_at_utc=_stamp(now), reason=reason,
                                                    handled_at_utc=None))
                 if job.state is JobState.QUEUED and not job.node_ids:
                     self.put_job(dataclasses.replace(job, state=JobState.CANCELLED), now)
@@ -655,7 +676,7 @@ class Store:
     def mark_cancel_handled(self, job_id: str, now: datetime) -> None:
         t = tables.job_cancellations
         with self._tx() as conn:
-            conn.execute(t.update().where(t.c.job_id == job_id).values(handled_at_utc=dt_to_str(now)))
+            conn.execute(t.update().where(t.c.job_id == job_id).values(handled_at_utc=_stamp(now)))
 
     # ------------------------------------------------------------------ nodes
 
@@ -666,7 +687,7 @@ class Store:
             offer_key=node.offer.key,
             state=node.state.value,
             doc=json.dumps(node_to_dict(node), sort_keys=True),
-            updated_at_utc=dt_to_str(now),
+            updated_at_utc=_stamp(now),
         )
         with self._tx() as conn:
             # one statement for a node already stored (the common case: every passive transition), two otherwise;
@@ -689,7 +710,7 @@ class Store:
         not through every gone node the store keeps."""
         t = tables.nodes
         return self._nodes(include_gone=True, where=(t.c.state == NodeState.GONE.value)
-                           & (t.c.updated_at_utc >= dt_to_str(since)), memo="gone_since")
+                           & (t.c.updated_at_utc >= _stamp(since)), memo="gone_since")
 
     def _nodes(self, *, provider: str | None = None, include_gone: bool = False,
                node_ids: Iterable[str] | None = None, where: Any = None, memo: str = "") -> tuple[Node, ...]:
@@ -725,7 +746,7 @@ class Store:
         live = [s.value for s in NodeState if s is not NodeState.GONE]
         # a second early: timestamps are compared as text, and ISO 8601 with and without microseconds
         # ("...:00.5Z" < "...:00Z") sorts a fraction of a second wrong; the gone time is exact below
-        cut = dt_to_str(since - timedelta(seconds=1))
+        cut = _stamp(since - timedelta(seconds=1))
         with self._tx() as conn:
             rows = conn.execute(sa.select(t.c.node_id, t.c.doc, t.c.state, t.c.updated_at_utc).where(
                 t.c.state.in_(live) | ((t.c.state == NodeState.GONE.value) & (t.c.updated_at_utc >= cut)))).all()
@@ -766,7 +787,7 @@ class Store:
                         count=count,
                         status="pending",
                         node_ids="[]",
-                        created_at_utc=dt_to_str(now),
+                        created_at_utc=_stamp(now),
                     )
                 )
             except sa.exc.IntegrityError as exc:
@@ -817,8 +838,8 @@ class Store:
         ``notices_before`` (earlier than ``before``) keeps the notices the
         planner still reads (the policy's ``reclaimed_offer_ttl_minutes``).
         Returns the rows deleted per table."""
-        cut = dt_to_str(before)
-        notice_cut = dt_to_str(min(before, notices_before) if notices_before is not None else before)
+        cut = _stamp(before)
+        notice_cut = _stamp(min(before, notices_before) if notices_before is not None else before)
         events, obs, notices = tables.events, tables.offer_observations, tables.interruptions
         with self.transaction(), self._tx() as conn:
             deleted_events = conn.execute(events.delete().where(events.c.at_utc < cut)
@@ -870,7 +891,7 @@ class Store:
 
         Atomic (one transaction, which ``transaction()`` may widen: run after
         ``prune`` in it, the notices that one deletes no longer keep nodes)."""
-        cut = dt_to_str(before)
+        cut = _stamp(before)
         jobs, nodes, launches = tables.jobs, tables.nodes, tables.launches
         events, cancels, notices = tables.events, tables.job_cancellations, tables.interruptions
         final = [s.value for s in JobState if not s.active]
@@ -910,7 +931,8 @@ class Store:
                                           .where(events.c.seq.not_in(open_runs))).rowcount
             # where the finished history now starts: `fleetctl report` says a window before it is not covered
             # (and that it kept the starts of the runs open at the cut: the report sees every run after it)
-            self._insert_event(conn, "prune_finished", before, "", {"before_utc": cut, "open_runs_kept": True})
+            self._insert_event(conn, "prune_finished", before, "", {"before_utc": dt_to_str(before),
+                                                                    "open_runs_kept": True})
         return {"jobs": deleted_jobs, "job_cancellations": deleted_cancels, "nodes": deleted_nodes,
                 "launches": deleted_launches, "events": deleted_events}
 
@@ -1016,7 +1038,7 @@ class Store:
                 return False
             conn.execute(t.insert().values(
                 event_id=event.event_id, provider=event.provider, node_id=event.node_id, kind=event.kind.value,
-                received_at_utc=dt_to_str(event.received_at_utc), deadline_utc=dt_to_str(event.deadline_utc),
+                received_at_utc=_stamp(event.received_at_utc), deadline_utc=_stamp(event.deadline_utc),
                 handled_at_utc=None,
             ))
             if audit is not None:
@@ -1036,7 +1058,7 @@ class Store:
         if node_id is not None:
             query = query.where(t.c.node_id == node_id)
         if received_since is not None:
-            query = query.where(t.c.received_at_utc >= dt_to_str(received_since))
+            query = query.where(t.c.received_at_utc >= _stamp(received_since))
         with self._tx() as conn:
             if node_ids is not None:
                 rows = _rows_with(conn, query, t.c.node_id, node_ids)
@@ -1069,13 +1091,13 @@ class Store:
         t = tables.interruptions
         with self._tx() as conn:
             result = conn.execute(t.update().where((t.c.event_id == event_id) & t.c.handled_at_utc.is_(None))
-                                  .values(handled_at_utc=dt_to_str(now)))
+                                  .values(handled_at_utc=_stamp(now)))
             return result.rowcount == 1
 
     def mark_interruption_handled(self, event_id: str, now: datetime) -> None:
         t = tables.interruptions
         with self._tx() as conn:
-            conn.execute(t.update().where(t.c.event_id == event_id).values(handled_at_utc=dt_to_str(now)))
+            conn.execute(t.update().where(t.c.event_id == event_id).values(handled_at_utc=_stamp(now)))
 
     # ------------------------------------------------------------------ offer observations
 
@@ -1091,7 +1113,7 @@ class Store:
                      for o in offers if o.market is Market.ON_DEMAND}
         listed = {o.key: o for o in offers if o.market is Market.SPOT}
         t = tables.offer_observations
-        stamp = dt_to_str(now)
+        stamp = _stamp(now)
         latest = tables.offer_latest
         with self._tx() as conn:
             last = {r.offer_key: (bool(r.available), r.usd_per_hour) for r in conn.execute(sa.select(latest)).all()}
@@ -1125,13 +1147,13 @@ class Store:
         t = tables.offer_observations
         query = sa.select(t).order_by(t.c.observed_at_utc, t.c.offer_key)
         if since is not None:
-            query = query.where(t.c.observed_at_utc >= dt_to_str(since))
+            query = query.where(t.c.observed_at_utc >= _stamp(since))
         if until is not None:
-            query = query.where(t.c.observed_at_utc <= dt_to_str(until))
+            query = query.where(t.c.observed_at_utc <= _stamp(until))
         with self._tx() as conn:
             rows = conn.execute(query).all()
             if since is not None and with_state_at_since:
-                last = (sa.select(sa.func.max(t.c.seq)).where(t.c.observed_at_utc < dt_to_str(since))
+                last = (sa.select(sa.func.max(t.c.seq)).where(t.c.observed_at_utc < _stamp(since))
                         .group_by(t.c.offer_key))
                 before = conn.execute(sa.select(t).where(t.c.seq.in_(last))
                                       .order_by(t.c.observed_at_utc, t.c.offer_key)).all()
@@ -1172,7 +1194,7 @@ class Store:
     def _insert_event(conn: Connection, kind: str, now: datetime, subject: str, payload: dict[str, Any]) -> None:
         conn.execute(
             tables.events.insert().values(
-                at_utc=dt_to_str(now),
+                at_utc=_stamp(now),
                 kind=kind,
                 subject=subject,
                 payload=json.dumps(payload, sort_keys=True, default=str),
@@ -1204,7 +1226,7 @@ class Store:
                 if rows:
                     page = query.where(e.c.seq < rows[-1].seq).order_by(e.c.seq.desc()).limit(limit + 1)
                 for r in rows:
-                    entry = {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject,
+                    entry = {"seq": r.seq, "at_utc": _shown(r.at_utc), "kind": r.kind, "subject": r.subject,
                              "payload": _decode(r.payload, f"event {r.seq}")}
                     if (about is None or r.subject == about or _names(entry["payload"], about)) \
                             and _within(r.at_utc, since, until):
@@ -1224,7 +1246,7 @@ class Store:
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return tuple(
-            {"seq": r.seq, "at_utc": r.at_utc, "kind": r.kind, "subject": r.subject,
+            {"seq": r.seq, "at_utc": _shown(r.at_utc), "kind": r.kind, "subject": r.subject,
              "payload": _decode(r.payload, f"event {r.seq}")}
             for r in rows if _within(r.at_utc, since, None)
         )

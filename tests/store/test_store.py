@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_migrations_run_and_are_idempotent(store):
-    assert store.schema_revision() == "0010"
+    assert store.schema_revision() == "0011"
     again = Store(store.url)
-    assert again.schema_revision() == "0010"
+    assert again.schema_revision() == "0011"
     again.close()
 
 
@@ -49,13 +49,13 @@ def test_a_current_store_opens_without_alembic_and_an_old_one_is_upgraded(tmp_pa
              "print(s.schema_revision(), 'alembic' in sys.modules)")
     opened = subprocess.run([sys.executable, "-c", probe, f"sqlite:///{db}"], capture_output=True, text=True,
                             check=True, cwd=REPO)
-    assert opened.stdout.split() == ["0010", "False"]
+    assert opened.stdout.split() == ["0011", "False"]
     old = Store(f"sqlite:///{db}")
     downgrade(old, "0009")
     old.close()
     upgraded = subprocess.run([sys.executable, "-c", probe, f"sqlite:///{db}"], capture_output=True, text=True,
                               check=True, cwd=REPO)
-    assert upgraded.stdout.split() == ["0010", "True"]
+    assert upgraded.stdout.split() == ["0011", "True"]
 
 
 def test_jobs_round_trip_and_resubmit(store):
@@ -317,7 +317,7 @@ def test_an_0003_store_with_offer_history_upgrades_with_its_latest_state_backfil
     assert store.schema_revision() == "0003"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0010"
+        assert upgraded.schema_revision() == "0011"
         assert upgraded.record_offers([a], T0 + timedelta(minutes=10)) == 0  # nothing changed
         assert upgraded.record_offers([a, b], T0 + timedelta(minutes=15)) == 1  # b is back
         assert upgraded.record_offers([a, b, offer("c1", market=Market.ON_DEMAND)], T0 + timedelta(minutes=20)) == 0
@@ -350,7 +350,7 @@ def test_an_0006_store_upgrades_with_each_nodes_zone_backfilled_from_the_old_rul
     assert store.schema_revision() == "0006"
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0010"
+        assert upgraded.schema_revision() == "0011"
         zones = {n.node_id: n.zone for n in upgraded.nodes(include_gone=True)}
         assert zones == {"us-central1-b/fleetctl-1": "us-central1-b", "us-central1-a/fleetctl-2": "us-central1-a",
                          "fl-research-1": "", "i-0abc": "use1-az2", "us-central1-c/fleetctl-0": "us-central1-c"}
@@ -730,7 +730,7 @@ def test_an_0009_store_upgrades_to_job_tombstones_and_back(store):
     assert store.schema_revision() == "0009" and columns() == {}
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0010" and columns() == declared
+        assert upgraded.schema_revision() == "0011" and columns() == declared
         assert _tombstones(upgraded) == {}  # the guard went with the downgrade
         assert [j.job_id for j in upgraded.jobs()] == ["queued"]
         assert upgraded.add_jobs([job("pruned")], T0) == (1, 0)
@@ -762,7 +762,7 @@ def test_processes_opening_an_old_sqlite_store_together_upgrade_it_once(tmp_path
             for _ in range(6)]
     outs = [p.communicate(timeout=120) for p in runs]
     assert [p.returncode for p in runs] == [0] * 6, [err for _, err in outs]
-    assert {out.strip() for out, _ in outs} == {"0010"}
+    assert {out.strip() for out, _ in outs} == {"0011"}
 
 
 def _open_together(url: str, count: int) -> list[str]:
@@ -815,7 +815,7 @@ def test_processes_opening_a_postgresql_store_together_create_or_upgrade_it_once
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, start_at)
     engine.dispose()
-    assert _open_together(postgres_url, 8) == ["0010"] * 8
+    assert _open_together(postgres_url, 8) == ["0011"] * 8
 
 
 def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_path):
@@ -832,7 +832,7 @@ def test_opening_a_current_sqlite_store_does_not_touch_its_migration_lock(tmp_pa
     lock.unlink()
     again = Store(f"sqlite:///{db}")
     try:
-        assert again.schema_revision() == "0010"
+        assert again.schema_revision() == "0011"
         assert not lock.exists()
         downgrade(again, "0005")
     finally:
@@ -978,7 +978,7 @@ def test_an_0007_store_upgrades_to_the_nodes_state_updated_at_index_and_back(sto
     assert "ix_nodes_state_updated_at_utc" not in indexes()
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0010"
+        assert upgraded.schema_revision() == "0011"
         assert "ix_nodes_state_updated_at_utc" in indexes()
         assert [n.node_id for n in upgraded.nodes(include_gone=True)] == ["n1", "n2"]
     finally:
@@ -1058,7 +1058,7 @@ def test_an_0008_store_upgrades_to_the_launches_status_index_and_back(store):
     assert store.schema_revision() == "0008" and "ix_launches_status" not in indexes()
     upgraded = Store(store.url)
     try:
-        assert upgraded.schema_revision() == "0010" and "ix_launches_status" in indexes()
+        assert upgraded.schema_revision() == "0011" and "ix_launches_status" in indexes()
         assert upgraded.open_launches() == (("k2", "aws/r/z/t/spot", 2, "pending"),)
     finally:
         upgraded.close()
@@ -1151,3 +1151,74 @@ def test_a_postgresql_store_goes_on_after_the_server_restarts(postgres):
         assert sorted(j.job_id for j in store.jobs()) == ["after", "before"]
     finally:
         store.close()
+
+
+def test_times_on_a_whole_second_compare_right_at_sub_second_bounds(store):
+    """Stored times are text, compared and ordered as text. A whole second was
+    written without a fraction ("...:00Z"), which sorts after "...:00.5Z": a
+    node gone at T counted as gone since T + 0.5 s, a notice received at T as
+    received since then, and an observation at T fell inside [T + 0.5 s, ...).
+    Since migration 0011 every time is stored to the microsecond."""
+    from fleetctl.model import InterruptionEvent, InterruptionKind
+    from tests.builders import offer
+
+    half = timedelta(milliseconds=500)
+    store.put_node(node("gone-at-t", state=NodeState.GONE), T0)
+    store.put_node(node("gone-later", state=NodeState.GONE), T0 + timedelta(seconds=1))
+    assert [n.node_id for n in store.nodes_gone_since(T0 + half)] == ["gone-later"]
+    assert [n.node_id for n in store.nodes_gone_since(T0)] == ["gone-at-t", "gone-later"]
+    assert [n.node_id for n, gone in store.nodes_live_since(T0 + half)] == ["gone-later"]
+    store.add_interruption(InterruptionEvent("at-t", "aws", "gone-at-t", InterruptionKind.RECLAIM_WARNING, T0))
+    store.add_interruption(InterruptionEvent("at-t-half", "aws", "gone-later", InterruptionKind.RECLAIM_WARNING,
+                                             T0 + half))
+    assert [e.event_id for e in store.interruptions(unhandled_only=False, received_since=T0 + half)] \
+        == ["at-t-half"]
+    assert [e.event_id for e in store.interruptions(unhandled_only=False)] == ["at-t", "at-t-half"]  # in time order
+    store.record_offers([offer("a8", price=8.0)], T0)
+    store.record_offers([], T0 + half)
+    assert [r["observed_at_utc"] for r in store.offer_observations(since=T0 + half)] == [T0 + half]
+    assert [r["observed_at_utc"] for r in store.offer_observations(until=T0 + half - timedelta(microseconds=1))] \
+        == [T0]
+    # the store hands times out as before: no zero fraction
+    assert store.events("offers_observed")[0]["at_utc"] == T0.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_an_0010_store_gets_its_whole_second_times_to_the_microsecond_and_back(store):
+    """Migration 0011 rewrites every time stored the short way ("...:00Z") to
+    the microsecond, in each of the twelve time columns, and downgrading writes
+    the whole seconds the short way again; a time with a fraction is untouched."""
+    import importlib.util
+
+    from fleetctl.store import MIGRATIONS, tables
+
+    spec = importlib.util.spec_from_file_location("m0011", MIGRATIONS / "versions" / "0011_fixed_width_times.py")
+    m0011 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m0011)
+    declared = {(t.name, c.name) for t in tables.metadata.sorted_tables for c in t.columns if c.name.endswith("_utc")}
+    assert set(m0011.TIME_COLUMNS) == declared and len(declared) == 12
+
+    def raw(table: str, column: str) -> list[str]:
+        with store._engine.connect() as conn:
+            return sorted(conn.execute(sa.text(f"SELECT {column} FROM {table}")).scalars())
+
+    frac = T0 + timedelta(microseconds=250)
+    store.add_jobs([job("a"), job("b", submitted=frac)], T0)
+    store.put_node(node("n", state=NodeState.GONE), T0)
+    store.record_offers([], frac)
+    whole, long = T0.strftime("%Y-%m-%dT%H:%M:%SZ"), T0.strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    with_fraction = frac.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert raw("jobs", "submitted_at_utc") == [long, with_fraction] and raw("nodes", "updated_at_utc") == [long]
+    downgrade(store, "0010")
+    assert store.schema_revision() == "0010"
+    # sorted as text: the short form after the fraction of the same second (the misorder 0011 ends)
+    assert raw("jobs", "submitted_at_utc") == [with_fraction, whole] and raw("nodes", "updated_at_utc") == [whole]
+    assert raw("jobs", "updated_at_utc") == [whole, whole] and raw("events", "at_utc") == [with_fraction]
+    upgraded = Store(store.url)
+    try:
+        assert upgraded.schema_revision() == "0011"
+        assert raw("jobs", "submitted_at_utc") == [long, with_fraction] and raw("nodes", "updated_at_utc") == [long]
+        assert raw("jobs", "updated_at_utc") == [long, long] and raw("events", "at_utc") == [with_fraction]
+        assert [n.node_id for n in upgraded.nodes_gone_since(T0 + timedelta(milliseconds=500))] == []
+        assert [j.submitted_at_utc for j in upgraded.jobs()] == [T0, frac]
+    finally:
+        upgraded.close()
