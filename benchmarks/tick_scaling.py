@@ -159,6 +159,7 @@ def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds:
 
     Returns the rows written per table."""
     from fleetctl.codec import dt_to_str, job_to_dict, node_to_dict
+    from fleetctl.store import stored_time
     from fleetctl.model import InterruptionKind, Node
 
     rng = random.Random(f"{seed}:history")
@@ -173,7 +174,7 @@ def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds:
     per_pass_from = end - timedelta(days=min(days, HISTORY_PER_PASS_RETAINED_DAYS))
 
     def event(at: datetime, kind: str, subject: str, **payload: Any) -> None:
-        event_rows.append(dict(at_utc=dt_to_str(at), kind=kind, subject=subject,
+        event_rows.append(dict(at_utc=stored_time(at), kind=kind, subject=subject,
                                payload=json.dumps(payload, sort_keys=True, default=str)))
 
     for i in range(n_nodes):
@@ -186,9 +187,9 @@ def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds:
                     ready_at_utc=launched + timedelta(seconds=90), idle_since_utc=gone_at, zone=offer.zone)
         node_rows.append(dict(node_id=node_id, provider=offer.provider, offer_key=offer.key, state="gone",
                               doc=json.dumps(node_to_dict(node), sort_keys=True), idempotency_key=key,
-                              updated_at_utc=dt_to_str(gone_at)))
+                              updated_at_utc=stored_time(gone_at)))
         launch_rows.append(dict(idempotency_key=key, offer_key=offer.key, count=1, status="done",
-                                node_ids=json.dumps([node_id]), created_at_utc=dt_to_str(launched)))
+                                node_ids=json.dumps([node_id]), created_at_utc=stored_time(launched)))
         event(launched, "launch", offer.key, nodes=[node_id], reason="cheapest_offer")
         lives.append((node_id, launched, gone_at, offer.key))
         if offer.market is Market.SPOT and rng.random() < HISTORY_RECLAIMED_SHARE:
@@ -196,8 +197,8 @@ def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds:
             if gone_at >= per_pass_from:
                 notice_rows.append(dict(event_id=event_id, provider=offer.provider, node_id=node_id,
                                         kind=InterruptionKind.RECLAIM_WARNING.value,
-                                        received_at_utc=dt_to_str(gone_at - timedelta(seconds=120)),
-                                        deadline_utc=dt_to_str(gone_at), handled_at_utc=dt_to_str(gone_at)))
+                                        received_at_utc=stored_time(gone_at - timedelta(seconds=120)),
+                                        deadline_utc=stored_time(gone_at), handled_at_utc=stored_time(gone_at)))
             event(gone_at, "interruption", node_id, notice="reclaim_warning", event_id=event_id,
                   deadline_utc=dt_to_str(gone_at))
         else:
@@ -214,12 +215,12 @@ def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds:
         job = replace(t, job_id=f"hist-{i:08d}", submitted_at_utc=submitted, state=state,
                       node_ids=(node_id,) * t.workers, started_at_utc=begun, first_started_at_utc=begun)
         job_rows.append(dict(job_id=job.job_id, state=state.value, spec=json.dumps(job_to_dict(job), sort_keys=True),
-                             submitted_at_utc=dt_to_str(submitted), updated_at_utc=dt_to_str(finished)))
+                             submitted_at_utc=stored_time(submitted), updated_at_utc=stored_time(finished)))
         event(begun - timedelta(seconds=30), "bind", job.job_id, nodes=[node_id] * t.workers, reason="fits_new_capacity")
         event(begun, "start", job.job_id, nodes=[node_id] * t.workers)
         if state is JobState.CANCELLED:
-            cancel_rows.append(dict(job_id=job.job_id, requested_at_utc=dt_to_str(finished - timedelta(seconds=30)),
-                                    reason="history", handled_at_utc=dt_to_str(finished)))
+            cancel_rows.append(dict(job_id=job.job_id, requested_at_utc=stored_time(finished - timedelta(seconds=30)),
+                                    reason="history", handled_at_utc=stored_time(finished)))
             event(finished - timedelta(seconds=30), "cancel_requested", job.job_id, reason="history", state="running")
             event(finished, "cancel", job.job_id)
         else:

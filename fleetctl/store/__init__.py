@@ -44,7 +44,7 @@ class StoreError(Exception):
     """The store cannot be opened or a write contradicts what it holds."""
 
 
-def _stamp(value: datetime | None) -> str | None:
+def stored_time(value: datetime | None) -> str | None:
     """A time as the store keeps it: ISO 8601 in UTC, always to the microsecond
     (``2026-11-27T23:56:30.000000Z``). The columns are text and are compared and
     ordered as text, so every value has the same width; ``dt_to_str`` leaves out
@@ -67,13 +67,13 @@ def _about_a_second_wider(query: Any, column: Any, since: datetime | None, until
     until)``, a second wider each side: timestamps are compared as text, and
     ISO 8601 with and without a fraction sorts a fraction of a second wrong
     ("...:14.25Z" < "...:14Z"). ``_within`` then filters the rows exactly.
-    Since migration 0011 every stored time has one width (``_stamp``), so the
+    Since migration 0011 every stored time has one width (``stored_time``), so the
     text bounds alone would do; the widening stays as a guard for rows written
     by other tools."""
     if since is not None:
-        query = query.where(column >= _stamp(since - timedelta(seconds=1)))
+        query = query.where(column >= stored_time(since - timedelta(seconds=1)))
     if until is not None:
-        query = query.where(column < _stamp(until + timedelta(seconds=1)))
+        query = query.where(column < stored_time(until + timedelta(seconds=1)))
     return query
 
 
@@ -548,8 +548,8 @@ class Store:
                         job_id=job.job_id,
                         state=job.state.value,
                         spec=json.dumps(job_to_dict(job), sort_keys=True),
-                        submitted_at_utc=_stamp(job.submitted_at_utc),
-                        updated_at_utc=_stamp(now),
+                        submitted_at_utc=stored_time(job.submitted_at_utc),
+                        updated_at_utc=stored_time(now),
                     )
                 )
                 added += 1
@@ -613,7 +613,7 @@ class Store:
                 .values(
                     state=job.state.value,
                     spec=json.dumps(job_to_dict(job), sort_keys=True),
-                    updated_at_utc=_stamp(now),
+                    updated_at_utc=stored_time(now),
                 )
             )
             if result.rowcount != 1:
@@ -655,7 +655,7 @@ class Store:
                     outcome[job_id] = f"already {job.state.value}"
                     continue
                 if conn.execute(sa.select(t.c.job_id).where(t.c.job_id == job_id)).first() is None:
-                    conn.execute(t.insert().values(job_id=job_id, requested_at_utc=_stamp(now), reason=reason,
+                    conn.execute(t.insert().values(job_id=job_id, requested_at_utc=stored_time(now), reason=reason,
                                                    handled_at_utc=None))
                 if job.state is JobState.QUEUED and not job.node_ids:
                     self.put_job(dataclasses.replace(job, state=JobState.CANCELLED), now)
@@ -676,7 +676,7 @@ class Store:
     def mark_cancel_handled(self, job_id: str, now: datetime) -> None:
         t = tables.job_cancellations
         with self._tx() as conn:
-            conn.execute(t.update().where(t.c.job_id == job_id).values(handled_at_utc=_stamp(now)))
+            conn.execute(t.update().where(t.c.job_id == job_id).values(handled_at_utc=stored_time(now)))
 
     # ------------------------------------------------------------------ nodes
 
@@ -687,7 +687,7 @@ class Store:
             offer_key=node.offer.key,
             state=node.state.value,
             doc=json.dumps(node_to_dict(node), sort_keys=True),
-            updated_at_utc=_stamp(now),
+            updated_at_utc=stored_time(now),
         )
         with self._tx() as conn:
             # one statement for a node already stored (the common case: every passive transition), two otherwise;
@@ -710,7 +710,7 @@ class Store:
         not through every gone node the store keeps."""
         t = tables.nodes
         return self._nodes(include_gone=True, where=(t.c.state == NodeState.GONE.value)
-                           & (t.c.updated_at_utc >= _stamp(since)), memo="gone_since")
+                           & (t.c.updated_at_utc >= stored_time(since)), memo="gone_since")
 
     def _nodes(self, *, provider: str | None = None, include_gone: bool = False,
                node_ids: Iterable[str] | None = None, where: Any = None, memo: str = "") -> tuple[Node, ...]:
@@ -746,7 +746,7 @@ class Store:
         live = [s.value for s in NodeState if s is not NodeState.GONE]
         # a second early: timestamps are compared as text, and ISO 8601 with and without microseconds
         # ("...:00.5Z" < "...:00Z") sorts a fraction of a second wrong; the gone time is exact below
-        cut = _stamp(since - timedelta(seconds=1))
+        cut = stored_time(since - timedelta(seconds=1))
         with self._tx() as conn:
             rows = conn.execute(sa.select(t.c.node_id, t.c.doc, t.c.state, t.c.updated_at_utc).where(
                 t.c.state.in_(live) | ((t.c.state == NodeState.GONE.value) & (t.c.updated_at_utc >= cut)))).all()
@@ -787,7 +787,7 @@ class Store:
                         count=count,
                         status="pending",
                         node_ids="[]",
-                        created_at_utc=_stamp(now),
+                        created_at_utc=stored_time(now),
                     )
                 )
             except sa.exc.IntegrityError as exc:
@@ -838,8 +838,8 @@ class Store:
         ``notices_before`` (earlier than ``before``) keeps the notices the
         planner still reads (the policy's ``reclaimed_offer_ttl_minutes``).
         Returns the rows deleted per table."""
-        cut = _stamp(before)
-        notice_cut = _stamp(min(before, notices_before) if notices_before is not None else before)
+        cut = stored_time(before)
+        notice_cut = stored_time(min(before, notices_before) if notices_before is not None else before)
         events, obs, notices = tables.events, tables.offer_observations, tables.interruptions
         with self.transaction(), self._tx() as conn:
             deleted_events = conn.execute(events.delete().where(events.c.at_utc < cut)
@@ -891,7 +891,7 @@ class Store:
 
         Atomic (one transaction, which ``transaction()`` may widen: run after
         ``prune`` in it, the notices that one deletes no longer keep nodes)."""
-        cut = _stamp(before)
+        cut = stored_time(before)
         jobs, nodes, launches = tables.jobs, tables.nodes, tables.launches
         events, cancels, notices = tables.events, tables.job_cancellations, tables.interruptions
         final = [s.value for s in JobState if not s.active]
@@ -1038,7 +1038,7 @@ class Store:
                 return False
             conn.execute(t.insert().values(
                 event_id=event.event_id, provider=event.provider, node_id=event.node_id, kind=event.kind.value,
-                received_at_utc=_stamp(event.received_at_utc), deadline_utc=_stamp(event.deadline_utc),
+                received_at_utc=stored_time(event.received_at_utc), deadline_utc=stored_time(event.deadline_utc),
                 handled_at_utc=None,
             ))
             if audit is not None:
@@ -1058,7 +1058,7 @@ class Store:
         if node_id is not None:
             query = query.where(t.c.node_id == node_id)
         if received_since is not None:
-            query = query.where(t.c.received_at_utc >= _stamp(received_since))
+            query = query.where(t.c.received_at_utc >= stored_time(received_since))
         with self._tx() as conn:
             if node_ids is not None:
                 rows = _rows_with(conn, query, t.c.node_id, node_ids)
@@ -1091,13 +1091,13 @@ class Store:
         t = tables.interruptions
         with self._tx() as conn:
             result = conn.execute(t.update().where((t.c.event_id == event_id) & t.c.handled_at_utc.is_(None))
-                                  .values(handled_at_utc=_stamp(now)))
+                                  .values(handled_at_utc=stored_time(now)))
             return result.rowcount == 1
 
     def mark_interruption_handled(self, event_id: str, now: datetime) -> None:
         t = tables.interruptions
         with self._tx() as conn:
-            conn.execute(t.update().where(t.c.event_id == event_id).values(handled_at_utc=_stamp(now)))
+            conn.execute(t.update().where(t.c.event_id == event_id).values(handled_at_utc=stored_time(now)))
 
     # ------------------------------------------------------------------ offer observations
 
@@ -1113,7 +1113,7 @@ class Store:
                      for o in offers if o.market is Market.ON_DEMAND}
         listed = {o.key: o for o in offers if o.market is Market.SPOT}
         t = tables.offer_observations
-        stamp = _stamp(now)
+        stamp = stored_time(now)
         latest = tables.offer_latest
         with self._tx() as conn:
             last = {r.offer_key: (bool(r.available), r.usd_per_hour) for r in conn.execute(sa.select(latest)).all()}
@@ -1147,13 +1147,13 @@ class Store:
         t = tables.offer_observations
         query = sa.select(t).order_by(t.c.observed_at_utc, t.c.offer_key)
         if since is not None:
-            query = query.where(t.c.observed_at_utc >= _stamp(since))
+            query = query.where(t.c.observed_at_utc >= stored_time(since))
         if until is not None:
-            query = query.where(t.c.observed_at_utc <= _stamp(until))
+            query = query.where(t.c.observed_at_utc <= stored_time(until))
         with self._tx() as conn:
             rows = conn.execute(query).all()
             if since is not None and with_state_at_since:
-                last = (sa.select(sa.func.max(t.c.seq)).where(t.c.observed_at_utc < _stamp(since))
+                last = (sa.select(sa.func.max(t.c.seq)).where(t.c.observed_at_utc < stored_time(since))
                         .group_by(t.c.offer_key))
                 before = conn.execute(sa.select(t).where(t.c.seq.in_(last))
                                       .order_by(t.c.observed_at_utc, t.c.offer_key)).all()
@@ -1194,7 +1194,7 @@ class Store:
     def _insert_event(conn: Connection, kind: str, now: datetime, subject: str, payload: dict[str, Any]) -> None:
         conn.execute(
             tables.events.insert().values(
-                at_utc=_stamp(now),
+                at_utc=stored_time(now),
                 kind=kind,
                 subject=subject,
                 payload=json.dumps(payload, sort_keys=True, default=str),
