@@ -123,8 +123,9 @@ def test_reclaim_checkpoints_requeues_and_replaces_elsewhere(world_factory):
 class AcknowledgeThrottledOnce:
     """The sandbox provider, whose first acknowledgement is throttled."""
 
-    def __init__(self, inner):  # noqa: ANN001
+    def __init__(self, inner, message="DeleteMessage: Rate exceeded"):  # noqa: ANN001
         self._inner = inner
+        self.message = message
         self.acknowledged: list[str] = []
         self.refused: list[str] = []
 
@@ -134,7 +135,7 @@ class AcknowledgeThrottledOnce:
     def acknowledge(self, event_id):  # noqa: ANN001, ANN201
         if not self.refused:
             self.refused.append(event_id)
-            raise Throttled("DeleteMessage: Rate exceeded")
+            raise Throttled(self.message)
         self.acknowledged.append(event_id)
 
 
@@ -155,6 +156,53 @@ def test_a_throttled_acknowledgement_holds_back_no_other_notice(world_factory):
     assert len(provider.refused) == 1 and len(provider.acknowledged) == 1
     [failed] = [e for e in w.store.events() if e["kind"] == "interruption_acknowledge_failed"]
     assert failed["subject"] == nodes[0] and w.store.interruptions() == ()  # handled, though not acknowledged
+
+
+def test_a_notice_whose_acknowledgement_is_refused_records_the_error_up_to_500_characters(world_factory):
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    now = T0 + timedelta(minutes=30)
+    w.provider.reclaim(w.store.nodes()[0].node_id, now)
+    provider = AcknowledgeThrottledOnce(w.provider, message="".join(f"{i % 10}" for i in range(600)))
+    assert handle_interruptions(store=w.store, provider=provider, runtime=w.runtime, policy=policy(), now=now) == 1
+    [failed] = w.store.events("interruption_acknowledge_failed")
+    assert failed["payload"]["error"] == provider.message[:500]
+
+
+def test_a_notice_from_the_store_is_handled_once_its_received_time_has_come(world_factory):
+    """The store's notices (the endpoint's) are handled at or after the time
+    they were received, not by a pass whose time is before it."""
+    from fleetctl.model import InterruptionEvent
+    from tests.nodewatch.conftest import QueuelessProvider
+
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    posted = T0 + timedelta(minutes=30)
+    w.store.add_interruption(InterruptionEvent("posted-1", "aws", node.node_id, InterruptionKind.RECLAIM_WARNING,
+                                               posted, posted + timedelta(minutes=2)))
+    provider = QueuelessProvider(w.provider)
+    early = posted - timedelta(seconds=1)
+    assert handle_interruptions(store=w.store, provider=provider, runtime=w.runtime, policy=policy(), now=early) == 0
+    assert jobs(w)["j"].state is JobState.RUNNING and [e.event_id for e in w.store.interruptions()] == ["posted-1"]
+    assert handle_interruptions(store=w.store, provider=provider, runtime=w.runtime, policy=policy(), now=posted) == 1
+    assert jobs(w)["j"].state is JobState.QUEUED and w.store.interruptions() == ()
+
+
+def test_a_reclaim_of_a_node_whose_job_finished_requeues_nothing(world_factory):
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, duration_hours=1.0, spot=True)], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))
+    now = T0 + timedelta(minutes=62)
+    assert run_tick(w, now).completed == ["j"]
+    (node,) = w.store.nodes()
+    w.provider.reclaim(node.node_id, now + timedelta(minutes=1))
+    r = run_tick(w, now + timedelta(minutes=1))
+    assert r.interruptions == 1 and r.requeued == [] and r.lost_gpu_hours == 0.0
+    done = jobs(w)["j"]
+    assert (done.state, done.interruptions, done.node_ids) == (JobState.SUCCEEDED, 0, (node.node_id,))
+    assert w.store.events("requeue") == ()
 
 
 def test_non_checkpointable_job_restarts_and_its_work_is_counted(world_factory):
