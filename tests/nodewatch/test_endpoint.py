@@ -9,11 +9,11 @@ import socket
 import threading
 import urllib.error
 import urllib.request
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
-from fleetctl.controller.notices import MAX_BODY_BYTES, NoticeServer, event_id_for, is_loopback
+from fleetctl.controller.notices import MAX_BODY_BYTES, NoticeServer, event_id_for, is_loopback, split_addr
 from fleetctl.model import InterruptionKind
 from tests.builders import T0
 from tests.nodewatch.conftest import TOKEN
@@ -247,6 +247,59 @@ def test_an_ipv6_endpoint_serves_and_names_itself_with_brackets(make_controller)
                                             ("10.1.2.3", False), ("example.org", False)])
 def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize("addr, expected", [
+    ("127.0.0.1:9109", ("127.0.0.1", 9109)), ("[::1]:0", ("::1", 0)), ("::1:65535", ("::1", 65535)),
+    ("controller.internal:80", ("controller.internal", 80)),
+])
+def test_split_addr(addr, expected):
+    assert split_addr(addr) == expected
+
+
+@pytest.mark.parametrize("addr", [":9109", "127.0.0.1:65536", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:9\u00b2",
+                                  "127.0.0.1:-1", "9109"],
+                         ids=["no-host", "port-over-65535", "no-port", "a-name-for-a-port", "superscript-digit",
+                              "negative", "no-colon"])
+def test_split_addr_refuses_anything_but_host_and_port_naming_the_option(addr):
+    with pytest.raises(ValueError) as exc:
+        split_addr(addr)
+    assert str(exc.value) == (f"--notice-addr {addr!r}: expected HOST:PORT with a port up to 65535, "
+                              "e.g. 127.0.0.1:9109")
+    with pytest.raises(ValueError, match="^--metrics-addr .* e.g. 127.0.0.1:9108$"):
+        split_addr(addr, "--metrics-addr", "127.0.0.1:9108")
+
+
+@pytest.mark.parametrize("deadline, warned", [
+    ("2026-11-02T09:04:59Z", True), ("2026-11-02T09:05:00Z", True), ("2026-11-02T09:05:01Z", False), (None, False),
+], ids=["a-second-past", "at-arrival", "a-second-left", "none"])
+def test_a_notice_that_arrives_after_its_deadline_is_stored_with_a_warning_the_first_time(make_controller, caplog,
+                                                                                         deadline, warned):
+    c = make_controller(start=False)
+    c.clock.now = T0 + timedelta(minutes=5)
+    raw = json.dumps({**GOOD, "provider": "aws", "notice_id": "i-1", "deadline_utc": deadline}).encode()
+    for duplicate in (False, True):  # a re-post is not warned of again
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="fleetctl.notices"):
+            status, answer = c.endpoint.accept(raw)
+        assert (status, answer["duplicate"]) == (202, duplicate)
+        late = [r.getMessage() for r in caplog.records if "after its deadline" in r.getMessage()]
+        assert len(late) == (warned and not duplicate), late
+    (event,) = c.store.interruptions()
+    assert event.deadline_utc == (None if deadline is None else datetime.fromisoformat(deadline))
+
+
+def test_event_ids_are_the_provider_and_24_hex_digits_of_a_digest_of_the_four_parts():
+    one = event_id_for("gcp", "n1", InterruptionKind.RECLAIM_WARNING, "preempted@42")
+    assert one == event_id_for("gcp", "n1", InterruptionKind.RECLAIM_WARNING, "preempted@42")
+    prefix, digest = one[:len("node-gcp-")], one[len("node-gcp-"):]
+    assert prefix == "node-gcp-" and len(digest) == 24 and int(digest, 16) >= 0
+    others = {event_id_for("aws", "n1", InterruptionKind.RECLAIM_WARNING, "preempted@42")[len("node-aws-"):],
+              event_id_for("gcp", "n2", InterruptionKind.RECLAIM_WARNING, "preempted@42")[len("node-gcp-"):],
+              event_id_for("gcp", "n1", InterruptionKind.TERMINATED, "preempted@42")[len("node-gcp-"):],
+              event_id_for("gcp", "n1", InterruptionKind.RECLAIM_WARNING, "preempted@43")[len("node-gcp-"):],
+              event_id_for("gcp", "n1p", InterruptionKind.RECLAIM_WARNING, "reempted@42")[len("node-gcp-"):]}
+    assert len(others | {digest}) == 6  # each part counts, and where one ends and the next begins
 
 
 def test_a_gcp_deadline_from_a_node_clock_that_runs_ahead_is_capped_at_the_30_second_notice(make_controller):
