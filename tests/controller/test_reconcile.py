@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from fleetctl.controller import ApplyError
-from fleetctl.controller.reconcile import handle_interruptions, tick
+from fleetctl.controller.reconcile import TickReport, handle_interruptions, tick
 from fleetctl.metrics import FleetMetrics
 from fleetctl.model import Forecast, InterruptionKind, JobState, Market, NodeState, OfferRisk
 from fleetctl.store import tables
@@ -205,6 +205,40 @@ def test_a_reclaim_of_a_node_whose_job_finished_requeues_nothing(world_factory):
     assert w.store.events("requeue") == ()
 
 
+def test_a_notice_is_counted_under_its_nodes_provider_not_the_senders_word(world_factory):
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)  # AWS offers
+    _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=30)
+    w.provider.notify(InterruptionEvent("posted-1", "gcp", node.node_id, InterruptionKind.RECLAIM_WARNING, now,
+                                        now + timedelta(seconds=30)))
+    metrics = FleetMetrics()
+    assert run_tick(w, now, metrics=metrics).requeued == ["j"]
+    counted = {tuple(sorted(s.labels.items())): s.value for m in metrics.interruptions.collect() for s in m.samples
+               if s.name.endswith("_total")}
+    assert counted == {(("kind", "reclaim_warning"), ("provider", "aws")): 1.0}
+
+
+def test_a_reclaim_before_the_job_started_loses_no_work(world_factory):
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, duration_hours=4.0, spot=True)], T0)
+    run_tick(w, T0)
+    bound = jobs(w)["j"]
+    assert bound.state is JobState.BOUND
+    now = T0 + timedelta(seconds=30)
+    w.provider.reclaim(bound.node_ids[0], now)
+    report = TickReport()
+    r = handle_interruptions(store=w.store, provider=w.provider, runtime=w.runtime, policy=policy(), now=now,
+                             report=report)
+    assert r == 1 and report.requeued == ["j"] and report.lost_gpu_hours == 0.0 and report.checkpoints == 0
+    again = jobs(w)["j"]
+    assert (again.state, again.interruptions, again.work_lost_interruptions) == (JobState.QUEUED, 1, 0)
+    (requeue,) = w.store.events("requeue")
+    assert (requeue["payload"]["checkpoint"], requeue["payload"]["lost_gpu_hours"]) == ("none", 0.0)
+
+
 def test_non_checkpointable_job_restarts_and_its_work_is_counted(world_factory):
     w = world_factory(offers=OFFERS)
     _running_on_spot(w, spot=True)
@@ -270,8 +304,10 @@ def test_avoided_offers_are_a_preference_not_a_ban(world_factory):
     assert not r.plan.unplaced and jobs(w)["j"].state is JobState.BOUND  # the only offer, failed or not
 
 
-@pytest.mark.parametrize("risk, drains, horizon", [(0.05, False, 60), (0.5, True, 60), (0.5, False, 24 * 60)],
-                         ids=["low-risk-ignored", "high-risk-drains", "a-day's-risk-is-not-an-hour's"])
+@pytest.mark.parametrize("risk, drains, horizon", [(0.05, False, 60), (0.5, True, 60), (0.2, True, 60),
+                                                   (0.5, False, 24 * 60)],
+                         ids=["low-risk-ignored", "high-risk-drains", "a-risk-at-the-threshold-drains",
+                              "a-day's-risk-is-not-an-hour's"])
 def test_rebalance_recommendation_drains_only_when_risk_is_high(world_factory, risk, drains, horizon):
     w = world_factory(offers=OFFERS)
     _running_on_spot(w, spot=True)
@@ -283,6 +319,23 @@ def test_rebalance_recommendation_drains_only_when_risk_is_high(world_factory, r
     assert (r.requeued == ["j"]) is drains
     # drained and then terminated in the same pass, or left running
     assert (node.node_id not in {n.node_id for n in w.store.nodes()}) is drains
+
+
+def test_a_rebalance_drain_checkpoints_without_the_reclaim_grace(world_factory):
+    """A rebalance hint has no deadline and the drain is fleetctl's choice: the
+    checkpoint is not cut to the grace a reclaim warning without one gets."""
+    w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=50)
+    w.provider.reclaim(node.node_id, now, kind=InterruptionKind.REBALANCE)
+    fc = Forecast(interruption=(OfferRisk(node.offer.key, 60, 0.5),))
+    r = run_tick(w, now, pol=policy(rebalance_drain_probability=0.2, checkpoint_grace_seconds=20), forecast=fc)
+    assert r.requeued == ["j"] and (r.checkpoints, r.checkpoints_missed) == (1, 0)
+    assert r.lost_gpu_hours == pytest.approx(0.0) and jobs(w)["j"].checkpointed_work_hours == pytest.approx(49 / 60)
+    (requeue,) = w.store.events("requeue")
+    assert requeue["payload"]["checkpoint"] == "saved"
 
 
 def test_one_rebalance_hint_through_two_paths_is_counted_once(world_factory):
@@ -498,6 +551,30 @@ def test_a_node_gone_without_a_notice_is_handled_as_a_reclaim_and_a_late_notice_
     invariants(w, now + timedelta(minutes=1))
 
 
+def test_a_reclaim_warning_for_a_node_already_gone_checkpoints_nothing_and_leaves_it_gone(world_factory):
+    """The notice came late (the watcher retried): the store says the node is
+    gone, so there is nothing to checkpoint on and nothing to cordon."""
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
+    w.store.put_node(replace(node, state=NodeState.GONE), now)
+    w.provider.notify(InterruptionEvent("late-1", "aws", node.node_id, InterruptionKind.RECLAIM_WARNING, now,
+                                        now + timedelta(minutes=2)))
+    metrics = FleetMetrics()
+    assert handle_interruptions(store=w.store, provider=w.provider, runtime=w.runtime, policy=policy(), now=now,
+                                metrics=metrics) == 1
+    assert _count(metrics, "fleetctl_checkpoints_total") == 0 and _count(metrics, "fleetctl_lost_gpu_hours_total") \
+        == pytest.approx(8 * 19 / 60)
+    again = jobs(w)["j"]
+    assert again.state is JobState.QUEUED and again.checkpointed_work_hours == pytest.approx(0.5)
+    assert again.work_lost_interruptions == 1 and node.offer.key in again.avoid_offer_keys
+    assert {n.node_id: n.state for n in w.store.nodes(include_gone=True)}[node.node_id] is NodeState.GONE
+
+
 def test_a_lost_node_whose_audit_entry_fails_is_recorded_with_it_by_the_next_tick(world_factory):
     """The controller's own notice for a node gone without one, and its ``node_lost`` audit entry,
     land in one transaction: a failed audit write leaves neither, and the next tick records both
@@ -547,7 +624,7 @@ def test_a_gang_survivor_is_idle_from_the_reclaim_not_from_an_older_idle_time(wo
 
 
 def test_a_notice_is_handled_once_even_when_two_controllers_both_saw_it_unhandled(world_factory):
-    from fleetctl.controller.reconcile import TickReport, _handle_and_mark
+    from fleetctl.controller.reconcile import _handle_and_mark
 
     w = world_factory(offers=OFFERS)
     _running_on_spot(w, spot=True)
@@ -609,6 +686,20 @@ def test_a_checkpoint_that_cannot_finish_in_time_is_counted_as_missed(world_fact
         assert r.lost_gpu_hours == pytest.approx(8 * (19 / 60 + handled_after / 3600))
     else:
         assert r.lost_gpu_hours == pytest.approx(0.0)
+
+
+def test_a_checkpoint_that_misses_only_minutes_of_work_is_still_missed(world_factory):
+    w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    notice = T0 + timedelta(minutes=34)  # 33 minutes into the run: 3 since the last periodic checkpoint
+    w.provider.reclaim(node.node_id, notice, lead_seconds=20)
+    r = run_tick(w, notice)
+    assert (r.checkpoints, r.checkpoints_missed) == (1, 1)
+    assert r.lost_gpu_hours == pytest.approx(8 * 3 / 60)
+    (requeue,) = w.store.events("requeue")
+    assert requeue["payload"]["checkpoint"] == "missed"
 
 
 @pytest.mark.parametrize("deadline_after", [None, 30], ids=["no-deadline", "a-deadline"])
