@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from fleetctl.controller.notices import MAX_BODY_BYTES, NoticeServer, event_id_for, is_loopback, split_addr
+from fleetctl.controller.notices import MAX_BODY_BYTES, NoticeServer, event_id_for, is_loopback, parse_notice, split_addr
 from fleetctl.model import InterruptionKind
 from tests.builders import T0
 from tests.nodewatch.conftest import TOKEN
@@ -329,6 +329,14 @@ def test_a_gcp_deadline_outside_the_30_seconds_after_arrival_is_30_seconds_after
     assert post(c.endpoint.url, {**GOOD, "deadline_utc": posted})[0] == 202
     (event,) = c.store.interruptions()
     assert event.deadline_utc == stored
+
+
+@pytest.mark.parametrize("kind, deadline", [("reclaim_warning", T0 + timedelta(seconds=30)), ("terminated", None),
+                                            ("rebalance", None)])
+def test_a_gcp_notice_without_a_deadline_gets_the_30_seconds_only_if_it_is_a_reclaim_warning(kind, deadline):
+    event, body = parse_notice(json.dumps({**GOOD, "kind": kind, "deadline_utc": None}).encode(), T0)
+    assert (event.kind.value, event.received_at_utc, event.deadline_utc) == (kind, T0, deadline)
+    assert body.detail == GOOD["detail"]
 
 
 def test_a_negative_length_is_refused_and_a_stalled_client_is_dropped(make_controller, monkeypatch):
