@@ -300,7 +300,7 @@ def test_event_ids_are_the_provider_and_24_hex_digits_of_a_digest_of_the_four_pa
               event_id_for("gcp", "n2", InterruptionKind.RECLAIM_WARNING, "preempted@42")[len("node-gcp-"):],
               event_id_for("gcp", "n1", InterruptionKind.TERMINATED, "preempted@42")[len("node-gcp-"):],
               event_id_for("gcp", "n1", InterruptionKind.RECLAIM_WARNING, "preempted@43")[len("node-gcp-"):],
-              event_id_for("gcp", "n1p", InterruptionKind.RECLAIM_WARNING, "reempted@42")[len("node-gcp-"):]}
+              event_id_for("gcpn", "1", InterruptionKind.RECLAIM_WARNING, "preempted@42")[len("node-gcpn-"):]}
     assert len(others | {digest}) == 6  # each part counts, and where one ends and the next begins
 
 
