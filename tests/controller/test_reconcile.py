@@ -605,6 +605,62 @@ def test_a_lost_node_whose_audit_entry_fails_is_recorded_with_it_by_the_next_tic
     invariants(w, later)
 
 
+def test_a_lost_on_demand_node_is_its_providers_termination_and_its_offer_is_not_avoided(world_factory):
+    from fleetctl.controller.reconcile import handle_lost_nodes
+
+    w = world_factory(offers=(OD,))
+    w.store.add_jobs([job("j", gpus=8, duration_hours=4.0)], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))
+    (node,) = w.store.nodes()
+    now = T0 + timedelta(minutes=31)
+    kw = dict(store=w.store, provider=w.provider, runtime=w.runtime, policy=policy(), now=now)
+    assert handle_lost_nodes(**kw) == 0  # nothing lost yet
+    w.provider.terminate(node.node_id, now)  # behind fleetctl's back: no notice
+    w.store.put_node(replace(node, state=NodeState.GONE), now)  # and the store has it gone (a listing said so)
+    report = TickReport()
+    assert handle_lost_nodes(**kw, report=report) == 1 and handle_lost_nodes(**kw) == 0
+    assert report.lost_nodes == [node.node_id] and report.requeued == ["j"]
+    again = jobs(w)["j"]
+    assert again.state is JobState.QUEUED and again.avoid_offer_keys == ()  # on-demand: nothing to avoid
+    (event,) = w.store.interruptions(unhandled_only=False)
+    assert (event.provider, event.kind, event.node_id, event.deadline_utc) == (
+        "aws", InterruptionKind.TERMINATED, node.node_id, now)
+
+
+def test_a_job_on_a_node_the_store_never_recorded_is_requeued_by_an_unknown_providers_termination(world_factory):
+    from fleetctl.controller.reconcile import handle_lost_nodes
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, duration_hours=4.0, state=JobState.RUNNING, node_ids=("ghost",))], T0)
+    metrics = FleetMetrics()
+    report = TickReport()
+    assert handle_lost_nodes(store=w.store, provider=w.provider, runtime=w.runtime, policy=policy(), now=T0,
+                             metrics=metrics, report=report) == 1
+    assert report.lost_nodes == ["ghost"] and report.requeued == ["j"] and jobs(w)["j"].avoid_offer_keys == ()
+    (event,) = w.store.interruptions(unhandled_only=False)
+    assert (event.provider, event.node_id) == ("unknown", "ghost")
+    counted = {tuple(sorted(s.labels.items())): s.value for m in metrics.interruptions.collect() for s in m.samples
+               if s.name.endswith("_total")}
+    assert counted == {(("kind", "terminated"), ("provider", "unknown")): 1.0}
+
+
+def test_apply_cancellations_says_how_many_jobs_it_cancelled(world_factory):
+    from fleetctl.controller.reconcile import apply_cancellations
+
+    w = world_factory(offers=OFFERS)
+    kw = dict(store=w.store, provider=w.provider, runtime=w.runtime)
+    assert apply_cancellations(**kw, now=T0) == 0  # nothing asked
+    w.store.add_jobs([job("run", gpus=8, duration_hours=4.0)], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))
+    assert w.store.request_cancel(["run"], T0 + timedelta(minutes=2)) == {"run": "requested"}
+    report = TickReport()
+    assert apply_cancellations(**kw, now=T0 + timedelta(minutes=3), report=report) == 1
+    assert report.cancelled == ["run"] and jobs(w)["run"].state is JobState.CANCELLED
+    assert apply_cancellations(**kw, now=T0 + timedelta(minutes=4)) == 0
+
+
 def test_a_gang_survivor_is_idle_from_the_reclaim_not_from_an_older_idle_time(world_factory):
     od = offer("a8", price=20.0, zone="z1", market=Market.ON_DEMAND)
     w = world_factory(offers=(od,))
