@@ -338,6 +338,21 @@ def test_a_rebalance_drain_checkpoints_without_the_reclaim_grace(world_factory):
     assert requeue["payload"]["checkpoint"] == "saved"
 
 
+def test_a_rebalance_hint_for_a_node_already_gone_is_counted_and_drains_nothing(world_factory):
+    w = world_factory(offers=OFFERS)
+    _running_on_spot(w, spot=True)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=30)
+    w.store.put_node(replace(node, state=NodeState.GONE), now)
+    w.provider.reclaim(node.node_id, now, kind=InterruptionKind.REBALANCE)
+    fc = Forecast(interruption=(OfferRisk(node.offer.key, 60, 0.5),))
+    report = TickReport()
+    assert handle_interruptions(store=w.store, provider=w.provider, runtime=w.runtime, now=now, forecast=fc,
+                                policy=policy(rebalance_drain_probability=0.2), report=report) == 1
+    assert report.interruptions == 1 and report.requeued == [] and jobs(w)["j"].state is JobState.RUNNING
+    assert w.store.events("rebalance_ignored") == () and w.store.interruptions() == ()
+
+
 def test_one_rebalance_hint_through_two_paths_is_counted_once(world_factory):
     from fleetctl.model import InterruptionEvent
 
@@ -466,6 +481,7 @@ def test_cancel_stops_a_running_job_drops_a_queued_one_and_survives_a_stale_writ
     w.store.put_job(replace(stale, state=JobState.BOUND, node_ids=("sim-x",)), T0 + timedelta(minutes=20))
     r = run_tick(w, T0 + timedelta(minutes=21))
     assert r.cancelled == ["late"] and jobs(w)["late"].state is JobState.CANCELLED
+    assert stopped == ["run"]  # a job that was not running has nothing to stop
 
 
 def _count(metrics, name):  # noqa: ANN001, ANN202
@@ -659,6 +675,11 @@ def test_apply_cancellations_says_how_many_jobs_it_cancelled(world_factory):
     assert apply_cancellations(**kw, now=T0 + timedelta(minutes=3), report=report) == 1
     assert report.cancelled == ["run"] and jobs(w)["run"].state is JobState.CANCELLED
     assert apply_cancellations(**kw, now=T0 + timedelta(minutes=4)) == 0
+    w.store.add_jobs([job("a", gpus=8), job("b", gpus=8)], T0)
+    assert w.store.request_cancel(["a", "b"], T0 + timedelta(minutes=5)) == {"a": "cancelled", "b": "cancelled"}
+    w.store.put_job(replace(jobs(w)["a"], state=JobState.BOUND), T0 + timedelta(minutes=5))  # a stale write: 1 left
+    assert apply_cancellations(**kw, now=T0 + timedelta(minutes=6)) == 1  # without a report to add to
+    assert jobs(w)["a"].state is JobState.CANCELLED
 
 
 def test_a_gang_survivor_is_idle_from_the_reclaim_not_from_an_older_idle_time(world_factory):
