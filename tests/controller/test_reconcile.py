@@ -418,6 +418,16 @@ def test_demand_by_model_counts_active_gpus_where_they_run_or_what_they_ask():
     assert demand_by_model(jobs, [n]) == {"A100-80GB": 4, "L4": 2, "any": 1}
 
 
+def test_demand_by_model_leaves_out_cpu_only_jobs_and_reads_a_job_on_an_unlisted_node_by_what_it_asks():
+    from fleetctl.controller.reconcile import demand_by_model
+    from tests.builders import node
+
+    cpu = node("c1", of=offer("c4", gpus=0, model=None))
+    gang = replace(job("gang", workers=2, gpus=4, state=JobState.RUNNING, node_ids=("gone-1", "c1")), gpu_models=("L4",))
+    jobs = [gang, job("cpu", gpus=0, state=JobState.RUNNING, node_ids=("c1",)), job("wait-cpu", gpus=0)]
+    assert demand_by_model(jobs, [cpu]) == {"L4": 8}  # no node it is listed on has a GPU model
+
+
 def test_one_reclaim_through_two_paths_is_handled_and_counted_once(world_factory):
     """AWS announces a reclaim both on the EventBridge queue and on the node
     (node-watch): two notices, one interruption."""
