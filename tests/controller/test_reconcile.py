@@ -1332,6 +1332,16 @@ def test_moves_carried_out_before_an_apply_stops_are_counted_once(world_factory,
     assert _count(metrics, "fleetctl_checkpoints_total") == checkpoints
 
 
+@pytest.mark.parametrize("scenario", [_consolidation_migrates, _reclaim_preempts], ids=["migrate", "preempt"])
+def test_the_ticks_report_counts_the_checkpoints_of_the_moves_it_applied(world_factory, scenario):
+    w = world_factory(offers=(SPOT_A,))
+    pol, now, kind, checkpoints, _ = scenario(w)
+    metrics = FleetMetrics()
+    r = tick(store=w.store, provider=w.provider, runtime=w.runtime, policy=pol, now=now, metrics=metrics)
+    assert len(r.plan.of_kind(kind)) == 1 and r.checkpoints == checkpoints
+    assert _count(metrics, "fleetctl_checkpoints_total") == checkpoints
+
+
 @pytest.mark.parametrize("fails", ["start", "complete"])
 def test_a_start_or_completion_whose_record_fails_is_counted_once_when_done_again(world_factory, monkeypatch, fails):
     """A job's start (or completion) wrote the job and then its audit event,
