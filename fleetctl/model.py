@@ -252,8 +252,12 @@ class Job:
         return max(0.0, self.duration_hours - self.checkpointed_work_hours)
 
     def work_since_checkpoint_hours(self, now: datetime) -> float:
-        """Hours of work a stop now would lose (all of the run if never checkpointed)."""
-        since = self.last_checkpoint_utc or self.started_at_utc
+        """Hours of work a stop now would lose (all of the run if never checkpointed).
+
+        A checkpoint from before the run (a job requeued with its work and
+        restarted) does not count: the run resumed from it, so a stop loses
+        the run's work, not the time the job waited in the queue as well."""
+        since = max((t for t in (self.last_checkpoint_utc, self.started_at_utc) if t is not None), default=None)
         if since is None or self.state is not JobState.RUNNING:
             return 0.0
         return max(0.0, (now - since).total_seconds() / 3600)

@@ -56,3 +56,17 @@ def test_the_risk_a_rebalance_hint_is_weighed_by():
     assert _risk(pol, None, spot.key, Market.SPOT) == pytest.approx(0.07)
     assert _risk(pol, fc, od.key, Market.ON_DEMAND) == 0.0  # on-demand is not reclaimed, whatever a forecast says
     assert _risk(pol, None, od.key, Market.ON_DEMAND) == 0.0
+
+
+def test_a_job_resumed_from_a_checkpoint_before_its_run_would_lose_only_the_work_of_the_run():
+    """``work_since_checkpoint_hours`` of a requeued job restarted later: its
+    checkpoint (at the requeue) predates the run, whose work is what a stop
+    loses; the time it waited in the queue did no work."""
+    again = requeue(_ran(), 1.25, NOW, policy(), avoid=None, interrupted=True)
+    restarted = replace(again, state=JobState.RUNNING, node_ids=("n2",), started_at_utc=NOW + timedelta(hours=2))
+    assert restarted.work_since_checkpoint_hours(NOW + timedelta(hours=2, minutes=15)) == pytest.approx(0.25)
+    checkpointed = replace(restarted, last_checkpoint_utc=NOW + timedelta(hours=2, minutes=10))  # in this run
+    assert checkpointed.work_since_checkpoint_hours(NOW + timedelta(hours=2, minutes=15)) == pytest.approx(5 / 60)
+    fresh = replace(restarted, last_checkpoint_utc=None)  # never checkpointed: all of the run
+    assert fresh.work_since_checkpoint_hours(NOW + timedelta(hours=2, minutes=15)) == pytest.approx(0.25)
+    assert again.work_since_checkpoint_hours(NOW + timedelta(hours=1)) == 0.0  # queued: nothing to lose

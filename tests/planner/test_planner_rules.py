@@ -261,6 +261,20 @@ def case_the_node_whose_victim_loses_least_wins_past_nodes_that_lose_more():
     assert binds(p) == {"prod": ("n3",)}
 
 
+def case_a_job_resumed_from_an_older_checkpoint_loses_only_the_work_of_its_current_run():
+    # r1 was reclaimed 2 h ago with its work checkpointed, waited in the queue and was restarted 10 min ago:
+    # a stop now loses the 10 minutes of this run, not the 2 h 10 min since that checkpoint (the wait and
+    # the restart did no work). b2 has run for an hour without a checkpoint: r1 is the cheaper victim.
+    fleet = [node("n1"), node("n2")]
+    running = [replace(bound(job("r1", gpus=8), "n1", started=T0 - timedelta(minutes=10),
+                             checkpoint=T0 - timedelta(hours=2)), checkpointable=True, checkpointed_work_hours=3.0),
+               replace(bound(job("b2", gpus=8), "n2", started=T0 - timedelta(hours=1)), checkpointable=True)]
+    prod = job("prod", gpus=8, priority="production", spot=True)
+    p = run(queue=[*running, prod], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert [(pre.job_id, pre.by_job_id) for pre in p.of_kind("preempt")] == [("r1", "prod")]
+    assert binds(p) == {"prod": ("n1",)}
+
+
 def case_a_node_asked_later_still_wins_when_the_first_takes_a_job_that_loses_more():
     # Victims are taken checkpointable first, so a node's victim need not be its job that loses least:
     # n1 is asked first (r1 there lost 6 min) but gives up c1 (2 h lost since its checkpoint); n2, asked
@@ -539,10 +553,12 @@ def case_budget_cap_holds():
 
 # ----------------------------------------------------------------------------- scale down
 
-def _consolidation_fleet(checkpoint_age_minutes: float, checkpointable: bool = True):
+def _consolidation_fleet(checkpoint_age_minutes: float, checkpointable: bool = True,
+                         run_minutes: float = 60):
     fleet = [node("busy", offer(price=10.0)), node("light", offer(price=10.0))]
     on_busy = bound(job("stay", gpus=4), "busy")
-    mover = replace(bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=checkpoint_age_minutes)),
+    mover = replace(bound(job("mover", gpus=2), "light", started=T0 - timedelta(minutes=run_minutes),
+                          checkpoint=T0 - timedelta(minutes=checkpoint_age_minutes)),
                     checkpointable=checkpointable)
     return fleet, [on_busy, mover]
 
@@ -558,7 +574,8 @@ def case_consolidation_when_payback_is_short():
 
 
 def case_consolidation_declined_when_payback_too_long():
-    fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=60 * 30)  # 30 h of work would be lost
+    # 30 h of work would be lost (a checkpoint 30 h into a run of 31 h; one from before the run loses only the run)
+    fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=60 * 30, run_minutes=60 * 31)
     p = run(queue=jobs, fleet=fleet, pol=policy(consolidation_payback_hours=2.0))
     assert not p.of_kind("migrate") and not p.of_kind("terminate")
     assert any("declined" in line for line in p.explanation("mover").considered)
