@@ -523,6 +523,19 @@ def test_the_wait_is_observed_once_per_job_and_restarts_are_not_waits(world_fact
     assert jobs(w)["j"].first_started_at_utc == T0 + timedelta(minutes=1)
 
 
+def test_a_job_started_the_moment_it_was_submitted_waited_0_seconds_and_a_spot_launch_is_no_fallback(
+        world_factory):
+    w = world_factory(offers=OFFERS)
+    metrics = FleetMetrics()
+    w.store.add_jobs([job("j", gpus=8, duration_hours=4.0, spot=True)], T0)
+    r = run_tick(w, T0, metrics=metrics)  # bound to a new spot node, ready at once
+    assert [a.kind for a in r.plan.actions] == ["launch", "bind"] and r.plan.actions[0].offer == SPOT_A
+    assert run_tick(w, T0, metrics=metrics).started == ["j"]  # started in a second pass at the same time
+    assert _count(metrics, "fleetctl_job_wait_seconds_count") == 1
+    assert _count(metrics, "fleetctl_job_wait_seconds_sum") == 0.0
+    assert _count(metrics, "fleetctl_on_demand_fallbacks_total") == 0.0
+
+
 def test_a_deadline_at_risk_on_on_demand_is_a_fallback_and_migration_checkpoints_count(world_factory):
     w = world_factory(offers=OFFERS)
     metrics = FleetMetrics()
