@@ -94,6 +94,39 @@ def test_a_notice_delivered_while_the_tick_starts_jobs_is_checkpointed_before_th
     invariants(w, now)
 
 
+def test_after_a_notice_is_handled_the_next_job_waits_for_another_safe_point(world_factory):
+    """Once a notice handled mid-way re-reads the jobs still to go, the next
+    of them is not started before notices are asked for again: one that
+    arrived meanwhile (for that job's node) is handled first, so the job is
+    requeued, never started on a node being reclaimed."""
+    w = world_factory(offers=OFFERS)
+    now, node_c = _running_c_and_bound_x_y(w)
+    node_y = jobs(w)["y"].node_ids[0]
+    log: list[tuple[str, str]] = []
+    due: list[str] = []
+
+    def deliver(started):  # noqa: ANN001 - the first start: c's node is reclaimed
+        if started.job_id == "x":
+            w.provider.reclaim(node_c, now, lead_seconds=30)
+            due.append("c")
+
+    def notices_due():
+        if not due:
+            return None
+        if due.pop(0) == "c":  # the check after c's notice is handled finds one for y's node
+            due.append("y")
+        else:
+            w.provider.reclaim(node_y, now, lead_seconds=30)
+        return now
+
+    w.runtime = LoggingRuntime(log, on_start=deliver)
+    report = tick(store=w.store, provider=w.provider, runtime=w.runtime, policy=policy(), now=now,
+                  notices_due=notices_due)
+    assert log[:2] == [("start", "x"), ("checkpoint", "c")] and ("start", "y") not in log[:3], log
+    assert report.started[:1] == ["x"] and report.interruptions == 2 and sorted(report.requeued) == ["c", "y"]
+    assert jobs(w)["y"].interruptions == 1 and all(node_y not in j.node_ids for j in w.store.jobs(active_only=True))
+
+
 class ParkingProvider:
     """The sandbox provider, whose ``launch`` calls ``during_launch()`` once, before the cloud answers."""
 
