@@ -71,6 +71,23 @@ def test_lifecycle_launch_start_finish_idle_terminate(world_factory):
     assert w.store.nodes() == ()
 
 
+def test_a_running_jobs_periodic_checkpoints_are_recorded_as_the_runtime_reports_them(world_factory):
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([replace(job("j", gpus=8, duration_hours=4.0), checkpointable=True,
+                              checkpoint_interval_minutes=30.0)], T0)
+    run_tick(w, T0)
+    run_tick(w, T0 + timedelta(minutes=1))  # started at T0 + 1 min: checkpoints at + 31, + 61, ...
+    run_tick(w, T0 + timedelta(minutes=20))
+    assert jobs(w)["j"].last_checkpoint_utc is None
+    run_tick(w, T0 + timedelta(minutes=45))
+    assert jobs(w)["j"].last_checkpoint_utc == T0 + timedelta(minutes=31)
+    before = w.store.jobs()
+    run_tick(w, T0 + timedelta(minutes=50))  # no newer checkpoint: nothing written
+    assert w.store.jobs() == before
+    run_tick(w, T0 + timedelta(minutes=95))
+    assert jobs(w)["j"].last_checkpoint_utc == T0 + timedelta(minutes=91) and jobs(w)["j"].state is JobState.RUNNING
+
+
 def test_reconcile_is_idempotent(world_factory):
     w = world_factory(offers=OFFERS)
     w.store.add_jobs([job("j", gpus=8, duration_hours=5.0)], T0)
