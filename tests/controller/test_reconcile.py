@@ -88,6 +88,31 @@ def test_a_running_jobs_periodic_checkpoints_are_recorded_as_the_runtime_reports
     assert jobs(w)["j"].last_checkpoint_utc == T0 + timedelta(minutes=91) and jobs(w)["j"].state is JobState.RUNNING
 
 
+def test_a_gang_starts_only_once_every_one_of_its_nodes_is_ready(world_factory):
+    w = world_factory(offers=(OD,), launch_delay_seconds=120)
+    w.store.add_jobs([job("gang", workers=2, gpus=8, duration_hours=4.0)], T0)
+    run_tick(w, T0)
+    gang = jobs(w)["gang"]
+    assert gang.state is JobState.BOUND and len(set(gang.node_ids)) == 2
+    first = {n.node_id: n for n in w.store.nodes()}[gang.node_ids[0]]
+    w.store.put_node(replace(first, state=NodeState.READY, ready_at_utc=T0 + timedelta(seconds=30)),
+                     T0 + timedelta(seconds=30))  # one node up early, the other still launching
+    assert run_tick(w, T0 + timedelta(seconds=60)).started == []
+    assert {n.node_id: n.state for n in w.store.nodes()} == {gang.node_ids[0]: NodeState.READY,
+                                                             gang.node_ids[1]: NodeState.LAUNCHING}
+    assert run_tick(w, T0 + timedelta(seconds=121)).started == ["gang"]
+
+
+def test_a_job_bound_to_a_node_the_provider_does_not_list_is_not_started(world_factory):
+    from fleetctl.controller.reconcile import advance_jobs
+
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, state=JobState.BOUND, node_ids=("unlisted",))], T0)
+    report = TickReport()
+    advance_jobs(store=w.store, provider=w.provider, runtime=w.runtime, now=T0, report=report)
+    assert report.started == [] and jobs(w)["j"].state is JobState.BOUND
+
+
 def test_reconcile_is_idempotent(world_factory):
     w = world_factory(offers=OFFERS)
     w.store.add_jobs([job("j", gpus=8, duration_hours=5.0)], T0)
