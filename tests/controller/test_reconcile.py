@@ -265,7 +265,8 @@ def test_a_notice_is_counted_under_its_nodes_provider_not_the_senders_word(world
 
 def test_a_reclaim_before_the_job_started_loses_no_work(world_factory):
     w = world_factory(offers=OFFERS)
-    w.store.add_jobs([job("j", gpus=8, duration_hours=4.0, spot=True)], T0)
+    w.store.add_jobs([replace(job("j", gpus=8, duration_hours=4.0, spot=True), checkpointable=True,
+                              checkpoint_interval_minutes=30.0)], T0)
     run_tick(w, T0)
     bound = jobs(w)["j"]
     assert bound.state is JobState.BOUND
