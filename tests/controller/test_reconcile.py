@@ -396,6 +396,22 @@ def test_a_rebalance_hint_for_a_node_already_gone_is_counted_and_drains_nothing(
     assert w.store.events("rebalance_ignored") == () and w.store.interruptions() == ()
 
 
+def test_a_rebalance_hint_with_a_deadline_checkpoints_within_the_grace(world_factory):
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    now = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
+    w.provider.notify(InterruptionEvent("posted-rebalance", "aws", node.node_id, InterruptionKind.REBALANCE, now,
+                                        now + timedelta(minutes=2)))
+    fc = Forecast(interruption=(OfferRisk(node.offer.key, 60, 0.5),))
+    r = run_tick(w, now, pol=policy(rebalance_drain_probability=0.2, checkpoint_grace_seconds=20), forecast=fc)
+    assert r.requeued == ["j"] and (r.checkpoints, r.checkpoints_missed) == (1, 1)  # 30 s do not fit 20
+    assert r.lost_gpu_hours == pytest.approx(8 * 19 / 60)
+
+
 def test_one_rebalance_hint_through_two_paths_is_counted_once(world_factory):
     from fleetctl.model import InterruptionEvent
 
