@@ -107,10 +107,21 @@ def test_a_job_bound_to_a_node_the_provider_does_not_list_is_not_started(world_f
     from fleetctl.controller.reconcile import advance_jobs
 
     w = world_factory(offers=OFFERS)
-    w.store.add_jobs([job("j", gpus=8, state=JobState.BOUND, node_ids=("unlisted",))], T0)
+    w.store.add_jobs([job("j", gpus=8, state=JobState.BOUND, node_ids=("unlisted",)),
+                      job("none", gpus=8, state=JobState.BOUND)], T0)  # and one bound to no node at all
     report = TickReport()
     advance_jobs(store=w.store, provider=w.provider, runtime=w.runtime, now=T0, report=report)
-    assert report.started == [] and jobs(w)["j"].state is JobState.BOUND
+    assert report.started == [] and {j.state for j in jobs(w).values()} == {JobState.BOUND}
+
+
+def test_a_tick_that_carries_out_a_plan_records_it_and_one_with_nothing_to_do_does_not(world_factory):
+    w = world_factory(offers=OFFERS)
+    w.store.add_jobs([job("j", gpus=8, duration_hours=5.0, spot=True)], T0)
+    run_tick(w, T0)  # launch and bind
+    (applied,) = w.store.events("plan_applied")
+    assert applied["payload"] == {"summary": "2 actions", "usd_per_hour": SPOT_A.usd_per_hour}
+    assert not run_tick(w, T0 + timedelta(minutes=1)).plan.has_changes
+    assert len(w.store.events("plan_applied")) == 1
 
 
 def test_reconcile_is_idempotent(world_factory):
