@@ -120,8 +120,12 @@ def test_a_tick_that_carries_out_a_plan_records_it_and_one_with_nothing_to_do_do
     run_tick(w, T0)  # launch and bind
     (applied,) = w.store.events("plan_applied")
     assert applied["payload"] == {"summary": "2 actions", "usd_per_hour": SPOT_A.usd_per_hour}
-    assert not run_tick(w, T0 + timedelta(minutes=1)).plan.has_changes
+    metrics = FleetMetrics()
+    assert not run_tick(w, T0 + timedelta(minutes=1), metrics=metrics).plan.has_changes
     assert len(w.store.events("plan_applied")) == 1
+    # each tick observes its duration and the fleet it leaves
+    assert _count(metrics, "fleetctl_tick_duration_seconds_count") == 1
+    assert _count(metrics, "fleetctl_gpu_allocation_ratio") == 1.0  # the job runs on all 8 GPUs of its node
 
 
 def test_reconcile_is_idempotent(world_factory):
