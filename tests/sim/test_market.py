@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import textwrap
-from datetime import datetime, timedelta, timezone
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,110 @@ def test_parse_trace_json_accepts_the_skypilot_shapes() -> None:
                             b'"prices": [1.2754]}') == (34, (1,), (1.2754,))
     with pytest.raises(ValueError, match=r"is not UTF-8 text \(byte 0xff at offset 0\)"):
         parse_trace_json(b"\xff")
+
+
+# =========================================================================== small explicit traces
+
+
+def small_trace(capacity: tuple[int, ...], prices: tuple[float, ...] | None = None, gap: float = 60,
+                start: datetime = START) -> MarketTrace:
+    from tests.builders import offer
+
+    spot = offer("g1", gpus=1, price=1.0 if prices is None else prices[0], zone="z1")
+    return MarketTrace(spot, replace(spot, market=model.Market.ON_DEMAND, usd_per_hour=3.0), start, gap, capacity,
+                       prices)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "prices", "expected_seconds"),
+    [
+        ((0, 1, 1, 0), None, (60, 180)),
+        ((1, 1, 0, 1), None, (0, 120, 180, 240)),  # a capacity of 1 at the start and at the end counts
+        ((0, 1), None, (60, 120)),  # the start is not a change when tick 0 has no capacity
+        ((1, 0), None, (0, 60)),  # nor the end when the last tick has none
+        ((2,), None, (0, 60)),
+        ((1, 1, 1), (1.0, 1.0, 2.0), (0, 120, 180)),  # a price change is a change; the same price is not
+        ((0, 0, 3), (1.0, 2.0, 2.0), (60, 120, 180)),  # a price change without capacity still counts
+    ],
+    ids=["empty-at-both-ends", "one-at-both-ends", "empty-start", "empty-end", "one-tick", "prices",
+         "price-without-capacity"],
+)
+def test_change_times_of_one_trace(capacity: tuple[int, ...], prices: tuple[float, ...] | None,
+                                   expected_seconds: tuple[int, ...]) -> None:
+    trace = small_trace(capacity, prices)
+    assert trace.change_times() == tuple(START + timedelta(seconds=s) for s in expected_seconds)
+
+
+def test_spot_price_outside_the_trace_is_the_first_or_the_last_price() -> None:
+    trace = small_trace((1, 1, 1), (0.9, 1.1, 1.3))
+    assert [trace.spot_price_at(START + timedelta(seconds=s)) for s in (-1, 0, 60, 179, 180, 10_000)] == \
+        [0.9, 0.9, 1.1, 1.3, 1.3, 1.3]
+    assert trace.spot_offer_at(START + timedelta(seconds=180)) is None  # no capacity after the end
+    assert trace.spot_offer_at(START + timedelta(seconds=120)).usd_per_hour == 1.3
+
+
+class _NoOffset(tzinfo):
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"gap": 1e-7}, "gap_seconds must be a positive number"),  # positive, but a timedelta of 0
+        ({"gap": float("nan")}, "gap_seconds must be a positive number"),
+        ({"gap": float("inf")}, "gap_seconds must be a positive number"),
+        ({"gap": "60"}, "gap_seconds must be a positive number"),
+        ({"gap": -60}, "gap_seconds must be a positive number"),
+        ({"capacity": ()}, "capacity must have at least one tick"),
+        ({"capacity": (0, -1)}, "capacity must not be negative"),
+        ({"capacity": (-1,)}, "capacity must not be negative"),
+        ({"start": datetime(2023, 2, 15, tzinfo=_NoOffset())}, "must be timezone-aware"),
+    ],
+    ids=["tiny-gap", "nan-gap", "inf-gap", "string-gap", "negative-gap", "no-ticks", "one-negative", "all-negative",
+         "tzinfo-without-offset"],
+)
+def test_a_trace_refuses_bad_values(change: dict[str, object], words: str) -> None:
+    args = {"capacity": (1,), "gap": 60, "start": START} | change
+    with pytest.raises(ValueError, match=words):
+        small_trace(args["capacity"], gap=args["gap"], start=args["start"])
+
+
+def test_a_trace_takes_a_gap_under_a_second() -> None:
+    trace = small_trace((1, 2), gap=0.5)
+    assert trace.capacity_at(START + timedelta(seconds=0.5)) == 2 and trace.end_utc == START + timedelta(seconds=1)
+
+
+def test_a_trace_needs_a_spot_offer_and_an_on_demand_twin() -> None:
+    good = small_trace((1,))
+    spot, od = good.offer_spot, good.offer_on_demand
+    for a, b in ((spot, spot), (od, od), (od, spot)):
+        with pytest.raises(ValueError, match="offer_spot must be a spot offer"):
+            MarketTrace(a, b, START, 60, (1,))
+    with pytest.raises(ValueError, match="a market needs at least one trace"):
+        Market((), START)
+
+
+def test_catalog_price_from_given_offers() -> None:
+    """Zone, else regional, else the mean of the region's zones to 6 decimals;
+    only offers of that provider, type, region and market count."""
+    from tests.builders import offer
+
+    spot, od = model.Market.SPOT, model.Market.ON_DEMAND
+    offers = [
+        offer("g1", price=1.0, zone="z1"),
+        offer("g1", price=1.0000246, zone="z2"),
+        offer("g1", price=7.0, zone="z1", provider="gcp"),  # another cloud's type of the same name
+        offer("g1", price=8.0, zone="z1", market=od),
+        offer("g1", price=9.0, zone="z1", region="r2"),
+        offer("g2", price=5.0, zone="", region="r3"),  # regional, beside a zone of its own region
+        offer("g2", price=6.0, zone="r3-a", region="r3"),
+    ]
+    assert catalog_price("aws", "g1", "r1", "z2", spot, offers) == 1.0000246
+    assert catalog_price("aws", "g1", "r1", "z9", spot, offers) == 1.000012  # (1.0 + 1.0000246) / 2, 6 decimals
+    assert catalog_price("aws", "g1", "r1", "z9", od, offers) == 8.0
+    assert catalog_price("gcp", "g1", "r1", "z9", spot, offers) == 7.0
+    assert catalog_price("aws", "g2", "r3", "r3-b", spot, offers) == 5.0  # the regional price, not the mean
+    assert catalog_price("aws", "g2", "r3", "r3-a", spot, offers) == 6.0
+    assert catalog_price("aws", "g1", "r4", "z1", spot, offers) is None
+    assert catalog_price("aws", "p3.2xlarge", "us-east-1", "us-east-1a", spot, offers) is None  # not the catalog's
