@@ -13,7 +13,7 @@ from fleetctl.sim.provider import MarketProvider
 from fleetctl.sim.simulator import SimConfig, simulate
 from fleetctl.store import Store
 from providers.base import InsufficientCapacity, LaunchRequest
-from tests.builders import T0, job
+from tests.builders import T0, job, policy
 from tests.sim.sim_fixtures import jobs, market, sim_policy
 
 _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
@@ -220,6 +220,14 @@ def test_bad_input_is_refused():
         SimConfig(tick_seconds=0)
     with pytest.raises(ValueError, match="tick_seconds"):
         SimConfig(tick_seconds=0.5)
+    for bad in (replace(js[1], state=JobState.RUNNING), replace(js[1], node_ids=("n1",))):
+        with pytest.raises(ValueError, match="job j1: a trace job must be queued and unbound"):
+            simulate([js[0], bad], market(), sim_policy())
+    for until in (T0, T0 - timedelta(seconds=1)):  # the market and the first job start at T0
+        with pytest.raises(ValueError, match="until_utc must be after the start"):
+            simulate(js, market(), sim_policy(), until_utc=until)
+    assert simulate(js, market(), sim_policy(), until_utc=T0 + timedelta(seconds=1)).end_utc == \
+        T0 + timedelta(seconds=1)
 
 
 def _moved(to):  # noqa: ANN001, ANN202 - the fixture market and jobs, moved to start at ``to``
@@ -303,3 +311,221 @@ def test_the_runtime_does_no_work_during_the_restart_overhead():
     assert not rt.progress(started, T0 + timedelta(minutes=69)).finished
     assert rt.progress(started, T0 + timedelta(minutes=70)).finished
     assert SimRuntime().progress(started, T0 + timedelta(minutes=60)).finished  # no overhead by default
+
+
+# =========================================================================== one job, step by step
+
+
+def _one_job_run(caps, submitted_s=120.0, until_s=None, deadline=None, config=SimConfig(launch_delay_seconds=60),
+                 progress=None):
+    """One 1-GPU half-hour job on spot-greedy (price-first, no deadline awareness): the steps, the first
+    node's ready time, the run's result."""
+    j = replace(job("a", gpus=1, duration_hours=0.5, submitted=T0 + timedelta(seconds=submitted_s), vcpus=4,
+                    memory_gib=16), deadline_utc=deadline)
+    steps, ready = [], {}
+
+    def hook(now, world):
+        steps.append(now)
+        for n in world.store.nodes(include_gone=True):
+            ready.setdefault(n.node_id, n.ready_at_utc)
+
+    r = simulate([j], market(caps), sim_policy(on_demand_base_gpus=0, max_spot_share=1.0),
+                 planner=PLANNERS["spot-greedy"], config=config,
+                 until_utc=None if until_s is None else T0 + timedelta(seconds=until_s), on_event=hook,
+                 progress=progress)
+    return steps, next(iter(ready.values())), r
+
+
+def _s(seconds):
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_one_job_steps_through_arrival_ready_ticks_completion_and_idle_release():
+    """Arrival at 120 s launches a spot node (z1, 1 USD/h), which is ready 30 to 90 s later; the job runs
+    there for half an hour and completes at the next whole second past it; the node, idle 10 minutes
+    after, is let go at the next tick (2700 s). Ticks every 300 s from the start while anything is
+    active. Cost, GPU-hours and wait are integrals over those steps."""
+    fractions = []
+    steps, ready, r = _one_job_run({"z1": (1,) * 36}, progress=fractions.append)
+    done = (ready + timedelta(minutes=30)).replace(microsecond=0) + timedelta(seconds=1)
+    assert _s(150) <= ready <= _s(210) and _s(1800) < done < _s(2100)
+    span = (6 + 720) * 3600  # to the market's end (36 ticks of 10 minutes) plus the default 30 days of overrun
+    assert fractions == pytest.approx([(t - T0).total_seconds() / span for t in steps] + [1.0])
+    assert steps == [_s(0), _s(120), ready, *(_s(300 * k) for k in range(1, 7)), done, _s(2100), _s(2400), _s(2700)]
+    assert r.end_utc == _s(2700) and r.ticks == len(steps) - 1  # nothing to do at the start
+    held_hours = (2700 - 120) / 3600
+    assert r.cost_usd == pytest.approx(held_hours * 1.0) and r.held_gpu_hours == pytest.approx(held_hours)
+    assert r.gpu_hours_run == pytest.approx((done - ready).total_seconds() / 3600)
+    assert r.useful_gpu_hours == pytest.approx(0.5) and r.lost_gpu_hours == pytest.approx(r.gpu_hours_run - 0.5)
+    assert r.gpu_utilization == pytest.approx(0.5 / held_hours)
+    assert r.wait_hours == pytest.approx(((ready - _s(120)).total_seconds() / 3600,))
+    assert (r.jobs_total, r.jobs_completed, r.jobs_lost, r.deadline_misses, r.interruptions, r.migrations,
+            r.ice_retries) == (1, 1, 0, 0, 0, 0, 0)
+    assert [s.at_utc for s in r.samples] == steps
+    assert [(s.usd_per_hour, s.running_gpus, s.held_gpus) for s in r.samples] == \
+        [(0, 0, 0), (1.0, 0, 1)] + [(1.0, 1, 1)] * 7 + [(1.0, 0, 1)] * 3 + [(0, 0, 0)]
+    assert [s.cost_usd for s in r.samples] == pytest.approx([max(0.0, (t - _s(120)).total_seconds() / 3600)
+                                                            for t in steps])
+
+
+def test_a_run_stopped_at_until_counts_up_to_it():
+    """Stopped at 1000 s, mid-run: everything is integrated up to 1000 s exactly, the running job keeps
+    its progress, its deadline is missed (not completed), its wait is to its start."""
+    fractions = []
+    steps, ready, r = _one_job_run({"z1": (1,) * 36}, until_s=1000, deadline=_s(3600), progress=fractions.append)
+    assert steps == [_s(0), _s(120), ready, _s(300), _s(600), _s(900)] and r.end_utc == _s(1000)
+    assert fractions == pytest.approx([(t - T0).total_seconds() / 1000 for t in steps] + [1.0])
+    assert r.cost_usd == pytest.approx((1000 - 120) / 3600) and r.held_gpu_hours == pytest.approx((1000 - 120) / 3600)
+    run_hours = (_s(1000) - ready).total_seconds() / 3600
+    assert r.gpu_hours_run == pytest.approx(run_hours) and r.useful_gpu_hours == pytest.approx(run_hours)
+    assert r.lost_gpu_hours == pytest.approx(0.0, abs=1e-9)
+    assert (r.jobs_completed, r.jobs_lost, r.deadline_misses) == (0, 0, 1)
+    assert r.wait_hours == pytest.approx(((ready - _s(120)).total_seconds() / 3600,))
+    # Stopped at a step's instant (a tick), the run makes that step.
+    steps, _, r = _one_job_run({"z1": (1,) * 36}, until_s=900)
+    assert steps[-1] == r.end_utc == _s(900) and r.ticks == len(steps) - 1
+
+
+def test_a_deadline_is_met_by_a_completion_at_it_and_missed_a_microsecond_before():
+    _, ready, _ = _one_job_run({"z1": (1,) * 36})
+    done = (ready + timedelta(minutes=30)).replace(microsecond=0) + timedelta(seconds=1)
+    assert _one_job_run({"z1": (1,) * 36}, deadline=done)[2].deadline_misses == 0
+    assert _one_job_run({"z1": (1,) * 36}, deadline=done - timedelta(microseconds=1))[2].deadline_misses == 1
+
+
+def test_a_job_before_the_market_starts_the_run_and_a_capacity_drop_is_a_step():
+    """The run starts at the first job, before the market (no spot then: on-demand, 3 USD/h), the market's
+    start is a step and the ticks count from the run's start. On the market, z1 (the cheapest) drops to 0
+    at 1200 s, between two ticks (every 420 s): a market change is a step, its node is reclaimed then, and
+    the job restarts on z2."""
+    steps, ready, r = _one_job_run({"z1": (1,) * 36}, submitted_s=-90)
+    assert steps[:3] == [_s(-90), ready, _s(0)] and _s(210) in steps and _s(300) not in steps
+    assert r.cost_usd == pytest.approx(3.0 * (r.end_utc - _s(-90)).total_seconds() / 3600)
+    steps, _, r = _one_job_run({"z1": (1,) * 2 + (0,) * 34, "z2": (1,) * 36},
+                               config=SimConfig(launch_delay_seconds=60, tick_seconds=420))
+    after = steps[steps.index(_s(1200)) + 1]
+    assert steps[steps.index(_s(1200)) - 1] == _s(840) and _s(1230) <= after <= _s(1260)  # z2's node ready
+    assert _s(1320) not in steps  # the reclaimed node was let go at the notice: its deadline is no step
+    assert r.interruptions == 1 and r.jobs_completed == 1
+
+
+@pytest.mark.parametrize("reclaim_forecast", [True, False], ids=["own-reclaims", "no-own-reclaims"])
+def test_the_planner_sees_the_forecasters_risks_and_the_stores_own_reclaims(reclaim_forecast):
+    """z1 is reclaimed at 1200 s: from then on the planner's forecast holds that reclaim (unless
+    ``reclaim_forecast`` is off) beside the forecaster's risks of the moment, asked at each tick's instant."""
+    from fleetctl.model import OfferRisk
+    from fleetctl.planner import plan as fleetctl_plan
+
+    seen, asked = [], []
+
+    def planner(**kw):
+        seen.append((kw["now"], kw["forecast"]))
+        return fleetctl_plan(**kw)
+
+    def forecaster(now):
+        asked.append(now)
+        return (OfferRisk("aws/r1/z3/g1/spot", 60, 0.25),)
+
+    m = market({"z1": (1,) * 2 + (0,) * 34, "z2": (1,) * 36})
+    z1 = m.traces[0].offer_spot.key
+    j = job("a", gpus=1, duration_hours=0.5, submitted=T0 + timedelta(seconds=120), vcpus=4, memory_gib=16)
+    simulate([j], m, sim_policy(on_demand_base_gpus=0, max_spot_share=1.0), planner=planner, forecaster=forecaster,
+             config=SimConfig(launch_delay_seconds=60, reclaim_forecast=reclaim_forecast))
+    assert {now for now, _ in seen} <= set(asked) and asked == sorted(set(asked))
+    assert all(f.interruption == (OfferRisk("aws/r1/z3/g1/spot", 60, 0.25),) for _, f in seen)
+    before = [f.recent_reclaims for now, f in seen if now < _s(1200)]
+    after = [f.recent_reclaims for now, f in seen if now >= _s(1200)]
+    assert before and after and all(r == () for r in before)
+    assert [{r.offer_key for r in reclaims} for reclaims in after] == [{z1} if reclaim_forecast else set()] * len(after)
+
+
+def test_a_launch_refused_for_capacity_is_counted_and_planned_again_at_once():
+    """Two jobs at 120 s, z1 (the cheapest) holds one node: spot-greedy's second z1 launch is refused,
+    counted once, and the job goes to z2 at the same instant."""
+    js = [job(f"a{i}", gpus=1, duration_hours=0.5, submitted=T0 + timedelta(seconds=120), vcpus=4, memory_gib=16)
+          for i in range(2)]
+    launched = {}
+
+    def hook(now, world):
+        for n in world.store.nodes(include_gone=True):
+            launched.setdefault(n.offer.zone, n.launched_at_utc)
+
+    r = simulate(js, market({"z1": (1,) * 36, "z2": (1,) * 36}), sim_policy(on_demand_base_gpus=0, max_spot_share=1.0),
+                 planner=PLANNERS["spot-greedy"], config=SimConfig(launch_delay_seconds=60), on_event=hook)
+    assert r.ice_retries == 1 and r.jobs_completed == 2
+    assert launched == {"z1": _s(120), "z2": _s(120)}
+
+
+def test_a_gang_counts_every_gpu_and_a_job_not_arrived_by_the_end_is_lost():
+    """A 2-worker gang on z1 (two 1-GPU nodes at 1 USD/h) starts when its second node is ready; every
+    GPU-hour counts twice. A job submitted after ``until_utc`` never arrives: lost, no wait, its deadline
+    missed. The run idles from 2700 s (nodes let go) to its end at 4000 s."""
+    gang = job("g", workers=2, gpus=1, duration_hours=0.5, submitted=_s(120), vcpus=4, memory_gib=16)
+    late = replace(job("late", gpus=1, duration_hours=0.5, submitted=_s(5000), vcpus=4, memory_gib=16),
+                   deadline_utc=_s(5 * 3600))
+    steps, ready = [], []
+
+    def hook(now, world):
+        steps.append(now)
+        ready[:] = sorted(n.ready_at_utc for n in world.store.nodes(include_gone=True))
+
+    r = simulate([late, gang], market({"z1": (2,) * 36}), sim_policy(on_demand_base_gpus=0, max_spot_share=1.0),
+                 planner=PLANNERS["spot-greedy"], config=SimConfig(launch_delay_seconds=60), until_utc=_s(4000),
+                 on_event=hook)
+    first, start = ready
+    done = (start + timedelta(minutes=30)).replace(microsecond=0) + timedelta(seconds=1)
+    assert steps == [_s(0), _s(120), first, start, *(_s(300 * k) for k in range(1, 7)), done, _s(2100), _s(2400),
+                     _s(2700)]
+    assert r.end_utc == _s(4000)
+    assert r.useful_gpu_hours == pytest.approx(1.0)
+    assert r.gpu_hours_run == pytest.approx(2 * (done - start).total_seconds() / 3600)
+    assert r.held_gpu_hours == pytest.approx(2 * (2700 - 120) / 3600) and r.cost_usd == pytest.approx(r.held_gpu_hours)
+    assert r.wait_hours == pytest.approx(((start - _s(120)).total_seconds() / 3600, 0.0))  # by submission time
+    assert (r.jobs_total, r.jobs_completed, r.jobs_lost, r.deadline_misses) == (2, 1, 1, 1)
+
+
+def test_a_run_without_jobs_ends_at_the_start_with_nothing_counted():
+    r = simulate([], market(), sim_policy())
+    assert (r.end_utc, r.ticks, r.cost_usd, r.held_gpu_hours, r.gpu_utilization, r.wait_hours) == (T0, 0, 0.0, 0.0,
+                                                                                                   0.0, ())
+    assert [s.at_utc for s in r.samples] == [T0]
+
+
+def test_the_markets_end_reclaims_its_spot_nodes_and_the_run_goes_on_past_it():
+    """z1's trace ends at 1200 s: its node is reclaimed then (no spot capacity after a trace) and the job
+    finishes on on-demand, the run stepping on past the market's last change."""
+    steps, _, r = _one_job_run({"z1": (1,) * 2})
+    assert _s(1200) in steps and steps[-1] > _s(1200 + 1800)
+    assert r.interruptions == 1 and r.jobs_completed == 1 and r.end_utc == steps[-1]
+
+
+def test_a_reclaimed_node_not_let_go_is_billed_until_the_cloud_takes_it_at_the_deadline():
+    """A planner that never terminates keeps z1's node after its notice at 1200 s: the notice's deadline
+    (AWS: 1320 s) is a step, the node is held and billed until then, and z2's replacement from 1200 s on."""
+    from fleetctl.model import Terminate
+
+    def keeping(**kw):
+        p = PLANNERS["spot-greedy"](**kw)
+        return replace(p, actions=tuple(a for a in p.actions if not isinstance(a, Terminate)))
+
+    j = job("a", gpus=1, duration_hours=0.5, submitted=_s(120), vcpus=4, memory_gib=16)
+    steps = []
+    r = simulate([j], market({"z1": (1,) * 2 + (0,) * 34, "z2": (1,) * 36}),
+                 sim_policy(on_demand_base_gpus=0, max_spot_share=1.0), planner=keeping,
+                 config=SimConfig(launch_delay_seconds=60), until_utc=_s(1500), on_event=lambda now, w: steps.append(now))
+    assert _s(1320) in steps and r.interruptions == 1
+    assert r.held_gpu_hours == pytest.approx((1320 - 120 + 1500 - 1200) / 3600)
+    assert r.cost_usd == pytest.approx((1320 - 120) / 3600 * 1.0 + (1500 - 1200) / 3600 * 1.1)
+
+
+def test_a_queued_job_with_nothing_held_keeps_the_clock_ticking_until_spot_capacity_comes():
+    """On-demand (3 USD/h) is over the 2 USD/h budget and z1 has no spot capacity before 1200 s: the job
+    waits, nothing held, the run ticking every 300 s, and starts on the node launched at 1200 s."""
+    j = job("a", gpus=1, duration_hours=0.5, submitted=_s(120), vcpus=4, memory_gib=16)
+    steps = []
+    r = simulate([j], market({"z1": (0,) * 2 + (1,) * 34}),
+                 policy(on_demand_base_gpus=0, max_spot_share=1.0, max_usd_per_hour=2.0),
+                 planner=PLANNERS["spot-greedy"], config=SimConfig(launch_delay_seconds=60),
+                 on_event=lambda now, w: steps.append(now))
+    assert steps[:6] == [_s(0), _s(120), _s(300), _s(600), _s(900), _s(1200)]
+    assert r.jobs_completed == 1 and 30 / 3600 <= r.wait_hours[0] - (1200 - 120) / 3600 <= 90 / 3600
