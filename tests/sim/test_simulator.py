@@ -529,3 +529,17 @@ def test_a_queued_job_with_nothing_held_keeps_the_clock_ticking_until_spot_capac
                  on_event=lambda now, w: steps.append(now))
     assert steps[:6] == [_s(0), _s(120), _s(300), _s(600), _s(900), _s(1200)]
     assert r.jobs_completed == 1 and 30 / 3600 <= r.wait_hours[0] - (1200 - 120) / 3600 <= 90 / 3600
+
+
+@pytest.mark.parametrize(
+    ("name", "most"),
+    [("tick_seconds", 86400.0), ("launch_delay_seconds", 86400.0), ("checkpoint_seconds", 86400.0),
+     ("restart_overhead_seconds", 86400.0), ("ice_ttl_seconds", 86400.0), ("overrun_hours", 24.0 * 366)],
+)
+def test_sim_config_takes_each_knob_within_its_bounds_and_refuses_it_outside(name, most):
+    least = 1.0 if name == "tick_seconds" else 0.0
+    for ok in (least, most):
+        assert getattr(SimConfig(**{name: ok}), name) == ok
+    for bad in (least - 0.5, most + 0.5, float("nan")):
+        with pytest.raises(ValueError, match=f"{name} must be from {least:g} to"):
+            SimConfig(**{name: bad})
