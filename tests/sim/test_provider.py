@@ -15,7 +15,7 @@ from fleetctl.model import InterruptionKind, Market as OfferMarket, NodeState
 from fleetctl.sim.market import Market, MarketTrace
 from fleetctl.sim.provider import MarketProvider
 from fleetctl.store import Store
-from providers.base import InsufficientCapacity, LaunchRequest
+from providers.base import InsufficientCapacity, LaunchRequest, UnknownInstanceType
 from tests.builders import T0, node, offer
 
 GAP = 60.0
@@ -78,6 +78,9 @@ def test_a_launch_of_no_nodes_is_a_value_error_whatever_the_capacity(store: Stor
     at = T0 + 60 * S  # capacity 1, two running: the market change not enforced yet
     with pytest.raises(ValueError, match="at least one node"):
         p.launch(LaunchRequest(spot_of(m), 0, "none"), at)
+    elsewhere = replace(m.traces[0].offer_on_demand, zone="z9")  # an offer the market does not have
+    with pytest.raises(UnknownInstanceType, match="the sandbox does not sell aws/r1/z9/g1/on_demand"):
+        p.launch(LaunchRequest(elsewhere, 1, "elsewhere"), at)
 
 
 def test_a_rebalance_hint_keeps_the_capacity_and_a_notice_counts_from_its_receipt(store: Store) -> None:
@@ -85,7 +88,7 @@ def test_a_rebalance_hint_keeps_the_capacity_and_a_notice_counts_from_its_receip
     p = MarketProvider(store, m, launch_delay_seconds=0)
     spot = spot_of(m)
     a, b = p.launch(LaunchRequest(spot, 2, "two"), T0).nodes
-    p.reclaim(a.node_id, T0 + 10 * S, kind=InterruptionKind.REBALANCE)
+    assert p.reclaim(a.node_id, T0 + 10 * S, kind=InterruptionKind.REBALANCE).deadline_utc is None  # a hint
     assert p.noticed_node_ids(T0 + 10 * S) == frozenset()
     assert len(p.running_spot_nodes(spot.key, T0 + 10 * S)) == 2
     with pytest.raises(InsufficientCapacity):
@@ -183,3 +186,25 @@ def test_the_kth_node_launched_at_an_instant_draws_the_kth_delay_of_that_instant
     ready = [sorted(n.ready_at_utc for n in result.nodes) for result in launched]
     assert ready == [sorted([expected_ready(T0, 0), expected_ready(T0, 1)]), [expected_ready(T0, 2)],
                      sorted([expected_ready(t1, 0), expected_ready(t1, 1)])]
+
+
+def test_delay_spread_is_half_to_one_and_a_half_from_hex_digits_10_to_13() -> None:
+    from providers.sim import delay_spread
+
+    assert delay_spread("f" * 10 + "0000" + "f" * 50) == 0.5
+    assert delay_spread("0" * 10 + "ffff" + "0" * 50) == 1.5
+    assert delay_spread("0" * 10 + "8000" + "f" * 50) == 0.5 + 0x8000 / 0xFFFF
+    assert delay_spread("0" * 10 + "0001" + "0" * 50) == 0.5 + 1 / 65535
+
+
+def test_a_reclaim_notice_of_a_node_let_go_and_of_a_cloud_without_a_known_lead(store: Store) -> None:
+    """The sandbox knows a node it let go (a late notice is still recorded); a cloud it has no notice
+    time for gets 30 s."""
+    m = Market((trace("aws", "z1", (2,) * 10), trace("oci", "z2", (1,) * 10)), T0)
+    p = MarketProvider(store, m, launch_delay_seconds=0)
+    (gone,) = p.launch(LaunchRequest(spot_of(m), 1, "a"), T0).nodes
+    p.terminate(gone.node_id, T0 + 10 * S)
+    assert p.reclaim(gone.node_id, T0 + 20 * S).deadline_utc == T0 + 140 * S
+    (other,) = p.launch(LaunchRequest(spot_of(m, 1), 1, "b"), T0).nodes
+    event = p.reclaim(other.node_id, T0 + 20 * S)
+    assert (event.provider, event.deadline_utc) == ("oci", T0 + 50 * S)
