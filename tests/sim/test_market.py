@@ -469,3 +469,43 @@ def test_catalog_price_from_given_offers() -> None:
     assert catalog_price("aws", "g2", "r3", "r3-a", spot, offers) == 6.0
     assert catalog_price("aws", "g1", "r4", "z1", spot, offers) is None
     assert catalog_price("aws", "p3.2xlarge", "us-east-1", "us-east-1a", spot, offers) is None  # not the catalog's
+
+
+def _trace_json(**doc: object) -> bytes:
+    return json.dumps({"metadata": {"gap_seconds": 30}, "data": [1]} | doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (_trace_json(metadata={"gap_seconds": 0}), "metadata.gap_seconds must be a positive number"),
+        (_trace_json(metadata={"gap_seconds": -30}), "metadata.gap_seconds must be a positive number"),
+        (_trace_json(metadata={"gap_seconds": 1e-7}), "metadata.gap_seconds must be a positive number"),
+        (_trace_json(metadata={"gap_seconds": True}), "metadata.gap_seconds must be a positive number"),
+        (_trace_json(metadata={"gap_seconds": 1e12}), "metadata.gap_seconds must be a positive number"),
+        (_trace_json(metadata=[30]), "metadata must be an object with gap_seconds$"),
+        (_trace_json(data=5), "data must be a non-empty list of instance counts$"),
+        (_trace_json(data=[1, 1.5]), r"data\[1\] must be a whole number >= 0 \(got 1.5\)"),
+        (_trace_json(data=[1_000_001]), r"data\[0\] must be at most 1000000 \(got 1000001\)"),
+        (_trace_json(metadata={"gap_seconds": 3153600.0001}, data=[1] * 1000), "spans 100 years"),
+        (_trace_json(prices=None), r"prices must be a list of USD per hour, one per tick \(got null\)"),
+        (_trace_json(prices={"0": 1.0}), r"prices must be a list of USD per hour, one per tick \(got an object\)"),
+        (_trace_json(prices=[100_000.5]), r"prices\[0\] must be a price above 0 USD per hour \(got 100000.5\)"),
+        (_trace_json(prices=[True]), r"prices\[0\] must be a price above 0 USD per hour \(got true\)"),
+        (_trace_json(prices=[[1.0]]), r"prices\[0\] must be a price above 0 USD per hour \(got a list\)"),
+        (_trace_json(prices=[{"usd": 1.0}]), r"prices\[0\] must be a price above 0 USD per hour \(got an object\)"),
+    ],
+    ids=["zero-gap", "negative-gap", "tiny-gap", "bool-gap", "huge-gap", "metadata-list", "data-number",
+         "fractional-count", "count-over-a-million", "over-100-years", "null-prices", "prices-object",
+         "price-over-100000", "bool-price", "list-price", "object-price"],
+)
+def test_parse_trace_json_refuses(raw: bytes, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_trace_json(raw)
+
+
+def test_parse_trace_json_takes_the_limits() -> None:
+    assert parse_trace_json(_trace_json(data=[1_000_000], prices=[100_000])) == (30, (1_000_000,), (100_000.0,))
+    span = 100 * 365 * 86400
+    assert parse_trace_json(_trace_json(metadata={"gap_seconds": span / 1000}, data=[0] * 1000))[0] == span / 1000
+    assert parse_trace_json(_trace_json(metadata={"gap_seconds": 1e-6}))[0] == 1e-6
