@@ -277,7 +277,7 @@ def test_restart_overhead_is_paid_on_every_start_and_does_no_work(checkpointable
         requeues = [e["payload"] for e in seen["events"] if e["kind"] == "requeue"]
         assert r.jobs_completed == 1 and r.useful_gpu_hours == pytest.approx(2.0) and len(starts) == 3
         runs[overhead] = (r, starts, done[0], requeues)
-    (plain, _, plain_done, plain_q), (slow, starts, slow_done, slow_q) = runs[0.0], runs[300.0]
+    (plain, _, plain_done, _), (slow, starts, slow_done, slow_q) = runs[0.0], runs[300.0]
     # the last run does its remaining work after its own 5 minutes
     kept = slow_q[-1]["kept_hours"]
     assert (slow_done - starts[-1]).total_seconds() == pytest.approx(300 + (2.0 - kept) * 3600, abs=2)
