@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from fleetctl.model import Forecast, Market, OfferRisk, Reason
-from fleetctl.planner import plan
+from fleetctl.planner import PlannedFleet, plan
 from tests.builders import T0, job, offer, policy
 
 
@@ -136,3 +136,51 @@ def test_the_cheapest_offers_per_gpu_are_scored_before_those_per_node():
     calm = Forecast(interruption=tuple(OfferRisk(o.key, 60, 0.0) for o in safer))
     p = run(queue=[gang], offers=[*small, big, *safer], forecast=calm)
     assert launched(p) == [("b8", Market.SPOT, 1)]
+
+
+# ----------------------------------------------------------------------------- scores
+
+def _placed_alone(new_job, offers, forecast=None):
+    """The launch and explanation for ``new_job`` placed into an empty fleet after a pass
+    (``PlannedFleet.place``: one purchase, scored as it is, with no later improvement)."""
+    pf = PlannedFleet(now=T0, queue=(), fleet=(), offers=offers, forecast=forecast, policy=policy())
+    step = pf.place(new_job)
+    (launch,) = step.of_kind("launch")
+    return launch, step.explanations[0].considered
+
+
+def test_spare_gpus_nobody_queued_for_are_worth_nothing():
+    # a 1-GPU job: a $1/h 2-GPU node is not better than a $0.95/h 1-GPU node for its spare GPU
+    two, one = offer("g2", gpus=2, price=1.0, vcpus=8, memory_gib=64), offer("g1", gpus=1, price=0.95, vcpus=8,
+                                                                            memory_gib=64)
+    calm = Forecast(interruption=(OfferRisk(two.key, 60, 0.0), OfferRisk(one.key, 60, 0.0)))
+    launch, _ = _placed_alone(job("j"), [two, one], calm)
+    assert launch.offer.instance_type.name == "g1"
+
+
+def plan_considered(j, of, forecast):
+    p = plan(now=T0, queue=(j,), fleet=(), offers=(of,), forecast=forecast,
+             policy=policy(restart_overhead_minutes=6.0))
+    return p, p.explanation(j.job_id).considered
+
+
+@pytest.mark.parametrize("workers, vcpus, node_vcpus, loss", [
+    (2, 2, 16, "0.26"),  # 0.5 x (4 / 2 + 0.1) x its share of the node's vCPUs, 4 / 16, x $1/h
+    (1, 1, 1, "1.05"),  # the whole node
+])
+def test_a_cpu_only_jobs_expected_loss_is_its_share_of_the_nodes_vcpus(workers, vcpus, node_vcpus, loss):
+    cpu = offer("c", gpus=0, model=None, vcpus=node_vcpus, memory_gib=64, price=1.0)
+    risky = Forecast(interruption=(OfferRisk(cpu.key, 60, 0.5),))
+    gang = job("cpu", workers=workers, gpus=0, vcpus=vcpus, memory_gib=1, duration_hours=4.0)
+    _, considered = plan_considered(gang, cpu, risky)
+    (chose,) = [c for c in considered if c.startswith("chose ")]
+    assert chose.endswith(f"(${cpu.usd_per_hour:.2f}/h + ${loss}/h expected loss)")
+
+
+def test_the_full_list_is_scored_when_the_shortlist_holds_no_allowed_purchase():
+    # 36 on-demand 8-GPU offers fill the shortlist (cheapest per GPU and per node); a GPU cap of 4
+    # rules them all out, and the 1-GPU offer outside the shortlist is bought
+    bigs = [offer("o8", gpus=8, price=2.0 + 0.01 * i, zone=f"b{i}", market=Market.ON_DEMAND) for i in range(36)]
+    small = offer("o1", gpus=1, price=3.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)
+    p = run(queue=[job("j", spot=False)], offers=[*bigs, small], pol=policy(max_gpus=4))
+    assert launched(p) == [("o1", Market.ON_DEMAND, 1)] and not p.unplaced
