@@ -64,8 +64,13 @@ def test_only_a_job_alone_on_ready_on_demand_nodes_moves():
     assert not _move(fleet=[node("od", od2)], queue=[_running("j", "od"), _running("k", "od")]).actions
     # a node that is draining
     assert not _move(fleet=[node("od", OD, state=NodeState.DRAINING)]).of_kind("migrate")
-    # a node on spot already
-    assert not _move(fleet=[node("od", replace(SPOT, zone="z1"))]).actions
+    # a node still launching
+    assert not _move(fleet=[node("od", OD, state=NodeState.LAUNCHING)]).of_kind("migrate")
+    # a node on spot already, though dearer than the spot offer (beside an on-demand node that runs a job
+    # that cannot checkpoint)
+    stays = replace(_running("stays", "other"), checkpointable=False)
+    assert not _move(fleet=[node("od", replace(SPOT, zone="z1", usd_per_hour=10.0)), node("other", OD)],
+                     queue=[_running("j", "od"), stays]).actions
 
 
 def test_a_gang_moves_only_if_it_holds_every_one_of_its_nodes_alone():
@@ -95,3 +100,72 @@ def test_a_node_reserved_for_a_waiting_gang_is_not_emptied_by_a_move_to_spot():
     assert not p.of_kind("migrate") and "od" not in {t.node_id for t in p.of_kind("terminate")}
     # without the gang, j moves
     assert _move(fleet=fleet, queue=[_running("j", "od")]).of_kind("migrate")
+
+
+def test_the_dearest_on_demand_nodes_move_first_within_the_disruption_budget():
+    dear = replace(OD, usd_per_hour=12.0, instance_type=replace(OD.instance_type, name="od12"))
+    fleet = [node("a", OD), node("b", dear)]
+    p = _move(fleet=fleet, queue=[_running("ja", "a"), _running("jb", "b")])
+    assert [(m.job_id, m.from_node_ids) for m in p.of_kind("migrate")] == [("jb", ("b",))]
+    # equal prices: the candidate whose first node sorts first; a gang of two $10 nodes and a $20 node
+    od20 = replace(OD, usd_per_hour=20.0, instance_type=replace(OD.instance_type, name="od20"))
+    fleet = [node("a", OD), node("z", OD), node("m", od20)]
+    p = _move(fleet=fleet, queue=[_running("gang", "a", "z"), _running("one", "m")], disruption_budget_nodes=2)
+    assert [m.job_id for m in p.of_kind("migrate")] == ["gang"]
+
+
+def test_moves_keep_the_on_demand_base_of_the_fleet_after_each_move():
+    fleet = [node("a", OD), node("b", OD)]
+    p = _move(fleet=fleet, queue=[_running("ja", "a"), _running("jb", "b")], on_demand_base_gpus=1,
+              disruption_budget_nodes=2)
+    assert [m.job_id for m in p.of_kind("migrate")] == ["ja"]
+    assert not _move(on_demand_base_gpus=1).actions
+
+
+def test_a_job_past_its_interruptions_stays_on_demand():
+    j = replace(_running("j", "od"), interruptions=3)
+    assert not _move(queue=[j], max_interruptions_before_on_demand=2).actions
+
+
+def test_a_job_moves_to_spot_not_to_a_cheaper_on_demand_node_and_moves_once():
+    cheap_od = offer("od-cheap", gpus=1, price=3.0, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
+    other = replace(SPOT, zone="z3", usd_per_hour=4.5)
+    stays = replace(_running("stays", "other"), checkpointable=False)  # more GPUs on demand, staying there
+    p = plan(now=T0, queue=(_running("j", "od"), stays), fleet=(node("od", OD), node("other", OD)),
+             offers=(cheap_od, SPOT, other),
+             forecast=Forecast(interruption=(OfferRisk(SPOT.key, 60, 0.0), OfferRisk(other.key, 60, 0.0))),
+             policy=policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0))
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(SPOT.key, 1)]
+    assert len(p.of_kind("migrate")) == 1
+
+
+def test_a_move_that_costs_nothing_pays_back_even_a_small_saving():
+    now = [_running("j", "od", since_minutes=0)]
+    assert _move(queue=now, restart_overhead_minutes=0.0, spot=replace(SPOT, usd_per_hour=9.5)).of_kind("migrate")
+
+
+@pytest.mark.parametrize("budget, moves", [(14.0, True), (13.95, False)])
+def test_a_move_to_spot_keeps_the_budget_counting_both_nodes(budget, moves):
+    # the $4 spot node is up before the $10 on-demand node goes
+    assert bool(_move(max_usd_per_hour=budget).of_kind("migrate")) is moves
+
+
+@pytest.mark.parametrize("budget, moves", [(28.0, True), (27.95, False)])
+def test_a_gangs_move_keeps_the_budget_counting_all_its_new_nodes(budget, moves):
+    fleet = [node("a", OD), node("b", OD)]
+    p = _move(fleet=fleet, queue=[_running("g", "a", "b")], disruption_budget_nodes=2, max_usd_per_hour=budget)
+    assert bool(p.of_kind("migrate")) is moves
+
+
+def test_the_budget_check_of_a_move_allows_a_float_rounding():
+    # $0.2 + $0.1 is 0.30000000000000004 in floats: within a $0.30 budget
+    od, spot = replace(OD, usd_per_hour=0.2), replace(SPOT, usd_per_hour=0.1)
+    assert _move(fleet=[node("od", od)], spot=spot, max_usd_per_hour=0.3).of_kind("migrate")
+
+
+def test_moves_keep_the_spot_share_of_the_fleet_after_each_move():
+    # four 1-GPU on-demand nodes, at most half the GPUs on spot: two jobs move, the third would pass it
+    fleet = [node(n, OD) for n in "abcd"]
+    queue = [_running(f"j{n}", n) for n in "abcd"]
+    p = _move(fleet=fleet, queue=queue, max_spot_share=0.5, disruption_budget_nodes=4)
+    assert [m.job_id for m in p.of_kind("migrate")] == ["ja", "jb"]
