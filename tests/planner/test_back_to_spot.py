@@ -46,7 +46,9 @@ def test_a_move_to_spot_pays_back_within_the_horizon_and_before_the_job_ends(pay
     assert bool(migrations) is moves
     if moves:
         (m,) = migrations
-        assert m.from_node_ids == ("od",) and m.detail.endswith("the move costs $6.00, pays back in 1.0 h")
+        assert m.from_node_ids == ("od",) and m.detail == (
+            "spot is back: 1 x sp1 spot in aws r1/z2 ($4.00/h risk-adjusted) replaces od ($10.00/h); "
+            "the move costs $6.00, pays back in 1.0 h")
         assert [t.node_id for t in p.of_kind("terminate")] == ["od"]
         assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(SPOT.key, 1)]
 
@@ -169,3 +171,8 @@ def test_moves_keep_the_spot_share_of_the_fleet_after_each_move():
     queue = [_running(f"j{n}", n) for n in "abcd"]
     p = _move(fleet=fleet, queue=queue, max_spot_share=0.5, disruption_budget_nodes=4)
     assert [m.job_id for m in p.of_kind("migrate")] == ["ja", "jb"]
+
+
+def test_a_move_to_a_regional_spot_offer_names_its_region():
+    (m,) = _move(spot=replace(SPOT, zone="")).of_kind("migrate")
+    assert m.detail.startswith("spot is back: 1 x sp1 spot in aws r1 ($4.00/h risk-adjusted)")
