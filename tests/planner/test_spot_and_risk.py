@@ -363,3 +363,22 @@ def test_min_distinct_offers_does_not_hold_back_on_demand_headroom():
     p = run(queue=running, fleet=fleet, offers=[a, b, c, v100], forecast=demand,
             pol=policy(min_distinct_offers=3, max_headroom_gpus=8))
     assert [(l.offer.instance_type.name, l.reason) for l in p.of_kind("launch")] == [("v", Reason.FORECAST_HEADROOM)]
+
+
+# ----------------------------------------------------------------------------- the scale-up cooldown and deadlines
+
+@pytest.mark.parametrize("slack_seconds, buys", [(603, False), (597, True)])
+def test_within_the_scale_up_cooldown_a_deadline_job_buys_only_if_it_cannot_afford_the_wait(slack_seconds, buys):
+    # a node launched just now, a 600 s cooldown; 1 h of work and a 6-minute restart: the job's slack
+    # is the deadline minus 1 h 6 min, 3 s more or less than the 600 s the cooldown has left
+    fresh = replace(node("n", A8_OD), launched_at_utc=T0)
+    running = replace(job("run", gpus=8, vcpus=1, memory_gib=1), state=JobState.RUNNING, node_ids=("n",),
+                      started_at_utc=T0)
+    j = replace(job("j", gpus=8, vcpus=1, memory_gib=1), deadline_utc=T0 + timedelta(hours=1, minutes=6,
+                                                                                    seconds=slack_seconds))
+    p = run(queue=[running, j], fleet=[fresh], offers=[A8, A8_OD],
+            pol=policy(scale_up_cooldown_seconds=600, restart_overhead_minutes=6.0))
+    assert bool(p.of_kind("launch")) is buys
+    if not buys:
+        (u,) = p.unplaced
+        assert u.reason is Reason.WAITING_FOR_CAPACITY and "the last launch was 0 s ago" in u.detail
