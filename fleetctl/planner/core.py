@@ -1431,10 +1431,13 @@ class _Pass:
                 self._swap(slot, old_offer)
                 continue
             self.step_risk += best[0] - current - (best[2].usd_per_hour - old_offer.usd_per_hour)
+            swapped = (f"then its node is bought as 1 x {self._node_text(best[2])}, not {old_offer.instance_type.name} "
+                       f"{old_offer.market.value}: cheaper for the jobs on it, expected loss included")
             for j in held:
                 i = bind_at[j.job_id]  # type: ignore[union-attr]
                 b = self.actions_bind[i]
                 self.actions_bind[i] = Bind(b.job_id, b.node_ids, b.reason, self._bind_text(j, best[2]))  # type: ignore[arg-type]
+                self._note(j, swapped)  # type: ignore[arg-type] - what "chose" said is not what is bought now
 
     def _node_cost(self, offer: Offer, held: list, slot: Slot) -> float:
         """Risk-adjusted USD/h of one node of ``offer`` holding the slot's jobs."""
@@ -1459,6 +1462,12 @@ class _Pass:
         slot.schedulable = True
         self.new_index.add(slot)
         self._rebuy(slot)
+
+    @staticmethod
+    def _node_text(offer: Offer) -> str:
+        """One node of ``offer`` as explanations name it (as ``_offer_text`` does, without the risk)."""
+        return (f"{offer.instance_type.name} {offer.market.value} in {offer.provider} {offer.region}"
+                f"{('/' + offer.zone) if offer.zone else ''} (${offer.usd_per_hour:.2f}/h)")
 
     @staticmethod
     def _bind_text(job: Job, offer: Offer) -> str:
@@ -1505,6 +1514,9 @@ class _Pass:
                 continue
             for job, placed in moves:
                 self.index_jobs_moved(job, slot, placed, bind_at)
+                self._note(job, f"then placed on room left on {', '.join(sorted({t.name for t, _ in placed}))}, "
+                                f"bought in this pass: the 1 x {self._node_text(slot.offer)} chosen for it is not "
+                                "bought")
             del self.new_index.slots[slot.name]
 
     def index_jobs_moved(self, job: Job, old: Slot, placed: list[tuple[Slot, int]], bind_at: dict[str, int]) -> None:

@@ -1,0 +1,53 @@
+"""After the buy step, local repairs change what was bought: a node is swapped
+for a cheaper offer that holds the same jobs (``_downsize_nodes``), or is not
+bought at all when its jobs fit in room left on the pass's other new nodes
+(``_eliminate_nodes``). The job's explanation said only "chose X", so `fleetctl
+explain` named a purchase the plan no longer made (37 of 400 random small worlds).
+Now a "then ..." line says what became of it, and the last line that names a
+purchase names what the job is bound to."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fleetctl.model import Market
+from fleetctl.planner import plan
+from tests.builders import T0, job, offer, policy
+
+
+def _bought(p, job_id: str):  # noqa: ANN001, ANN202 - a Plan
+    """The offer of the new node the job is bound to."""
+    offers = {n: launch.offer for launch in p.of_kind("launch") for n in launch.node_names}
+    [bind] = [b for b in p.of_kind("bind") if b.job_id == job_id]
+    return bind.node_ids, offers[bind.node_ids[0]]
+
+
+def test_a_node_swapped_for_a_cheaper_offer_says_so_in_its_jobs_explanations():
+    offers = [offer("t2", gpus=2, price=2.65, zone="z1"), offer("t4", gpus=4, price=2.19, zone="z1"),
+              offer("t1", gpus=1, price=1.18, zone="z2")]
+    queue = [job(f"j{i}", gpus=g, submitted=T0 + timedelta(seconds=i)) for i, g in enumerate((1, 2, 4))]
+    p = plan(now=T0, queue=queue, fleet=(), offers=offers, forecast=None, policy=policy(min_distinct_offers=2))
+    _nodes, bought = _bought(p, "j1")
+    assert (bought.instance_type.name, bought.market) == ("t4", Market.SPOT)
+    considered = p.explanation("j1").considered
+    assert considered[1].startswith("chose 1 x t2 spot in aws r1/z1 ($2.65/h")  # what the buy step chose
+    assert considered[-1] == ("then its node is bought as 1 x t4 spot in aws r1/z1 ($2.19/h), not t2 spot: cheaper "
+                              "for the jobs on it, expected loss included"), considered
+
+
+def test_a_node_not_bought_after_all_names_where_its_job_went():
+    offers = [offer("t2", gpus=2, price=2.53, zone="z2"), offer("t8", gpus=8, price=11.21, zone="z1"),
+              offer("t8", gpus=8, price=5.01, zone="z1", market=Market.ON_DEMAND),
+              offer("t1", gpus=1, price=0.6, zone="z1", market=Market.ON_DEMAND),
+              offer("t4", gpus=4, price=3.85, zone="z2", market=Market.ON_DEMAND)]
+    queue = [job(f"j{i}", gpus=g, submitted=T0 + timedelta(seconds=i)) for i, g in enumerate((2, 4, 2))]
+    p = plan(now=T0, queue=queue, fleet=(), offers=offers, forecast=None, policy=policy(min_distinct_offers=2))
+    nodes, bought = _bought(p, "j0")
+    assert (bought.instance_type.name, bought.market) == ("t8", Market.ON_DEMAND)
+    considered = p.explanation("j0").considered
+    assert considered[1].startswith("chose 1 x t2 spot in aws r1/z2 ($2.53/h")
+    assert considered[-2] == (f"then placed on room left on {nodes[0]}, bought in this pass: the 1 x t2 spot in aws "
+                              "r1/z2 ($2.53/h) chosen for it is not bought"), considered
+    # and the node it went to was then swapped for a cheaper offer itself
+    assert considered[-1] == ("then its node is bought as 1 x t8 on_demand in aws r1/z1 ($5.01/h), not t8 spot: "
+                              "cheaper for the jobs on it, expected loss included"), considered
