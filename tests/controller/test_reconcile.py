@@ -1246,30 +1246,15 @@ def test_an_offer_refused_for_capacity_is_planned_around_at_once_and_left_out_fo
     assert SPOT_A.key in {o.key for o in observe(w.store, w.provider, T0 + REFUSED_OFFER_TTL).offers}
 
 
-class RefusesEveryLaunch:
-    """The sandbox provider, out of stock for every offer."""
-
-    def __init__(self, inner):  # noqa: ANN001
-        self._inner = inner
-        self.asked: list[str] = []
-
-    def __getattr__(self, name):  # noqa: ANN001, ANN204
-        return getattr(self._inner, name)
-
-    def launch(self, request, now):  # noqa: ANN001, ANN201
-        from providers.base import InsufficientCapacity
-
-        self.asked.append(request.offer.key)
-        raise InsufficientCapacity("ZONE_RESOURCE_POOL_EXHAUSTED")
-
-
 def test_a_tick_plans_around_at_most_ten_refused_offers_then_fails_with_the_next_refusal(world_factory):
     from fleetctl.controller.reconcile import MAX_REFUSED_PER_TICK
+    from providers.base import InsufficientCapacity
 
     offers = tuple(offer("a8", price=8.0 + k / 10, zone=f"z{k:02d}") for k in range(MAX_REFUSED_PER_TICK + 2))
     w = world_factory(offers=offers)
     w.store.add_jobs([job("j", gpus=8, spot=True)], T0)
-    provider = RefusesEveryLaunch(w.provider)
+    # out of stock for every offer
+    provider = _SpotRefused(w.provider, InsufficientCapacity("ZONE_RESOURCE_POOL_EXHAUSTED"), markets=tuple(Market))
     with pytest.raises(ApplyError) as caught:
         tick(store=w.store, provider=provider, runtime=w.runtime, policy=policy(), now=T0)
     assert caught.value.refused_offer == offers[MAX_REFUSED_PER_TICK].key
@@ -1321,11 +1306,12 @@ def test_a_notice_whose_handling_fails_part_way_is_counted_once_when_handled_aga
 
 
 class _SpotRefused:
-    """The sandbox provider, with a cloud that refuses every spot launch with ``error``."""
+    """The sandbox provider, with a cloud that refuses every spot launch (of ``markets``) with ``error``."""
 
-    def __init__(self, inner, error):  # noqa: ANN001
+    def __init__(self, inner, error, markets=(Market.SPOT,)):  # noqa: ANN001
         self._inner = inner
         self._error = error
+        self._markets = markets
         self.asked: list[str] = []
 
     def __getattr__(self, name):  # noqa: ANN001, ANN204
@@ -1333,7 +1319,7 @@ class _SpotRefused:
 
     def launch(self, request, now):  # noqa: ANN001, ANN201
         self.asked.append(request.offer.key)
-        if request.offer.market is Market.SPOT:
+        if request.offer.market in self._markets:
             raise self._error
         return self._inner.launch(request, now)
 
