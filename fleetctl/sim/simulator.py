@@ -18,8 +18,8 @@ Events, in time order (simultaneous events are one step):
   is active (a job not finished or a node held). Idle stretches are skipped:
   with nothing active the clock jumps to the next arrival.
 
-At each step the controller ticks (a market change ticks only when it posted
-notices or jobs are queued). When a plan's launch is refused for spot capacity
+At each step the controller ticks when anything is active (a job not finished
+or a node held) or the market change posted notices. When a plan's launch is refused for spot capacity
 (``InsufficientCapacity``), the plan's launches before it stand (a cloud keeps
 what it sold; see ``fleetctl.controller.execute``) and nothing after it is
 applied; the tick records the refusal, leaves the offer out of the market for
@@ -40,7 +40,8 @@ Accounting (between two steps the state is constant):
 * GPU utilisation: useful GPU-hours / GPU-hours of held nodes;
 * wait: submit to first start (a job never started waits until the end);
 * a deadline is missed by a job completed after it or not completed by the end;
-* a job is *lost* if it is missing from the store or ended failed/cancelled.
+* a job is *lost* if it is missing from the store (one submitted after
+  ``until_utc`` never arrived) or ended failed/cancelled.
 
 The run ends when every job has arrived and nothing is active, or at
 ``until_utc`` (default: the market's end plus ``overrun_hours``), whichever
@@ -124,7 +125,7 @@ class SimResult:
     gpu_hours_run: float
     held_gpu_hours: float
     gpu_utilization: float
-    wait_hours: tuple[float, ...]  # per job, in job order
+    wait_hours: tuple[float, ...]  # per job, in submission order (then job id)
     deadline_misses: int
     jobs_total: int
     jobs_completed: int
