@@ -698,9 +698,13 @@ class _Pass:
         g, v, m, w = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker, job.workers
         demand = demand or {}
         avoid = self._avoided(job, spot_ok)
-        candidates = self._shortlist(job, spot_ok) if short else self._compatible_offers(job, spot_ok)
-        if avoid and all(self.offer_key[id(o)] in avoid for o in candidates):
-            avoid = frozenset()  # a preference, not a ban: with nothing else left, an offer that failed it is fine
+        full = self._compatible_offers(job, spot_ok)
+        candidates = self._shortlist(job, spot_ok) if short else full
+        # A preference, not a ban: with nothing else left, an offer that failed it is fine. Nothing else left in
+        # the full list, not the shortlist: a shortlist of avoided offers gives no option, and the full list,
+        # tried next, holds the ones that did not fail it (it bought an offer that had reclaimed it).
+        if avoid and all(self.offer_key[id(o)] in avoid for o in full):
+            avoid = frozenset()
         for offer in candidates:
             key, kind, price, gpus, vcpus, mem, p = self.offer_info[id(offer)]
             if avoid and key in avoid:

@@ -768,3 +768,22 @@ def test_a_retry_of_the_purchase_step_projects_the_spot_the_previous_try_bought(
     for (_, projected, bought), (_, next_projected, _) in reductions:
         assert next_projected == min(int(projected * 0.9), bought)
     assert not result.unplaced
+
+
+def test_a_job_avoids_offers_that_reclaimed_it_beyond_the_shortlist():
+    """40 spot offers and no on-demand: every shortlisted one (the 24 cheapest
+    per GPU and per node, the safest spot) reclaimed this job before, two dearer
+    ones did not. The shortlist's options were all avoided, so the avoid list
+    was dropped as if nothing else were left, and the job bought the cheapest
+    offer that had reclaimed it. Now the full list is tried and it buys one
+    that did not."""
+    offers = [offer("g8", gpus=8, price=10.0 + k / 10, zone=f"z{k:02d}") for k in range(40)]
+    avoid = tuple(o.key for o in offers[:38])
+    p = plan(now=T0, queue=[replace(job("j", gpus=8), avoid_offer_keys=avoid)], fleet=(), offers=offers,
+             forecast=None, policy=policy())
+    assert [launch.offer.key for launch in p.of_kind("launch")] == [offers[38].key]
+    # with every offer avoided, the avoid list gives way (a preference, not a ban): the cheapest
+    everywhere = tuple(o.key for o in offers)
+    p = plan(now=T0, queue=[replace(job("j", gpus=8), avoid_offer_keys=everywhere)], fleet=(), offers=offers,
+             forecast=None, policy=policy())
+    assert [launch.offer.key for launch in p.of_kind("launch")] == [offers[0].key]
