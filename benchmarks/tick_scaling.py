@@ -158,8 +158,7 @@ def seed_history(store: Store, nodes: int, days: float, seed: int, tick_seconds:
       tick reads only ``offer_latest`` of it).
 
     Returns the rows written per table."""
-    from fleetctl.codec import dt_to_str, job_to_dict, node_to_dict
-    from fleetctl.store import stored_time
+    from fleetctl.codec import dt_to_str, job_to_dict, node_to_dict, stored_time
     from fleetctl.model import InterruptionKind, Node
 
     rng = random.Random(f"{seed}:history")

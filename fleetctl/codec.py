@@ -82,20 +82,29 @@ def _texts(d: dict[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def dt_to_str(value: datetime | None) -> str | None:
-    if value is None:
-        return None
+def _utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}: fleetctl keeps time in UTC")
-    return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return value.astimezone(timezone.utc)
+
+
+def dt_to_str(value: datetime | None) -> str | None:
+    return None if value is None else _utc(value).isoformat().replace("+00:00", "Z")
+
+
+def stored_time(value: datetime | None) -> str | None:
+    """A time as the state store keeps it: ISO 8601 in UTC, always to the microsecond
+    (``2026-11-27T23:56:30.000000Z``). The store's columns are text, compared and
+    ordered as text, so every value has the same width; ``dt_to_str`` leaves out
+    a zero fraction, and "...:30Z" sorted after "...:30.5Z" (store migration 0011).
+    Reads parse either form (``str_to_dt``)."""
+    return None if value is None else _utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def show_utc(value: datetime) -> str:
     """A time as the CLI shows it to people: ISO 8601 in UTC to the second (``2026-11-27T23:56:30Z``).
     JSON keeps every digit (``dt_to_str``)."""
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: fleetctl keeps time in UTC")
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def str_to_dt(value: str | None) -> datetime | None:

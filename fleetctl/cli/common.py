@@ -372,6 +372,19 @@ def errors_exit_1(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def option_source(ctx: typer.Context, name: str) -> str | None:
+    """Where option ``name``'s value came from: "COMMANDLINE", "ENVIRONMENT", "DEFAULT", ... (by name:
+    typer's ParameterSource is not click's enum)."""
+    source = ctx.get_parameter_source(name)
+    return None if source is None else source.name
+
+
+def given_as(ctx: typer.Context, name: str, option: str, envvar: str) -> str:
+    """How option ``name`` was given, for its errors: ``envvar`` when its value came from there (a unit file's
+    line, which nobody typed as ``option``), else ``option``."""
+    return envvar if option_source(ctx, name) == "ENVIRONMENT" else option
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``Error: message`` (taken literally: file names and addresses may hold "[...]") and exit."""
     err_console.print(f"[bold red]Error:[/] {escape(message)}")

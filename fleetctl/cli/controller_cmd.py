@@ -13,6 +13,8 @@ import typer
 from rich.markup import escape
 
 from fleetctl.cli.common import (
+    given_as,
+    option_source,
     LockTimeoutOption,
     LogFormat,
     LogFormatOption,
@@ -165,16 +167,9 @@ def prune(
                       f"{deleted_text(finished, PRUNED_FINISHED)}", markup=False)
 
 
-def _source(ctx: typer.Context, name: str) -> str | None:
-    """Where option ``name``'s value came from: "COMMANDLINE", "ENVIRONMENT", "DEFAULT", ... (by name:
-    typer's ParameterSource is not click's enum)."""
-    source = ctx.get_parameter_source(name)
-    return None if source is None else source.name
-
-
 def _given(ctx: typer.Context, name: str) -> bool:
     """Whether option ``name`` was given on the command line or by its environment variable."""
-    return _source(ctx, name) in ("COMMANDLINE", "ENVIRONMENT")
+    return option_source(ctx, name) in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def daemon(
@@ -292,7 +287,7 @@ def daemon(
         if limit <= interval:  # the defaults are longer: only a given limit can be this short
             fail(f"{option} {limit:g} is not more than --interval {interval:g}: a reconcile pass ends once an "
                  "interval at best, so the probe would fail between two passes", 2)
-    notice_option = "FLEETCTL_NOTICE_ADDR" if _source(ctx, "notice_addr") == "ENVIRONMENT" else "--notice-addr"
+    notice_option = given_as(ctx, "notice_addr", "--notice-addr", "FLEETCTL_NOTICE_ADDR")
     notice_token = _check_notice_options(notice_addr, notice_token_file, notice_option) if notice_addr else None
     read, policy_file = read_policy_file_or_exit(policy)
     pol = read.policy

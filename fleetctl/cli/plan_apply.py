@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 
 from fleetctl.cli.common import (
+    given_as,
     CloudOption,
     LockTimeoutOption,
     PolicyOption,
@@ -123,9 +124,7 @@ def _terraform_plan(directory: Path, pol, init: InitMode, binary: str, name: str
 
 
 def _terraform_dir_label(ctx: typer.Context) -> str:
-    """How the user gave the Terraform directory: --terraform-dir, or FLEETCTL_TERRAFORM_DIR in a unit file."""
-    source = ctx.get_parameter_source("terraform_dir")
-    return "FLEETCTL_TERRAFORM_DIR" if source is not None and source.name == "ENVIRONMENT" else "--terraform-dir"
+    return given_as(ctx, "terraform_dir", "--terraform-dir", "FLEETCTL_TERRAFORM_DIR")
 
 
 def _terraform_doc(tf_plan, document: dict) -> dict:  # noqa: ANN001

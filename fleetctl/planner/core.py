@@ -81,6 +81,11 @@ def _pow2(x: float) -> float:
     return float(2 ** math.ceil(math.log2(x))) if x > 1 else (1.0 if x > 0 else 0.0)
 
 
+def _where(offer: Offer) -> str:
+    """Where an offer sells, as plans and explanations say it: "aws us-east-1/us-east-1a"."""
+    return f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
+
+
 def _describe_need(job: Job) -> str:
     models = " or ".join(job.gpu_models) if job.gpu_models else "any GPU"
     what = f"{job.gpus_per_worker} x {models}" if job.gpus_per_worker else "no GPU"
@@ -610,7 +615,7 @@ class _Pass:
         if order is not None:
             order.charge(job)
         offer = placed[0][0].offer
-        where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
+        where = _where(offer)
         nodes = len(placed)
         fresh = "new " if placed[0][0].new else ""
         detail = (
@@ -698,13 +703,9 @@ class _Pass:
         g, v, m, w = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker, job.workers
         demand = demand or {}
         avoid = self._avoided(job, spot_ok)
-        full = self._compatible_offers(job, spot_ok)
-        candidates = self._shortlist(job, spot_ok) if short else full
-        # A preference, not a ban: with nothing else left, an offer that failed it is fine. Nothing else left in
-        # the full list, not the shortlist: a shortlist of avoided offers gives no option, and the full list,
-        # tried next, holds the ones that did not fail it (it bought an offer that had reclaimed it).
-        if avoid and all(self.offer_key[id(o)] in avoid for o in full):
-            avoid = frozenset()
+        # _avoided already gives way when the job avoids every offer it could use; a shortlist of avoided
+        # offers gives no option here, and the full list, tried next, holds the ones that did not fail it.
+        candidates = self._shortlist(job, spot_ok) if short else self._compatible_offers(job, spot_ok)
         for offer in candidates:
             key, kind, price, gpus, vcpus, mem, p = self.offer_info[id(offer)]
             if avoid and key in avoid:
@@ -1470,14 +1471,12 @@ class _Pass:
     @staticmethod
     def _node_text(offer: Offer) -> str:
         """One node of ``offer`` as explanations name it (as ``_offer_text`` does, without the risk)."""
-        return (f"{offer.instance_type.name} {offer.market.value} in {offer.provider} {offer.region}"
-                f"{('/' + offer.zone) if offer.zone else ''} (${offer.usd_per_hour:.2f}/h)")
+        return f"{offer.instance_type.name} {offer.market.value} in {_where(offer)} (${offer.usd_per_hour:.2f}/h)"
 
     @staticmethod
     def _bind_text(job: Job, offer: Offer) -> str:
-        where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
         return (f"{job.workers} x {job.gpus_per_worker} GPU on new {offer.instance_type.name} "
-                f"({offer.market.value}) in {where}")
+                f"({offer.market.value}) in {_where(offer)}")
 
     def _eliminate_nodes(self, jobs: dict[str, Job], kinds_of: dict[str, tuple[Kind, ...]]) -> None:
         """Local improvement: a node bought in this step whose jobs all fit in
@@ -1536,10 +1535,9 @@ class _Pass:
             names.extend([target.name] * workers)
         i = bind_at[job.job_id]
         offer = placed[0][0].offer
-        where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
         self.actions_bind[i] = Bind(job.job_id, tuple(names), self.actions_bind[i].reason,
                                     f"{job.workers} x {job.gpus_per_worker} GPU on {len(placed)} new "
-                                    f"{offer.instance_type.name} ({offer.market.value}) in {where}")
+                                    f"{offer.instance_type.name} ({offer.market.value}) in {_where(offer)}")
         old.jobs.pop(job.job_id, None)
         old.version += 1
 
@@ -1810,9 +1808,8 @@ class _Pass:
 
     def _offer_text(self, option: _Option) -> str:
         o = option.offer
-        return (f"{option.nodes} x {o.instance_type.name} {o.market.value} in {o.provider} {o.region}"
-                f"{('/' + o.zone) if o.zone else ''} (${option.nodes * o.usd_per_hour:.2f}/h + "
-                f"${option.risk_usd_per_hour:.2f}/h expected loss)")
+        return (f"{option.nodes} x {o.instance_type.name} {o.market.value} in {_where(o)} "
+                f"(${option.nodes * o.usd_per_hour:.2f}/h + ${option.risk_usd_per_hour:.2f}/h expected loss)")
 
     def _launch(self, job: Job, option: _Option) -> None:
         offer = option.offer
@@ -2021,7 +2018,7 @@ class _Pass:
                     unplaced -= workers
                     self.new_index.take(target, job, workers)
                     to_ids.extend([target.name] * workers)
-                where = f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
+                where = _where(offer)
                 detail = (f"spot is back: {option.nodes} x {offer.instance_type.name} spot in {where} "
                           f"(${option.cost:.2f}/h risk-adjusted) replaces {', '.join(sl.name for sl in slots)} "
                           f"(${held:.2f}/h); the move costs ${cost:.2f}, pays back in {payback:.1f} h")

@@ -18,7 +18,7 @@ import os
 import re
 import time
 from contextlib import contextmanager, nullcontext
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -26,7 +26,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from fleetctl import signals
-from fleetctl.codec import dt_to_str, job_from_dict, job_spec_dict, job_to_dict, node_from_dict, node_to_dict, str_to_dt
+from fleetctl.codec import (dt_to_str, job_from_dict, job_spec_dict, job_to_dict, node_from_dict, node_to_dict,
+                           stored_time, str_to_dt)
 from fleetctl.model import JOB_RUNTIME_FIELDS, InterruptionEvent, InterruptionKind, Job, JobState, Market, Node, NodeState, Offer
 from fleetctl.report import STOP_KINDS
 from fleetctl.store import tables
@@ -42,19 +43,6 @@ PG_MIGRATION_LOCK_KEY = 0x666C6565746D6967
 
 class StoreError(Exception):
     """The store cannot be opened or a write contradicts what it holds."""
-
-
-def stored_time(value: datetime | None) -> str | None:
-    """A time as the store keeps it: ISO 8601 in UTC, always to the microsecond
-    (``2026-11-27T23:56:30.000000Z``). The columns are text and are compared and
-    ordered as text, so every value has the same width; ``dt_to_str`` leaves out
-    a zero fraction, and "...:30Z" sorted after "...:30.5Z" (migration 0011).
-    Reads parse either form; what the store hands out is ``dt_to_str``'s."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: fleetctl keeps time in UTC")
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _shown(stored: str) -> str:
