@@ -79,6 +79,16 @@ def writes_utf8(stream: Any) -> bool:
         return False
 
 
+#: Whether this process sends fleetctl's log records somewhere (``configure``: the long-running commands).
+_CONFIGURED = False
+
+
+def configured() -> bool:
+    """Whether ``configure`` ran in this process: the one-shot commands do not
+    set up logging, so what they must tell the operator they print themselves."""
+    return _CONFIGURED
+
+
 def configure(log_format: str = "text", level: str = "info") -> None:
     """Send the process's log records to stderr in ``log_format`` from ``level``
     up. ``debug`` is fleetctl's own: the libraries beside it (botocore, urllib3,
@@ -87,6 +97,8 @@ def configure(log_format: str = "text", level: str = "info") -> None:
     ``logging.basicConfig`` does, it leaves a process whose logging is set up
     already (a program or test harness that runs the command inside itself) as
     it is."""
+    global _CONFIGURED
+    _CONFIGURED = True
     root = logging.getLogger()
     if root.handlers:
         return

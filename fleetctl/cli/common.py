@@ -527,7 +527,11 @@ def open_store(option: str | None, *, must_exist: bool = False, read_only: bool 
              "from the directory you use it in, or pass --state / set FLEETCTL_STATE", 1)
     global OPENED_STORE
     try:
-        store = Store(url, read_only=read_only)
+        from fleetctl import logs
+
+        # a one-shot command says a schema upgrade itself (the long-running ones log it)
+        notify = None if logs.configured() else (lambda message: err_console.print(f"note: {message}", markup=False))
+        store = Store(url, read_only=read_only, notify=notify)
         OPENED_STORE = store.url
         return store
     except StoreError as exc:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import time
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -33,6 +34,7 @@ from fleetctl.report import STOP_KINDS
 from fleetctl.store import tables
 
 DEFAULT_STATE_DIR = ".fleetctl"
+log = logging.getLogger("fleetctl.store")
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: The newest schema revision, the head of ``migrations/versions`` (a test keeps the two equal). A store
 #: at it opens without importing alembic, which took a quarter of a second of every command's start.
@@ -268,14 +270,18 @@ def _connect_read_only(database: str) -> Any:
 class Store:
     """A handle on the state store. Cheap to create; close() when done."""
 
-    def __init__(self, url: str, *, read_only: bool = False) -> None:
+    def __init__(self, url: str, *, read_only: bool = False, notify: Callable[[str], None] | None = None) -> None:
         """``read_only``: for commands that only read (``status``, ``jobs list``,
         ``events``, ``report``);
         a SQLite file is opened so that nothing can be written to it, and it can
         be read where this user may not write (``_connect_read_only``). Its
-        schema must be current then: an upgrade would write."""
+        schema must be current then: an upgrade would write.
+
+        ``notify``: where the upgrade of an older schema is said (``_upgrade``);
+        the ``fleetctl.store`` logger by default."""
         self.url = url
         self.read_only = read_only
+        self._notify = notify
         shown = safe_url(url)
         try:
             self._engine = _make_engine(url, read_only)
@@ -344,21 +350,22 @@ class Store:
                 return
             if current not in {rev.revision for rev in script.walk_revisions()}:  # a newer fleetctl's: no lock needed
                 raise alembic_util.CommandError(f"Can't locate revision identified by '{current}'")
+        head = script.get_current_head()
         if self.read_only:
             # The first command after upgrading fleetctl is often `status`: an older schema is upgraded
             # through a writable handle where this user may write the store; only a store that cannot
             # be written here (a read-only copy or mount) is refused.
-            if current is not None and self._upgrade(cfg, writable_only=True):
+            if current is not None and self._upgrade(cfg, writable_only=True, from_revision=current, to=head):
                 return
             if current is None:
                 with self._engine.connect() as conn:
                     self._refuse_another_programs(conn)
             what = "holds no fleetctl state" if current is None else \
-                f"has schema revision {current}, older than this fleetctl's ({script.get_current_head()})"
+                f"has schema revision {current}, older than this fleetctl's ({head})"
             raise StoreError(f"cannot read state store {safe_url(self.url)}: it {what}, and this command only reads; "
                              "run a command that writes (fleetctl jobs submit, reconcile --once) on it first "
                              "where it is writable")
-        self._upgrade(cfg)
+        self._upgrade(cfg, from_revision=current, to=head)
 
     def _at_schema_head(self) -> bool:
         """Whether the store's schema revision is ``SCHEMA_HEAD``. False for
@@ -371,11 +378,24 @@ class Store:
             return False
         return [tuple(row) for row in rows] == [(SCHEMA_HEAD,)]
 
-    def _upgrade(self, cfg: Any, *, writable_only: bool = False) -> bool:
+    def _upgrade(self, cfg: Any, *, writable_only: bool = False, from_revision: str | None = None,
+                 to: str | None = None) -> bool:
         """Run the migrations to head, under the migration lock. ``writable_only``
         (a read-only handle): through a writable engine of its own, and False,
-        with nothing changed, when the store cannot be written here."""
+        with nothing changed, when the store cannot be written here.
+
+        The upgrade of an existing store (``from_revision``) is said before it
+        (a command that waits minutes on a large store with nothing said looks
+        hung, and stopping it only delays it: the upgrade is one transaction)
+        and with its time after: to ``notify``, else on the ``fleetctl.store``
+        logger (a warning, then an info line). A new store's schema is created
+        without a word."""
         engine = _make_engine(self.url) if writable_only else self._engine
+        began = time.monotonic()
+        if from_revision is not None:
+            self._say(logging.WARNING, f"upgrading the schema of state store {safe_url(self.url)} from revision "
+                      f"{from_revision} to {to} (this fleetctl's); on a large store this can take minutes: let it "
+                      "finish")
         try:
             with self._migration_lock(), signals.deferred(), engine.begin() as conn:
                 if conn.dialect.name == "postgresql":
@@ -395,7 +415,16 @@ class Store:
         finally:
             if writable_only:
                 engine.dispose()
+        if from_revision is not None:
+            self._say(logging.INFO, f"upgraded the schema of state store {safe_url(self.url)} to revision {to} in "
+                      f"{time.monotonic() - began:.1f} s")
         return True
+
+    def _say(self, level: int, message: str) -> None:
+        if self._notify is not None:
+            self._notify(message)
+        else:
+            log.log(level, "%s", message)
 
     def _refuse_another_programs(self, conn: Connection) -> None:
         """``StoreError`` for a database with no fleetctl schema version but

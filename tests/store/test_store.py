@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from datetime import timedelta
 
+import os
 import subprocess
 import sys
 import threading
@@ -57,6 +58,63 @@ def test_a_current_store_opens_without_alembic_and_an_old_one_is_upgraded(tmp_pa
                               check=True, cwd=REPO)
     assert upgraded.stdout.split() == ["0011", "True"]
 
+
+
+def test_the_upgrade_of_an_older_store_is_said_before_and_after(tmp_path, caplog):
+    """A store at an older revision is upgraded with a word before (it can take
+    minutes on a large store: a silent command looked hung) and its time after;
+    a new store and a current one open without a word."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    said: list[str] = []
+    Store(url, notify=said.append).close()
+    assert said == []  # a new store's schema is created silently
+    old = Store(url)
+    downgrade(old, "0009")
+    old.close()
+    upgraded = Store(url, notify=said.append)
+    assert upgraded.schema_revision() == "0011"
+    upgraded.close()
+    assert len(said) == 2
+    assert said[0] == (f"upgrading the schema of state store {url} from revision 0009 to 0011 (this fleetctl's); "
+                       "on a large store this can take minutes: let it finish")
+    assert said[1].startswith(f"upgraded the schema of state store {url} to revision 0011 in ")
+    assert said[1].endswith(" s")
+    Store(url, notify=said.append).close()
+    assert len(said) == 2  # current: nothing said
+    # without notify (the daemon): on the fleetctl.store logger, a warning, then an info line
+    old = Store(url)
+    downgrade(old, "0010")
+    old.close()
+    with caplog.at_level("INFO", logger="fleetctl.store"):
+        Store(url).close()
+    records = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "fleetctl.store"]
+    assert [level for level, _ in records] == ["WARNING", "INFO"]
+    assert "from revision 0010 to 0011" in records[0][1]
+
+
+def test_a_command_on_an_older_store_says_it_upgrades_it(tmp_path):
+    """A one-shot command (no logging set up) prints the upgrade as a note on
+    stderr, and its output is unchanged; the next command says nothing."""
+    db = tmp_path / "state.db"
+    old = Store(f"sqlite:///{db}")
+    downgrade(old, "0009")
+    old.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETCTL_")}
+
+    def jobs_list() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "fleetctl", "jobs", "list", "--state", f"sqlite:///{db}"],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+    first = jobs_list()
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.startswith(f"note: upgrading the schema of state store sqlite:///{db} from revision 0009 "
+                                   "to 0011")
+    assert "note: upgraded the schema of state store" in first.stderr
+    second = jobs_list()
+    assert second.returncode == 0 and second.stderr == "" and second.stdout == first.stdout
+    after = Store(f"sqlite:///{db}")
+    assert after.schema_revision() == "0011"
+    after.close()
 
 def test_jobs_round_trip_and_resubmit(store):
     jobs = [job("b", gpus=2, submitted=T0), job("a", gpus=8, models=("H100-80GB",), submitted=T0)]
