@@ -229,7 +229,19 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
     # the machine is gone already: there is nothing left to checkpoint on, whatever the store still says of
     # the node or the notice's deadline (often null). Its jobs keep their last checkpoint and the work since
     # is lost and counted; checkpointing them saved work that was never saved.
-    can_checkpoint = not gone and event.kind is not InterruptionKind.TERMINATED
+    # When the machine stops working: a termination's time (its deadline, else when it was received), a
+    # reclaim warning's deadline. A notice handled after that (a cron pass minutes later, a controller
+    # that was down) must not count the work of those minutes as done, nor checkpoints the runtime would
+    # have taken in them as kept, and asks no checkpoint of a machine that is gone.
+    ran_until = now
+    if event.kind is not InterruptionKind.REBALANCE:
+        ends = event.deadline_utc
+        if ends is None and event.kind is InterruptionKind.TERMINATED:
+            ends = event.received_at_utc
+        if ends is not None:
+            ran_until = min(now, ends)
+    can_checkpoint = not gone and event.kind is not InterruptionKind.TERMINATED and ran_until == now and \
+        (event.deadline_utc is None or event.deadline_utc > now)
     if event.kind is InterruptionKind.REBALANCE:
         risk = _risk(policy, forecast, node.offer.key, node.offer.market)
         if risk < policy.rebalance_drain_probability:
@@ -244,7 +256,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
         lost = 0.0
         checkpoint = "none"
         if job.state is JobState.RUNNING:
-            before = runtime.progress(job, now)
+            before = runtime.progress(job, ran_until)
             if job.checkpointable and can_checkpoint:
                 # The job gets the policy's grace after the notice, never past the notice's deadline; a
                 # reclaim warning without a deadline gets the grace (the cloud takes the node all the same).
@@ -259,7 +271,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
                 if checkpoint == "missed":
                     report.checkpoints_missed += 1
             else:
-                after = runtime.stop(job, now)
+                after = runtime.stop(job, ran_until)
             kept = after.checkpointed_hours
             lost = max(0.0, before.done_hours - kept)
         lost_gpu_hours = lost * job.gpus

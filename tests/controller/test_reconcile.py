@@ -903,6 +903,35 @@ def test_a_terminated_node_is_not_checkpointed_its_work_since_the_last_checkpoin
     assert requeue["payload"]["checkpoint"] == "none"
 
 
+
+@pytest.mark.parametrize("kind", [InterruptionKind.TERMINATED, InterruptionKind.RECLAIM_WARNING])
+def test_a_notice_handled_after_the_node_was_taken_counts_the_work_until_then(world_factory, kind):
+    """A notice handled late (a cron pass 35 minutes after it, a controller
+    that was down): the machine stopped working when it was taken (a
+    termination when it came, a reclaim warning at its deadline). Counted
+    at the handling, the 35 minutes were work done, and the sim runtime's
+    periodic checkpoints in them work kept: the job resumed from 1 h of work
+    that no checkpoint ever saved, and nothing was counted lost."""
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    j = _running_on_spot(w, spot=True)  # started at T0 + 1 min
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    taken = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the periodic checkpoint at 30
+    received = taken if kind is InterruptionKind.TERMINATED else taken - timedelta(minutes=2)
+    w.provider.notify(InterruptionEvent(
+        "late-1", "aws", node.node_id, kind, received_at_utc=received,
+        deadline_utc=None if kind is InterruptionKind.TERMINATED else taken))
+    r = run_tick(w, taken + timedelta(minutes=35))  # 84 minutes into the run: two checkpoints later
+    assert r.requeued == ["j"] and r.checkpoints == 0  # nothing asked of a machine that is gone
+    assert r.lost_gpu_hours == pytest.approx(8 * 19 / 60)
+    again = jobs(w)["j"]
+    assert again.checkpointed_work_hours == pytest.approx(0.5) and again.work_lost_interruptions == 1
+    (requeue,) = w.store.events("requeue")
+    assert requeue["payload"]["checkpoint"] == "none"
+    assert requeue["payload"]["kept_hours"] == pytest.approx(0.5)
+
 def test_a_reclaim_warning_without_a_deadline_gets_the_policy_grace(world_factory):
     """A null deadline skipped the grace cap: the checkpoint was given as long
     as it took, though the cloud takes the node all the same."""
