@@ -441,20 +441,21 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
                     if victim is None:
                         raise failed(f"preempt: job {action.job_id!r} is no longer active")
                     # Requeued with its checkpoint; the runtime stops it (checkpointing first if it can).
-                    kept = victim.checkpointed_work_hours
+                    kept, kept_at = victim.checkpointed_work_hours, victim.last_checkpoint_utc
                     # the work the preemption cost it, for `fleetctl report`: known when the runtime says how far
                     # the run got (or it was not running); without a runtime it is moved as it stands, unmeasured
                     loss: dict[str, float] = {} if victim.state is JobState.RUNNING else {"lost_gpu_hours": 0.0}
                     if runtime is not None and victim.state is JobState.RUNNING:
                         done = runtime.progress(victim, now).done_hours
-                        kept = (runtime.checkpoint(victim, None, now) if victim.checkpointable
-                                else runtime.stop(victim, now)).checkpointed_hours
+                        saved = (runtime.checkpoint(victim, None, now) if victim.checkpointable
+                                 else runtime.stop(victim, now))
+                        kept, kept_at = saved.checkpointed_hours, saved.last_checkpoint_utc
                         checkpoints += 1 if victim.checkpointable else 0
                         loss = {"lost_gpu_hours": max(0.0, done - kept) * victim.gpus}
                     vacated.append(victim)
                     held = list(victim.node_ids)
                     victim = replace(victim, state=JobState.QUEUED, node_ids=(), started_at_utc=None,
-                                     checkpointed_work_hours=kept)
+                                     checkpointed_work_hours=kept, last_checkpoint_utc=kept_at if kept else None)
                     store.put_job(victim, now)
                     jobs[victim.job_id] = victim
                     store.record("preempt", now, victim.job_id, by=action.by_job_id, reason=action.reason.value,
@@ -465,9 +466,10 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
                         raise failed(f"migrate: job {action.job_id!r} is no longer on "
                                      f"{', '.join(action.from_node_ids)}")
                     targets = tuple(names.get(n, n) for n in action.to_node_ids)
-                    kept = job.checkpointed_work_hours
+                    kept, kept_at = job.checkpointed_work_hours, job.last_checkpoint_utc
                     if runtime is not None and job.state is JobState.RUNNING:
-                        kept = runtime.checkpoint(job, None, now).checkpointed_hours
+                        saved = runtime.checkpoint(job, None, now)
+                        kept, kept_at = saved.checkpointed_hours, saved.last_checkpoint_utc
                         checkpoints += 1
                     # Checkpointed, stopped, and bound to its new nodes: it resumes there.
                     # one node per worker (as the planner names them), or each node for as many workers
@@ -475,7 +477,7 @@ def _carry_out(plan: Plan, *, store: Store, provider: Provider, now: datetime, p
                         targets * (job.workers // max(1, len(targets))) or targets
                     held = list(job.node_ids)
                     job = replace(job, state=JobState.BOUND, started_at_utc=None, checkpointed_work_hours=kept,
-                                  node_ids=per_worker)
+                                  last_checkpoint_utc=kept_at if kept else None, node_ids=per_worker)
                     store.put_job(job, now)
                     jobs[job.job_id] = job
                     store.record("migrate", now, job.job_id, to=list(targets), reason=action.reason.value,

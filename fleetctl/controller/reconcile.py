@@ -104,17 +104,17 @@ def _risk(policy: Policy, forecast: Forecast | None, offer_key: str, market: Mar
 
 
 def requeue(job: Job, kept_hours: float, now: datetime, policy: Policy, avoid: str | None, interrupted: bool,
-            work_lost: bool = False) -> Job:
+            work_lost: bool = False, checkpoint_utc: datetime | None = None) -> Job:
     """The job back in the queue, resuming from ``kept_hours`` of work
-    (``work_lost``: the reclaim cost it work, counted apart for
-    ``count_interruptions: work_lost``)."""
+    saved at ``checkpoint_utc`` (``now`` if not given) (``work_lost``: the
+    reclaim cost it work, counted apart for ``count_interruptions: work_lost``)."""
     return replace(
         job,
         state=JobState.QUEUED,
         node_ids=(),
         started_at_utc=None,
         checkpointed_work_hours=kept_hours,
-        last_checkpoint_utc=now if kept_hours else None,
+        last_checkpoint_utc=(checkpoint_utc or now) if kept_hours else None,
         interruptions=job.interruptions + (1 if interrupted else 0),
         work_lost_interruptions=job.work_lost_interruptions + (1 if interrupted and work_lost else 0),
         priority_boost=job.priority_boost + (policy.requeue_priority_boost if interrupted else 0.0),
@@ -252,7 +252,7 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
     for job in active:
         if event.node_id not in job.node_ids:
             continue
-        kept = job.checkpointed_work_hours
+        kept, kept_at = job.checkpointed_work_hours, job.last_checkpoint_utc
         lost = 0.0
         checkpoint = "none"
         if job.state is JobState.RUNNING:
@@ -272,12 +272,13 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
                     report.checkpoints_missed += 1
             else:
                 after = runtime.stop(job, ran_until)
-            kept = after.checkpointed_hours
+            kept, kept_at = after.checkpointed_hours, after.last_checkpoint_utc
             lost = max(0.0, before.done_hours - kept)
         lost_gpu_hours = lost * job.gpus
         report.lost_gpu_hours += lost_gpu_hours
         avoid = node.offer.key if node is not None and node.offer.market is Market.SPOT else None
-        store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True, work_lost=lost > _NO_LOSS_HOURS), now)
+        store.put_job(requeue(job, kept, now, policy, avoid, interrupted=True, work_lost=lost > _NO_LOSS_HOURS,
+                              checkpoint_utc=kept_at), now)
         left_behind(store, nodes, job, now, except_nodes={event.node_id})
         report.requeued.append(job.job_id)
         store.record("requeue", now, job.job_id, node=event.node_id, kept_hours=kept, lost_gpu_hours=lost_gpu_hours,

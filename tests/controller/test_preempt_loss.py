@@ -32,3 +32,7 @@ def test_a_preempted_running_job_records_the_gpu_hours_it_lost(world_factory, ch
     (entry,) = w.store.events("preempt")
     assert entry["subject"] == "gang"
     assert entry["payload"]["lost_gpu_hours"] == pytest.approx(lost)
+    # the job records when the work it keeps was saved: the checkpoint taken at the preemption, or none
+    gang = {j.job_id: j for j in w.store.jobs()}["gang"]
+    assert (gang.checkpointed_work_hours > 0, gang.last_checkpoint_utc) == \
+        ((True, now) if checkpointable else (False, None))

@@ -33,6 +33,14 @@ def test_a_reclaimed_job_is_queued_with_the_work_it_kept_a_boost_and_the_offer_t
     assert again.avoid_offer_keys == ("b", "m")  # sorted, with the ones it had
 
 
+def test_a_requeue_records_when_the_work_it_kept_was_saved():
+    saved = NOW - timedelta(minutes=20)
+    again = requeue(_ran(), 1.25, NOW, policy(), avoid=None, interrupted=True, checkpoint_utc=saved)
+    assert (again.checkpointed_work_hours, again.last_checkpoint_utc, again.requeued_at_utc) == (1.25, saved, NOW)
+    assert requeue(_ran(), 0.0, NOW, policy(), avoid=None, interrupted=True,
+                   checkpoint_utc=saved).last_checkpoint_utc is None  # nothing kept: no checkpoint
+
+
 def test_a_requeue_that_kept_no_work_has_no_checkpoint_time_and_one_that_lost_none_is_not_counted_as_lost():
     again = requeue(_ran(), 0.0, NOW, policy(), avoid="m", interrupted=True, work_lost=False)
     assert again.checkpointed_work_hours == 0.0 and again.last_checkpoint_utc is None

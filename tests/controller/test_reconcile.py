@@ -632,10 +632,14 @@ def test_a_deadline_at_risk_on_on_demand_is_a_fallback_and_migration_checkpoints
     due = jobs(w)["due"]
     assert due.state is JobState.RUNNING and jobs(w)["k"].state is JobState.SUCCEEDED
     idle = next(n.node_id for n in w.store.nodes() if n.node_id not in due.node_ids)
+    w.store.put_job(replace(due, checkpointable=True), T0 + timedelta(minutes=20))
     moved = execute(Plan((Migrate("due", due.node_ids, (idle,), Reason.CONSOLIDATION, "test"),), (), 0.0, 0.0),
                     store=w.store, provider=w.provider, now=T0 + timedelta(minutes=21), plan_id="0" * 64,
                     runtime=w.runtime)
     assert moved.checkpoints == 1 and jobs(w)["due"].node_ids == (idle,)
+    # it resumes from the checkpoint taken for the move, and records when that was
+    assert jobs(w)["due"].checkpointed_work_hours == pytest.approx(20 / 60)
+    assert jobs(w)["due"].last_checkpoint_utc == T0 + timedelta(minutes=21)
 
 
 def test_a_node_gone_without_a_notice_is_handled_as_a_reclaim_and_a_late_notice_is_a_duplicate(world_factory):
@@ -928,6 +932,7 @@ def test_a_notice_handled_after_the_node_was_taken_counts_the_work_until_then(wo
     assert r.lost_gpu_hours == pytest.approx(8 * 19 / 60)
     again = jobs(w)["j"]
     assert again.checkpointed_work_hours == pytest.approx(0.5) and again.work_lost_interruptions == 1
+    assert again.last_checkpoint_utc == T0 + timedelta(minutes=31)  # the checkpoint kept, not the handling
     (requeue,) = w.store.events("requeue")
     assert requeue["payload"]["checkpoint"] == "none"
     assert requeue["payload"]["kept_hours"] == pytest.approx(0.5)
