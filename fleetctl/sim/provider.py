@@ -81,7 +81,12 @@ class MarketProvider(SimProvider):
         if request.count >= 1 and not self._store.nodes_by_idempotency_key(request.idempotency_key) \
                 and request.offer.market is OfferMarket.SPOT:
             trace = self.market.trace_for(request.offer.key)
-            capacity = trace.capacity_at(now) if trace is not None else 0
+            if trace is None:  # a plan made against another market (a plan file): not sold here at all
+                raise InsufficientCapacity(
+                    f"no spot capacity for {request.count} more x {request.offer.key} at {now.isoformat()}: the "
+                    "simulated market has no trace for this offer (it sells only its manifest's offers and their "
+                    "on-demand twins)")
+            capacity = trace.capacity_at(now)
             running = len(self.running_spot_nodes(request.offer.key, now))
             if running + request.count > capacity:
                 raise InsufficientCapacity(

@@ -53,6 +53,10 @@ def test_a_spot_launch_is_refused_beyond_the_capacity_not_under_notice(store: St
     assert sorted(n.node_id for n in p.launch(LaunchRequest(spot, 2, "two"), at + 70 * S).nodes) == \
         sorted(n.node_id for n in first)
     assert len(p.launch(LaunchRequest(m.traces[0].offer_on_demand, 3, "od"), T0).nodes) == 3  # no capacity limit
+    # a spot offer the market has no trace for (a plan made against another market) is not sold, and says why
+    with pytest.raises(InsufficientCapacity, match=r"no spot capacity for 1 more x aws/r1/z9/g1/spot at .*: the "
+                                                   r"simulated market has no trace for this offer"):
+        p.launch(LaunchRequest(offer("g1", gpus=1, price=0.25, zone="z9"), 1, "elsewhere"), at)
 
     # 2 -> 1 at 120 s: the newer of the two (by node id: same launch time) is noticed; it leaves at 240 s.
     (notice,) = p.enforce_capacity(T0 + 120 * S)
