@@ -39,6 +39,7 @@ from fleetctl.model import (
     Bind,
     Explanation,
     Forecast,
+    InstanceType,
     Job,
     JobState,
     Launch,
@@ -79,6 +80,16 @@ def _per_node(job: Job, offer: Offer) -> int:
 
 def _pow2(x: float) -> float:
     return float(2 ** math.ceil(math.log2(x))) if x > 1 else (1.0 if x > 0 else 0.0)
+
+
+def _risk_share(job: Job, workers: int, it: InstanceType) -> float:
+    """The share of a node's price that ``workers`` of ``job`` put at risk:
+    their GPUs' share of its GPUs, or for a CPU-only job its vCPUs' share of
+    its vCPUs (on a GPU node too). Expected loss = p x hours lost x this x
+    the node's price."""
+    if job.gpus_per_worker:
+        return job.gpus_per_worker * workers / it.gpu_count if it.gpu_count else 0.0
+    return job.vcpus_per_worker * workers / max(1, it.vcpus)
 
 
 def _where(offer: Offer) -> str:
@@ -607,8 +618,7 @@ class _Pass:
             if slot.new:
                 it = slot.offer.instance_type
                 loss = self._loss_hours(job) if loss is None else loss
-                share = job.gpus_per_worker * workers / it.gpu_count if it.gpu_count else 0.0
-                self.step_risk += self._p(slot.offer) * loss * share * slot.offer.usd_per_hour
+                self.step_risk += self._p(slot.offer) * loss * _risk_share(job, workers, it) * slot.offer.usd_per_hour
             (self.new_index if slot.new else self.index).take(slot, job, workers)
             slot.touched = True
             names.extend([slot.name] * workers)
@@ -716,13 +726,11 @@ class _Pass:
                 continue
             n = -(-w // per)
             if gpus:
-                share = need_gpus / gpus
                 spare = n * gpus - need_gpus
                 useful = need_gpus + min(spare, demand.get(kind, 0.0))
             else:
-                share = v * w / max(1, vcpus)
                 useful = max(1.0, v * w)
-            risk = p * loss * share * price
+            risk = p * loss * _risk_share(job, w, offer.instance_type) * price
             cost = n * price + risk
             result.append((cost / max(useful, 1e-9), cost, key, n, offer, risk))
         result.sort(key=lambda t: t[:3])
@@ -1449,9 +1457,9 @@ class _Pass:
         it = offer.instance_type
         cost = offer.usd_per_hour
         p = self._p(offer)
-        if p and it.gpu_count:
+        if p:
             for j in held:
-                cost += p * self._loss_hours(j) * (j.gpus_per_worker * slot.jobs[j.job_id] / it.gpu_count) * offer.usd_per_hour
+                cost += p * self._loss_hours(j) * _risk_share(j, slot.jobs[j.job_id], it) * offer.usd_per_hour
         return cost
 
     def _swap(self, slot: Slot, offer: Offer) -> None:
@@ -1525,12 +1533,12 @@ class _Pass:
     def index_jobs_moved(self, job: Job, old: Slot, placed: list[tuple[Slot, int]], bind_at: dict[str, int]) -> None:
         """Point the job's Bind at its new nodes and move its expected loss."""
         loss = self._loss_hours(job)
-        it = old.offer.instance_type
-        self.step_risk -= self._p(old.offer) * loss * (job.gpus / it.gpu_count if it.gpu_count else 0.0) * old.offer.usd_per_hour
+        # only a job wholly on the old node is moved (_eliminate_nodes)
+        self.step_risk -= self._p(old.offer) * loss * _risk_share(job, job.workers, old.offer.instance_type) * \
+            old.offer.usd_per_hour
         names: list[str] = []
         for target, workers in placed:
-            t_it = target.offer.instance_type
-            share = job.gpus_per_worker * workers / t_it.gpu_count if t_it.gpu_count else 0.0
+            share = _risk_share(job, workers, target.offer.instance_type)
             self.step_risk += self._p(target.offer) * loss * share * target.offer.usd_per_hour
             names.extend([target.name] * workers)
         i = bind_at[job.job_id]

@@ -787,3 +787,26 @@ def test_a_job_avoids_offers_that_reclaimed_it_beyond_the_shortlist():
     p = plan(now=T0, queue=[replace(job("j", gpus=8), avoid_offer_keys=everywhere)], fleet=(), offers=offers,
              forecast=None, policy=policy())
     assert [launch.offer.key for launch in p.of_kind("launch")] == [offers[0].key]
+
+
+def test_a_cpu_only_job_weighs_the_risk_of_spot_as_a_gpu_job_does():
+    """A CPU-only job's expected loss is its share of the node's vCPUs: the
+    choice of offers priced it so, but the repair after the buy step
+    (``_downsize_nodes``) priced no risk on a node without GPUs and swapped the
+    on-demand node it chose for the risky spot one; the plan's risk ignored it
+    too. 10 h without checkpoints at p = 0.3/h on a 4.0 USD/h spot node: 4.0 +
+    0.3 x 5 h x 4.0 = 10.0 USD/h expected, against 6.5 on-demand."""
+    spot = offer("c64", gpus=0, model=None, vcpus=64, memory_gib=256, price=4.0)
+    od = offer("c64", gpus=0, model=None, vcpus=64, memory_gib=256, price=6.5, market=Market.ON_DEMAND)
+    risky = Forecast(interruption=(OfferRisk(spot.key, 60, 0.3),))
+    long_job = job("cpu", gpus=0, vcpus=64, memory_gib=64, duration_hours=10.0)
+    (launch,) = run(queue=[long_job], offers=[spot, od], forecast=risky).of_kind("launch")
+    assert launch.offer.market is Market.ON_DEMAND
+    # checkpoints every 10 minutes: 4.0 + 0.3 x 5 min x 4.0 = 4.1 USD/h, so spot
+    ckpt = replace(long_job, checkpointable=True, checkpoint_interval_minutes=10.0)
+    (launch,) = run(queue=[ckpt], offers=[spot, od], forecast=risky).of_kind("launch")
+    assert launch.offer.market is Market.SPOT
+    # half the node's vCPUs carry half its price's expected loss: still on-demand (4.0 + 0.3 x 5 x 2.0 = 7.0)
+    half = replace(long_job, vcpus_per_worker=32)
+    (launch,) = run(queue=[half], offers=[spot, od], forecast=risky).of_kind("launch")
+    assert launch.offer.market is Market.ON_DEMAND
