@@ -336,3 +336,27 @@ def test_the_summary_reads_each_number_from_its_own_field():
                           "gpu_utilization": 0.4375, "wait_p50_hours": 2.0, "wait_p95_hours": 3.8,
                           "deadline_misses": 7, "jobs_total": 8, "jobs_completed": 5, "jobs_lost": 1,
                           "interruptions": 11, "migrations": 12}
+
+
+def test_the_breakdown_benchmark_bills_what_the_backtest_bills(tmp_path):
+    """benchmarks/backtest_breakdown.py splits a policy's cost by market and by
+    what the nodes did; its parts add up to the backtest's cost_usd for the
+    same inputs and seed, and every job is listed with the GPU-hours it ran."""
+    jobs_csv, manifest = _tiny_case(tmp_path)
+    policy = ROOT / "policies" / "example.yaml"
+    out = tmp_path / "breakdown.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "backtest_breakdown.py"), "--jobs", str(jobs_csv),
+                           "--market", str(manifest), "--policy", str(policy), "--json", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    cost = json.loads(_backtest(tmp_path, jobs_csv, manifest, "--format", "json", "--compare", "on-demand").stdout)[
+        "policies"]["fleetctl"]["cost_usd"]
+    assert doc["cost_usd"] == pytest.approx(cost, abs=1e-6)
+    assert sum(row["usd"] for row in doc["by_market_and_activity"]) == pytest.approx(cost, abs=1e-4)
+    assert sorted(j["job_id"] for j in doc["jobs"]) == sorted(r.split(",")[0] for r in
+                                                             jobs_csv.read_text().splitlines()[1:])
+    ran = sum(j["on_demand_gpu_hours"] + j["spot_gpu_hours"] for j in doc["jobs"])
+    busy = sum(row["gpu_hours"] for row in doc["by_market_and_activity"] if row["node"] == "running")
+    assert ran == pytest.approx(busy, abs=1e-4)  # the GPU-hours of running jobs are the busy nodes' GPU-hours
+    assert f"# fleetctl, seed 0: {cost:.2f} USD" in done.stdout
