@@ -233,15 +233,17 @@ def _handle_one(event: InterruptionEvent, *, store: Store, runtime: Runtime, pol
     # reclaim warning's deadline. A notice handled after that (a cron pass minutes later, a controller
     # that was down) must not count the work of those minutes as done, nor checkpoints the runtime would
     # have taken in them as kept, and asks no checkpoint of a machine that is gone.
+    # A rebalance recommendation's node keeps working, whatever deadline came with it.
     ran_until = now
+    taken = False  # the machine is past its end: nothing to checkpoint on
     if event.kind is not InterruptionKind.REBALANCE:
         ends = event.deadline_utc
         if ends is None and event.kind is InterruptionKind.TERMINATED:
             ends = event.received_at_utc
         if ends is not None:
             ran_until = min(now, ends)
-    can_checkpoint = not gone and event.kind is not InterruptionKind.TERMINATED and ran_until == now and \
-        (event.deadline_utc is None or event.deadline_utc > now)
+            taken = ends <= now
+    can_checkpoint = not gone and not taken and event.kind is not InterruptionKind.TERMINATED
     if event.kind is InterruptionKind.REBALANCE:
         risk = _risk(policy, forecast, node.offer.key, node.offer.market)
         if risk < policy.rebalance_drain_probability:

@@ -427,6 +427,29 @@ def test_a_rebalance_hint_with_a_deadline_checkpoints_within_the_grace(world_fac
     assert r.lost_gpu_hours == pytest.approx(8 * 19 / 60)
 
 
+
+def test_a_rebalance_hint_handled_after_its_deadline_still_asks_for_a_checkpoint(world_factory):
+    """A rebalance recommendation's node keeps working: its deadline (a drain
+    budget a watcher posted) is not the end of the machine, so a late
+    handling still asks the job to checkpoint, and reads its work at the
+    handling, unlike a reclaim warning past its deadline."""
+    from fleetctl.model import InterruptionEvent
+
+    w = world_factory(offers=OFFERS)
+    j = _running_on_spot(w, spot=True)  # started at T0 + 1 min
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    node = w.store.nodes()[0]
+    posted = T0 + timedelta(minutes=50)
+    w.provider.notify(InterruptionEvent("posted-rebalance", "aws", node.node_id, InterruptionKind.REBALANCE, posted,
+                                        posted + timedelta(minutes=2)))
+    fc = Forecast(interruption=(OfferRisk(node.offer.key, 60, 0.5),))
+    r = run_tick(w, posted + timedelta(minutes=15), pol=policy(rebalance_drain_probability=0.2), forecast=fc)
+    assert r.requeued == ["j"] and r.checkpoints == 1  # asked (and missed: its deadline is past)
+    # read at the handling: 64 minutes into the run, the periodic checkpoint at 60 kept, 4 minutes lost
+    again = jobs(w)["j"]
+    assert again.checkpointed_work_hours == pytest.approx(1.0)
+    assert r.lost_gpu_hours == pytest.approx(8 * 4 / 60)
+
 def test_one_rebalance_hint_through_two_paths_is_counted_once(world_factory):
     from fleetctl.model import InterruptionEvent
 
