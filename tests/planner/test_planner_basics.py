@@ -233,6 +233,25 @@ def test_planned_fleet_place_keeps_the_scale_up_cooldown():
     assert [a.kind for a in step.actions] == ["launch", "bind"] and not step.unplaced
 
 
+def test_a_job_waiting_for_the_scale_up_cooldown_is_not_charged_to_its_team():
+    from fleetctl.model import Team
+    from fleetctl.planner import PlannedFleet
+
+    # team a may burst to 8 GPUs; its 8-GPU job waits for the cooldown (n1 is full with team b's job),
+    # so the team uses 0 GPUs, not 8 (admission charged it, the wait gives it back)
+    pol = policy(scale_up_cooldown_seconds=600, teams=(Team("a", burst_gpus=8), Team("b")))
+    fresh = node("n1", offer(price=3.0), ready_at=T0 - timedelta(seconds=30))  # launched 90 s before T0
+    busy = job("busy", gpus=8, team="b", state=JobState.RUNNING, node_ids=("n1",))
+    pf = PlannedFleet(now=T0, queue=[busy, job("waits", gpus=8)], fleet=[fresh], offers=[offer(price=3.0)],
+                      forecast=None, policy=pol)
+    assert [(u.job_id, u.reason) for u in pf.plan.unplaced] == [("waits", Reason.WAITING_FOR_CAPACITY)]
+    step = pf.place(job("nine", gpus=9, submitted=T0 + timedelta(seconds=1)))
+    (u,) = step.unplaced
+    assert u.reason is Reason.QUOTA_EXCEEDED and u.detail.startswith("team a uses 0 GPUs; 9 more")
+    step = pf.place(job("eight", gpus=8, submitted=T0 + timedelta(seconds=2)))  # 0 + 8 is within the burst
+    assert [u.reason for u in step.unplaced] == [Reason.WAITING_FOR_CAPACITY]
+
+
 def test_scale_down_cooldown_after_a_launch_or_a_termination():
     pol = policy(idle_timeout_minutes=10, scale_down_cooldown_minutes=5)
     idle = node("old", ready_at=T0 - timedelta(minutes=30))

@@ -382,3 +382,25 @@ def test_within_the_scale_up_cooldown_a_deadline_job_buys_only_if_it_cannot_affo
     if not buys:
         (u,) = p.unplaced
         assert u.reason is Reason.WAITING_FOR_CAPACITY and "the last launch was 0 s ago" in u.detail
+
+
+@pytest.mark.parametrize("cooldown_seconds, restart_minutes, slack_seconds, buys", [
+    # a 100 h cooldown: the deadline's hours and the cooldown left's hours are each read to the second
+    # (a 3601 or 3599 s hour moves either by about 100 s)
+    (360_000, 6.0, 60, False),
+    (360_000, 6.0, -60, True),
+    # a slack of exactly the cooldown left (2 h - 1 h of work - a 30-minute restart = 1800 s, all exact in
+    # binary): the job can afford the wait, buying when the cooldown ends, so it waits
+    (1800, 30.0, 0, False),
+])
+def test_a_deadline_job_buys_within_the_cooldown_only_if_its_slack_is_shorter_than_the_cooldown_left(
+        cooldown_seconds, restart_minutes, slack_seconds, buys):
+    fresh = replace(node("n", A8_OD), launched_at_utc=T0)  # the cooldown left is all of it
+    running = replace(job("run", gpus=8, vcpus=1, memory_gib=1), state=JobState.RUNNING, node_ids=("n",),
+                      started_at_utc=T0)
+    deadline = T0 + timedelta(hours=1, minutes=restart_minutes, seconds=cooldown_seconds + slack_seconds)
+    j = replace(job("j", gpus=8, vcpus=1, memory_gib=1), deadline_utc=deadline)
+    p = run(queue=[running, j], fleet=[fresh], offers=[A8, A8_OD],
+            pol=policy(scale_up_cooldown_seconds=cooldown_seconds, restart_overhead_minutes=restart_minutes))
+    assert bool(p.of_kind("launch")) is buys
+    assert [u.reason for u in p.unplaced] == ([] if buys else [Reason.WAITING_FOR_CAPACITY])
