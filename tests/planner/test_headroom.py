@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
-from fleetctl.model import DemandForecast, Forecast, JobState, Market, Reason
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, OfferRisk, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -24,7 +25,9 @@ def test_buys_ahead_of_the_p90_forecast_up_to_the_cap():
     p = run(pol=policy(max_headroom_gpus=3), fc=forecast(5.2))
     (launch,) = p.of_kind("launch")
     assert launch.reason is Reason.FORECAST_HEADROOM and launch.count == 3  # 6 wanted, capped at 3
-    assert "3 GPU(s) ahead of the forecast demand" in launch.detail
+    assert launch.detail == "1.0000 $/h each, 3 GPU(s) ahead of the forecast demand"
+    (launch,) = run(pol=policy(max_headroom_gpus=1), fc=forecast(5.2)).of_kind("launch")  # the smallest cap
+    assert launch.reason is Reason.FORECAST_HEADROOM and launch.count == 1
     # no cap, no forecast, or a forecast already met: nothing bought
     assert run(fc=forecast(5.2)).actions == ()
     assert run(pol=policy(max_headroom_gpus=3)).actions == ()
@@ -80,3 +83,68 @@ def test_headroom_keeps_the_on_demand_base():
     assert [(l.offer.market, l.count) for l in p.of_kind("launch")] == [(Market.SPOT, 2)]  # no base: spot
     p = run(offers=(spot, od), pol=policy(max_headroom_gpus=8, on_demand_base_gpus=8), fc=forecast(8.0))
     assert [(l.offer.market, l.count) for l in p.of_kind("launch")] == [(Market.ON_DEMAND, 2)]
+
+
+def test_each_gpu_model_is_bought_for_after_a_model_the_forecast_does_not_want_more_of():
+    # models are visited in name order: A100 (p90 0, nothing wanted) comes before H100 (p90 2: two 1-GPU nodes)
+    h100 = offer("h1", gpus=1, price=2.0, model="H100-80GB", vcpus=8, memory_gib=64)
+    fc = Forecast(demand=(DemandForecast("A100-80GB", 60, 0.0, 0.0), DemandForecast("H100-80GB", 60, 1.0, 2.0)))
+    p = run(offers=(ONE, h100), pol=policy(max_headroom_gpus=4), fc=fc)
+    assert [(l.offer.key, l.count, l.reason) for l in p.of_kind("launch")] == [(h100.key, 2, Reason.FORECAST_HEADROOM)]
+
+
+def test_headroom_keeps_max_gpus():
+    # 6 GPUs wanted ahead, capped at 3 by max_headroom_gpus; max_gpus 2 stops it at 2 (exactly the cap: 1 + 1 <= 2)
+    p = run(pol=policy(max_headroom_gpus=3, max_gpus=2), fc=forecast(5.2))
+    assert [(l.reason, l.count) for l in p.of_kind("launch")] == [(Reason.FORECAST_HEADROOM, 2)]
+    # a held GPU counts: with one busy node, one more
+    busy = node("b", of=ONE)
+    running = job("r", gpus=1, state=JobState.RUNNING, node_ids=("b",))
+    p = run(queue=[running], fleet=[busy], pol=policy(max_headroom_gpus=3, max_gpus=2), fc=forecast(5.2))
+    assert [(l.reason, l.count) for l in p.of_kind("launch")] == [(Reason.FORECAST_HEADROOM, 1)]
+
+
+def test_an_offer_naming_the_model_but_no_gpus_is_not_bought_ahead():
+    # an instance type may name a GPU model with a GPU count of 0 (providers/aws.py sums the counts it is given);
+    # it adds no GPU, so the two GPUs ahead are two 1-GPU nodes, not the cheaper node without GPUs
+    zero = offer("z0", gpus=0, price=0.5)
+    zero = replace(zero, instance_type=replace(zero.instance_type, gpu_model="A100-80GB"))
+    p = run(offers=(ONE, zero), pol=policy(max_headroom_gpus=4), fc=forecast(2.0))
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(ONE.key, 2)]
+
+
+def test_headroom_never_buys_past_what_is_wanted():
+    # a 4-GPU node is cheaper per GPU ($0.50) than the 1-GPU one ($1), but 3 GPUs are wanted (the cap): three 1-GPU
+    # nodes; with 5 wanted, one 4-GPU node and one 1-GPU node
+    four = offer("g4", gpus=4, price=2.0, vcpus=32, memory_gib=256)
+    p = run(offers=(ONE, four), pol=policy(max_headroom_gpus=3), fc=forecast(5.2))
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(ONE.key, 3)]
+    p = run(offers=(ONE, four), pol=policy(max_headroom_gpus=5), fc=forecast(5.2))
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(four.key, 1), (ONE.key, 1)]
+
+
+def test_headroom_allows_a_float_rounding_in_the_forecast_and_the_budget():
+    # a p90 of 3.0000000000000004 (0.1 x 3 x 10) wants 3 GPUs, not 4
+    assert sum(l.count for l in run(pol=policy(max_headroom_gpus=8), fc=forecast(0.1 * 3 * 10)).of_kind("launch")) == 3
+    # three $0.10/h nodes sum to $0.30000000000000004/h: within a $0.30/h budget
+    dime = replace(ONE, usd_per_hour=0.1)
+    p = run(offers=(dime,), pol=policy(max_headroom_gpus=8, max_usd_per_hour=0.3), fc=forecast(3.0))
+    assert [l.count for l in p.of_kind("launch")] == [3]
+
+
+def _bought(offers, p90: float, cap: int, risks=()):
+    fc = Forecast(demand=forecast(p90).demand, interruption=tuple(OfferRisk(o.key, 60, p) for o, p in risks))
+    return [(l.offer.key, l.count) for l in run(offers=offers, pol=policy(max_headroom_gpus=cap), fc=fc).of_kind("launch")]
+
+
+def test_headroom_buys_the_cheapest_offer_per_gpu_risk_adjusted():
+    # price x (1 + p) per GPU: $1 spot at p 0.5 is $1.50, dearer than $1.40 spot at p 0 ...
+    risky, safe = ONE, offer("g1b", gpus=1, price=1.4, vcpus=8, memory_gib=64)
+    assert _bought((risky, safe), 2.0, 2, risks=((risky, 0.5), (safe, 0.0))) == [(safe.key, 2)]
+    # ... and $1 spot at p 0.1 ($1.10) is cheaper than $1.20 on demand
+    od = offer("g1o", gpus=1, price=1.2, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
+    assert _bought((risky, od), 2.0, 2, risks=((risky, 0.1),)) == [(risky.key, 2)]
+    # per GPU: a 4-GPU node at $6 ($1.50 a GPU) before four 1-GPU nodes at $1.80 (both on demand)
+    od1 = offer("g1", gpus=1, price=1.8, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
+    od4 = offer("g4", gpus=4, price=6.0, market=Market.ON_DEMAND, vcpus=32, memory_gib=256)
+    assert _bought((od1, od4), 4.0, 4) == [(od4.key, 1)]
