@@ -52,6 +52,31 @@ def test_idle_nodes_are_kept_while_the_forecast_wants_them():
     (t,) = p.of_kind("terminate")  # 2 kept warm, the third idles out
     assert t.reason is Reason.IDLE
     assert len(run(fleet=idle, pol=pol).of_kind("terminate")) == 3  # no forecast: all idle out
+    # a p90 of 5 still keeps only the cap's 2 (and buys nothing: 3 idle GPUs are already past the cap)
+    p = run(fleet=idle, pol=pol, fc=forecast(5.0))
+    assert [t.node_id for t in p.of_kind("terminate")] == ["n2"] and not p.of_kind("launch")
+    # the smallest cap keeps one
+    p = run(fleet=idle, pol=replace(pol, max_headroom_gpus=1), fc=forecast(1.0))
+    assert [t.node_id for t in p.of_kind("terminate")] == ["n1", "n2"]
+
+
+def test_idle_nodes_kept_are_the_p90_less_the_busy_gpus():
+    # one busy GPU and three idle ones, a cap of 4: a p90 of 3 keeps 3 - 1 = 2 idle GPUs (n0, n1), n2 idles out;
+    # so does a p90 of 3.0000000000000004 (a float rounding, not a third GPU wanted)
+    busy = node("b", of=ONE)
+    running = job("r", gpus=1, state=JobState.RUNNING, node_ids=("b",))
+    idle = [node(f"n{i}", of=ONE, ready_at=T0 - timedelta(hours=2)) for i in range(3)]
+    pol = policy(max_headroom_gpus=4, idle_timeout_minutes=10)
+    for p90 in (3.0, 3.0000000000000004):
+        p = run(queue=[running], fleet=[busy, *idle], pol=pol, fc=forecast(p90))
+        assert [t.node_id for t in p.of_kind("terminate")] == ["n2"] and not p.of_kind("launch")
+
+
+def test_an_idle_cpu_node_is_not_kept_for_a_gpu_forecast():
+    cpu = offer("c8", gpus=0, price=0.4, vcpus=8, memory_gib=32)
+    idle = node("cpu", of=cpu, ready_at=T0 - timedelta(hours=2))
+    p = run(fleet=[idle], pol=policy(max_headroom_gpus=2, idle_timeout_minutes=10), fc=forecast(2.0))
+    assert [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [("cpu", Reason.IDLE)]
 
 
 def test_the_cap_holds_across_passes_idle_gpus_held_count_against_it():

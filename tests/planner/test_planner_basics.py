@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -162,6 +163,64 @@ def test_idle_node_terminated_after_timeout_only():
     assert p.usd_per_hour_after == pytest.approx(20.0)
 
 
+def test_idle_time_counts_from_idle_since_else_ready_else_launch():
+    # timeout 10 min; builders launch a node a minute before it is ready
+    pol = policy(idle_timeout_minutes=10)
+    recent = replace(node("idle-2min", ready_at=T0 - timedelta(hours=1)), idle_since_utc=T0 - timedelta(minutes=2))
+    almost = node("ready-9.5min", ready_at=T0 - timedelta(minutes=9, seconds=30))  # launched 10.5 min ago
+    exact = node("ready-10min", ready_at=T0 - timedelta(minutes=10))
+    unknown = replace(node("launched-30min", ready_at=T0 - timedelta(minutes=29)), ready_at_utc=None)
+    rounded_down = node("ready-625s", ready_at=T0 - timedelta(seconds=625))  # 10.42 min
+    rounded_up = node("ready-640s", ready_at=T0 - timedelta(seconds=640))  # 10.67 min
+    p = run(fleet=[recent, almost, exact, unknown, rounded_down, rounded_up], pol=pol)
+    assert [(t.node_id, t.reason, t.detail) for t in p.of_kind("terminate")] == [
+        ("launched-30min", Reason.IDLE, "idle for 30 min (timeout 10 min), saves $10.00/h"),
+        ("ready-10min", Reason.IDLE, "idle for 10 min (timeout 10 min), saves $10.00/h"),
+        ("ready-625s", Reason.IDLE, "idle for 10 min (timeout 10 min), saves $10.00/h"),
+        ("ready-640s", Reason.IDLE, "idle for 11 min (timeout 10 min), saves $10.00/h"),
+    ]
+
+
+def test_each_idle_or_drained_node_goes_whatever_nodes_sort_before_it():
+    pol = policy(idle_timeout_minutes=10)
+    old = T0 - timedelta(hours=1)
+    fleet = [node("a-busy", ready_at=old), node("b-drained", state=NodeState.DRAINING, ready_at=old),
+             node("c-draining-busy", state=NodeState.DRAINING, ready_at=old),
+             node("d-terminating", state=NodeState.TERMINATING, ready_at=old),
+             replace(node("e-launching", state=NodeState.LAUNCHING, ready_at=old), ready_at_utc=None),  # 61 min
+             node("f-old", ready_at=old)]
+    queue = [job("r", gpus=8, state=JobState.RUNNING, node_ids=("a-busy",)),
+             job("s", gpus=8, state=JobState.RUNNING, node_ids=("c-draining-busy",))]
+    p = run(queue=queue, fleet=fleet, pol=pol)
+    # a busy node, a draining node still running its job, a node already going and one still launching stay
+    assert [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [("b-drained", Reason.INTERRUPTION),
+                                                                        ("f-old", Reason.IDLE)]
+    assert p.of_kind("terminate")[0].detail == "drained after a reclaim notice; saves $10.00/h"
+
+
+def test_a_node_left_empty_by_a_preemption_is_idle_from_now():
+    # prod preempts the gang v (one 8-GPU worker on each of n1 and n2) and takes n1: n2, ready an hour ago and
+    # busy until now, has not been idle for the 10-minute timeout
+    od = offer(price=20.0, market=Market.ON_DEMAND)
+    gang = job("v", workers=2, gpus=8, state=JobState.RUNNING, node_ids=("n1", "n2"))
+    p = run(queue=[gang, job("prod", gpus=8, priority="production")], fleet=[node("n1", od), node("n2", od)],
+            offers=[od], pol=policy(idle_timeout_minutes=10, max_usd_per_hour=10.0))
+    assert [(a.kind, a.job_id) for a in p.actions] == [("preempt", "v"), ("bind", "prod")]
+    assert not p.of_kind("terminate")
+
+
+def test_a_node_reserved_for_a_waiting_gang_is_not_terminated_as_idle():
+    # a V100 gang of two waits (no V100 offer) for the node j runs on and the idle V100 node beside it
+    v100 = offer("v1", gpus=1, model="V100", price=10.0, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
+    running = job("j", gpus=1, vcpus=1, memory_gib=1, models=("V100",), state=JobState.RUNNING, node_ids=("od",))
+    gang = job("gang", workers=2, gpus=1, vcpus=1, memory_gib=1, models=("V100",))
+    fleet = [node("idle", v100), node("od", v100)]
+    pol = policy(idle_timeout_minutes=10)
+    p = run(queue=[running, gang], fleet=fleet, pol=pol)
+    assert "waits for running work to end" in p.unplaced[0].detail and not p.of_kind("terminate")
+    assert [t.node_id for t in run(queue=[running], fleet=fleet, pol=pol).of_kind("terminate")] == ["idle"]
+
+
 def test_bound_jobs_hold_capacity_and_gone_nodes_requeue():
     running = job("r", gpus=8, state=JobState.RUNNING, node_ids=("n1",))
     p = run(queue=[running, job("q", gpus=8)], fleet=[node("n1")], offers=[offer(price=3.0)])
@@ -265,6 +324,13 @@ def test_scale_down_cooldown_after_a_launch_or_a_termination():
     later = plan(now=T0, queue=[], fleet=[idle], offers=[], forecast=None, policy=pol,
                  last_termination_utc=T0 - timedelta(minutes=5))
     assert [t.node_id for t in later.of_kind("terminate")] == ["old"]
+    # idle exactly the timeout is past it: held back by the cooldown too
+    exact = node("exact", ready_at=T0 - timedelta(minutes=10))
+    assert not run(fleet=[exact, new], pol=pol).of_kind("terminate")
+    # drained nodes still go within the cooldown, also after an idle node it holds back
+    drained = node("z-drained", state=NodeState.DRAINING)
+    p = run(fleet=[idle, new, drained], pol=pol)
+    assert [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [("z-drained", Reason.INTERRUPTION)]
 
 
 def test_no_offer_holds_each_is_no_offer_holds_of_each_job():
