@@ -2180,7 +2180,7 @@ class _Pass:
                 since = self.now  # it ran a job this pass preempted: not idle before now
             model = node.offer.instance_type.gpu_model
             gpus = node.offer.instance_type.gpu_count
-            if model and keep.get(model, 0) >= gpus:
+            if model and gpus and keep.get(model, 0) >= gpus:
                 keep[model] -= gpus  # kept warm for the forecast demand
                 continue
             if self.now - since >= timeout and self.scale_down_wait is not None:

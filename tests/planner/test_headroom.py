@@ -189,3 +189,15 @@ def test_headroom_buys_spot_once_the_market_rules_allow_it(rule):
     p = run(offers=(spot, od), pol=policy(max_headroom_gpus=8, **rule), fc=forecast(8.0))
     assert sorted((l.offer.market, l.count) for l in p.of_kind("launch")) == [(Market.ON_DEMAND, 1), (Market.SPOT, 1)]
     assert p.usd_per_hour_after == pytest.approx(13.0)
+
+
+def test_an_idle_node_naming_a_gpu_model_but_no_gpus_idles_out():
+    # such a type (test_an_offer_naming_the_model_but_no_gpus_is_not_bought_ahead) holds no GPU the forecast wants:
+    # it idles out with or without a forecast (before, plan() raised KeyError without one and kept it with one)
+    zero = offer("z0", gpus=0, price=0.5)
+    zero = replace(zero, instance_type=replace(zero.instance_type, gpu_model="A100-80GB"))
+    idle = node("z", of=zero, ready_at=T0 - timedelta(hours=2))
+    for pol, fc in ((policy(idle_timeout_minutes=10), None),
+                    (policy(max_headroom_gpus=2, idle_timeout_minutes=10), forecast(2.0))):
+        assert [(t.node_id, t.reason) for t in run(fleet=[idle], pol=pol, fc=fc).of_kind("terminate")] == [
+            ("z", Reason.IDLE)]
