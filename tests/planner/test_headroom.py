@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import DemandForecast, Forecast, JobState, Market, OfferRisk, Reason
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, NodeState, OfferRisk, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -201,3 +201,28 @@ def test_an_idle_node_naming_a_gpu_model_but_no_gpus_idles_out():
                     (policy(max_headroom_gpus=2, idle_timeout_minutes=10), forecast(2.0))):
         assert [(t.node_id, t.reason) for t in run(fleet=[idle], pol=pol, fc=fc).of_kind("terminate")] == [
             ("z", Reason.IDLE)]
+
+
+def test_what_the_fleet_holds_for_the_forecast():
+    pol = policy(max_headroom_gpus=2, idle_timeout_minutes=10)
+
+    def ahead(fleet, queue=()):
+        return sum(l.count for l in run(queue=queue, fleet=fleet, pol=pol, fc=forecast(2.0)).of_kind("launch"))
+
+    # a drained node this plan terminates is not held: both GPUs are bought ahead
+    assert ahead([node("d", of=ONE, state=NodeState.DRAINING)]) == 2
+    # a draining node still running its job is: one more
+    running = job("r", gpus=1, state=JobState.RUNNING, node_ids=("d",))
+    assert ahead([node("d", of=ONE, state=NodeState.DRAINING)], [running]) == 1
+    # an idle GPU counts, also behind a CPU node that sorts first
+    cpu = node("a-cpu", of=offer("c8", gpus=0, price=0.4, vcpus=8, memory_gib=32))
+    assert ahead([cpu, node("h", of=ONE, ready_at=T0 - timedelta(minutes=1))]) == 1
+
+
+def test_headroom_bought_for_one_model_does_not_count_against_another_models_idle_nodes():
+    # two idle A100 nodes past the timeout are what a p90 of 2 wants (cap 2); one H100 is bought for its own p90
+    h100 = offer("h1", gpus=1, price=2.0, model="H100-80GB", vcpus=8, memory_gib=64)
+    fc = Forecast(demand=(DemandForecast("A100-80GB", 60, 1.0, 2.0), DemandForecast("H100-80GB", 60, 0.5, 1.0)))
+    idle = [node(f"a{i}", of=ONE, ready_at=T0 - timedelta(hours=2)) for i in range(2)]
+    p = run(fleet=idle, offers=(ONE, h100), pol=policy(max_headroom_gpus=2, idle_timeout_minutes=10), fc=fc)
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(h100.key, 1)] and not p.of_kind("terminate")
