@@ -226,3 +226,30 @@ def test_headroom_bought_for_one_model_does_not_count_against_another_models_idl
     idle = [node(f"a{i}", of=ONE, ready_at=T0 - timedelta(hours=2)) for i in range(2)]
     p = run(fleet=idle, offers=(ONE, h100), pol=policy(max_headroom_gpus=2, idle_timeout_minutes=10), fc=fc)
     assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(h100.key, 1)] and not p.of_kind("terminate")
+
+
+def _move_to_h100_spot():
+    """A checkpointable job allowed A100 or H100 runs alone on a $10/h A100 on-demand node; a $4/h H100 spot
+    offer pays its move back (markets.replace_on_demand_with_spot). An H100 node has idled 2 h; the H100 p90 is 3."""
+    od = offer("od1", gpus=1, price=10.0, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
+    h100 = offer("h1", gpus=1, price=4.0, zone="z2", vcpus=8, memory_gib=64, model="H100-80GB")
+    j = replace(job("j", gpus=1, models=("A100-80GB", "H100-80GB"), duration_hours=10.0, state=JobState.RUNNING,
+                    node_ids=("od",)),
+                checkpointable=True, checkpoint_interval_minutes=30.0, started_at_utc=T0 - timedelta(hours=2),
+                last_checkpoint_utc=T0 - timedelta(minutes=30), checkpointed_work_hours=1.5)
+    fc = Forecast(demand=(DemandForecast("H100-80GB", 60, 2.0, 3.0),), interruption=(OfferRisk(h100.key, 60, 0.0),))
+    pol = policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0, max_headroom_gpus=8,
+                 idle_timeout_minutes=10)
+    fleet = (node("od", od), node("h-idle", h100, ready_at=T0 - timedelta(hours=2)))
+    return plan(now=T0, queue=(j,), fleet=fleet, offers=(h100,), forecast=fc, policy=pol)
+
+
+def test_idle_gpus_kept_count_the_headroom_bought_in_the_pass_after_a_move_to_spot():
+    # headroom (before the move) buys 2 H100 ahead: 3 wanted, the idle node held; the move then puts j on a new
+    # H100 node, so the forecast wants 3 - 1 busy = 2 idle H100 GPUs, which the two bought ahead are: the plan
+    # ends with the p90's 3 H100 GPUs, not 4
+    p = _move_to_h100_spot()
+    assert [m.job_id for m in p.of_kind("migrate")] == ["j"]
+    launched = sum(l.count for l in p.of_kind("launch"))
+    kept = [n for n in ("h-idle",) if n not in {t.node_id for t in p.of_kind("terminate")}]
+    assert launched + len(kept) == 3
