@@ -2106,27 +2106,33 @@ class _Pass:
             offers = [o for o in self.offers if o.instance_type.gpu_model == model and o.instance_type.gpu_count > 0]
             offers.sort(key=lambda o: (o.usd_per_hour * (1 + self._p(o)) / o.instance_type.gpu_count,
                                        self.offer_key[id(o)]))
-            for offer in offers:
-                gpus = offer.instance_type.gpu_count
-                while want > 0 and gpus <= want:
-                    if self._market_rule(offer, gpus) is not None or self._too_few_offers(offer):
-                        break
-                    if offer.market is Market.SPOT and \
-                            self.on_demand_gpus < min(self.policy.on_demand_base_gpus, self.gpus + gpus):
-                        break  # the first on_demand_base_gpus GPUs are on demand
-                    if self.policy.max_gpus is not None and \
-                            self.held_gpus + gpus > self.policy.max_gpus:
-                        break
-                    if self.policy.max_usd_per_hour is not None and \
-                            self.held_usd + offer.usd_per_hour > self.policy.max_usd_per_hour + 1e-9:
-                        break
-                    self._new_slot(offer)
-                    self.launch_reason.setdefault(offer.key, Reason.FORECAST_HEADROOM)
-                    self.headroom_gpus[offer.key] = self.headroom_gpus.get(offer.key, 0) + gpus
-                    self._charge_offer(offer)
-                    want -= gpus
-                if want <= 0:
+            # One node at a time, each from the cheapest offer the rules allow now: a rule that refuses
+            # an offer for this node (the on-demand base not yet met, the spot share) may allow it for
+            # the next; trying each offer once in price order bought the rest on demand.
+            while want > 0:
+                offer = next((o for o in offers if self._headroom_allows(o, want)), None)
+                if offer is None:
                     break
+                gpus = offer.instance_type.gpu_count
+                self._new_slot(offer)
+                self.launch_reason.setdefault(offer.key, Reason.FORECAST_HEADROOM)
+                self.headroom_gpus[offer.key] = self.headroom_gpus.get(offer.key, 0) + gpus
+                self._charge_offer(offer)
+                want -= gpus
+
+    def _headroom_allows(self, offer: Offer, want: int) -> bool:
+        """Whether one more node of ``offer`` may be bought ahead for ``want`` GPUs: no more GPUs than
+        wanted, within the market rules, the on-demand base, ``max_gpus`` and the budget."""
+        gpus = offer.instance_type.gpu_count
+        if gpus > want or self._market_rule(offer, gpus) is not None or self._too_few_offers(offer):
+            return False
+        if offer.market is Market.SPOT and \
+                self.on_demand_gpus < min(self.policy.on_demand_base_gpus, self.gpus + gpus):
+            return False  # the first on_demand_base_gpus GPUs are on demand
+        if self.policy.max_gpus is not None and self.held_gpus + gpus > self.policy.max_gpus:
+            return False
+        return self.policy.max_usd_per_hour is None or \
+            self.held_usd + offer.usd_per_hour <= self.policy.max_usd_per_hour + 1e-9
 
     def _defer_purchases(self, admitted: list[tuple[Job, bool]]) -> list[tuple[Job, bool]]:
         """``scaling.scale_up_cooldown_seconds``: within the cooldown after a

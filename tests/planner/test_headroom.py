@@ -177,11 +177,11 @@ def test_headroom_buys_the_cheapest_offer_per_gpu_risk_adjusted():
     assert _bought((od1, od4), 4.0, 4) == [(od4.key, 1)]
 
 
-@pytest.mark.xfail(strict=True, reason="headroom() tries each offer once, cheapest first: when the on-demand base or "
-                   "the spot share stops the spot offer, it moves on to on-demand and never comes back to spot, "
-                   "so all 8 GPUs ahead are bought on demand ($18/h, not $13/h)")
 @pytest.mark.parametrize("rule", [{"on_demand_base_gpus": 4}, {"max_spot_share": 0.5}])
 def test_headroom_buys_spot_once_the_market_rules_allow_it(rule):
+    """headroom() tried each offer once, cheapest first: when the on-demand base or the spot share stopped
+    the spot offer, it moved on to on-demand and never came back to spot, so all 8 GPUs ahead were bought on
+    demand ($18/h, not $13/h)."""
     # 8 GPUs wanted ahead: the first 4-GPU node must be on demand ($9/h; the base, or a spot share of 4/4 > 0.5),
     # the second may then be spot ($4/h: 4 spot GPUs of 8, and 4 on demand meet the base), as jobs buy
     spot = offer("g4s", gpus=4, price=4.0)
