@@ -1947,10 +1947,6 @@ class _Pass:
             for t in hidden:
                 self.index.restore(t)
 
-    def _new_headroom(self, model: str) -> int:
-        return sum(g for key, g in self.headroom_gpus.items()
-                   if self.launch_offer[key].instance_type.gpu_model == model)
-
     def replace_with_spot(self, budget_left: int) -> tuple[list[Migrate], list[Terminate]]:
         """Design choice (``markets.replace_on_demand_with_spot``, as Karpenter's
         replacement consolidation): a checkpointable job that holds its
@@ -2165,10 +2161,20 @@ class _Pass:
         # idle GPUs per model the forecast still wants kept (scaling.max_headroom_gpus)
         keep: dict[str, int] = {}
         if self.policy.max_headroom_gpus > 0 and self.demand_p90:
-            _, busy = self._gpus_by_model()
+            held, busy = self._gpus_by_model()
+            # Idle GPUs held elsewhere count against the cap, as headroom() counts them: free GPUs of busy
+            # and launching nodes and of the nodes bought in this pass (those bought ahead among them).
+            # Only the idle nodes below are kept or let go.
+            empty: dict[str, int] = {}
+            for node in self.fleet:
+                slot = self.index.slots.get(node.node_id)
+                model = node.offer.instance_type.gpu_model
+                if slot is not None and model and node.state is NodeState.READY and not slot.jobs \
+                        and slot.reserved_for is None:
+                    empty[model] = empty.get(model, 0) + node.offer.instance_type.gpu_count
             keep = {m: min(self.policy.max_headroom_gpus, math.ceil(p90 - busy.get(m, 0) - 1e-9))
+                    - (held.get(m, 0) - busy.get(m, 0) - empty.get(m, 0))
                     for m, p90 in self.demand_p90.items()}
-            keep = {m: k - self._new_headroom(m) for m, k in keep.items()}
         for node in self.fleet:
             slot = self.index.slots.get(node.node_id)
             if slot is None or node.node_id in already:

@@ -264,10 +264,10 @@ def test_a_plan_does_not_terminate_an_idle_node_of_the_offer_it_buys_ahead():
     assert sum(l.count for l in p.of_kind("launch")) == 2  # one for j, one ahead (3 - j's - the idle one)
 
 
-@pytest.mark.xfail(strict=True, reason="idle() keeps min(cap, p90 - busy GPUs) GPUs of idle nodes without counting the "
-                   "idle GPUs held elsewhere (free GPUs of a busy node, a launching node), which headroom() counts "
-                   "against the cap: the fleet keeps 4 idle GPUs under a cap of 2, a node headroom() would not buy")
 def test_idle_nodes_kept_count_the_idle_gpus_held_elsewhere_against_the_cap():
+    """idle() kept min(cap, p90 - busy GPUs) GPUs of idle nodes without counting the idle GPUs held
+    elsewhere (free GPUs of a busy node, a launching node), which headroom() counts against the cap: the
+    fleet kept 4 idle GPUs under a cap of 2, a node headroom() would not buy."""
     # an 8-GPU node runs a 6-GPU job (2 GPUs free); a 2-GPU node has idled 2 h; p90 10, cap 2. headroom() counts
     # 2 + 2 idle GPUs, past the cap, and buys nothing (without the idle node it buys nothing either: 2 idle, the cap)
     g8, g2 = offer("g8", gpus=8, price=8.0), offer("g2", gpus=2, price=2.0, vcpus=16, memory_gib=64)
