@@ -280,7 +280,7 @@ class _Pass:
             self.scale_down_wait = until if now < until else None
         forecast = forecast or Forecast()
         self.risk = forecast.risks_per_hour()  # the cost model's p, per offer
-        # 90th-percentile GPU demand per model, one hour ahead (else the shortest horizon given)
+        # 90th-percentile GPU demand per model, one hour ahead (else the horizon nearest to it, the shorter of two)
         by_model: dict[str, tuple[int, float]] = {}
         for d in forecast.demand:
             key = (abs(d.horizon_minutes - 60), d.horizon_minutes)
