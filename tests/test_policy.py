@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from fleetctl import model, yamlerrors
-from fleetctl.policy import GPU_MODELS, PROVIDERS, load_policy, policy_json_schema
+from fleetctl.policy import (
+    GPU_MODELS,
+    INTEGER_NOTE,
+    PROVIDERS,
+    close_named_maps,
+    load_policy,
+    note_integers,
+    policy_json_schema,
+)
 from fleetctl.yamlerrors import SpecError, ValidationIssue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,6 +327,11 @@ BROKEN = [
         id="unknown-provider",
     ),
     pytest.param(
+        _OK + "providers: [oracle]\n",
+        3, 13, "providers[0]", "unknown provider 'oracle'; allowed: aws, gcp, azure",  # no near name: no hint
+        id="unknown-provider-without-a-hint",
+    ),
+    pytest.param(
         _OK + "gpu_models: [A100-80GB, a100-40gb]\n",
         3, 25, "gpu_models[1]", "unknown GPU model 'a100-40gb' (did you mean 'A100-40GB'?); allowed: A10, A100-40GB,",
         id="unknown-gpu-model",
@@ -360,6 +373,19 @@ BROKEN = [
         """,
         4, 1, "teams", "guaranteed GPUs add up to 20 (a 10, b 10), above budget.max_gpus 16",
         id="guarantees-above-max-gpus",
+    ),
+    pytest.param(
+        """
+        budget:
+          max_usd_per_hour: 100
+          max_gpus: 4
+        teams:
+          b: {guaranteed_gpus: 3}
+          c: {burst_gpus: 8}
+          a: {guaranteed_gpus: 2}
+        """,
+        4, 1, "teams", "guaranteed GPUs add up to 5 (a 2, b 3), above budget.max_gpus 4:",
+        id="guarantees-above-max-gpus-name-the-teams-with-a-guarantee-by-name",
     ),
     pytest.param(
         _OK + "priority_classes:\n  batch: {value: 1}\ndefault_priority_class: prod\n",
@@ -672,6 +698,72 @@ def test_several_contradictions_are_all_reported(tmp_path: Path) -> None:
     ]
 
 
+_INFRA = """
+    infrastructure:
+      cluster: ml-platform
+      controller_url: http://10.0.0.5:9109
+      aws:
+        us-east-1: {image_id: ami-0123456789abcdef0, subnet_ids: [subnet-0aaaaaaaaaaaaaaa1]}
+        us-west-2: {image_id: ami-0123456789abcdef0, subnet_ids: [subnet-0aaaaaaaaaaaaaaa1]}
+      gcp:
+        project: ml-platform-prod
+        regions: [us-east-1, us-central1]
+        image: projects/x/global/images/family/f
+      azure:
+        subscription_id: 00000000-0000-0000-0000-000000000000
+        resource_group: rg
+        admin_ssh_public_key: ssh-ed25519 AAAA
+        regions:
+          eastus: {subnet_id: /subscriptions/s, image_id: /subscriptions/i}
+"""
+
+
+def test_infrastructure_outside_the_allowed_providers_and_regions_is_reported_where_it_is_declared(
+    tmp_path: Path,
+) -> None:
+    """A cloud's pools declared while providers leaves the cloud out are
+    reported at the cloud's key; a region outside regions at the region (the
+    key of an aws or azure region, the item of gcp's list)."""
+    path = write(tmp_path, "budget: {max_usd_per_hour: 100}\nproviders: [aws]\nregions: [us-east-1]\n"
+                 + textwrap.dedent(_INFRA).lstrip("\n"))
+    assert [str(i).removeprefix(f"{path}:") for i in issues_of(path)] == [
+        "9:5: infrastructure.aws.us-west-2: region 'us-west-2' is not in regions (us-east-1)",
+        "10:3: infrastructure.gcp: gcp pools are declared but 'gcp' is not in providers (aws)",
+        "12:26: infrastructure.gcp.regions[1]: region 'us-central1' is not in regions (us-east-1)",
+        "14:3: infrastructure.azure: azure pools are declared but 'azure' is not in providers (aws)",
+        "19:7: infrastructure.azure.regions.eastus: region 'eastus' is not in regions (us-east-1)",
+    ]
+
+
+@pytest.mark.parametrize("pins", [
+    pytest.param("", id="no-pins"),
+    pytest.param("providers: [aws, gcp, azure]\nregions: [eastus, us-central1, us-east-1, us-west-2]\n",
+                 id="every-cloud-and-region-allowed"),
+])
+def test_infrastructure_inside_the_allowed_providers_and_regions_is_fine(tmp_path: Path, pins: str) -> None:
+    """Empty allow-lists allow any cloud and region."""
+    policy = load_policy(write(tmp_path, "budget: {max_usd_per_hour: 100}\n" + pins
+                               + textwrap.dedent(_INFRA).lstrip("\n")))
+    assert policy.infrastructure is not None
+    assert [r.region for r in policy.infrastructure.aws] == ["us-east-1", "us-west-2"]
+
+
+def test_only_declared_clouds_need_to_be_allowed(tmp_path: Path) -> None:
+    """A policy allowing aws alone may declare aws pools: gcp and azure,
+    absent, need nothing."""
+    policy = load_policy(write(tmp_path, """
+        budget: {max_usd_per_hour: 100}
+        providers: [aws]
+        regions: [us-east-1]
+        infrastructure:
+          cluster: ml-platform
+          controller_url: http://10.0.0.5:9109
+          aws:
+            us-east-1: {image_id: ami-0123456789abcdef0, subnet_ids: [subnet-0aaaaaaaaaaaaaaa1]}
+    """))
+    assert policy.infrastructure is not None and policy.infrastructure.gcp is None
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -685,6 +777,7 @@ def test_several_contradictions_are_all_reported(tmp_path: Path) -> None:
                      id="burst-above-max-gpus"),
         pytest.param("budget: {max_usd_per_hour: 1, max_gpus: 8}\nmarkets: {on_demand_base_gpus: 8}\n",
                      id="base-equal-to-max"),
+        pytest.param(_OK + "teams: {a: {guaranteed_gpus: 8, burst_gpus: 8}}\n", id="guaranteed-equal-to-burst"),
     ],
 )
 def test_settings_that_look_odd_but_are_not_contradictions(tmp_path: Path, text: str) -> None:
@@ -900,6 +993,41 @@ def test_committed_schema_is_current():
 
     committed = json.loads((Path(__file__).resolve().parents[1] / "policies" / "schema.json").read_text())
     assert committed == json.loads(json.dumps(policy_json_schema()))
+
+
+def test_the_integer_note_is_added_once_to_each_integer_field() -> None:
+    """Also for a nullable integer (``anyOf``), and again on a schema that has
+    it already (no second copy); a field of another type keeps its words."""
+    schema = {"properties": {
+        "gpus": {"type": "integer", "description": "GPUs."},
+        "cap": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "share": {"type": "number", "description": "A share."},
+    }}
+    assert note_integers(note_integers(schema)) is schema
+    assert schema["properties"] == {
+        "gpus": {"type": "integer", "description": f"GPUs. {INTEGER_NOTE}"},
+        "cap": {"anyOf": [{"type": "integer"}, {"type": "null"}], "description": INTEGER_NOTE},
+        "share": {"type": "number", "description": "A share."},
+    }
+
+
+def test_only_maps_keyed_by_names_are_closed() -> None:
+    """A map of names only (patternProperties, no properties) is closed, also
+    inside an ``anyOf``; one with named properties too, or one that already
+    says what other keys may be, is left as it is."""
+    names = {"^[a-z]+$": {"type": "integer"}}
+    schema = {"properties": {
+        "teams": {"type": "object", "patternProperties": names},
+        "maybe": {"anyOf": [{"type": "object", "patternProperties": names}, {"type": "null"}]},
+        "mixed": {"type": "object", "properties": {"a": {}}, "patternProperties": names},
+        "open": {"type": "object", "patternProperties": names, "additionalProperties": True},
+    }}
+    assert close_named_maps(schema) is schema
+    props = schema["properties"]
+    assert props["teams"]["additionalProperties"] is False
+    assert props["maybe"]["anyOf"][0]["additionalProperties"] is False
+    assert "additionalProperties" not in props["mixed"]
+    assert props["open"]["additionalProperties"] is True
 
 
 @pytest.mark.parametrize("where", ["teams", "priority_classes"])
