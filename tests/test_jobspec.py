@@ -8,7 +8,7 @@ import io
 import json
 import textwrap
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from fleetctl import model
-from fleetctl.jobspec import jobs_json_schema, load_jobs
+from fleetctl.jobspec import TimestampError, jobs_json_schema, load_jobs, parse_utc_timestamp, utc_time
 from fleetctl.policy import GPU_MODELS, load_policy
 from fleetctl.yamlerrors import SpecError, ValidationIssue
 
@@ -186,6 +186,36 @@ def test_naive_submission_time_is_a_programming_error(tmp_path: Path) -> None:
     path.write_text(json.dumps(JOB_A))
     with pytest.raises(ValueError, match="timezone-aware"):
         load_jobs(path, submitted_at_utc=datetime(2025, 1, 1))
+    with pytest.raises(ValueError, match="timezone-aware"):
+        load_jobs(path, submitted_at_utc=datetime(2025, 1, 1, tzinfo=_NoOffset()))
+
+
+class _NoOffset(tzinfo):
+    """A time zone that does not know its offset: a datetime with it is naive."""
+
+    def utcoffset(self, dt: datetime | None) -> None:
+        return None
+
+
+def test_aware_datetimes_are_taken_as_they_are_and_others_refused() -> None:
+    """utc_time and parse_utc_timestamp (also behind traces and demand series)
+    take an aware datetime as it is, in UTC; a naive one, or one whose zone
+    has no offset, is naive like text without a zone."""
+    two_hours_east = datetime(2030, 1, 31, 20, 0, tzinfo=timezone(timedelta(hours=2)))
+    utc = datetime(2030, 1, 31, 18, 0, tzinfo=timezone.utc)
+    assert utc_time(two_hours_east) == utc and utc_time(two_hours_east).tzinfo is timezone.utc
+    assert parse_utc_timestamp(two_hours_east) == utc
+    assert parse_utc_timestamp(" 2030-01-31T20:00:00+02:00\n") == utc
+    for value, reason in [(datetime(2030, 1, 31), "naive"), (datetime(2030, 1, 31, tzinfo=_NoOffset()), "naive"),
+                          ("2030-01-31T18:00:00", "naive"), ("0001-01-01T00:00:00+05:00", "range"),
+                          ("31/01/2030", "syntax")]:
+        with pytest.raises(TimestampError) as info:
+            utc_time(value)
+        assert info.value.reason == reason, value
+    with pytest.raises(ValueError, match=r" has no time zone; add 'Z' or an offset like \+00:00$"):
+        parse_utc_timestamp(datetime(2030, 1, 31, tzinfo=_NoOffset()))
+    with pytest.raises(ValueError, match=r"^timestamp '0001-01-01T00:00:00\+05:00' is out of range$"):
+        parse_utc_timestamp("0001-01-01T00:00:00+05:00")
 
 
 def test_json_schema_describes_every_field() -> None:
@@ -283,6 +313,9 @@ BROKEN = [
                  id="more-gpus-than-the-team-may-burst-to"),
     pytest.param(_HEAD.replace("team: t", "team: ml-reserch"), "policy", 3, 11, "jobs[0].team",
                  "unknown team 'ml-reserch' (did you mean 'ml-research'?)", id="unknown-team"),
+    pytest.param(_HEAD.replace("team: t", "team: zzz"), "policy", 3, 11, "jobs[0].team",
+                 "unknown team 'zzz'; the policy defines: ml-product, ml-research (a team outside the policy would "
+                 "have no quota)", id="unknown-team-without-a-hint"),
     pytest.param(_HEAD + "other: 1\n", None, 9, 1, "other", "unknown field 'other'", id="extra-envelope-key"),
     pytest.param("jobs: {id: a}\n", None, 1, 7, "jobs", "must be a list of jobs (got a mapping)",
                  id="jobs-not-a-list"),
@@ -417,6 +450,49 @@ def test_a_job_can_ask_for_every_gpu_model_the_catalog_sells(tmp_path: Path) -> 
 def test_policy_checks_apply_only_with_a_policy(tmp_path: Path) -> None:
     path = write(tmp_path, _HEAD.replace("priority: batch", "priority: urgent") + "    gpu_models: [K80]\n")
     assert load_jobs(path, submitted_at_utc=NOW)[0].priority == "urgent"
+
+
+def test_only_ids_written_as_text_are_checked_for_duplicates(tmp_path: Path) -> None:
+    """Two jobs without an id, or with the same number as id, are each
+    refused for their id, not as a duplicate of the other."""
+    path = write(tmp_path, """
+        - {team: t, priority: batch, gpus_per_worker: 1, vcpus_per_worker: 4, memory_gib_per_worker: 8, duration_hours: 1}
+        - {team: t, priority: batch, gpus_per_worker: 1, vcpus_per_worker: 4, memory_gib_per_worker: 8, duration_hours: 1}
+        - {id: 7, team: t, priority: batch, gpus_per_worker: 1, vcpus_per_worker: 4, memory_gib_per_worker: 8,
+           duration_hours: 1}
+        - {id: 7, team: t, priority: batch, gpus_per_worker: 1, vcpus_per_worker: 4, memory_gib_per_worker: 8,
+           duration_hours: 1}
+    """)
+    assert [str(i).removeprefix(f"{path}:") for i in issues_of(path)] == [
+        "1:3: [0].id: required field is missing",
+        "2:3: [1].id: required field is missing",
+        "3:8: [2].id: must be a valid string (got 7)",
+        "5:8: [3].id: must be a valid string (got 7)",
+    ]
+
+
+def test_a_policy_without_teams_or_gpu_models_allows_any_and_a_job_may_need_exactly_a_cap(tmp_path: Path) -> None:
+    """No teams in the policy: any team; no gpu_models: any model; a job
+    needing as many GPUs as budget.max_gpus (2 x 8 of 16) or as its team's
+    burst_gpus (3 x 2 of 6) can be placed; a CPU-only job asks for no model."""
+    def policy_of(text: str) -> model.Policy:
+        return load_policy(write(tmp_path, "budget: {max_usd_per_hour: 100, max_gpus: 16}\n"
+                                 "priority_classes: {batch: {value: 1}}\ndefault_priority_class: batch\n" + text,
+                                 "policy.yaml"))
+
+    path = write(tmp_path, """
+        - {id: a, team: anyone, priority: batch, workers: 2, gpus_per_worker: 8, gpu_models: [K80],
+           vcpus_per_worker: 4, memory_gib_per_worker: 8, duration_hours: 1}
+        - {id: b, team: anyone, priority: batch, gpus_per_worker: 0, vcpus_per_worker: 4, memory_gib_per_worker: 8,
+           duration_hours: 1}
+    """)
+    a, b = load_jobs(path, submitted_at_utc=NOW, policy=policy_of(""))
+    assert (a.team, a.workers * a.gpus_per_worker, a.gpu_models) == ("anyone", 16, ("K80",))
+    assert (b.gpus_per_worker, b.gpu_models) == (0, ())
+    bursting = write(tmp_path, _HEAD.replace("gpus_per_worker: 1", "gpus_per_worker: 2") + "    workers: 3\n",
+                     "burst.yaml")
+    (job,) = load_jobs(bursting, submitted_at_utc=NOW, policy=policy_of("teams: {t: {burst_gpus: 6}}\n"))
+    assert job.workers * job.gpus_per_worker == 6
 
 
 def test_errors_in_several_jobs_are_all_reported(tmp_path: Path, policy: model.Policy) -> None:
