@@ -274,6 +274,10 @@ BROKEN = [
                  "jobs[0].checkpoint_interval_minutes", "checkpointable is false", id="interval-not-checkpointable"),
     pytest.param(_HEAD + "    checkpointable: true\n    checkpoint_interval_minutes: 0\n", None, 10, 34,
                  "jobs[0].checkpoint_interval_minutes", "must be greater than or equal to 1 (got 0)", id="zero-interval"),
+    pytest.param(_HEAD + "    gpu_memory_gib_per_gpu: -0.5\n", None, 9, 29, "jobs[0].gpu_memory_gib_per_gpu",
+                 "must be greater than or equal to 0 (got -0.5)", id="negative-gpu-memory"),
+    pytest.param(_HEAD + "    gpu_memory_gib_per_gpu: 10000.5\n", None, 9, 29, "jobs[0].gpu_memory_gib_per_gpu",
+                 "must be less than or equal to 10000 (got 10000.5)", id="gpu-memory-above-10000-gib"),
     pytest.param(_HEAD + "    checkpointable: 1\n", None, 9, 21, "jobs[0].checkpointable",
                  "must be a valid boolean (got 1)", id="int-for-bool"),
     pytest.param(_HEAD + "    spot_eligible: no\n", None, 9, 20, "jobs[0].spot_eligible",
@@ -450,6 +454,28 @@ def test_a_job_can_ask_for_every_gpu_model_the_catalog_sells(tmp_path: Path) -> 
 def test_policy_checks_apply_only_with_a_policy(tmp_path: Path) -> None:
     path = write(tmp_path, _HEAD.replace("priority: batch", "priority: urgent") + "    gpu_models: [K80]\n")
     assert load_jobs(path, submitted_at_utc=NOW)[0].priority == "urgent"
+
+
+def test_a_job_may_ask_for_each_most_value(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        id: big
+        team: t
+        priority: batch
+        workers: 100000
+        gpus_per_worker: 1024
+        vcpus_per_worker: 100000
+        memory_gib_per_worker: 1000000
+        duration_hours: 100000
+    """)
+    (job,) = load_jobs(path, submitted_at_utc=NOW)
+    assert (job.workers, job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker,
+            job.duration_hours) == (100_000, 1024, 100_000.0, 1_000_000.0, 100_000.0)
+
+
+@pytest.mark.parametrize("gib", [0, 10000])
+def test_gpu_memory_per_gpu_may_be_0_to_10000_gib(tmp_path: Path, gib: int) -> None:
+    (job,) = load_jobs(write(tmp_path, _HEAD + f"    gpu_memory_gib_per_gpu: {gib}\n"), submitted_at_utc=NOW)
+    assert job.gpu_memory_gib_per_gpu == gib
 
 
 def test_only_ids_written_as_text_are_checked_for_duplicates(tmp_path: Path) -> None:
