@@ -201,6 +201,43 @@ def test_an_alias_bomb_is_refused_at_the_alias_that_expands_it(tmp_path: Path) -
         "*l4; the anchor &l4 is at line 6)"), issue
 
 
+def test_a_path_in_a_document_without_positions_is_at_its_start() -> None:
+    """Document.position's last resort (a document built by hand, without
+    positions): line 1, column 1, for the key as for the value."""
+    doc = yamlerrors.Document("hand.yaml", {"a": 1}, {})
+    assert doc.position(("a",)) == yamlerrors.Position(1, 1)
+    assert doc.position(("a", "b"), at="key") == yamlerrors.Position(1, 1)
+    assert str(doc.issue(("a",), "bad")) == "hand.yaml:1:1: a: bad"
+
+
+def test_a_missing_path_is_at_its_nearest_existing_parent_however_deep() -> None:
+    """Two levels missing below ``a`` (reached through an alias): at ``a``'s
+    key, with the alias named; a missing key of the root is at the root."""
+    P, Located = yamlerrors.Position, yamlerrors.Located
+    alias = yamlerrors.Alias("shared", P(2, 4), P(7, 1))
+    doc = yamlerrors.Document("hand.yaml", {"a": {}}, {
+        (): Located(None, P(3, 1)),
+        ("a",): Located(P(2, 1), P(2, 4), via=alias),
+    })
+    assert doc.position(("a", "b", "c")) == P(2, 1)
+    listed = yamlerrors.Document("hand.yaml", [1], {(): Located(None, P(1, 1)), (0,): Located(None, P(1, 3))})
+    assert listed.position((0,), at="key") == P(1, 3)  # a list item has no key: at its value
+    assert str(doc.issue(("a", "b", "c"), "bad")) == (
+        "hand.yaml:2:1: a.b.c: bad (reached through the alias *shared; the anchor &shared is at line 7)")
+    assert str(doc.issue(("a", "b", "c", "d"), "bad")) == (
+        "hand.yaml:2:1: a.b.c.d: bad (reached through the alias *shared; the anchor &shared is at line 7)")
+    assert str(doc.issue(("z", "y"), "bad")) == "hand.yaml:3:1: z.y: bad"
+
+
+def test_a_document_that_is_not_a_mapping_is_refused_by_a_model_at_its_root() -> None:
+    from fleetctl.policy import TeamSpec
+
+    doc = yamlerrors.parse_document("# a team\n- 8\n", "team.yaml")
+    spec, issues = doc.validate(TeamSpec, doc.data)
+    assert spec is None
+    assert [str(i) for i in issues] == ["team.yaml:2:1: (root): must be a mapping (got a list)"]
+
+
 def test_values_written_out_do_not_count_toward_the_alias_limit() -> None:
     """Only copies made by aliases count: a big alias-free document (a policy
     of 150,000 teams) is not an alias bomb, however many values it has."""
@@ -228,6 +265,22 @@ def test_an_error_reached_through_an_alias_is_reported_at_the_alias(tmp_path: Pa
         "3:45: teams.a.burst_gpus: must be greater than or equal to 0 (got -1)",
         "4:3: teams.b.burst_gpus: must be greater than or equal to 0 (got -1) (reached through the alias *team; the "
         "anchor &team is at line 3)",
+    ]
+
+
+def test_a_reading_problem_reached_through_an_alias_is_reported_at_the_alias_too(tmp_path: Path) -> None:
+    """Problems found while reading (here a key that is not a string), not by
+    validation, also name the alias and its anchor."""
+    path = write(tmp_path, """
+        budget: {max_usd_per_hour: 100}
+        teams:
+          a: &t {7: 1, weight: 2}
+          b: *t
+    """)
+    assert [str(i).removeprefix(f"{path}:") for i in issues_of(path)] == [
+        "3:10: teams.a.7: mapping keys must be strings (got 7); quote the key",
+        "4:3: teams.b.7: mapping keys must be strings (got 7); quote the key (reached through the alias *t; the "
+        "anchor &t is at line 3)",
     ]
 
 
@@ -310,6 +363,11 @@ BROKEN = [
         "providers: [aws]\n",
         1, 1, "budget", "required field is missing",
         id="missing-budget",
+    ),
+    pytest.param(
+        "# the fleet's policy\n\nproviders: [aws]\n",
+        3, 1, "budget", "required field is missing",
+        id="missing-budget-after-comments-points-at-the-first-key",
     ),
     pytest.param(
         _OK + "markets:\n  max_spot_share: 1.5\n",
@@ -621,6 +679,14 @@ def test_a_trailing_newline_in_a_name_or_id_is_refused(
         pytest.param(b"budget:\n  max_usd_per_hour: 1\xe9\n", 2, 22, "not UTF-8", id="latin1-byte"),
         pytest.param(b"\x7fELF\x02\x01\x01\x00\x00", 1, 1, "unacceptable character", id="binary"),
         pytest.param(b"budget: \x00\n", 1, 9, "unacceptable character #x0000", id="nul-byte"),
+        # columns count characters, not bytes (each \xc3\xa9 is one character: e-acute)
+        pytest.param(b"budget: {max_usd_per_hour: 1}\n# \xc3\xa9\xc3\xa9 \xff\n", 2, 6,
+                     "file is not UTF-8 text (byte 0xff); save it as UTF-8", id="bad-byte-after-two-byte-characters"),
+        pytest.param(b"a: 1\nb: \xc3\xa9\xc3\xa9\x00\n", 2, 6, "unacceptable character #x0000",
+                     id="nul-after-two-byte-characters"),
+        pytest.param(b"\xef\xbb\xbfa: 1\n\xff", 2, 1, "file is not UTF-8 text (byte 0xff)",
+                     id="bad-byte-after-a-byte-order-mark"),
+        pytest.param(b"a: 1\r\nb: \xc3\xa9\x01\n", 2, 5, "unacceptable character #x0001", id="control-character-after-crlf"),
     ],
 )
 def test_bytes_that_are_not_yaml(tmp_path: Path, raw: bytes, line: int, column: int, message: str) -> None:
@@ -629,6 +695,21 @@ def test_bytes_that_are_not_yaml(tmp_path: Path, raw: bytes, line: int, column: 
     (issue,) = issues_of(path)
     assert (issue.line, issue.column, issue.field_path) == (line, column, "")
     assert message in issue.message
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    pytest.param("budget:\n  max_usd_per_hour: [100\n",
+                 "3:1: (root): YAML syntax error: expected ',' or ']', but got '<stream end>' (while parsing a flow "
+                 "sequence at line 2, column 21)", id="with-where-the-context-starts"),
+    pytest.param("budget: {max_usd_per_hour: 1}\nteams: b: c\n",
+                 "2:9: (root): YAML syntax error: mapping values are not allowed here", id="without-a-context"),
+    pytest.param("budget: {max_usd_per_hour: 1}\nteams: *nope\n",
+                 "2:8: (root): YAML syntax error: found undefined alias 'nope'", id="undefined-alias"),
+])
+def test_a_yaml_syntax_error_says_where_and_what(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    (issue,) = issues_of(path)
+    assert str(issue) == f"{path}:{expected}"
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
