@@ -705,6 +705,8 @@ def test_a_trailing_newline_in_a_name_or_id_is_refused(
                      id="nul-after-two-byte-characters"),
         pytest.param(b"\xef\xbb\xbfa: 1\n\xff", 2, 1, "file is not UTF-8 text (byte 0xff)",
                      id="bad-byte-after-a-byte-order-mark"),
+        pytest.param(b"\xef\xbb\xbfa: \xff\n", 1, 4, "file is not UTF-8 text (byte 0xff)",
+                     id="bad-byte-on-the-line-of-a-byte-order-mark"),  # the mark is no column
         pytest.param(b"a: 1\r\nb: \xc3\xa9\x01\n", 2, 5, "unacceptable character #x0001", id="control-character-after-crlf"),
     ],
 )
