@@ -373,6 +373,10 @@ def _text(what: str, pattern: str, rule: str):  # noqa: ANN202 - an Annotated ty
 GcpProject = _text("GCP project id", r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$", "6-30 lowercase letters, digits and '-'")
 GcpPath = _text("GCP resource path", r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,511}$",
                 "a resource path such as global/networks/default or projects/P/global/images/family/F")
+# One pattern, not GcpPath | Literal[""]: pydantic reports a union's members apart, so a bad value was two
+# issues at its key, each named by a member's internals (subnetwork["literal['']"]).
+GcpSubnetwork = _text("GCP resource path", r"^$|^[A-Za-z0-9][A-Za-z0-9_./:-]{0,511}$",
+                      "empty (the network's auto subnet) or a path such as regions/R/subnetworks/S")
 ServiceAccount = _text("service account email", r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$|^$",
                        "NAME@PROJECT.iam.gserviceaccount.com")
 AzureSubscription = _text("subscription id", r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
@@ -390,7 +394,7 @@ class GcpSpec(StrictModel):
     regions: list[RegionName] = Field(min_length=1, description="Regions to declare GPU pools in.")
     image: GcpPath = Field(description="Boot image of the GPU nodes (self link or family path).")
     network: GcpPath = Field("global/networks/default", description="VPC network of the GPU nodes.")
-    subnetwork: GcpPath | Literal[""] = Field("", description="Subnetwork (empty: the network's auto subnet).")
+    subnetwork: GcpSubnetwork = Field("", description="Subnetwork (empty: the network's auto subnet).")
     service_account_email: ServiceAccount = Field("", description="Service account of the GPU nodes.")
     termination_action: Literal["DELETE", "STOP"] = Field(
         "DELETE", description="What GCE does to a preempted Spot VM (fleetctl replaces nodes either way).")
