@@ -890,12 +890,14 @@ class _Converter:
         merges = self.merges.get(path, {}) if self.via is None else {}
         for k in list(obj.keys()):
             key_pos, value_pos = (pos, pos) if self.via is not None else self._entry(obj, k, pos)
-            merged = merges.get(k) if isinstance(k, str) else None
+            # the merge table names keys by their text (7 as "7"): a key that is not a string is found there too
+            merged = merges.get(k if isinstance(k, str) else str(k))
             if merged is not None:
                 key_pos, value_pos = merged.key, merged.value
             if not isinstance(k, str):
+                note = f" {merged.via.note()}" if merged is not None and merged.via is not None else ""
                 self._issue(path + (describe_value(k),), key_pos,
-                            f"mapping keys must be strings (got {describe_value(k)}); quote the key")
+                            f"mapping keys must be strings (got {describe_value(k)}); quote the key{note}")
                 continue
             key = str(k)
             out[key] = self.convert(obj[k], path + (key,), value_pos, key=key_pos,
