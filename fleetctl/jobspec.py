@@ -336,13 +336,16 @@ def _job_entries(doc: Document) -> tuple[list[tuple[FieldPath, Any]], list[Valid
         container = ("jobs",)
         items = data["jobs"]
         if not isinstance(items, list):
-            issues.append(doc.issue(container, f"must be a list of jobs (got {describe_value(items)})"))
+            if container not in doc.reported:  # a tag there was reported while reading (and read as null)
+                issues.append(doc.issue(container, f"must be a list of jobs (got {describe_value(items)})"))
             return [], issues
         if not items:
             issues.append(doc.issue(container, "the list of jobs is empty"))
         return [((*container, i), item) for i, item in enumerate(items)], issues
     elif isinstance(data, dict):
         return [((), data)], []
+    elif () in doc.reported:  # a tag on the whole document, reported while reading (and read as null)
+        return [], []
     else:
         return [], [doc.issue((), f"a job file must be a job (mapping), a list of jobs or {{jobs: [...]}} "
                                   f"(got {describe_value(data)})")]

@@ -666,7 +666,8 @@ def spec_from_document(doc: Document) -> PolicySpec:
     issue found. :func:`to_core` gives what the planner reads."""
     issues = list(doc.issues)
     if not isinstance(doc.data, dict):
-        issues.append(doc.issue((), "a policy must be a mapping of sections (providers, budget, teams, ...)"))
+        if () not in doc.reported or not issues:  # a tag on the whole document was reported while reading
+            issues.append(doc.issue((), "a policy must be a mapping of sections (providers, budget, teams, ...)"))
         raise SpecError(issues)
     spec, errors = doc.validate(PolicySpec, doc.data)
     issues.extend(errors)
