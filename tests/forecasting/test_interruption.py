@@ -130,6 +130,7 @@ def test_label_is_a_drop_below_the_capacity_at_t():
     trace = MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, 600.0, c)
     s = build_samples(Market((trace,), T0), H)
     y = dict(zip(s.times // 600, s.y))
+    assert np.array_equal(build_samples(Market((trace,), T0)).y, s.y)  # the horizon is an hour unless given
     assert y[0] == 0  # 4 -> 5 -> 4 within the hour: never below 4
     assert y[2] == 1  # from 5: down to 4 at tick 3
     assert y[3] == 1  # the drop to 3 starts at tick 9, exactly t + 1 h: (t, t + 1 h] holds it
@@ -413,6 +414,7 @@ def test_a_market_larger_than_the_row_budget_is_sampled_uniformly_and_reproducib
     rows = [where[(int(o), float(t))] for o, t in zip(a.offer_index, a.times)]
     assert np.array_equal(a.X, full.X[rows]) and np.array_equal(a.y, full.y[rows])
     assert np.array_equal(a.recent, full.recent[rows])
+    assert full.available[rows].all()  # only rows with capacity are drawn
     # each offer keeps about its share, and the positives keep theirs (the labels are not skewed)
     for k in range(len(m.traces)):
         assert (a.offer_index == k).sum() == pytest.approx(0.3 * (usable & (full.offer_index == k)).sum(), rel=0.35)
@@ -420,8 +422,11 @@ def test_a_market_larger_than_the_row_budget_is_sampled_uniformly_and_reproducib
     b = build_samples(m, H, max_rows=budget, seed=3)
     assert np.array_equal(a.X, b.X) and np.array_equal(a.times, b.times)
     assert not np.array_equal(build_samples(m, H, max_rows=budget, seed=4).times, a.times)
-    # within the budget, nothing is sampled
-    assert build_samples(m, H, max_rows=int(usable.sum())).fraction == 1.0
+    # within the budget (to the row), nothing is sampled: every row, usable or not
+    exact = build_samples(m, H, max_rows=int(usable.sum()))
+    assert exact.fraction == 1.0 and len(exact.y) == len(full.y) and np.array_equal(exact.X, full.X)
+    unbounded = build_samples(m, H, max_rows=None)
+    assert unbounded.fraction == 1.0 and np.array_equal(unbounded.X, full.X) and np.array_equal(unbounded.y, full.y)
 
 
 def test_training_on_a_sampled_market_records_the_share():
@@ -527,3 +532,159 @@ def test_evaluate_counts_the_samples_after_the_split_and_scores_both_baselines()
     assert r["baselines"]["recent_rate"] == {"auc": 0.0, "brier": 0.465594}
     with pytest.raises(ValueError, match="no evaluation samples"):
         evaluate(model, [_one_trace((1,) * 6, 600.0)])  # 1 hour: no sample's hour ends inside it
+
+
+def _steps(gap: float, hours: float, changes: tuple[tuple[float, float], ...]) -> tuple[float, ...]:
+    """Values of the ticks of ``gap`` seconds over ``hours``: tick i takes the value of the last change
+    ``(from_hour, value)`` at or before its start (the changes fall on both test gaps' ticks)."""
+    n = round(hours * 3600 / gap)
+    return tuple(next(v for h, v in reversed(changes) if h * 3600 <= i * gap) for i in range(n))
+
+
+_OWN = ("avail_1h", "avail_6h", "avail_24h", "capacity_rel_24h", "hours_since_loss", "hours_available",
+        "losses_1h", "losses_6h", "losses_24h")
+
+
+@pytest.mark.parametrize("gap", [600.0, 900.0])
+@pytest.mark.parametrize("lead_h", [0.0, 2.0])
+def test_an_offers_own_features_hand_computed_in_hours_whatever_the_tick(gap, lead_h):
+    """One 100-hour trace, 10- or 15-minute ticks, starting at the market's start or 2 hours after it
+    (times below are hours since the trace's start). Capacity 3 to 1 h, 1 to 1.5 h, 2 to 20 h, 0 to
+    21 h, 2 to 25 h, 1 to 25.5 h, then 2: losses at 1 h, 20 h and 25 h (the rises are not losses).
+    Windows are (t - w, t], clipped to the trace; the peak is over the ticks covering [t - 24 h, t]."""
+    from forecasting.interruption import MarketIndex
+
+    cap = _steps(gap, 100, ((0, 3), (1, 1), (1.5, 2), (20, 0), (21, 2), (25, 1), (25.5, 2)))
+    trace = MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0 + timedelta(hours=lead_h), gap, cap)
+    want = {  # hours since the trace's start: avail 1/6/24 h, capacity/peak, since loss, available, losses 1/6/24 h
+        -1: (0, 0, 0, 0, 72, 0, 0, 0, 0),  # before the trace
+        -0.125: (0, 0, 0, 0, 72, 0, 0, 0, 0),  # in the tick before the first
+        0.125: (1, 1, 1, 1, 72, 0.125, 0, 0, 0),  # in the first tick: windows clipped to the trace; no loss yet
+        0.5: (1, 1, 1, 1, 72, 0.5, 0, 0, 0),
+        1.25: (1, 1, 1, 1 / 3, 0.25, 1.25, 1, 1, 1),  # down to 1 is still available
+        20.5: (0.5, 5.5 / 6, 20 / 20.5, 0, 0.5, 0, 1, 1, 2),
+        24.75: (1, 5 / 6, 23 / 24, 2 / 3, 4.75, 3.75, 0, 1, 2),  # the 3 of 0.75 h is in the peak's window
+        25 - 10 / 3600: (1, 5 / 6, 23 / 24, 2 / 3, 5 - 10 / 3600, 4 - 10 / 3600, 0, 1, 2),  # 1 h: 10 s inside the day
+        25: (1, 5 / 6, 23 / 24, 1 / 2, 0, 4, 1, 2, 2),  # the loss at t counts, the one at t - 24 h not
+        96.75: (1, 1, 1, 1, 71.75, 72, 0, 0, 0),  # hours available capped at 72
+        97.25: (1, 1, 1, 1, 72, 72, 0, 0, 0),  # and hours since the loss
+        100: (1, 1, 1, 0, 72, 0, 0, 0, 0),  # the trace's end: no capacity from it on
+        100.5: (0.5, 5.5 / 6, 23.5 / 24, 0, 72, 0, 0, 0, 0),  # the time past the end counts as without capacity
+    }
+    X = MarketIndex(Market((trace,), T0)).features(np.array([(r + lead_h) * 3600 for r in want]))[0]
+    col = [FEATURES.index(name) for name in _OWN]
+    for row, (r, values) in zip(X, want.items()):
+        assert row[col] == pytest.approx(values, abs=1e-12), r
+
+
+def _one_node(zone: str, it: fm.InstanceType, gap: float, down: tuple[tuple[float, float], ...],
+              start_h: float = 0.0) -> MarketTrace:
+    """A 12-hour 1-node trace from T0 + start_h, down in each (from, to) hour span (absolute hours)."""
+    changes = ((start_h, 1),) + tuple(p for a, b in down for p in ((a, 0), (b, 1)))
+    cap = _steps(gap, 12 - start_h, tuple((h - start_h, v) for h, v in changes))
+    return MarketTrace(fm.Offer(it, "us-east-1", zone, fm.Market.SPOT, 0.5),
+                       fm.Offer(it, "us-east-1", zone, fm.Market.ON_DEMAND, 1.5), T0 + timedelta(hours=start_h), gap,
+                       cap)
+
+
+def test_cross_offer_losses_hand_computed_at_ten_hours():
+    """Four offers with their own ticks: two types (p3, g4dn) in two zones (a, b); b's p3 trace starts
+    an hour late. Losses (hours) and their counts in (9 h, 10 h] and (4 h, 10 h]:
+    p3/a (10 min): 3, 5, 9.5 -> 1, 2;  p3/b (15 min): 4, 4.5, 9.5, 10 -> 2, 3 (4 h is t - 6 h: out);
+    g4dn/a (30 min): 5, 6, 7, 8 -> 0, 4;  g4dn/b (5 min): 5, 6, 9h20, 9h40, 10 -> 3, 5.
+    Others in the zone, the same type in the other zone, every other offer, each for 1 and 6 hours."""
+    from forecasting.interruption import MarketIndex
+
+    p3 = fm.InstanceType("aws", "p3.2xlarge", 8, 61.0, "V100-16GB", 1, 16.0)
+    g4 = fm.InstanceType("aws", "g4dn.xlarge", 4, 16.0, "T4", 1, 16.0)
+    m = Market((
+        _one_node("a", p3, 600.0, ((3, 3.5), (5, 5.5), (9.5, 10.5))),
+        _one_node("b", p3, 900.0, ((4, 4.25), (4.5, 5), (9.5, 9.75), (10, 11)), start_h=1),
+        _one_node("a", g4, 1800.0, ((5, 5.5), (6, 6.5), (7, 7.5), (8, 8.5))),
+        _one_node("b", g4, 300.0, ((5, 5.5), (6, 6.5), (28 / 3, 9.5), (29 / 3, 59 / 6), (10, 10 + 1 / 6))),
+    ), T0)
+    names = ("losses_1h", "losses_6h", "zone_other_losses_1h", "zone_other_losses_6h", "type_other_losses_1h",
+             "type_other_losses_6h", "market_other_losses_1h", "market_other_losses_6h")
+    X = MarketIndex(m).features(np.array([10 * 3600.0]))[:, 0, [FEATURES.index(n) for n in names]]
+    assert X.tolist() == [
+        [1, 2, 0, 4, 2, 3, 2 + 0 + 3, 3 + 4 + 5],  # p3/a: g4dn/a; p3/b; the other three
+        [2, 3, 3, 5, 1, 2, 1 + 0 + 3, 2 + 4 + 5],  # p3/b: g4dn/b; p3/a
+        [0, 4, 1, 2, 3, 5, 1 + 2 + 3, 2 + 3 + 5],  # g4dn/a: p3/a; g4dn/b
+        [3, 5, 2, 3, 0, 4, 1 + 2 + 0, 2 + 3 + 4],  # g4dn/b: p3/b; g4dn/a
+    ]
+
+
+@pytest.mark.parametrize("gap", [600.0, 900.0])
+@pytest.mark.parametrize("lead_h", [0.0, 2.0])
+def test_price_ratio_and_its_six_hour_change_hand_computed(gap, lead_h):
+    """Spot 0.6 to 2 h, 1.2 to 8 h, then 2.1 until the trace ends at 12 h (hours since the trace's start),
+    on-demand 3.0: ratios 0.2, 0.4, 0.7. Before the trace the first price holds, after it the last.
+    A trace without prices has its offer's price throughout (0.9 / 3.0)."""
+    from forecasting.interruption import MarketIndex
+
+    it = fm.InstanceType("aws", "p3.2xlarge", 8, 61.0, "V100-16GB", 1, 16.0)
+    start = T0 + timedelta(hours=lead_h)
+
+    def trace(zone, spot, prices):
+        return MarketTrace(fm.Offer(it, "us-east-1", zone, fm.Market.SPOT, spot),
+                           fm.Offer(it, "us-east-1", zone, fm.Market.ON_DEMAND, 3.0), start, gap,
+                           (1,) * round(12 * 3600 / gap), prices)
+
+    priced = trace("a", 0.6, _steps(gap, 12, ((0, 0.6), (2, 1.2), (8, 2.1))))
+    want = {-0.5: (0.2, 0.0), 1: (0.2, 0.0), 7: (0.4, 0.2), 8 - 3 / 3600: (0.4, 0.2), 8: (0.7, 0.3), 13: (0.7, 0.3)}
+    X = MarketIndex(Market((priced, trace("b", 0.9, None)), T0)).features(
+        np.array([(r + lead_h) * 3600 for r in want]))
+    cols = [FEATURES.index("price_ratio"), FEATURES.index("price_ratio_change_6h")]
+    for row, (r, values) in zip(X[0], want.items()):
+        assert row[cols] == pytest.approx(values, abs=1e-12), r
+    assert X[1][:, cols] == pytest.approx(np.array([[0.3, 0.0]] * len(want)), abs=1e-12)
+
+
+def test_hour_of_day_and_day_of_week_are_those_of_the_market_clock():
+    """The market starts on Sunday 2023-02-19 at 21:00 UTC; its trace an hour later (the clock is the
+    market's, not the trace's)."""
+    start = datetime(2023, 2, 19, 21, tzinfo=timezone.utc)
+    from forecasting.interruption import MarketIndex
+
+    trace = MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), start + timedelta(hours=1), 600.0, (1,) * 36)
+    t = np.array([0, 2 * 3600 + 45 * 60, 3 * 3600 + 15 * 60, 27 * 3600 + 50 * 60])
+    X = MarketIndex(Market((trace,), start)).features(t)[0]
+    assert X[:, FEATURES.index("hour_of_day")].tolist() == [21.0, 23.75, 0.25, 0 + 50 / 60]
+    assert X[:, FEATURES.index("day_of_week")].tolist() == [6.0, 6.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("gap", [600.0, 900.0])
+@pytest.mark.parametrize("lead_h", [0.0, 2.0])
+def test_capacity_hours_available_and_price_at_a_traces_first_and_last_tick_and_outside_it(gap, lead_h):
+    """Three traces from 2 hours after the market's start or at it, on-demand 0.75 USD/h. One of three
+    ticks, capacity 1, 2, 3 at spot prices 0.15, 0.3, 0.45; two of four, capacity 3, 0, 0, 2 and 0, 0, 0, 1
+    at 0.225 throughout. Times in ticks: half a tick before the traces, in the first tick, in the third, at
+    the first trace's end (the others' last tick) and half a tick after. Capacity relative to the
+    24-hour peak is 0 outside a trace; hours available count from the start of a stretch with
+    capacity; before a trace its first price holds, after it its last."""
+    from forecasting.interruption import MarketIndex
+
+    it = fm.InstanceType("aws", "p3.2xlarge", 8, 61.0, "V100-16GB", 1, 16.0)
+
+    def trace(zone, capacity, spot, prices=None, tick=gap):
+        return MarketTrace(fm.Offer(it, "us-east-1", zone, fm.Market.SPOT, spot),
+                           fm.Offer(it, "us-east-1", zone, fm.Market.ON_DEMAND, 0.75),
+                           T0 + timedelta(hours=lead_h), tick, capacity, prices)
+
+    index = MarketIndex(Market((trace("a", (1, 2, 3), 0.15, (0.15, 0.3, 0.45)), trace("b", (3, 0, 0, 2), 0.225),
+                                trace("c", (0, 0, 0, 1), 0.225)), T0))
+    X = index.features(lead_h * 3600 + np.array([-0.5, 0.5, 2.5, 3.0, 3.5]) * gap)
+    rel, available, ratio = (FEATURES.index(f) for f in ("capacity_rel_24h", "hours_available", "price_ratio"))
+    assert X[0, :, rel].tolist() == [0, 1, 1, 0, 0]  # exactly 1 at the peak
+    assert X[1, :, rel] == pytest.approx([0, 1, 0, 2 / 3, 2 / 3])  # the peak of 3 is tick 0's
+    assert X[2, :, rel] == pytest.approx([0, 0, 0, 1, 1])  # no capacity in the last 24 hours: 0
+    assert X[0, :, available] * 3600 / gap == pytest.approx([0, 0.5, 2.5, 0, 0])
+    assert X[1, :, available] * 3600 / gap == pytest.approx([0, 0.5, 0, 0, 0.5])
+    assert X[0, :, ratio] == pytest.approx([0.2, 0.2, 0.6, 0.6, 0.6])
+    assert X[1, :, ratio] == pytest.approx([0.3] * 5)
+    # half a second into the traces, every window holds that half second, with capacity
+    first = index.features(np.array([lead_h * 3600 + 0.5]))[0, 0]
+    assert [first[FEATURES.index(f"avail_{w}h")] for w in (1, 6, 24)] == [1, 1, 1]
+    # ticks of 2 days: at 72 hours the 24-hour window holds the second tick only
+    days = MarketIndex(Market((trace("a", (2, 1), 0.15, tick=2 * 86400.0),), T0))
+    assert days.features(np.array([lead_h * 3600 + 72 * 3600]))[0, 0, rel] == 1.0
