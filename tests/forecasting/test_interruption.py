@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -225,6 +226,42 @@ def test_market_from_observations_folds_in_store_interruptions_and_catalog_price
     assert expected is not None and t.offer_on_demand.usd_per_hour == expected
     with pytest.raises(ValueError, match="no offer observations"):
         market_from_observations((), T0, T0 + timedelta(hours=1))
+    for end in (T0, T0 - timedelta(microseconds=1)):
+        with pytest.raises(ValueError, match=re.escape(f"end {end.isoformat()} is not after start {T0.isoformat()}")):
+            market_from_observations(rows, T0, end)
+    five_minutes = market_from_observations(rows, T0, T0 + timedelta(hours=1)).trace_for(a.key)  # the default tick
+    assert five_minutes.gap_seconds == 300.0 and five_minutes.capacity == (1,) * 12
+
+
+def test_market_from_observation_rows_hand_built():
+    """Rows as Store.offer_observations gives them, in no order. A (p3.2xlarge, us-east-1a): listed at 0 at
+    0.9 USD/h, unlisted at 12 minutes, listed at 20 at 1.1 with its on-demand price 2.5 (the first given) and
+    reclaimed at 3 minutes (so is it at 0 minutes; reclaims outside the ticks are ignored). B (a type the
+    catalog lacks): listed at 7 minutes without a price, at 15 at 0.4 (its price from the start), no
+    on-demand price anywhere (3 x 0.4 then). 25 minutes of
+    10-minute ticks make 3 ticks, each taking the last row before it ends; 100 seconds make one."""
+    a, b = "aws/us-east-1/us-east-1a/p3.2xlarge/spot", "aws/us-east-1/us-east-1b/x9.fake/spot"
+
+    def obs(key, minutes, available, price, on_demand=None):
+        return {"observed_at_utc": T0 + timedelta(minutes=minutes), "offer_key": key, "available": available,
+                "usd_per_hour": price, "on_demand_usd_per_hour": on_demand}
+
+    rows = [obs(b, 15, True, 0.4), obs(b, 7, True, None), obs(a, 20, True, 1.1, 2.5), obs(a, 12, False, 0.9),
+            obs(a, 0, True, 0.9)]
+    m = market_from_observations(rows, T0, T0 + timedelta(minutes=25), 600.0, [(a, T0 + timedelta(minutes=3))])
+    ta, tb = m.trace_for(a), m.trace_for(b)
+    assert (ta.capacity, ta.prices, ta.offer_spot.usd_per_hour) == ((0, 0, 1), (0.9, 0.9, 1.1), 0.9)
+    assert ta.offer_on_demand.usd_per_hour == 2.5 and ta.offer_on_demand.market is fm.Market.ON_DEMAND
+    assert (tb.capacity, tb.prices) == ((1, 1, 1), (0.4, 0.4, 0.4))
+    assert tb.offer_on_demand.usd_per_hour == pytest.approx(1.2)
+    assert (tb.offer_spot.instance_type.name, tb.offer_spot.instance_type.gpu_count) == ("x9.fake", 0)
+    assert m.start_utc == T0 and ta.start_utc == T0 and ta.gap_seconds == 600.0
+    reclaims = [(a, T0 + timedelta(minutes=m)) for m in (-5, 0, 30)]  # at the first tick's start, outside the ticks
+    assert market_from_observations(rows, T0, T0 + timedelta(minutes=25), 600.0, reclaims).trace_for(a) == ta
+    with pytest.raises(ValueError, match="offer key 'aws/us-east-1/p3.2xlarge/spot' is not provider/region/zone/type/"):
+        market_from_observations([obs("aws/us-east-1/p3.2xlarge/spot", 0, True, 0.9)], T0, T0 + timedelta(hours=1))
+    short = market_from_observations(rows, T0, T0 + timedelta(seconds=100), 300.0)
+    assert short.trace_for(a).capacity == (1,) and short.trace_for(b).capacity == (0,)  # B's first row is at 7 min
 
 
 class _Run:
@@ -400,7 +437,9 @@ def test_cross_offer_features_are_the_pairwise_definition():
     assert np.array_equal(index.features(t, (5, 2)), X[[5, 2]])
 
 
-def test_a_market_larger_than_the_row_budget_is_sampled_uniformly_and_reproducibly():
+def test_a_market_larger_than_the_row_budget_is_sampled_uniformly_and_reproducibly(monkeypatch):
+    import forecasting.interruption as interruption
+
     m = _mixed_market()
     full = build_samples(m, H)
     usable = full.available & (full.y >= 0)
@@ -421,6 +460,12 @@ def test_a_market_larger_than_the_row_budget_is_sampled_uniformly_and_reproducib
     assert a.y.mean() == pytest.approx(full.y[usable].mean(), rel=0.25)
     b = build_samples(m, H, max_rows=budget, seed=3)
     assert np.array_equal(a.X, b.X) and np.array_equal(a.times, b.times)
+    # computed two offers at a time (720 grid times; the last chunk holds the 7th offer alone): the same rows
+    monkeypatch.setattr(interruption, "_CHUNK_ROWS", 2 * 720)
+    c = build_samples(m, H, max_rows=budget, seed=3)
+    assert np.array_equal(a.X, c.X) and np.array_equal(a.y, c.y) and np.array_equal(a.recent, c.recent)
+    assert np.array_equal(a.times, c.times) and np.array_equal(a.offer_index, c.offer_index)
+    monkeypatch.undo()
     assert not np.array_equal(build_samples(m, H, max_rows=budget, seed=4).times, a.times)
     # within the budget (to the row), nothing is sampled: every row, usable or not
     exact = build_samples(m, H, max_rows=int(usable.sum()))
@@ -491,6 +536,18 @@ def test_split_time_is_the_fraction_of_the_period_strictly_inside_it():
     for fraction in (0.0, 1.0):
         with pytest.raises(ValueError, match="train fraction must be between 0 and 1"):
             split_time(m, fraction)
+
+
+def test_training_mask_keeps_samples_with_capacity_and_a_label_whose_hour_ends_by_the_split():
+    """Split at 2 h, a 1-hour horizon: samples up to 1 h (the hour ending at the split exactly is kept).
+    A: 4 hours of 10-minute ticks, no capacity at tick 3 (30 minutes): its samples at 0-20 and 40-60
+    minutes. B: 1.5 hours with capacity: from 30 minutes on its hour reaches its end (no label), so 0-20."""
+    trace_a = MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, 600.0, (1, 1, 1, 0) + (1,) * 20)
+    trace_b = MarketTrace(_offer("b"), _offer("b", fm.Market.ON_DEMAND), T0, 600.0, (1,) * 9)
+    s = build_samples(Market((trace_a, trace_b), T0), H)
+    m = training_mask(s, 2 * 3600.0, H)
+    assert sorted(zip(s.offer_index[m].tolist(), (s.times[m] / 60).tolist())) == [
+        (0, 0), (0, 10), (0, 20), (0, 40), (0, 50), (0, 60), (1, 0), (1, 10), (1, 20)]
 
 
 def test_scores_auc_and_brier_hand_computed():
