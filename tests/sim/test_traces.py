@@ -29,6 +29,7 @@ from fleetctl.sim.importers import (
 from fleetctl.sim.traces import (
     TRACE_COLUMNS,
     format_job_trace,
+    format_number,
     parse_job_trace,
     read_job_trace,
     trace_fields,
@@ -214,6 +215,7 @@ BAD_ROWS = [
     (row(submit_time_utc="2023-02-15T01:00:00"),
      [(3, 4, "submit_time_utc", "timestamp '2023-02-15T01:00:00' has no time zone; add 'Z' or an offset like "
                                 "+00:00")]),
+    (row(submit_time_utc=""), [(3, 4, "submit_time_utc", "required value is missing (the cell is empty)")]),
     (row(submit_time_utc="yesterday"),
      [(3, 4, "submit_time_utc", "invalid timestamp 'yesterday': use ISO-8601 with a time zone, e.g. "
                                 "2030-01-31T18:00:00Z")]),
@@ -222,6 +224,7 @@ BAD_ROWS = [
     (row(duration_hours="1_000"), [(3, 25, "duration_hours", "must be a number such as 1.5 (got '1_000')")]),
     (row(duration_hours="1e999"), [(3, 25, "duration_hours", "must be a finite number (got '1e999')")]),
     (row(duration_hours="100001"), [(3, 25, "duration_hours", "must be at most 100000 (got '100001')")]),
+    (row(workers=""), [(3, 29, "workers", "required value is missing (the cell is empty)")]),
     (row(workers="0"), [(3, 29, "workers", "must be at least 1 (got '0')")]),
     (row(workers="1.0"), [(3, 29, "workers", "must be a whole number (got '1.0')")]),
     (row(workers="٣"), [(3, 29, "workers", "must be a whole number (got '٣')")]),
@@ -233,6 +236,8 @@ BAD_ROWS = [
     (row(gpu_models="V100M16"),
      [(3, 33, "gpu_models", "unknown GPU model 'V100M16' (did you mean 'V100-16GB'?); allowed: "
                             + ", ".join(GPU_MODELS))]),
+    (row(gpu_models="Quantum"),
+     [(3, 33, "gpu_models", "unknown GPU model 'Quantum'; allowed: " + ", ".join(GPU_MODELS))]),  # no hint
     (row(gpu_models="T4|T4"), [(3, 33, "gpu_models", "GPU model 'T4' is listed twice")]),
     (row(gpu_models="T4||A10"),
      [(3, 33, "gpu_models", "empty GPU model name in 'T4||A10'; separate names with a single '|'")]),
@@ -292,6 +297,15 @@ def test_every_error_of_a_file_is_reported_in_order() -> None:
     ]
 
 
+def test_rows_without_a_valid_job_id_are_not_duplicates_of_each_other() -> None:
+    text = "\n".join([HEADER, row(job_id=""), row(job_id="a b"), row(job_id=""), row(job_id="a b")]) + "\n"
+    missing = "required value is missing (the cell is empty)"
+    invalid = ("invalid job id 'a b': use letters, digits, '.', '-' and '_' (at most 128, starting with a letter or "
+               "digit)")
+    assert issues_of(text) == [(2, 1, "job_id", missing), (3, 1, "job_id", invalid), (4, 1, "job_id", missing),
+                               (5, 1, "job_id", invalid)]  # and no 'duplicate job id'
+
+
 def test_multi_line_cell_moves_the_line_numbers_on() -> None:
     text = f'{HEADER}\n{row(team=chr(34) + "m" + chr(10) + "l" + chr(34))}\n{row(job_id="j3", workers="0")}\n'
     assert issues_of(text) == [
@@ -306,9 +320,47 @@ def test_unknown_priority_class_with_a_policy(policy: model.Policy) -> None:
         (2, 41, "priority", "unknown priority class 'urgent'; the policy defines: batch, production"),
     ]
     assert parse_job_trace(f"{HEADER}\n{row(priority='urgent')}\n")[0].priority == "urgent"
+    assert parse_job_trace(f"{HEADER}\n{row(priority='production')}\n", policy=policy)[0].priority == "production"
+    # an invalid name is reported once, not also as a class the policy lacks
+    assert issues_of(f"{HEADER}\n{row(priority='prod class')}\n", policy) == [
+        (2, 41, "priority", "invalid name 'prod class': use letters, digits, '-' and '_' (at most 63, starting "
+                            "with a letter or digit)"),
+    ]
 
 
 EXPECTED_HEADER = "the header must be exactly: " + HEADER
+
+
+def test_a_malformed_header_line_is_reported_alone() -> None:
+    """Its issue only: not 'file is empty', nor the next line checked as the header."""
+    unclosed = "a quoted cell is never closed (a '\"' is missing); nothing after it was read"
+    assert issues_of('"job_id,submit_time_utc\n') == [(1, 1, "", unclosed)]
+    stray = "a '\"' inside an unquoted cell; quote the whole cell and double the quote (\"\")"
+    assert issues_of(f'job_"id{HEADER[6:]}\n{GOOD}\n') == [(1, 5, "", stray)]
+    # a header with a wrong name and a malformed row: both
+    assert issues_of(HEADER.replace("workers,", "worker,", 1) + "\n" + row(team='m"l') + "\n") == [
+        (1, 1, "", "missing column(s) workers; " + EXPECTED_HEADER),
+        (1, 39, "", "unknown column 'worker' (did you mean 'workers'?); " + EXPECTED_HEADER), (2, 48, "", stray)]
+
+
+def test_format_utc_refuses_a_time_zone_without_an_offset() -> None:
+    from datetime import tzinfo
+
+    from fleetctl.sim.traces import format_utc
+
+    class NoOffset(tzinfo):
+        def utcoffset(self, dt: datetime | None) -> None:
+            return None
+
+    for value in (datetime(2023, 2, 15), datetime(2023, 2, 15, tzinfo=NoOffset())):
+        with pytest.raises(ValueError, match="has no time zone"):
+            format_utc(value)
+    assert format_utc(datetime(2023, 2, 15, 3, tzinfo=timezone(timedelta(hours=2)))) == "2023-02-15T01:00:00Z"
+
+
+def test_format_number_is_the_shortest_text_of_the_float() -> None:
+    assert [format_number(v) for v in (12.0, 0.25, 1e-05, 999999999999999.0, 1e16, 1e20, -3.0)] == [
+        "12", "0.25", "1e-05", "999999999999999", "1e+16", "1e+20", "-3"]
 
 
 @pytest.mark.parametrize(
@@ -321,6 +373,9 @@ EXPECTED_HEADER = "the header must be exactly: " + HEADER
         (HEADER.replace("job_id,submit_time_utc", "submit_time_utc,job_id"),
          [(1, 1, "", "columns are out of order; " + EXPECTED_HEADER)]),
         (HEADER + ",job_id", [(1, 197, "job_id", "column is listed twice in the header")]),
+        # two empty names: the first unknown (no hint for it), the second listed twice, named '""'
+        (HEADER + ",,", [(1, 197, "", "unknown column ''; " + EXPECTED_HEADER),
+                         (1, 198, '""', "column is listed twice in the header")]),
     ],
 )
 def test_header_must_be_exact(header: str, expected: list[tuple[int, int, str, str]]) -> None:
