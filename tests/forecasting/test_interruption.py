@@ -256,6 +256,10 @@ def test_market_from_observation_rows_hand_built():
     assert tb.offer_on_demand.usd_per_hour == pytest.approx(1.2)
     assert (tb.offer_spot.instance_type.name, tb.offer_spot.instance_type.gpu_count) == ("x9.fake", 0)
     assert m.start_utc == T0 and ta.start_utc == T0 and ta.gap_seconds == 600.0
+    assert ta.offer_spot.instance_type.gpu_model == "V100-16GB" and ta.offer_spot.key == a  # the catalog's type
+    regional = market_from_observations([obs("gcp/us-central1/*/g2-standard-4/spot", 0, True, 0.3)], T0,
+                                        T0 + timedelta(hours=1)).traces[0].offer_spot
+    assert (regional.zone, regional.key) == ("", "gcp/us-central1/*/g2-standard-4/spot")
     reclaims = [(a, T0 + timedelta(minutes=m)) for m in (-5, 0, 30)]  # at the first tick's start, outside the ticks
     assert market_from_observations(rows, T0, T0 + timedelta(minutes=25), 600.0, reclaims).trace_for(a) == ta
     with pytest.raises(ValueError, match="offer key 'aws/us-east-1/p3.2xlarge/spot' is not provider/region/zone/type/"):
@@ -348,6 +352,12 @@ def test_a_market_longer_than_the_limit_is_refused_before_its_grid_is_built(tmp_
                                          r"aws/us-east-1/a/p3\.2xlarge/spot, 2 ticks of 1\.728e\+07 s\), more than "
                                          r"the 366 days \(52704 samples of 10 minutes per offer\)"):
         build_samples(long, H)
+    # the longest of two traces is named; half a day shows
+    longest = MarketTrace(_offer("b"), _offer("b", fm.Market.ON_DEMAND), T0, 200.25 * 86400, (1, 0))
+    short = MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, 600.0, (1, 0))
+    with pytest.raises(ValueError, match=r"the market spans 400\.5 days \(to the end of the trace of "
+                                         r"aws/us-east-1/b/p3\.2xlarge/spot, 2 ticks of 1\.73016e\+07 s\)"):
+        check_span(Market((short, longest), T0))
     fits = Market((MarketTrace(_offer("a"), _offer("a", fm.Market.ON_DEMAND), T0, 183 * 86400.0, (1, 0)),), T0)
     check_span(fits)  # 366 days exactly
 
