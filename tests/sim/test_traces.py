@@ -128,6 +128,14 @@ def test_writer_refuses_jobs_it_could_not_read_back(tmp_path: Path, bad: model.J
     assert not path.exists()
 
 
+def test_writer_names_the_job_and_the_row_of_a_problem_without_a_column() -> None:
+    for jobs in ([job("ok"), job("x", team='m"l')], [job("x", team='m"l'), job("ok")]):  # the first job too
+        with pytest.raises(ValueError) as info:
+            format_job_trace(jobs)
+        assert str(info.value) == ("cannot write the job trace:\njob 'x': row: a '\"' inside an unquoted cell; quote "
+                                   "the whole cell and double the quote (\"\")")
+
+
 def test_writer_refuses_duplicate_ids() -> None:
     with pytest.raises(ValueError) as info:
         format_job_trace([job("a"), job("a")])
