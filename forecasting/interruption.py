@@ -205,7 +205,8 @@ class _TraceIndex:
         return self.cum_up[k] * self.gap + partial * self.up[k]
 
     def availability(self, t: np.ndarray, window_s: float) -> np.ndarray:
-        """Share of ``(t - window, t]`` with capacity, over the part of it inside the trace."""
+        """Share of ``(t - window, t]`` with capacity, over the part of it after the trace's start; time
+        after the trace's end counts as without capacity (the market's rule: capacity 0 from its end)."""
         lo = np.maximum(t - window_s, self.offset)
         span = t - lo
         return np.where(span > 0, (self.up_seconds(t) - self.up_seconds(lo)) / np.maximum(span, 1e-9), 0.0)

@@ -550,8 +550,8 @@ def _row(record: CsvRecord, file: str, issues: list[ValidationIssue], default_pr
 
 
 def format_number(value: float) -> str:
-    """Shortest text that reads back as the same float: ``12`` for 12.0,
-    ``0.25``, ``1e-05``."""
+    """Text that reads back as the same float, short for the values a trace holds: ``12`` for 12.0,
+    ``0.25``, ``1e-05`` (whole numbers from 1e15 on keep Python's ``repr``, ``1000000000000000.0``)."""
     value = float(value)
     if value.is_integer() and abs(value) < 1e15:
         return str(int(value))
