@@ -374,6 +374,25 @@ def test_errors_in_aliased_jobs_point_at_the_alias(tmp_path: Path) -> None:
     assert len(rendered) == 1 and not [r for r in rendered if r.startswith(("2:", "3:", "4:", "5:", "6:", "7:", "8:", "9:"))], rendered
 
 
+@pytest.mark.xfail(strict=True, reason="_Converter._sequence: a null list item reached through an alias is put at "
+                   "the item before it (ruamel gives the anchor's earlier position) and names no alias")
+def test_a_null_job_reached_through_an_alias_is_reported_at_the_alias(tmp_path: Path) -> None:
+    """jobs[2] is ``- *none`` on line 5 (the ``*`` at column 5); it was
+    reported at 3:5, the line of jobs[1], without the alias note."""
+    path = write(tmp_path, """
+        jobs:
+          - &none
+          - {id: a, team: ml-research, priority: batch, gpus_per_worker: 1, vcpus_per_worker: 1,
+             memory_gib_per_worker: 1, duration_hours: 1}
+          - *none
+    """)
+    rendered = [str(i).removeprefix(f"{path}:") for i in issues_of(path)]
+    assert rendered == [
+        "2:5: jobs[0]: must be a mapping (got null)",
+        "5:5: jobs[2]: must be a mapping (got null) (reached through the alias *none; the anchor &none is at line 2)",
+    ], rendered
+
+
 def test_an_error_in_anchored_content_is_reported_at_the_anchor_and_at_each_alias(tmp_path: Path) -> None:
     path = write(tmp_path, """
         jobs:
