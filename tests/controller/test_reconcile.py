@@ -148,6 +148,13 @@ def _running_on_spot(w, **job_kw):
     return j
 
 
+
+def _checkpointing_on_spot(w):  # noqa: ANN001, ANN202
+    """Job j running on a spot node since T0 + 1 min, checkpointing every 30 minutes; its node."""
+    j = _running_on_spot(w, spot=True)
+    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
+    return w.store.nodes()[0]
+
 def test_reclaim_checkpoints_requeues_and_replaces_elsewhere(world_factory):
     w = world_factory(offers=OFFERS)
     j = _running_on_spot(w, spot=True)
@@ -383,9 +390,7 @@ def test_a_rebalance_drain_checkpoints_without_the_reclaim_grace(world_factory):
     """A rebalance hint has no deadline and the drain is fleetctl's choice: the
     checkpoint is not cut to the grace a reclaim warning without one gets."""
     w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
-    j = _running_on_spot(w, spot=True)
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     now = T0 + timedelta(minutes=50)
     w.provider.reclaim(node.node_id, now, kind=InterruptionKind.REBALANCE)
     fc = Forecast(interruption=(OfferRisk(node.offer.key, 60, 0.5),))
@@ -415,9 +420,7 @@ def test_a_rebalance_hint_with_a_deadline_checkpoints_within_the_grace(world_fac
     from fleetctl.model import InterruptionEvent
 
     w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
-    j = _running_on_spot(w, spot=True)
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     now = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
     w.provider.notify(InterruptionEvent("posted-rebalance", "aws", node.node_id, InterruptionKind.REBALANCE, now,
                                         now + timedelta(minutes=2)))
@@ -436,9 +439,7 @@ def test_a_rebalance_hint_handled_after_its_deadline_still_asks_for_a_checkpoint
     from fleetctl.model import InterruptionEvent
 
     w = world_factory(offers=OFFERS)
-    j = _running_on_spot(w, spot=True)  # started at T0 + 1 min
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     posted = T0 + timedelta(minutes=50)
     w.provider.notify(InterruptionEvent("posted-rebalance", "aws", node.node_id, InterruptionKind.REBALANCE, posted,
                                         posted + timedelta(minutes=2)))
@@ -697,9 +698,7 @@ def test_a_reclaim_warning_for_a_node_already_gone_checkpoints_nothing_and_leave
     from fleetctl.model import InterruptionEvent
 
     w = world_factory(offers=OFFERS)
-    j = _running_on_spot(w, spot=True)
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     now = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
     w.store.put_node(replace(node, state=NodeState.GONE), now)
     w.provider.notify(InterruptionEvent("late-1", "aws", node.node_id, InterruptionKind.RECLAIM_WARNING, now,
@@ -870,9 +869,7 @@ def test_a_node_a_preempted_gang_leaves_is_idle_from_the_preemption(world_factor
 def test_a_checkpoint_that_cannot_finish_in_time_is_counted_as_missed(world_factory, lead, handled_after, grace,
                                                                       outcome):
     w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
-    j = _running_on_spot(w, spot=True)
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     notice = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
     w.provider.reclaim(node.node_id, notice, lead_seconds=lead)
     metrics = FleetMetrics()
@@ -891,9 +888,7 @@ def test_a_checkpoint_that_cannot_finish_in_time_is_counted_as_missed(world_fact
 
 def test_a_checkpoint_that_misses_only_minutes_of_work_is_still_missed(world_factory):
     w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
-    j = _running_on_spot(w, spot=True)
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     notice = T0 + timedelta(minutes=34)  # 33 minutes into the run: 3 since the last periodic checkpoint
     w.provider.reclaim(node.node_id, notice, lead_seconds=20)
     r = run_tick(w, notice)
@@ -912,9 +907,7 @@ def test_a_terminated_node_is_not_checkpointed_its_work_since_the_last_checkpoin
     from fleetctl.model import InterruptionEvent
 
     w = world_factory(offers=OFFERS)
-    j = _running_on_spot(w, spot=True)
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     now = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the last periodic checkpoint
     w.provider.notify(InterruptionEvent(
         "aws-state-change-1", "aws", node.node_id, InterruptionKind.TERMINATED, received_at_utc=now,
@@ -942,9 +935,7 @@ def test_a_notice_handled_after_the_node_was_taken_counts_the_work_until_then(wo
     from fleetctl.model import InterruptionEvent
 
     w = world_factory(offers=OFFERS)
-    j = _running_on_spot(w, spot=True)  # started at T0 + 1 min
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     taken = T0 + timedelta(minutes=50)  # 49 minutes into the run: 19 since the periodic checkpoint at 30
     received = taken if kind is InterruptionKind.TERMINATED else taken - timedelta(minutes=2)
     w.provider.notify(InterruptionEvent(
@@ -966,9 +957,7 @@ def test_a_reclaim_warning_without_a_deadline_gets_the_policy_grace(world_factor
     from fleetctl.model import InterruptionEvent
 
     w = world_factory(offers=OFFERS)  # the sim runtime's checkpoint takes 30 s
-    j = _running_on_spot(w, spot=True)
-    w.store.put_job(replace(j, checkpointable=True, checkpoint_interval_minutes=30.0), T0)
-    node = w.store.nodes()[0]
+    node = _checkpointing_on_spot(w)  # its job started at T0 + 1 min
     now = T0 + timedelta(minutes=50)
     w.provider.notify(InterruptionEvent("posted-1", "gcp", node.node_id, InterruptionKind.RECLAIM_WARNING,
                                         received_at_utc=now, deadline_utc=None))
