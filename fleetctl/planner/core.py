@@ -1978,6 +1978,15 @@ class _Pass:
             slots.sort(key=lambda sl: sl.name)
             candidates.append((-sum(sl.offer.usd_per_hour for sl in slots), slots[0].name, slots, job))
         candidates.sort(key=lambda t: (t[0], t[1]))
+        # Ready spot nodes of each offer with room: a job moves into one before a node of its offer is bought
+        # (an idle spot node would otherwise be terminated beside an identical launch).
+        spot_room: dict[str, list[Slot]] = {}
+        for slot in self.index.slots.values():
+            node = self.nodes.get(slot.name)
+            if slot.new or not slot.schedulable or slot.reserved_for is not None or node is None \
+                    or node.state is not NodeState.READY or slot.offer.market is not Market.SPOT:
+                continue
+            spot_room.setdefault(slot.offer.key, []).append(slot)
         migrations: list[Migrate] = []
         terminations: list[Terminate] = []
         for _, _, slots, job in candidates:
@@ -2001,6 +2010,12 @@ class _Pass:
                     break  # options are sorted by risk-adjusted cost: none cheaper follows
                 payback = cost / saving
                 if payback > p.consolidation_payback_hours or payback >= left:
+                    break
+                room = self._spot_room(job, spot_room.get(offer.key, ()))
+                if room is not None:
+                    if self._move_breaks_rules(slots, option, existing=True):
+                        continue
+                    self._move_into(job, slots, room, option, held, cost, payback, migrations, terminations)
                     break
                 if self._move_breaks_rules(slots, option):
                     continue
@@ -2035,18 +2050,49 @@ class _Pass:
                 break
         return migrations, terminations
 
-    def _move_breaks_rules(self, slots: list[Slot], option: _Option) -> bool:
+    def _spot_room(self, job: Job, slots: Iterable[Slot]) -> Slot | None:
+        """A ready spot node among ``slots`` (of one offer) with room for all of ``job``
+        (so the option is one node): the one with the fewest GPUs left over,
+        then by name; None when none has room."""
+        # it resumes from its checkpoint after a restart
+        ends_at = self.now + timedelta(hours=job.remaining_hours + self.policy.restart_overhead_minutes / 60)
+        fits = [sl for sl in slots if sl.workers_fit(job) >= job.workers
+                and (sl.reserved_until is None or ends_at <= sl.reserved_until)]
+        return min(fits, key=lambda sl: (sl.free_gpus, sl.name)) if fits else None
+
+    def _move_into(self, job: Job, slots: list[Slot], target: Slot, option: _Option, held: float, cost: float,
+                   payback: float, migrations: list[Migrate], terminations: list[Terminate]) -> None:
+        """Move ``job`` off its on-demand ``slots`` into the room of the spot node ``target``."""
+        for sl in slots:
+            self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
+            self.index.withdraw(sl)
+            self.index.give_back(sl, job)
+        self.index.take(target, job, job.workers)
+        target.touched = True  # received work in this pass
+        offer = target.offer
+        detail = (f"spot is back: {target.name} ({offer.instance_type.name} spot in {_where(offer)}, "
+                  f"${option.cost:.2f}/h risk-adjusted) has room and replaces {', '.join(sl.name for sl in slots)} "
+                  f"(${held:.2f}/h); the move costs ${cost:.2f}, pays back in {payback:.1f} h")
+        self._note(job, f"migrates to spot: {detail}")
+        migrations.append(Migrate(job.job_id, tuple(sl.name for sl in slots), (target.name,) * job.workers,
+                                  Reason.CONSOLIDATION, detail))
+        terminations.extend(Terminate(sl.name, Reason.CONSOLIDATION,
+                                      f"its job moved to spot; saves ${sl.offer.usd_per_hour:.2f}/h")
+                            for sl in slots)
+
+    def _move_breaks_rules(self, slots: list[Slot], option: _Option, existing: bool = False) -> bool:
         """Whether replacing the on-demand ``slots`` with ``option``'s new spot
         nodes breaks a rule of the fleet after the move (the on-demand nodes
         gone): the spot share, the type and zone spread and
         ``min_distinct_offers`` (one unit: a node or a gang's nodes). The
         budget and ``max_gpus`` count both: the new nodes are up before the
-        old ones go."""
+        old ones go. ``existing``: the job moves into a spot node the fleet
+        holds; only the spot share can change (the on-demand GPUs go)."""
         p = self.policy
         offer = option.offer
-        gpus = option.nodes * offer.instance_type.gpu_count
-        if p.max_usd_per_hour is not None and \
-                self.held_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+        gpus = 0 if existing else option.nodes * offer.instance_type.gpu_count
+        usd = 0.0 if existing else option.nodes * offer.usd_per_hour
+        if p.max_usd_per_hour is not None and self.held_usd + usd > p.max_usd_per_hour + 1e-9:
             return True
         if p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
             return True
@@ -2055,7 +2101,7 @@ class _Pass:
         try:
             if self._market_rule(offer, gpus, gpus) is not None:
                 return True
-            return self._too_few_offers(offer)
+            return not existing and self._too_few_offers(offer)
         finally:
             for sl in slots:
                 self._charge_offer(sl.offer, 1, self.slot_gang.get(sl.name))

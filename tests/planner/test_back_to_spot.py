@@ -176,3 +176,58 @@ def test_moves_keep_the_spot_share_of_the_fleet_after_each_move():
 def test_a_move_to_a_regional_spot_offer_names_its_region():
     (m,) = _move(spot=replace(SPOT, zone="")).of_kind("migrate")
     assert m.detail.startswith("spot is back: 1 x sp1 spot in aws r1 ($4.00/h risk-adjusted)")
+
+
+def test_a_job_moves_into_an_idle_spot_node_of_its_offer_before_one_is_bought():
+    # an idle node of the spot offer (idle 1 h, past the timeout): before, the plan launched a new sp1 node for j
+    # and terminated the idle one
+    p = _move(fleet=[node("od", OD), node("s", SPOT)])
+    (m,) = p.of_kind("migrate")
+    assert (m.job_id, m.from_node_ids, m.to_node_ids) == ("j", ("od",), ("s",))
+    assert m.detail == ("spot is back: s (sp1 spot in aws r1/z2, $4.00/h risk-adjusted) has room and replaces od "
+                        "($10.00/h); the move costs $6.00, pays back in 1.0 h")
+    assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["od"]
+
+
+def test_a_job_moves_into_the_spot_node_its_offer_has_with_the_least_room_left():
+    sp2 = replace(SPOT, usd_per_hour=8.0, instance_type=replace(SPOT.instance_type, name="sp2", gpu_count=2,
+                                                                vcpus=16, memory_gib=128))
+    # "a" idle (2 GPUs free), "b" runs k (1 GPU free; k cannot checkpoint, so consolidation leaves it): j fills b;
+    # saving $2/h pays the $6 move back in 3 h
+    fleet = [node("od", OD), node("a", sp2), node("b", sp2)]
+    k = replace(_running("k", "b"), checkpointable=False)
+    p = _move(spot=sp2, fleet=fleet, queue=[_running("j", "od"), k], consolidation_payback_hours=3)
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("j", ("b",))]
+    assert not p.of_kind("launch")
+    # no room on b (k takes both GPUs) and "a" busy too: a node is bought
+    busy = [_running("j", "od"), _running("k", "b", gpus=2), _running("l", "a", gpus=2)]
+    p = _move(spot=sp2, fleet=fleet, queue=busy, consolidation_payback_hours=3)
+    assert [m.to_node_ids for m in p.of_kind("migrate")] == [("new-1",)]
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(sp2.key, 1)]
+
+
+def test_a_job_moves_only_into_a_ready_spot_node():
+    for state in (NodeState.DRAINING, NodeState.LAUNCHING):
+        p = _move(fleet=[node("od", OD), node("s", SPOT, state=state)])
+        assert [m.to_node_ids for m in p.of_kind("migrate")] == [("new-1",)]
+
+
+def test_a_move_into_a_spot_node_the_fleet_holds_adds_nothing_to_the_budget_or_the_offers():
+    # $10 + $4 held: a new $4 node would pass a $14 budget for as long as both run; the idle one does not
+    assert _move(fleet=[node("od", OD), node("s", SPOT)], max_usd_per_hour=14.0).of_kind("migrate")
+    full = [_running("j", "od"), _running("k", "s")]  # no room on s: a new node would be up beside both
+    assert not _move(fleet=[node("od", OD), node("s", SPOT)], queue=full, max_usd_per_hour=14.0).of_kind("migrate")
+    # min_distinct_offers 2 with two spot offers on sale: a second sp1 node would leave 2 units on one offer
+    # (so j would buy the dearer offer); moving into the sp1 node held keeps one unit
+    other = replace(SPOT, zone="z3", usd_per_hour=4.5)
+    fc = Forecast(interruption=(OfferRisk(SPOT.key, 60, 0.0), OfferRisk(other.key, 60, 0.0)))
+    pol = policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0, min_distinct_offers=2)
+    p = plan(now=T0, queue=(_running("j", "od"),), fleet=(node("od", OD), node("s", SPOT)), offers=(SPOT, other),
+             forecast=fc, policy=pol)
+    assert [m.to_node_ids for m in p.of_kind("migrate")] == [("s",)] and not p.of_kind("launch")
+
+
+def test_a_move_into_a_spot_node_the_fleet_holds_keeps_the_spot_share():
+    # od and s hold one GPU each: with j on s, all GPUs would be spot, past a half share
+    assert not _move(fleet=[node("od", OD), node("s", SPOT)], max_spot_share=0.5).of_kind("migrate")
+    assert _move(fleet=[node("od", OD), node("s", SPOT)], max_spot_share=1.0).of_kind("migrate")

@@ -255,9 +255,6 @@ def test_idle_gpus_kept_count_the_headroom_bought_in_the_pass_after_a_move_to_sp
     assert launched + len(kept) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="headroom() runs before the move back to spot and does not see the job land "
-                   "on an H100 node: it buys 2 H100 ahead (3 launched with the job's), and idle() then terminates "
-                   "the idle H100 node the same plan could have kept (one launch fewer)")
 def test_a_plan_does_not_terminate_an_idle_node_of_the_offer_it_buys_ahead():
     p = _move_to_h100_spot()
     assert not [t for t in p.of_kind("terminate") if t.node_id == "h-idle"]
