@@ -1904,24 +1904,38 @@ class _Pass:
                 continue
             self.index.withdraw(slot)
             moves = []
+            # Empty nodes the jobs go into: each would otherwise idle out (or stand for the forecast headroom),
+            # so it is kept instead of the node emptied, and only the difference is saved.
+            opened: dict[str, float] = {}
             for j in jobs:
                 target = self._consolidation_target(j, slot, under_used)
                 if target is None:
                     break
+                if not target.jobs:
+                    opened[target.name] = target.offer.usd_per_hour
                 self.index.take(target, j)
                 moves.append((j, target))
-            if len(moves) < len(jobs):
+            net = saving - sum(opened.values())
+            net_payback = cost / net if net > 0 else math.inf
+            if len(moves) < len(jobs) or net_payback > p.consolidation_payback_hours:
                 for j, target in moves:
                     self.index.give_back(target, j)
                 self.index.restore(slot)
+                into = f"into idle {', '.join(sorted(opened))} (${sum(opened.values()):.2f}/h)"
+                why = "saves nothing" if net <= 0 else \
+                    f"saves ${net:.2f}/h, pays back in {net_payback:.1f} h, policy allows {p.consolidation_payback_hours:g} h"
+                for j in jobs if len(moves) == len(jobs) else ():
+                    self._note(j, f"consolidation of {slot.name} declined: the move {into} {why}")
                 continue
+            into = f" into idle {', '.join(sorted(opened))} (${sum(opened.values()):.2f}/h)" if opened else ""
             for j, target in moves:
                 self.index.give_back(slot, j)
                 target.touched = True  # received work in this pass: not emptied, nor its job moved to spot
                 migrations.append(Migrate(j.job_id, (slot.name,), (target.name,), Reason.CONSOLIDATION,
-                    f"frees {slot.name} (${saving:.2f}/h); migration costs ${cost:.2f}, pays back in {payback:.1f} h"))
+                    f"frees {slot.name} (${saving:.2f}/h){into}; migration costs ${cost:.2f}, "
+                    f"pays back in {net_payback:.1f} h"))
             terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,
-                f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${saving:.2f}/h"))
+                f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${net:.2f}/h"))
         return migrations, terminations
 
     def _consolidation_target(self, job: Job, source: Slot, under_used: set[str]) -> Slot | None:

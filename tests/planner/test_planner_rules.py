@@ -609,6 +609,33 @@ def case_consolidation_does_not_move_a_job_into_a_dearer_node_it_would_empty_nex
     assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("mover", ("cheap",))]
 
 
+def case_consolidation_into_an_idle_node_saves_only_the_difference():
+    # The mover (2 GPUs, checkpoint 5 min ago, restart 5 min: $10 x 2/8 x 1/6 h = $0.42) could go into an idle
+    # node; that node would otherwise idle out, so the move saves the emptied node's price less the idle one's.
+    mover = replace(bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    # an identical idle node saves nothing: no move, and the idle node goes (before, mover moved into it and
+    # "light" was terminated, a restart for nothing)
+    p = run(queue=[mover], fleet=[node("light", offer(price=10.0)), node("idle", offer(price=10.0))])
+    assert not p.of_kind("migrate") and [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [
+        ("idle", Reason.IDLE)]
+    assert "consolidation of light declined: the move into idle idle ($10.00/h) saves nothing" in \
+        p.explanation("mover").considered
+    # a cheaper idle node: $10 - $2 saved, paid back in 0.42 / 8 = 0.05 h
+    small = offer("g2", gpus=2, price=2.0)
+    p = run(queue=[mover], fleet=[node("light", offer(price=10.0)), node("small", small)])
+    (m,) = p.of_kind("migrate")
+    assert m.to_node_ids == ("small",) and m.detail == (
+        "frees light ($10.00/h) into idle small ($2.00/h); migration costs $0.42, pays back in 0.1 h")
+    assert [(t.node_id, t.detail) for t in p.of_kind("terminate")] == [
+        ("light", "emptied by migrating 1 checkpointable job(s); saves $8.00/h")]
+    # a $9 idle node: $1 saved pays back in 0.42 h, past a 0.3 h horizon (the $10 alone would in 0.04 h)
+    fleet = [node("light", offer(price=10.0)), node("small", offer("g2", gpus=2, price=9.0))]
+    assert run(queue=[mover], fleet=fleet, pol=policy(consolidation_payback_hours=0.5)).of_kind("migrate")
+    p = run(queue=[mover], fleet=fleet, pol=policy(consolidation_payback_hours=0.3))
+    assert not p.of_kind("migrate") and "consolidation of light declined: the move into idle small ($9.00/h) saves " \
+        "$1.00/h, pays back in 0.4 h, policy allows 0.3 h" in p.explanation("mover").considered
+
+
 def case_never_migrates_jobs_that_cannot_checkpoint():
     fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=5, checkpointable=False)
     p = run(queue=jobs, fleet=fleet)
