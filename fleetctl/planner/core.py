@@ -2235,6 +2235,23 @@ class _Pass:
             keep = {m: min(self.policy.max_headroom_gpus, math.ceil(p90 - busy.get(m, 0) - 1e-9))
                     - (held.get(m, 0) - busy.get(m, 0) - empty.get(m, 0))
                     for m, p90 in self.demand_p90.items()}
+        # The idle nodes kept warm for the forecast: the cheapest per GPU (risk-adjusted) first, as headroom()
+        # buys; the dearer ones idle out (before 2026-11-28 they were kept in node-id order).
+        kept: set[str] = set()
+        if keep:
+            warm = []
+            for node in self.fleet:
+                slot = self.index.slots.get(node.node_id)
+                it = node.offer.instance_type
+                if slot is None or node.node_id in already or node.state is not NodeState.READY or slot.jobs \
+                        or slot.reserved_for is not None or not it.gpu_model or not it.gpu_count:
+                    continue
+                warm.append((node.offer.usd_per_hour * (1 + self._p(node.offer)) / it.gpu_count, node.node_id,
+                             it.gpu_model, it.gpu_count))
+            for _, node_id, model, gpus in sorted(warm):
+                if keep.get(model, 0) >= gpus:
+                    keep[model] -= gpus
+                    kept.add(node_id)
         for node in self.fleet:
             slot = self.index.slots.get(node.node_id)
             if slot is None or node.node_id in already:
@@ -2250,11 +2267,8 @@ class _Pass:
             since = node.idle_since_utc or node.ready_at_utc or node.launched_at_utc
             if node.node_id in self.vacated:
                 since = self.now  # it ran a job this pass preempted: not idle before now
-            model = node.offer.instance_type.gpu_model
-            gpus = node.offer.instance_type.gpu_count
-            if model and gpus and keep.get(model, 0) >= gpus:
-                keep[model] -= gpus  # kept warm for the forecast demand
-                continue
+            if node.node_id in kept:
+                continue  # kept warm for the forecast demand
             if self.now - since >= timeout and self.scale_down_wait is not None:
                 continue  # scale-down cooldown after a launch or termination: it goes on a later pass
             if self.now - since >= timeout:

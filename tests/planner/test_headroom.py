@@ -274,3 +274,28 @@ def test_idle_nodes_kept_count_the_idle_gpus_held_elsewhere_against_the_cap():
     assert not run(queue=[running], fleet=fleet[:1], offers=(g8, g2), pol=pol, fc=forecast(10.0)).actions
     p = run(queue=[running], fleet=fleet, offers=(g8, g2), pol=pol, fc=forecast(10.0))
     assert [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [("idle", Reason.IDLE)]
+
+
+def test_the_idle_nodes_kept_for_the_forecast_are_the_cheapest_per_gpu_risk_adjusted():
+    # the forecast wants one idle GPU (p90 1, cap 2); three 1-GPU nodes have idled 2 h
+    dear, cheap = offer("d1", gpus=1, price=4.0, vcpus=8, memory_gib=64), offer("c1", gpus=1, price=2.0, vcpus=8,
+                                                                                 memory_gib=64)
+    risky = offer("r1", gpus=1, price=1.5, zone="z9", vcpus=8, memory_gib=64)
+    pol = policy(max_headroom_gpus=2, idle_timeout_minutes=10)
+
+    def let_go(fleet, risk=0.0):
+        fc = Forecast(demand=forecast(1.0).demand, interruption=(OfferRisk(risky.key, 60, risk),))
+        p = run(fleet=[node(n, of=o, ready_at=T0 - timedelta(hours=2)) for n, o in fleet], offers=(ONE,), pol=pol,
+                fc=fc)
+        return [t.node_id for t in p.of_kind("terminate")]
+
+    # before, the first by node id was kept ("a", $4/h) and the $2 node let go
+    assert let_go([("a", dear), ("b", cheap)]) == ["a"]
+    # $1.50 at a 50% hourly risk is $2.25 risk-adjusted: the $2 node stays; at 25% ($1.875) the risky one does
+    assert let_go([("a", cheap), ("b", risky)], risk=0.5) == ["b"]
+    assert let_go([("a", cheap), ("b", risky)], risk=0.25) == ["a"]
+    # equal prices: the first by node id
+    assert let_go([("b", cheap), ("a", cheap)]) == ["b"]
+    # a 2-GPU node cheaper per GPU is more than is wanted: the 1-GPU node is kept
+    two = offer("t2", gpus=2, price=2.0, vcpus=16, memory_gib=128)
+    assert let_go([("a", two), ("b", dear)]) == ["a"]
