@@ -28,7 +28,7 @@ postgres:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
 test: venv postgres
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 clean:
 	rm -rf $(VENV) .fleetctl .pytest_cache .hypothesis

@@ -48,7 +48,7 @@ def synthetic(days: float = 4, seed: int = 0, size: float = 64, step_s: float = 
     return DemandSeries("synthetic", "V100-32GB", t, np.clip(np.round(base + noise), 0, None))
 
 
-#: The tests of ``model`` run in one test process (``--dist loadgroup``, pyproject.toml), which trains it once;
+#: The tests of ``model`` run in one test process (``make test`` runs ``--dist loadgroup``), which trains it once;
 #: split between two xdist workers, each trained it (10 s).
 USES_MODEL = pytest.mark.xdist_group("demand-model")
 
