@@ -763,6 +763,8 @@ class _Pass:
                 self.unplaced.append(Unplaced(job.job_id, Reason.QUOTA_EXCEEDED, quota))
                 continue
             placed = self.place_existing(job, kinds)
+            if placed is not None and spot_ok:
+                placed = self._spot_before_idle(job, placed, kinds)
             idle = None  # the idle node(s) it skipped for a purchase
             if placed is not None and spot_ok and self._idle_dearer(job, placed, spot_ok, committed_usd,
                                                                     committed_gpus):
@@ -825,6 +827,35 @@ class _Pass:
         return (Reason.WAITING_FOR_CAPACITY,
                 f"{_describe_need(job)}; no spot offer available now: waits for spot up to "
                 f"{self.policy.max_wait_for_spot_minutes:g} min (waited {waited * 60:.0f}) before on-demand")
+
+    def _spot_before_idle(self, job: Job, placed: list[tuple[Slot, int]],
+                          kinds: tuple[Kind, ...]) -> list[tuple[Slot, int]]:
+        """A spot-eligible job that fits idle on-demand node(s) takes room on
+        existing spot nodes instead when that costs less for its run: an idle
+        spot node at its risk-adjusted price, room on a busy one at its
+        expected loss alone, against the idle on-demand price. The best fit
+        ties between equal leftovers went to on-demand (its kinds sort first),
+        so an idle spot node idled out while the job kept a dearer idle
+        on-demand node, or skipped it for a new spot node like the idle one
+        (before 2026-11-28)."""
+        if any(sl.new or sl.jobs or sl.offer.market is not Market.ON_DEMAND for sl, _ in placed):
+            return placed
+        spot_kinds = tuple(k for k in kinds if k[1] == Market.SPOT.value)
+        alt = self.place_existing(job, spot_kinds) if spot_kinds else None
+        if alt is None:
+            return placed
+        loss = self._loss_hours(job)
+        cost = 0.0
+        for sl, workers in alt:
+            offer = sl.offer
+            risk = self._p(offer) * loss * _risk_share(job, workers, offer.instance_type) * offer.usd_per_hour
+            cost += risk + (0.0 if sl.jobs else offer.usd_per_hour)
+        held = sum(sl.offer.usd_per_hour for sl, _ in placed)
+        if cost >= held:
+            return placed
+        self._note(job, f"took room on spot {', '.join(sorted({sl.name for sl, _ in alt}))} (${cost:.2f}/h "
+                        f"risk-adjusted) before idle {', '.join(sl.name for sl, _ in placed)} (${held:.2f}/h)")
+        return alt
 
     def _idle_dearer(self, job: Job, placed: list[tuple[Slot, int]], spot_ok: bool, committed_usd: float,
                      committed_gpus: int) -> bool:
@@ -902,6 +933,47 @@ class _Pass:
         self._note(job, f"admitted after the step's purchases: they cost less than admission counted "
                         f"(fleet ${self.held_usd:.2f}/h before this job)")
         self._buy_one(job, spot_ok, {})
+
+    def _idle_after_all(self) -> None:
+        """Jobs that skipped an idle on-demand node for new spot but were bought
+        on-demand after all (the on-demand base, the spot share, a spread rule)
+        take idle on-demand nodes instead, when they hold their new nodes alone
+        and the idle nodes taken cost no more and hold at least as many GPUs
+        (so the fleet keeps as much on-demand as the purchase gave it): before
+        2026-11-28 the plan launched an on-demand node and terminated an idle
+        one like it."""
+        if not self.idle_fallback:
+            return
+        for job_id in sorted(self.idle_fallback):
+            job = self.jobs_by_id[job_id]
+            slots = [sl for sl in self.new_index.slots.values() if job_id in sl.jobs]
+            if not slots or any(sl.offer.market is not Market.ON_DEMAND or len(sl.jobs) != 1 for sl in slots):
+                continue
+            spot_ok, _ = self._spot_ok(job)
+            kinds = tuple(k for k in self._kinds(job, spot_ok) if k[1] == Market.ON_DEMAND.value)
+            placed = self.place_existing(job, kinds)
+            if placed is None or any(sl.jobs for sl, _ in placed):
+                continue
+            kept = sum(sl.offer.usd_per_hour for sl, _ in placed)
+            bought = sum(sl.offer.usd_per_hour for sl in slots)
+            if kept > bought + 1e-9 or sum(sl.offer.instance_type.gpu_count for sl, _ in placed) < \
+                    sum(sl.offer.instance_type.gpu_count for sl in slots):
+                continue
+            for sl in slots:
+                self.new_index.give_back(sl, job)
+                self.new_index.withdraw(sl)
+                self._unbuy(sl)
+                del self.new_index.slots[sl.name]
+            for key in {sl.offer.key for sl in slots}:
+                if job_id in self.launch_jobs.get(key, ()):
+                    self.launch_jobs[key].remove(job_id)
+                    if not self.launch_jobs[key]:
+                        del self.launch_jobs[key]
+            self.actions_bind[:] = [b for b in self.actions_bind if b.job_id != job_id]
+            self._note(job, f"then took idle {', '.join(sl.name for sl, _ in placed)} (${kept:.2f}/h) after all: "
+                            f"its purchase came out on-demand, not spot "
+                            f"({', '.join(sorted({self._node_text(sl.offer) for sl in slots}))})")
+            self.commit(job, placed, Reason.FITS_FREE_CAPACITY, None)
 
     def _fallback_to_idle(self) -> None:
         """Jobs that skipped an idle node for a purchase that did not happen take a node after all."""
@@ -2288,6 +2360,7 @@ class _Pass:
         if self.scale_up_wait is not None:
             admitted = self._defer_purchases(admitted)
         self.buy(admitted)
+        self._idle_after_all()
         self._limited_into_leftovers()
         self._fallback_to_idle()
         if self.scale_up_wait is None:

@@ -351,6 +351,74 @@ def test_a_gang_takes_an_idle_node_beside_a_busy_one_rather_than_skipping_both()
     assert not p.of_kind("launch")
 
 
+def _idle_pair(queue, fleet, offers, forecast=None, **pol):
+    p = run(queue=queue, fleet=fleet, offers=offers, forecast=forecast, pol=policy(**pol))
+    return ({b.job_id: b.node_ids for b in p.of_kind("bind")}, [l.count for l in p.of_kind("launch")],
+            [t.node_id for t in p.of_kind("terminate")], p)
+
+
+IDLE_6 = offer("g1", gpus=1, price=6.0, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
+SPOT_2 = offer("g1", gpus=1, price=2.0, vcpus=8, memory_gib=64)
+
+
+@pytest.mark.parametrize("replace_on_demand_with_spot", [False, True])
+def test_a_job_takes_an_idle_spot_node_before_an_idle_on_demand_node(replace_on_demand_with_spot):
+    # both idle, both fit with nothing left over: the best fit's tie went to on-demand (its kind sorts first),
+    # and the idle spot node idled out (or, with the move back to spot, the job skipped the on-demand node
+    # for a new spot node like the idle one). A 1 h job without checkpoints risks p 0.05 x (0.5 h + 5 min)
+    # x $2/h = $0.06/h on spot: $2.06/h against $6.00/h.
+    fleet = [node("a", IDLE_6), node("b", SPOT_2)]
+    binds, launched, terminated, p = _idle_pair([job("q")], fleet, (IDLE_6, SPOT_2),
+                                                replace_on_demand_with_spot=replace_on_demand_with_spot)
+    assert (binds, launched, terminated) == ({"q": ("b",)}, [], ["a"])
+    assert "took room on spot b ($2.06/h risk-adjusted) before idle a ($6.00/h)" in p.explanation("q").considered
+
+
+def test_a_job_takes_room_on_a_busy_spot_node_before_an_idle_on_demand_node():
+    # room on a busy 2-GPU spot node costs only the expected loss: 0.05 x 0.583 h x 1/2 x $4/h = $0.06/h
+    spot2 = offer("g2", gpus=2, price=4.0, vcpus=16, memory_gib=128)
+    r = job("r", state=JobState.RUNNING, node_ids=("s",))
+    binds, launched, terminated, p = _idle_pair([r, job("q")], [node("a", IDLE_6), node("s", spot2)],
+                                                (IDLE_6, spot2))
+    assert (binds["q"], launched, terminated) == (("s",), [], ["a"])
+    assert "took room on spot s ($0.06/h risk-adjusted) before idle a ($6.00/h)" in p.explanation("q").considered
+
+
+def test_a_job_keeps_the_idle_on_demand_node_when_spot_risks_more_than_it_saves():
+    # a 10 h job without checkpoints at a 40%/h risk: $2 + 0.4 x (5 h + 5 min) x $2 = $6.07/h, past $6.00
+    fleet = [node("a", IDLE_6), node("b", SPOT_2)]
+    binds, _, terminated, _ = _idle_pair([job("q", duration_hours=10.0)], fleet, (IDLE_6, SPOT_2),
+                                         forecast=risk(0.4, SPOT_2))
+    assert (binds, terminated) == ({"q": ("a",)}, ["b"])
+    # at 39%/h: $5.96/h, the spot node
+    binds, _, terminated, _ = _idle_pair([job("q", duration_hours=10.0)], fleet, (IDLE_6, SPOT_2),
+                                         forecast=risk(0.39, SPOT_2))
+    assert (binds, terminated) == ({"q": ("b",)}, ["a"])
+    # a job that may not use spot keeps the on-demand node whatever the risk
+    binds, _, _, _ = _idle_pair([job("q", priority="production")], fleet, (IDLE_6, SPOT_2))
+    assert binds == {"q": ("a",)}
+
+
+def test_a_job_that_skipped_an_idle_on_demand_node_but_was_bought_on_demand_takes_it_after_all():
+    # a 50% spot share: q skips the idle $6 on-demand node "a" for new spot, then the spot share sends it to
+    # on-demand. Before, the plan launched a $6 on-demand node like "a" and terminated "a".
+    r = job("r", state=JobState.RUNNING, node_ids=("s",), duration_hours=5.0)
+    fleet = [node("a", IDLE_6, ready_at=T0 - timedelta(minutes=30)), node("s", SPOT_2)]
+    binds, launched, terminated, p = _idle_pair([r, job("q", duration_hours=5.0)], fleet, (IDLE_6, SPOT_2),
+                                                max_spot_share=0.5, replace_on_demand_with_spot=True)
+    assert (binds["q"], launched, terminated) == (("a",), [], [])
+    assert p.explanation("q").considered[-1] == ("then took idle a ($6.00/h) after all: its purchase came out "
+                                                 "on-demand, not spot (g1 on_demand in aws r1/z1 ($6.00/h))")
+    # an idle node dearer than the on-demand node bought, or with fewer GPUs than it (a 2-GPU node is the only
+    # on-demand offer on sale): the purchase stands
+    od2 = replace(IDLE_6, instance_type=replace(IDLE_6.instance_type, name="g2", gpu_count=2))
+    for idle, on_sale in ((replace(IDLE_6, usd_per_hour=6.5), IDLE_6), (IDLE_6, od2)):
+        fleet = [node("a", idle, ready_at=T0 - timedelta(minutes=30)), node("s", SPOT_2)]
+        binds, launched, terminated, _ = _idle_pair([r, job("q", duration_hours=5.0)], fleet, (on_sale, SPOT_2),
+                                                    max_spot_share=0.5, replace_on_demand_with_spot=True)
+        assert binds["q"] == ("new-1",) and launched == [1] and terminated == ["a"]
+
+
 # ----------------------------------------------------------------------------- min_distinct_offers and headroom
 
 def test_min_distinct_offers_does_not_hold_back_on_demand_headroom():
