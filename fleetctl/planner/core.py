@@ -298,6 +298,7 @@ class _Pass:
         self.jobs_by_id = {j.job_id: j for j in self.jobs}
         self.headroom_gpus: dict[str, int] = {}  # offer key -> GPUs bought ahead of forecast demand
         self.idle_fallback: set[str] = set()  # jobs that skipped an idle node to buy spot (_idle_dearer)
+        self.drained = 0  # nodes consolidation emptied in this pass (the disruption budget)
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
         # Spot offers that can be bought now (the market lists them and none was just reclaimed).
         self.spot_on_sale = frozenset(o.key for o in self.offers if o.market is Market.SPOT)
@@ -1945,7 +1946,7 @@ class _Pass:
         migrations: list[Migrate] = []
         terminations: list[Terminate] = []
         for _, _, slot in candidates:
-            if len(terminations) >= p.disruption_budget_nodes:
+            if self.drained >= p.disruption_budget_nodes:
                 break
             if slot.touched:
                 continue  # it received a job moved from a node emptied before it: that job moves once per pass
@@ -2003,12 +2004,56 @@ class _Pass:
             for j, target in moves:
                 self.index.give_back(slot, j)
                 target.touched = True  # received work in this pass: not emptied, nor its job moved to spot
+            self.drained += 1
+            refilled = self._refill(slot)
+            frees = f"frees {slot.name} (${saving:.2f}/h)" if not refilled else \
+                f"makes room on {slot.name} for {', '.join(refilled)} (a ${saving:.2f}/h node not bought)"
+            for j, target in moves:
                 migrations.append(Migrate(j.job_id, (slot.name,), (target.name,), Reason.CONSOLIDATION,
-                    f"frees {slot.name} (${saving:.2f}/h){into}; migration costs ${cost:.2f}, "
-                    f"pays back in {net_payback:.1f} h"))
-            terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,
-                f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${net:.2f}/h"))
+                    f"{frees}{into}; migration costs ${cost:.2f}, pays back in {net_payback:.1f} h"))
+            if not refilled:
+                terminations.append(Terminate(slot.name, Reason.CONSOLIDATION,
+                    f"emptied by migrating {len(jobs)} checkpointable job(s); saves ${net:.2f}/h"))
         return migrations, terminations
+
+    def _refill(self, emptied: Slot) -> list[str]:
+        """The jobs placed in this pass on a new node of ``emptied``'s offer
+        (a node of their own, no gang) move into ``emptied`` instead, and
+        that node is not bought: the fleet ends the same, with one launch and
+        one termination fewer (before 2026-11-28 the plan emptied a node and
+        bought one like it). Returns the ids of the jobs moved in (none: not
+        refilled)."""
+        for new in sorted(self.new_index.slots.values(), key=lambda sl: sl.name):
+            if new.offer.key != emptied.offer.key or not new.jobs or self.slot_gang.get(new.name) is not None:
+                continue
+            jobs = [self.jobs_by_id[j] for j in sorted(new.jobs)]
+            if any(new.jobs[j.job_id] != j.workers for j in jobs):
+                continue  # a job spread over several nodes
+            loss_of = {j.job_id: self._loss_hours(j) for j in jobs}
+            for j in jobs:
+                self.step_risk -= self._p(new.offer) * loss_of[j.job_id] * \
+                    _risk_share(j, j.workers, new.offer.instance_type) * new.offer.usd_per_hour
+                self.new_index.give_back(new, j)
+                self.index.take(emptied, j, j.workers)
+                key = new.offer.key
+                if j.job_id in self.launch_jobs.get(key, ()):
+                    self.launch_jobs[key].remove(j.job_id)
+                    if not self.launch_jobs[key]:
+                        del self.launch_jobs[key]
+                i = next(i for i, b in enumerate(self.actions_bind) if b.job_id == j.job_id)
+                offer = emptied.offer
+                self.actions_bind[i] = Bind(j.job_id, (emptied.name,) * j.workers, Reason.FITS_FREE_CAPACITY,
+                                            f"{j.workers} x {j.gpus_per_worker} GPU on 1 {offer.instance_type.name} "
+                                            f"({offer.market.value}) in {_where(offer)}")
+                self._note(j, f"then placed on {emptied.name}, emptied by consolidation in this pass: the new "
+                              f"{self._node_text(new.offer)} chosen for it is not bought")
+            self.new_index.withdraw(new)
+            self._unbuy(new)
+            del self.new_index.slots[new.name]
+            self.index.restore(emptied)
+            emptied.touched = True
+            return [j.job_id for j in jobs]
+        return []
 
     def _consolidation_target(self, job: Job, source: Slot, under_used: set[str]) -> Slot | None:
         """Where consolidation moves ``job`` from ``source``: the best fit among
@@ -2366,7 +2411,7 @@ class _Pass:
         if self.scale_up_wait is None:
             self.headroom()
         migrations, consolidated = self.consolidate()
-        budget = self.policy.disruption_budget_nodes - len(consolidated)
+        budget = self.policy.disruption_budget_nodes - self.drained
         moved, replaced = self.replace_with_spot(budget if self.scale_up_wait is None else 0)
         migrations += moved
         consolidated += replaced

@@ -636,6 +636,35 @@ def case_consolidation_into_an_idle_node_saves_only_the_difference():
         "$1.00/h, pays back in 0.4 h, policy allows 0.3 h" in p.explanation("mover").considered
 
 
+def case_a_node_emptied_by_consolidation_takes_the_job_a_node_like_it_was_bought_for():
+    # two half-used 2-GPU nodes: r0 (checkpoint 5 min ago) moves onto n1's free GPU, as before. The queued 2-GPU
+    # job q found no room when it was placed and bought a node of the same offer; it takes n0 instead, which is
+    # not terminated (before: a launch and a termination of two identical nodes). The migration costs
+    # $4 x 1/2 x (5 + 5) min = $0.33 and pays back in 0.33 / 4 = 0.08 h.
+    g2 = offer("g2", gpus=2, price=4.0)
+    r0 = replace(bound(job("r0"), "n0", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    r1 = bound(job("r1"), "n1")  # cannot checkpoint: n1 is not emptied
+    p = run(queue=[r0, r1, job("q", gpus=2)], fleet=[node("n0", g2), node("n1", g2)], offers=[g2])
+    assert not p.of_kind("launch") and not p.of_kind("terminate")
+    (m,) = p.of_kind("migrate")
+    assert (m.job_id, m.to_node_ids, m.detail) == (
+        "r0", ("n1",), "makes room on n0 for q (a $4.00/h node not bought); migration costs $0.33, pays back in 0.1 h")
+    assert binds(p)["q"] == ("n0",)
+    assert p.explanation("q").considered[-1] == ("then placed on n0, emptied by consolidation in this pass: the new "
+                                                 "g2 spot in aws r1/z1 ($4.00/h) chosen for it is not bought")
+    # q needs 4 GPUs: its node is of another offer, and n0 goes
+    g4 = offer("g4", gpus=4, price=8.0)
+    p = run(queue=[r0, r1, job("q", gpus=4)], fleet=[node("n0", g2), node("n1", g2)], offers=[g2, g4])
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(g4.key, 1)]
+    assert [t.node_id for t in p.of_kind("terminate")] == ["n0"]
+    # a node refilled counts against the disruption budget: with one, only n0 is drained (n2's r2 could move too)
+    r2 = replace(bound(job("r2"), "n2", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    fleet = [node(n, g2) for n in ("n0", "n1", "n2", "n3")]
+    queue = [r0, r1, r2, bound(job("r3"), "n3"), job("q", gpus=2)]
+    assert [m.job_id for m in run(queue=queue, fleet=fleet, offers=[g2]).of_kind("migrate")] == ["r0"]
+    assert len(run(queue=queue, fleet=fleet, offers=[g2], pol=policy(disruption_budget_nodes=2)).of_kind("migrate")) == 2
+
+
 def case_never_migrates_jobs_that_cannot_checkpoint():
     fleet, jobs = _consolidation_fleet(checkpoint_age_minutes=5, checkpointable=False)
     p = run(queue=jobs, fleet=fleet)
