@@ -2078,7 +2078,8 @@ class _Pass:
             for t in hidden:
                 self.index.restore(t)
 
-    def replace_with_spot(self, budget_left: int) -> tuple[list[Migrate], list[Terminate]]:
+    def replace_with_spot(self, budget_left: int, emptied: list[Terminate] | None = None,
+                          consolidated: list[Migrate] | None = None) -> tuple[list[Migrate], list[Terminate]]:
         """Design choice (``markets.replace_on_demand_with_spot``, as Karpenter's
         replacement consolidation): a checkpointable job that holds its
         on-demand node(s) alone (one node, or a gang's nodes) moves to new spot
@@ -2111,11 +2112,14 @@ class _Pass:
         candidates.sort(key=lambda t: (t[0], t[1]))
         # Ready spot nodes of each offer with room: a job moves into one before a node of its offer is bought
         # (an idle spot node would otherwise be terminated beside an identical launch).
+        # Nodes consolidation emptied in this pass count too (``emptied``: their terminations; the job keeps the
+        # node instead of a new one like it).
+        going = {t.node_id for t in emptied or ()}
         spot_room: dict[str, list[Slot]] = {}
         for slot in self.index.slots.values():
             node = self.nodes.get(slot.name)
-            if slot.new or not slot.schedulable or slot.reserved_for is not None or node is None \
-                    or node.state is not NodeState.READY or slot.offer.market is not Market.SPOT:
+            if slot.new or (not slot.schedulable and slot.name not in going) or slot.reserved_for is not None \
+                    or node is None or node.state is not NodeState.READY or slot.offer.market is not Market.SPOT:
                 continue
             spot_room.setdefault(slot.offer.key, []).append(slot)
         migrations: list[Migrate] = []
@@ -2146,6 +2150,16 @@ class _Pass:
                 if room is not None:
                     if self._move_breaks_rules(slots, option, existing=True):
                         continue
+                    if room.name in going:  # emptied by consolidation: kept for this job instead
+                        self.index.restore(room)
+                        emptied[:] = [t for t in emptied if t.node_id != room.name]  # type: ignore[index]
+                        going.discard(room.name)
+                        for i, m in enumerate(consolidated or ()):
+                            if m.from_node_ids == (room.name,):
+                                price = f"${room.offer.usd_per_hour:.2f}/h"
+                                consolidated[i] = replace(m, detail=m.detail.replace(  # type: ignore[index]
+                                    f"frees {room.name} ({price})", f"makes room on {room.name} for {job.job_id}, "
+                                    f"which moves to spot (a {price} node not bought)", 1))
                     self._move_into(job, slots, room, option, held, cost, payback, migrations, terminations)
                     break
                 if self._move_breaks_rules(slots, option):
@@ -2412,7 +2426,8 @@ class _Pass:
             self.headroom()
         migrations, consolidated = self.consolidate()
         budget = self.policy.disruption_budget_nodes - self.drained
-        moved, replaced = self.replace_with_spot(budget if self.scale_up_wait is None else 0)
+        moved, replaced = self.replace_with_spot(budget if self.scale_up_wait is None else 0, consolidated,
+                                                 migrations)
         migrations += moved
         consolidated += replaced
         idle = self.idle({t.node_id for t in consolidated})

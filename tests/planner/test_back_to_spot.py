@@ -231,3 +231,23 @@ def test_a_move_into_a_spot_node_the_fleet_holds_keeps_the_spot_share():
     # od and s hold one GPU each: with j on s, all GPUs would be spot, past a half share
     assert not _move(fleet=[node("od", OD), node("s", SPOT)], max_spot_share=0.5).of_kind("migrate")
     assert _move(fleet=[node("od", OD), node("s", SPOT)], max_spot_share=1.0).of_kind("migrate")
+
+
+def test_a_job_moves_to_spot_into_a_node_consolidation_emptied_in_the_same_pass():
+    # consolidation moves r0 (checkpoint 5 min ago) from the half-used spot node "a" onto "b"'s free GPU (b's
+    # job cannot checkpoint); j's move back to spot then takes "a" instead of a new node like it, and "a" stays.
+    # Before, the plan terminated "a" and launched a node of its offer for j.
+    g2 = offer("g2", gpus=2, price=2.0, vcpus=8, memory_gib=64)
+    od2 = replace(g2, market=Market.ON_DEMAND, usd_per_hour=6.0)
+    r0 = replace(job("r0", state=JobState.RUNNING, node_ids=("a",)), checkpointable=True,
+                 started_at_utc=T0 - timedelta(hours=1), last_checkpoint_utc=T0 - timedelta(minutes=5))
+    rb = replace(job("rb", state=JobState.RUNNING, node_ids=("b",)), started_at_utc=T0 - timedelta(hours=1))
+    j = _running("j", "od", gpus=2)
+    p = plan(now=T0, queue=(r0, rb, j), fleet=(node("a", g2), node("b", g2), node("od", od2)), offers=(g2, od2),
+             forecast=None, policy=policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0,
+                                          disruption_budget_nodes=2))
+    assert [(m.job_id, m.from_node_ids, m.to_node_ids) for m in p.of_kind("migrate")] == [
+        ("r0", ("a",), ("b",)), ("j", ("od",), ("a",))]
+    assert p.of_kind("migrate")[0].detail.startswith(
+        "makes room on a for j, which moves to spot (a $2.00/h node not bought); migration costs")
+    assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["od"]
