@@ -2059,7 +2059,11 @@ class _Pass:
         """Where consolidation moves ``job`` from ``source``: the best fit among
         existing nodes, except an under-used node dearer than ``source`` (it is
         emptied before ``source`` once its other jobs allow, and the job would
-        move twice; a dearer node that stays busy is fine)."""
+        move twice; a dearer node that stays busy is fine), an idle node at
+        least as dear as ``source`` (kept instead of ``source``, it saves
+        nothing; before 2026-11-28 the best fit stopped there) and a node not
+        ready (still launching: the job would stop until it is up, and for
+        good if its launch fails; before 2026-11-28 it could go there)."""
         spot_ok, _ = self._spot_ok(job)
         kinds = self._kinds(job, spot_ok)
         ends_at = self.now + timedelta(hours=job.duration_hours)
@@ -2069,7 +2073,12 @@ class _Pass:
                 target = self.index.best_fit(job, kinds, 1, ends_at)
                 if target is None or target.new:
                     return None
-                if target.name in under_used and target.offer.usd_per_hour > source.offer.usd_per_hour:
+                node = self.nodes.get(target.name)
+                if target.name in under_used and target.offer.usd_per_hour > source.offer.usd_per_hour or \
+                        not target.jobs and target.offer.usd_per_hour >= source.offer.usd_per_hour or \
+                        node is None or node.state is not NodeState.READY:
+                    # an idle node as dear as the source saves nothing: it would be kept instead of the source;
+                    # a node still launching would stop the job until it is up (or for good if it fails)
                     self.index.withdraw(target)
                     hidden.append(target)
                     continue
@@ -2284,7 +2293,15 @@ class _Pass:
         if cap <= 0 or not self.demand_p90:
             return
         held, busy = self._gpus_by_model()
+        # Idle nodes idle() will let go (past what the forecast wants, or dearer per GPU than the ones kept)
+        # are not held: counted, they kept this pass from buying and the next pass bought (before 2026-11-28).
+        empty = self._idle_gpus_of_idle_nodes()
+        elsewhere = {m: held.get(m, 0) - busy.get(m, 0) - empty.get(m, 0) for m in self.demand_p90}
+        keep = {m: min(cap, math.ceil(p90 - busy.get(m, 0) - 1e-9)) - elsewhere[m] for m, p90 in self.demand_p90.items()}
+        for node_id in self._warm_nodes(keep, set()):
+            empty[self.nodes[node_id].offer.instance_type.gpu_model] -= self.nodes[node_id].offer.instance_type.gpu_count
         for model in sorted(self.demand_p90):
+            held[model] = held.get(model, 0) - empty.get(model, 0)  # the idle nodes kept stay counted
             # The cap holds across passes: idle GPUs of the model already held count against it.
             idle_now = held.get(model, 0) - busy.get(model, 0)
             want = min(cap - idle_now, math.ceil(self.demand_p90[model] - held.get(model, 0) - 1e-9))
@@ -2346,6 +2363,39 @@ class _Pass:
                 f"{self.policy.scale_up_cooldown_seconds:g}); buys again from {wait:%Y-%m-%d %H:%M:%S} UTC"))
         return urgent
 
+    def _idle_gpus_of_idle_nodes(self) -> dict[str, int]:
+        """GPUs per model of the ready existing nodes that hold nothing (not reserved): the ones idle() keeps
+        warm for the forecast or lets go."""
+        empty: dict[str, int] = {}
+        for node in self.fleet:
+            slot = self.index.slots.get(node.node_id)
+            model = node.offer.instance_type.gpu_model
+            if slot is not None and model and node.state is NodeState.READY and not slot.jobs \
+                    and slot.reserved_for is None and slot.schedulable:
+                empty[model] = empty.get(model, 0) + node.offer.instance_type.gpu_count
+        return empty
+
+    def _warm_nodes(self, keep: dict[str, int], already: set[str]) -> set[str]:
+        """The idle nodes kept warm for the forecast within ``keep`` GPUs per model: the cheapest per GPU
+        (risk-adjusted) first, as headroom() buys; the dearer ones idle out (before 2026-11-28 they were
+        kept in node-id order)."""
+        keep = dict(keep)
+        warm = []
+        for node in self.fleet:
+            slot = self.index.slots.get(node.node_id)
+            it = node.offer.instance_type
+            if slot is None or node.node_id in already or node.state is not NodeState.READY or slot.jobs \
+                    or slot.reserved_for is not None or not slot.schedulable or not it.gpu_model or not it.gpu_count:
+                continue
+            warm.append((node.offer.usd_per_hour * (1 + self._p(node.offer)) / it.gpu_count, node.node_id,
+                         it.gpu_model, it.gpu_count))
+        kept: set[str] = set()
+        for _, node_id, model, gpus in sorted(warm):
+            if keep.get(model, 0) >= gpus:
+                keep[model] -= gpus
+                kept.add(node_id)
+        return kept
+
     def idle(self, already: set[str]) -> list[Terminate]:
         timeout = timedelta(minutes=self.policy.idle_timeout_minutes)
         result = []
@@ -2356,33 +2406,11 @@ class _Pass:
             # Idle GPUs held elsewhere count against the cap, as headroom() counts them: free GPUs of busy
             # and launching nodes and of the nodes bought in this pass (those bought ahead among them).
             # Only the idle nodes below are kept or let go.
-            empty: dict[str, int] = {}
-            for node in self.fleet:
-                slot = self.index.slots.get(node.node_id)
-                model = node.offer.instance_type.gpu_model
-                if slot is not None and model and node.state is NodeState.READY and not slot.jobs \
-                        and slot.reserved_for is None:
-                    empty[model] = empty.get(model, 0) + node.offer.instance_type.gpu_count
+            empty = self._idle_gpus_of_idle_nodes()
             keep = {m: min(self.policy.max_headroom_gpus, math.ceil(p90 - busy.get(m, 0) - 1e-9))
                     - (held.get(m, 0) - busy.get(m, 0) - empty.get(m, 0))
                     for m, p90 in self.demand_p90.items()}
-        # The idle nodes kept warm for the forecast: the cheapest per GPU (risk-adjusted) first, as headroom()
-        # buys; the dearer ones idle out (before 2026-11-28 they were kept in node-id order).
-        kept: set[str] = set()
-        if keep:
-            warm = []
-            for node in self.fleet:
-                slot = self.index.slots.get(node.node_id)
-                it = node.offer.instance_type
-                if slot is None or node.node_id in already or node.state is not NodeState.READY or slot.jobs \
-                        or slot.reserved_for is not None or not it.gpu_model or not it.gpu_count:
-                    continue
-                warm.append((node.offer.usd_per_hour * (1 + self._p(node.offer)) / it.gpu_count, node.node_id,
-                             it.gpu_model, it.gpu_count))
-            for _, node_id, model, gpus in sorted(warm):
-                if keep.get(model, 0) >= gpus:
-                    keep[model] -= gpus
-                    kept.add(node_id)
+        kept = self._warm_nodes(keep, already) if keep else set()
         for node in self.fleet:
             slot = self.index.slots.get(node.node_id)
             if slot is None or node.node_id in already:
@@ -2422,14 +2450,16 @@ class _Pass:
         self._idle_after_all()
         self._limited_into_leftovers()
         self._fallback_to_idle()
-        if self.scale_up_wait is None:
-            self.headroom()
         migrations, consolidated = self.consolidate()
         budget = self.policy.disruption_budget_nodes - self.drained
         moved, replaced = self.replace_with_spot(budget if self.scale_up_wait is None else 0, consolidated,
                                                  migrations)
         migrations += moved
         consolidated += replaced
+        if self.scale_up_wait is None:
+            # After the moves: an idle node a move filled is no headroom, and a node a move empties is
+            # (before 2026-11-28 it ran first, and the next pass bought what a move had used up).
+            self.headroom()
         idle = self.idle({t.node_id for t in consolidated})
         terminates = sorted(consolidated + idle, key=lambda t: t.node_id)
         launches = [

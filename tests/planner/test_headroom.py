@@ -229,6 +229,10 @@ def test_headroom_bought_for_one_model_does_not_count_against_another_models_idl
 
 
 def _move_to_h100_spot():
+    return plan(**_move_to_h100_spot_args())
+
+
+def _move_to_h100_spot_args():
     """A checkpointable job allowed A100 or H100 runs alone on a $10/h A100 on-demand node; a $4/h H100 spot
     offer pays its move back (markets.replace_on_demand_with_spot). An H100 node has idled 2 h; the H100 p90 is 3."""
     od = offer("od1", gpus=1, price=10.0, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
@@ -241,7 +245,7 @@ def _move_to_h100_spot():
     pol = policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0, max_headroom_gpus=8,
                  idle_timeout_minutes=10)
     fleet = (node("od", od), node("h-idle", h100, ready_at=T0 - timedelta(hours=2)))
-    return plan(now=T0, queue=(j,), fleet=fleet, offers=(h100,), forecast=fc, policy=pol)
+    return dict(now=T0, queue=(j,), fleet=fleet, offers=(h100,), forecast=fc, policy=pol)
 
 
 def test_idle_gpus_kept_count_the_headroom_bought_in_the_pass_after_a_move_to_spot():
@@ -299,3 +303,28 @@ def test_the_idle_nodes_kept_for_the_forecast_are_the_cheapest_per_gpu_risk_adju
     # a 2-GPU node cheaper per GPU is more than is wanted: the 1-GPU node is kept
     two = offer("t2", gpus=2, price=2.0, vcpus=16, memory_gib=128)
     assert let_go([("a", two), ("b", dear)]) == ["a"]
+
+
+def test_headroom_is_bought_after_the_move_back_to_spot_has_taken_an_idle_node():
+    # cap 1: the move back to spot puts j into the idle H100 node. Before, headroom ran first, counted that
+    # node as the one idle GPU the cap allows and bought nothing; the next pass bought the H100 the move used
+    p = plan(**{**_move_to_h100_spot_args(), "policy": policy(replace_on_demand_with_spot=True,
+                                                              restart_overhead_minutes=6.0, max_headroom_gpus=1,
+                                                              idle_timeout_minutes=10)})
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("j", ("h-idle",))]
+    assert [(l.offer.instance_type.gpu_model, l.count, l.reason) for l in p.of_kind("launch")] == [
+        ("H100-80GB", 1, Reason.FORECAST_HEADROOM)]
+
+
+def test_headroom_does_not_count_an_idle_node_it_lets_go():
+    # a p90 of 7 and an idle 8-GPU node: more than is wanted, so idle() lets it go. Before, headroom counted
+    # its 8 GPUs as held and bought nothing, and the next pass bought 6 (three 2-GPU nodes; a fourth is past 7)
+    big = offer("od8", gpus=8, price=72.0, market=Market.ON_DEMAND)
+    two = offer("s2", gpus=2, price=2.0, vcpus=16, memory_gib=128)
+    fleet = [node("big", of=big, ready_at=T0 - timedelta(minutes=30))]
+    p = run(fleet=fleet, offers=(two,), pol=policy(max_headroom_gpus=8, idle_timeout_minutes=10), fc=forecast(7.0))
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(two.key, 3)]
+    assert [t.node_id for t in p.of_kind("terminate")] == ["big"]
+    # a p90 of 8 keeps it, and buys nothing
+    p = run(fleet=fleet, offers=(two,), pol=policy(max_headroom_gpus=8, idle_timeout_minutes=10), fc=forecast(8.0))
+    assert not p.actions

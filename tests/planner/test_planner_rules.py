@@ -13,6 +13,7 @@ from fleetctl.model import (
     Forecast,
     JobState,
     Market,
+    NodeState,
     OfferReclaim,
     OfferRisk,
     Reason,
@@ -613,13 +614,17 @@ def case_consolidation_into_an_idle_node_saves_only_the_difference():
     # The mover (2 GPUs, checkpoint 5 min ago, restart 5 min: $10 x 2/8 x 1/6 h = $0.42) could go into an idle
     # node; that node would otherwise idle out, so the move saves the emptied node's price less the idle one's.
     mover = replace(bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
-    # an identical idle node saves nothing: no move, and the idle node goes (before, mover moved into it and
-    # "light" was terminated, a restart for nothing)
+    # an identical idle node saves nothing: it is no target, so no move, and the idle node goes (before, mover
+    # moved into it and "light" was terminated, a restart for nothing)
     p = run(queue=[mover], fleet=[node("light", offer(price=10.0)), node("idle", offer(price=10.0))])
     assert not p.of_kind("migrate") and [(t.node_id, t.reason) for t in p.of_kind("terminate")] == [
         ("idle", Reason.IDLE)]
-    assert "consolidation of light declined: the move into idle idle ($10.00/h) saves nothing" in \
-        p.explanation("mover").considered
+    # a busy node with room beside it still takes the mover (before, the best fit stopped at the idle node:
+    # 8 GPUs free against the busy node's 4, and the mover stayed until the idle node was gone)
+    busy = bound(job("busy", gpus=4), "half")
+    p = run(queue=[mover, busy], fleet=[node("light", offer(price=10.0)), node("idle", offer("g2", gpus=2, price=10.0)),
+                                        node("half", offer(price=10.0))])
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("mover", ("half",))]
     # a cheaper idle node: $10 - $2 saved, paid back in 0.42 / 8 = 0.05 h
     small = offer("g2", gpus=2, price=2.0)
     p = run(queue=[mover], fleet=[node("light", offer(price=10.0)), node("small", small)])
@@ -663,6 +668,19 @@ def case_a_node_emptied_by_consolidation_takes_the_job_a_node_like_it_was_bought
     queue = [r0, r1, r2, bound(job("r3"), "n3"), job("q", gpus=2)]
     assert [m.job_id for m in run(queue=queue, fleet=fleet, offers=[g2]).of_kind("migrate")] == ["r0"]
     assert len(run(queue=queue, fleet=fleet, offers=[g2], pol=policy(disruption_budget_nodes=2)).of_kind("migrate")) == 2
+
+
+def case_consolidation_does_not_move_a_job_onto_a_node_still_launching():
+    # "light" (8 GPUs, the mover's 2 busy) could empty into "up", a launching node whose bound job leaves room:
+    # the mover would stop until "up" is ready, and for good if its launch fails. Before, it went there.
+    mover = replace(bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    waiting = replace(job("w", gpus=4), state=JobState.BOUND, node_ids=("up",))
+    up = replace(node("up", offer(price=10.0)), state=NodeState.LAUNCHING, ready_at_utc=None)
+    p = run(queue=[mover, waiting], fleet=[node("light", offer(price=10.0)), up])
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+    # once it is ready, the mover goes
+    p = run(queue=[mover, waiting], fleet=[node("light", offer(price=10.0)), node("up", offer(price=10.0))])
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("mover", ("up",))]
 
 
 def case_never_migrates_jobs_that_cannot_checkpoint():
