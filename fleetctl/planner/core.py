@@ -1943,6 +1943,15 @@ class _Pass:
         candidates.sort(key=lambda t: (t[0], t[1]))
         under_used = {slot.name for _, _, slot in candidates}
         settle = timedelta(hours=p.consolidation_payback_hours)
+        # Idle GPUs per model the forecast headroom wants kept (scaling.max_headroom_gpus): a node whose
+        # emptying would leave fewer is not emptied, or headroom would buy one like it in the same pass.
+        wanted: dict[str, int] = {}
+        idle_gpus: dict[str, int] = {}
+        if p.max_headroom_gpus > 0 and self.demand_p90 and self.scale_up_wait is None:
+            held, busy = self._gpus_by_model()
+            for m, p90 in self.demand_p90.items():
+                wanted[m] = min(p.max_headroom_gpus, math.ceil(p90 - busy.get(m, 0) - 1e-9))
+                idle_gpus[m] = held.get(m, 0) - busy.get(m, 0)
         migrations: list[Migrate] = []
         terminations: list[Terminate] = []
         for _, _, slot in candidates:
@@ -1963,6 +1972,13 @@ class _Pass:
                 for j in moved:
                     self._note(j, f"consolidation of {slot.name} waits: {j.job_id} was moved or restarted within "
                                   f"the last {p.consolidation_payback_hours:g} h (consolidation_payback_hours)")
+                continue
+            model, gpus = slot.offer.instance_type.gpu_model, slot.offer.instance_type.gpu_count
+            if model in wanted and gpus and idle_gpus[model] - gpus < wanted[model]:
+                for j in jobs:
+                    self._note(j, f"consolidation of {slot.name} declined: the forecast wants {wanted[model]} "
+                                  f"{model} GPU(s) idle (scaling.max_headroom_gpus), and emptying it leaves "
+                                  f"{max(0, idle_gpus[model] - gpus)}")
                 continue
             saving = slot.offer.usd_per_hour
             cost = 0.0
@@ -2005,6 +2021,8 @@ class _Pass:
                 self.index.give_back(slot, j)
                 target.touched = True  # received work in this pass: not emptied, nor its job moved to spot
             self.drained += 1
+            if model in idle_gpus:
+                idle_gpus[model] -= gpus
             refilled = self._refill(slot)
             frees = f"frees {slot.name} (${saving:.2f}/h)" if not refilled else \
                 f"makes room on {slot.name} for {', '.join(refilled)} (a ${saving:.2f}/h node not bought)"

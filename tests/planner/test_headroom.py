@@ -328,3 +328,21 @@ def test_headroom_does_not_count_an_idle_node_it_lets_go():
     # a p90 of 8 keeps it, and buys nothing
     p = run(fleet=fleet, offers=(two,), pol=policy(max_headroom_gpus=8, idle_timeout_minutes=10), fc=forecast(8.0))
     assert not p.actions
+
+
+def test_consolidation_keeps_a_node_whose_idle_gpus_the_forecast_wants():
+    # r (checkpoint 5 min ago) could move from "a" onto "b"'s free GPU and "a" go. With a p90 of 4 and 2 GPUs busy
+    # the forecast wants 2 idle: emptying "a" leaves none, and headroom bought a node like it in the same plan
+    g2 = offer("g2", gpus=2, price=2.0, vcpus=16, memory_gib=128)
+    r = replace(job("r", state=JobState.RUNNING, node_ids=("a",)), checkpointable=True,
+                started_at_utc=T0 - timedelta(hours=1), last_checkpoint_utc=T0 - timedelta(minutes=5))
+    rb = replace(job("rb", state=JobState.RUNNING, node_ids=("b",)), started_at_utc=T0 - timedelta(hours=1))
+    fleet = [node("a", of=g2), node("b", of=g2)]
+    pol = policy(max_headroom_gpus=8, idle_timeout_minutes=10)
+    p = run(queue=[r, rb], fleet=fleet, offers=(g2,), pol=pol, fc=forecast(4.0))
+    assert not p.actions
+    assert p.explanation("r").considered == ("consolidation of a declined: the forecast wants 2 A100-80GB GPU(s) idle "
+                                             "(scaling.max_headroom_gpus), and emptying it leaves 0",)
+    # a p90 of 2 wants none idle: r moves and "a" goes
+    p = run(queue=[r, rb], fleet=fleet, offers=(g2,), pol=pol, fc=forecast(2.0))
+    assert [m.job_id for m in p.of_kind("migrate")] == ["r"] and [t.node_id for t in p.of_kind("terminate")] == ["a"]
