@@ -962,14 +962,7 @@ class _Pass:
                 continue
             for sl in slots:
                 self.new_index.give_back(sl, job)
-                self.new_index.withdraw(sl)
-                self._unbuy(sl)
-                del self.new_index.slots[sl.name]
-            for key in {sl.offer.key for sl in slots}:
-                if job_id in self.launch_jobs.get(key, ()):
-                    self.launch_jobs[key].remove(job_id)
-                    if not self.launch_jobs[key]:
-                        del self.launch_jobs[key]
+                self._drop_new(sl, [job])
             self.actions_bind[:] = [b for b in self.actions_bind if b.job_id != job_id]
             self._note(job, f"then took idle {', '.join(sl.name for sl, _ in placed)} (${kept:.2f}/h) after all: "
                             f"its purchase came out on-demand, not spot "
@@ -1622,6 +1615,18 @@ class _Pass:
         old.jobs.pop(job.job_id, None)
         old.version += 1
 
+    def _drop_new(self, slot: Slot, jobs: list[Job]) -> None:
+        """A node bought in this step, emptied of ``jobs``, is not bought after all."""
+        key = slot.offer.key
+        for job in jobs:
+            if job.job_id in self.launch_jobs.get(key, ()):
+                self.launch_jobs[key].remove(job.job_id)
+                if not self.launch_jobs[key]:
+                    del self.launch_jobs[key]
+        self.new_index.withdraw(slot)
+        self._unbuy(slot)
+        del self.new_index.slots[slot.name]
+
     def _unbuy(self, slot: Slot) -> None:
         """Take a node bought in this step out of the step's purchases."""
         key = slot.offer.key
@@ -2053,11 +2058,6 @@ class _Pass:
                     _risk_share(j, j.workers, new.offer.instance_type) * new.offer.usd_per_hour
                 self.new_index.give_back(new, j)
                 self.index.take(emptied, j, j.workers)
-                key = new.offer.key
-                if j.job_id in self.launch_jobs.get(key, ()):
-                    self.launch_jobs[key].remove(j.job_id)
-                    if not self.launch_jobs[key]:
-                        del self.launch_jobs[key]
                 i = next(i for i, b in enumerate(self.actions_bind) if b.job_id == j.job_id)
                 offer = emptied.offer
                 self.actions_bind[i] = Bind(j.job_id, (emptied.name,) * j.workers, Reason.FITS_FREE_CAPACITY,
@@ -2065,9 +2065,7 @@ class _Pass:
                                             f"({offer.market.value}) in {_where(offer)}")
                 self._note(j, f"then placed on {emptied.name}, emptied by consolidation in this pass: the new "
                               f"{self._node_text(new.offer)} chosen for it is not bought")
-            self.new_index.withdraw(new)
-            self._unbuy(new)
-            del self.new_index.slots[new.name]
+            self._drop_new(new, jobs)
             self.index.restore(emptied)
             emptied.touched = True
             return [j.job_id for j in jobs]
