@@ -28,8 +28,11 @@ from fleetctl.sim.importers import (
 )
 from fleetctl.sim.traces import (
     TRACE_COLUMNS,
+    CsvCell,
+    CsvRecord,
     format_job_trace,
     format_number,
+    parse_csv,
     parse_job_trace,
     read_job_trace,
     trace_fields,
@@ -333,6 +336,63 @@ def test_unknown_priority_class_with_a_policy(policy: model.Policy) -> None:
     assert issues_of(f"{HEADER}\n{row(priority='prod class')}\n", policy) == [
         (2, 41, "priority", "invalid name 'prod class': use letters, digits, '-' and '_' (at most 63, starting "
                             "with a letter or digit)"),
+    ]
+
+
+def cells(text: str) -> tuple[list[list[tuple[str, int, int]]], list[tuple[int, int, str]]]:
+    """parse_csv's records as lists of (text, line, column) and its issues as (line, column, message)."""
+    records, issues = parse_csv(text, "t.csv")
+    assert all(isinstance(r, CsvRecord) and all(isinstance(c, CsvCell) for c in r.cells) for r in records)
+    assert all(r.line == r.cells[0].line for r in records)
+    assert all(i.file == "t.csv" and i.field_path == "" for i in issues)
+    return [[(c.text, c.line, c.column) for c in r.cells] for r in records], \
+        [(i.line, i.column, i.message) for i in issues]
+
+
+def test_csv_doubled_quotes_and_a_quoted_cell_before_crlf() -> None:
+    # 'say ""hi""' is 12 characters from column 4, so x is at 17; "r" ends its line before \r\n
+    text = 'id,"say ""hi""",x\r\n"q","r"\r\nz,""\r\n'
+    assert cells(text) == ([[("id", 1, 1), ('say "hi"', 1, 4), ("x", 1, 17)],
+                            [("q", 2, 1), ("r", 2, 5)],
+                            [("z", 3, 1), ("", 3, 3)]], [])
+
+
+def test_csv_a_quoted_cell_over_lines_moves_the_lines_and_columns_on() -> None:
+    # a,"b<nl>c",d : d is on line 2 after 'c",' (column 4); "e<nl>" ends with its newline, so ,g is on line 4;
+    # "h" ends its line: the newline after it is the record's end, counted once
+    text = 'a,"b\nc",d\n"e\n",g\n"h"\ni\n'
+    assert cells(text) == ([[("a", 1, 1), ("b\nc", 1, 3), ("d", 2, 4)],
+                            [("e\n", 3, 1), ("g", 4, 3)],
+                            [("h", 5, 1)],
+                            [("i", 6, 1)]], [])
+
+
+STRAY = "a '\"' inside an unquoted cell; quote the whole cell and double the quote (\"\")"
+AFTER_QUOTE = "unexpected 'h' after a closing quote; a quoted cell must be followed by ',' or the end of the line"
+
+
+def test_csv_reading_goes_on_at_the_line_after_a_malformed_one() -> None:
+    # line 1: the stray quote is the 4th character; line 3: 'h' is the 4th, after "g"
+    text = 'a,b"c,d\ne,f\n"g"h,i\nj,k'
+    assert cells(text) == ([[("e", 2, 1), ("f", 2, 3)], [("j", 4, 1), ("k", 4, 3)]],
+                           [(1, 4, STRAY), (3, 4, AFTER_QUOTE)])
+    # a malformed last line without a line end
+    assert cells('a\nb"c') == ([[("a", 1, 1)]], [(2, 2, STRAY)])
+    assert cells('a\n"g"h') == ([[("a", 1, 1)]], [(2, 4, AFTER_QUOTE)])
+
+
+def test_csv_a_carriage_return_ends_a_line_only_before_a_newline() -> None:
+    assert cells("a\r,b\r\nc\r") == ([[("a\r", 1, 1), ("b", 1, 4)], [("c\r", 2, 1)]], [])
+    assert cells("\n\r\n") == ([[("", 1, 1)], [("", 2, 1)]], [])  # blank lines are records of one empty cell
+    assert cells("") == ([], [])
+
+
+def test_a_row_after_a_malformed_one_is_checked_at_its_own_line_and_columns() -> None:
+    text = "\n".join([HEADER, row(team='m"l'), row(job_id="j3", workers="0"), row(job_id="j4", team='"x"y')]) + "\n"
+    assert issues_of(text) == [
+        (2, 48, "", STRAY),
+        (3, 29, "workers", "must be at least 1 (got '0')"),
+        (4, 50, "", AFTER_QUOTE.replace("'h'", "'y'")),
     ]
 
 
