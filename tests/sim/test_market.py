@@ -509,3 +509,136 @@ def test_parse_trace_json_takes_the_limits() -> None:
     span = 100 * 365 * 86400
     assert parse_trace_json(_trace_json(metadata={"gap_seconds": span / 1000}, data=[0] * 1000))[0] == span / 1000
     assert parse_trace_json(_trace_json(metadata={"gap_seconds": 1e-6}))[0] == 1e-6
+
+
+# =========================================================================== limits and problems, by hand
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("spot_usd_per_hour: 0", "8:24: traces[0].spot_usd_per_hour: must be greater than 0 (got 0)"),
+        ("spot_usd_per_hour: 100000.5",
+         "8:24: traces[0].spot_usd_per_hour: must be less than or equal to 100000 (got 100000.5)"),
+        ("on_demand_usd_per_hour: 0", "8:29: traces[0].on_demand_usd_per_hour: must be greater than 0 (got 0)"),
+        ("on_demand_usd_per_hour: 100000.5",
+         "8:29: traces[0].on_demand_usd_per_hour: must be less than or equal to 100000 (got 100000.5)"),
+        ("capacity_per_unit: 1000001",
+         "8:24: traces[0].capacity_per_unit: must be less than or equal to 1000000 (got 1000001)"),
+    ],
+)
+def test_a_trace_refuses_prices_and_capacity_out_of_bounds(tmp_path: Path, line: str, expected: str) -> None:
+    path = write_manifest(tmp_path, ONE_TRACE + "    " + line + "\n", {"t.json": GOOD_JSON})
+    assert issues(path) == [f"{path}:{expected}"]
+
+
+def test_a_trace_takes_the_most_prices_and_capacity_and_a_one_letter_file(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, ONE_TRACE.replace("file: t.json", "file: t") + "    spot_usd_per_hour: 100000\n"
+                          "        on_demand_usd_per_hour: 100000\n        capacity_per_unit: 1000000\n",
+                          {"t": GOOD_JSON})
+    (trace,) = load_market(path).traces
+    assert (trace.offer_spot.usd_per_hour, trace.offer_on_demand.usd_per_hour, trace.capacity) == \
+        (100_000.0, 100_000.0, (1_000_000, 0))
+    path = write_manifest(tmp_path, ONE_TRACE + "    spot_usd_per_hour: 0.25\n        on_demand_usd_per_hour: 0.5\n",
+                          {"t.json": GOOD_JSON})
+    (trace,) = load_market(path).traces
+    assert (trace.offer_spot.usd_per_hour, trace.offer_on_demand.usd_per_hour) == (0.25, 0.5)
+
+
+def test_an_empty_instance_type_or_file_is_one_schema_issue(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, ONE_TRACE.replace("p3.2xlarge", '""'), {"t.json": GOOD_JSON})
+    assert issues(path) == [f"{path}:4:20: traces[0].instance_type: must have at least 1 character (got '')"]
+    # a one-letter type is looked up in the catalog
+    path = write_manifest(tmp_path, ONE_TRACE.replace("p3.2xlarge", "x"))
+    assert issues(path) == [f"{path}:4:20: traces[0].instance_type: unknown instance type 'x' for aws; the catalog "
+                            "(providers/data/instance_types.csv) holds GPU types only"]
+    # an empty file name is not read as the manifest's directory
+    path = write_manifest(tmp_path, ONE_TRACE.replace("file: t.json", 'file: ""'))
+    assert issues(path) == [f"{path}:7:11: traces[0].file: must have at least 1 character (got '')"]
+
+
+def test_traces_of_the_wrong_shape_are_schema_issues_only(tmp_path: Path) -> None:
+    start = 'start_utc: "2023-02-15T00:00:00Z"\n'
+    path = write_manifest(tmp_path, start + "traces: 5\n")
+    assert issues(path) == [f"{path}:2:9: traces: must be a list (got 5)"]
+    # an item that is not a mapping, a file that is not text: no trace file is read for either
+    path = write_manifest(tmp_path, start + "traces: [5, {provider: aws, instance_type: p3.2xlarge, region: us-east-1, "
+                                            "zone: us-east-1a, file: 5}]\n")
+    assert issues(path) == [f"{path}:2:10: traces[0]: must be a mapping (got 5)",
+                            f"{path}:2:99: traces[1].file: must be a valid string (got 5)"]
+
+
+def test_an_offer_listed_again_is_reported_against_its_first_trace_only(tmp_path: Path) -> None:
+    """The repeats are not read further (a missing file not reported) and each
+    names the first; a regional offer's zone is '*'."""
+    trace = "  - {provider: gcp, instance_type: a2-highgpu-1g, region: asia-east1, zone: '', file: %s}\n"
+    path = write_manifest(tmp_path, 'start_utc: "2023-02-15T00:00:00Z"\ntraces:\n' + trace % "t.json"
+                          + trace % "missing.json" + trace % "t.json", {"t.json": GOOD_JSON})
+    twice = "trace gcp/asia-east1/*/a2-highgpu-1g is listed twice (first at traces[0]); one trace per offer"
+    assert issues(path) == [f"{path}:4:5: traces[1]: {twice}", f"{path}:5:5: traces[2]: {twice}"]
+
+
+def test_each_trace_is_checked_after_one_with_a_problem(tmp_path: Path) -> None:
+    """A type whose region has no spot price in the catalog (aws g2.2xlarge in
+    us-east-1: on demand only, 0.65 regional), a trace ending past the year
+    9999 (a day from 9999-12-31) and one ending a second before it."""
+    path = write_manifest(tmp_path, """
+        start_utc: "9999-12-31T00:00:00Z"
+        traces:
+          - {provider: aws, instance_type: g2.2xlarge, region: us-east-1, zone: us-east-1a, file: day.json}
+          - {provider: aws, instance_type: p3.2xlarge, region: us-east-1, zone: us-east-1a, file: day.json}
+          - {provider: aws, instance_type: p3.2xlarge, region: us-east-1, zone: us-east-1b, file: short.json}
+          - {provider: aws, instance_type: p3.2xlarge, region: us-east-1, zone: us-east-1c, file: missing.json}
+        """, {"day.json": {"metadata": {"gap_seconds": 86400}, "data": [1]},
+              "short.json": {"metadata": {"gap_seconds": 86399}, "data": [1]}})
+    assert issues(path) == [
+        f"{path}:3:5: traces[0]: trace aws/us-east-1/us-east-1a/g2.2xlarge: the catalog has no spot price for aws "
+        "g2.2xlarge in us-east-1; set spot_usd_per_hour",
+        f"{path}:4:91: traces[1].file: trace file 'day.json' ends after the year 9999 when started at start_utc",
+        f"{path}:6:91: traces[3].file: trace file 'missing.json' cannot be read: No such file or directory",
+    ]
+    path = write_manifest(tmp_path, """
+        start_utc: "9999-12-30T00:00:00Z"
+        traces:
+          - {provider: aws, instance_type: g2.2xlarge, region: us-east-1, zone: us-east-1a, file: day.json,
+             spot_usd_per_hour: 0.2}
+          - {provider: aws, instance_type: p3.2xlarge, region: us-east-1, zone: us-east-1b, file: short.json}
+        """)
+    g2, p3 = load_market(path).traces
+    assert (g2.offer_spot.usd_per_hour, g2.offer_on_demand.usd_per_hour) == (0.2, 0.65)
+    assert g2.end_utc == datetime(9999, 12, 31, tzinfo=timezone.utc)
+    assert p3.end_utc == datetime(9999, 12, 30, 23, 59, 59, tzinfo=timezone.utc)
+
+
+def test_an_unknown_type_is_hinted_from_its_own_providers_types_only(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, ONE_TRACE.replace("p3.2xlarge", "a2-highgpu-1"), {"t.json": GOOD_JSON})
+    assert issues(path) == [f"{path}:4:20: traces[0].instance_type: unknown instance type 'a2-highgpu-1' for aws; "
+                            "the catalog (providers/data/instance_types.csv) holds GPU types only"]
+
+
+def test_a_trace_file_name_that_cannot_be_opened_is_reported_with_the_reason(tmp_path: Path) -> None:
+    path = write_manifest(tmp_path, ONE_TRACE.replace("file: t.json", 'file: "a\\0b"'))
+    assert issues(path) == [f"{path}:7:11: traces[0].file: trace file 'a\\x00b' cannot be read: embedded null byte"]
+
+
+def test_a_trace_file_over_the_size_limit_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fleetctl.sim.market as market_module
+
+    content = '{"metadata": {"gap_seconds": 30}, "data": [1]}'  # 46 bytes
+    path = write_manifest(tmp_path, ONE_TRACE, {"t.json": content})
+    monkeypatch.setattr(market_module, "MAX_TRACE_FILE_BYTES", 46)
+    assert load_market(path).traces[0].capacity == (1,)
+    monkeypatch.setattr(market_module, "MAX_TRACE_FILE_BYTES", 45)
+    assert issues(path) == [f"{path}:7:11: traces[0].file: trace file 't.json' is larger than 45 bytes"]
+
+
+def test_parse_trace_json_names_a_missing_data_a_bad_byte_and_the_span_in_whole_years() -> None:
+    with pytest.raises(ValueError, match=r"^data must be a non-empty list of instance counts \(it is missing\)$"):
+        parse_trace_json(b'{"metadata": {"gap_seconds": 30}}')
+    with pytest.raises(ValueError, match=r"^is not UTF-8 text \(byte 0xff at offset 13\)$"):
+        parse_trace_json(b'{"metadata": \xff\xfe')
+    # 10 ticks of 316938528 s: 36682.7 days, 100.50055 years of 365 days; 10 of 316935754 s: 100.49967 years
+    with pytest.raises(ValueError, match=r"^spans 101 years \(gap_seconds x ticks\)"):
+        parse_trace_json(_trace_json(metadata={"gap_seconds": 316938528}, data=[0] * 10))
+    with pytest.raises(ValueError, match=r"^spans 100 years \(gap_seconds x ticks\)"):
+        parse_trace_json(_trace_json(metadata={"gap_seconds": 316935754}, data=[0] * 10))
