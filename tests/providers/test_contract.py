@@ -25,7 +25,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1 as c
 
-from fleetctl.model import InterruptionKind, Market, NodeState, Offer
+from fleetctl.model import InterruptionEvent, InterruptionKind, Market, Node, NodeState, Offer
 from fleetctl.store import Store
 from providers.aws import AwsProvider
 from providers.azure import AzureConfig, AzureProvider, AzureRegion
@@ -332,5 +332,103 @@ def test_the_sandbox_stops_listing_a_node_an_hour_after_it_went(tmp_path: Path) 
         assert {n.node_id: n.state for n in sim.nodes(after)} == {kept.node_id: NodeState.READY}
         assert {n.node_id for n in store.nodes(include_gone=True)} == {kept.node_id, ended.node_id}
         sim.terminate(ended.node_id, after)  # still known: idempotent, not NodeNotFound
+    finally:
+        store.close()
+
+
+US = timedelta(microseconds=1)
+
+
+def test_the_sandbox_names_a_node_by_its_seed_key_and_place_and_makes_it_ready_at_its_time(tmp_path: Path) -> None:
+    """A node's id is sim-PROVIDER- and 10 hex digits of sha256("SEED:KEY:INDEX"), its ready time the
+    launch plus the mean delay times delay_spread of that digest; it is LAUNCHING until then, READY
+    (recorded) from exactly then, idle since its ready time."""
+    import hashlib
+
+    from providers.sim import delay_spread
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        sim = SimProvider(store, seed=7, launch_delay_seconds=10)
+        offer = next(o for o in sim.offers(NOW) if o.market is Market.SPOT)
+        digests = [hashlib.sha256(f"7:k:{i}".encode()).hexdigest() for i in (0, 1)]
+        first, second = sim.launch(LaunchRequest(offer, 2, "k"), NOW).nodes
+        assert [first.node_id, second.node_id] == [f"sim-{offer.provider}-{d[:10]}" for d in digests]
+        ready = NOW + timedelta(seconds=10 * delay_spread(digests[0]))
+        assert first.ready_at_utc == ready
+        assert {n.node_id: (n.state, n.idle_since_utc) for n in sim.nodes(ready - US)}[first.node_id] == \
+            (NodeState.LAUNCHING, None)
+        assert {n.node_id: (n.state, n.idle_since_utc) for n in sim.nodes(ready)}[first.node_id] == \
+            (NodeState.READY, ready)
+        (recorded,) = store.nodes(node_ids=[first.node_id])
+        assert (recorded.state, recorded.idle_since_utc) == (NodeState.READY, ready)
+    finally:
+        store.close()
+
+
+def test_the_sandbox_keeps_an_idle_time_recorded_while_launching_and_never_readies_a_node_without_a_time(
+        tmp_path: Path) -> None:
+    """A node a job left while it launched (the controller records it idle from then) stays idle from
+    then once ready; a launching node with no ready time is never due."""
+    from tests.builders import offer as build_offer
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        sim = SimProvider(store)
+        o = build_offer("g1", gpus=1)
+        left = Node("left", o, NodeState.LAUNCHING, NOW, ready_at_utc=NOW + timedelta(seconds=60),
+                    idle_since_utc=NOW + timedelta(seconds=5))
+        timeless = Node("timeless", o, NodeState.LAUNCHING, NOW)
+        store.put_node(left, NOW)
+        store.put_node(timeless, NOW)
+        later = NOW + timedelta(days=1)
+        assert {n.node_id: (n.state, n.idle_since_utc) for n in sim.nodes(later)} == {
+            "left": (NodeState.READY, NOW + timedelta(seconds=5)), "timeless": (NodeState.LAUNCHING, None)}
+    finally:
+        store.close()
+
+
+def test_the_sandbox_derives_its_transitions_without_writing_a_read_only_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    store = Store(url)
+    try:
+        (launched,) = SimProvider(store, launch_delay_seconds=10).launch(
+            LaunchRequest(next(o for o in SimProvider(store).offers(NOW) if o.market is Market.SPOT), 1, "k"),
+            NOW).nodes
+    finally:
+        store.close()
+    reader = Store(url, read_only=True)
+    try:
+        sim = SimProvider(reader, launch_delay_seconds=10)
+        later = NOW + timedelta(seconds=20)
+        for _ in range(2):  # derived again on each call
+            assert [(n.node_id, n.state) for n in sim.nodes(later)] == [(launched.node_id, NodeState.READY)]
+        assert [n.state for n in reader.nodes()] == [NodeState.LAUNCHING]
+    finally:
+        reader.close()
+
+
+def test_the_sandbox_takes_a_node_at_a_notice_without_a_deadline_once_received_and_at_a_handled_ones(
+        tmp_path: Path) -> None:
+    """A notice without a deadline takes its node when it is received (not before); a handled notice
+    still takes its node at its deadline."""
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        sim = SimProvider(store, launch_delay_seconds=0)
+        offer = next(o for o in sim.offers(NOW) if o.market is Market.SPOT)
+        sudden, noticed = sim.launch(LaunchRequest(offer, 2, "k"), NOW).nodes
+        at = NOW + timedelta(seconds=30)
+        sim.notify(InterruptionEvent("e1", offer.provider, sudden.node_id, InterruptionKind.TERMINATED, at))
+        event = sim.reclaim(noticed.node_id, NOW, lead_seconds=60)
+        store.mark_interruption_handled(event.event_id, NOW + timedelta(seconds=1))
+
+        def states(t: datetime) -> dict[str, NodeState]:
+            return {n.node_id: n.state for n in sim.nodes(t)}
+
+        assert states(at - US) == {sudden.node_id: NodeState.READY, noticed.node_id: NodeState.READY}
+        assert states(at) == {sudden.node_id: NodeState.GONE, noticed.node_id: NodeState.READY}
+        assert states(NOW + timedelta(seconds=60) - US)[noticed.node_id] is NodeState.READY
+        assert states(NOW + timedelta(seconds=60)) == {sudden.node_id: NodeState.GONE,
+                                                       noticed.node_id: NodeState.GONE}
     finally:
         store.close()
