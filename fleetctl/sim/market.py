@@ -46,13 +46,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, StrictStr
+from pydantic import AfterValidator, Field, StrictStr, WithJsonSchema
 
 from fleetctl import model
 from fleetctl.jobspec import UtcTimestamp
@@ -235,13 +236,29 @@ class Market:
 # =========================================================================== the manifest
 
 
+#: A zone as the catalogs write it (us-east-1a, europe-west4-a, use1-az1, Azure's 1), or "" for a regional
+#: offer: a "/" or a "*" would make an offer key (provider/region/zone/type/market, "*" for a regional
+#: offer) that is another offer's or not one at all.
+_ZONE_RE = re.compile(r"([a-z0-9][a-z0-9-]{0,39})?")
+
+
+def _zone(value: str) -> str:
+    if _ZONE_RE.fullmatch(value):
+        return value
+    raise ValueError(f"invalid zone {value!r}: use the provider's zone id, e.g. us-east-1a, europe-west4-a or 1 "
+                     "(\"\" for a regional offer)")
+
+
+ZoneName = Annotated[StrictStr, AfterValidator(_zone), WithJsonSchema({"type": "string", "pattern": "^" + _ZONE_RE.pattern + "$"})]
+
+
 class MarketTraceSpec(StrictModel):
     """One trace of the manifest."""
 
     provider: ProviderName = Field(description="aws, gcp or azure.")
     instance_type: StrictStr = Field(min_length=1, description="Instance type, as in the catalog (p3.2xlarge).")
     region: RegionName = Field(description="Region of the offer (us-east-1).")
-    zone: StrictStr = Field(description="Zone of the offer (us-east-1a); \"\" for a regional offer.")
+    zone: ZoneName = Field(description="Zone of the offer (us-east-1a); \"\" for a regional offer.")
     file: StrictStr = Field(min_length=1, description="Spot-traces JSON file, relative to the manifest.")
     spot_usd_per_hour: float | None = Field(
         None, gt=0, le=100_000, description="Spot price, USD/h; default: the catalog. Not with per-tick prices.")

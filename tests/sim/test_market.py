@@ -320,6 +320,13 @@ GOOD_JSON = {"metadata": {"gap_seconds": 30}, "data": [1, 0]}
         ('start_utc: "2023-02-15T00:00:00Z"\ntraces: []\n', None,
          "2:9: traces: the list of traces is empty; add at least one trace"),
         ("- a\n", None, "1:1: (root): a market manifest must be a mapping with start_utc and traces (got a list)"),
+        # a zone with a "/" or a "*" would make an offer key that is not one, or the regional offer's
+        (ONE_TRACE.replace("zone: us-east-1a", "zone: us-east-1a/b"), GOOD_JSON,
+         "6:11: traces[0].zone: invalid zone 'us-east-1a/b': use the provider's zone id, e.g. us-east-1a, "
+         "europe-west4-a or 1 (\"\" for a regional offer)"),
+        (ONE_TRACE.replace("zone: us-east-1a", 'zone: "*"'), GOOD_JSON,
+         "6:11: traces[0].zone: invalid zone '*': use the provider's zone id, e.g. us-east-1a, "
+         "europe-west4-a or 1 (\"\" for a regional offer)"),
     ],
 )
 def test_bad_manifest(tmp_path: Path, body: str, trace_file: object, expected: str) -> None:
