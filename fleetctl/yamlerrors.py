@@ -824,7 +824,7 @@ class _Converter:
 
     def convert(self, obj: Any, path: FieldPath, pos: Position, key: Position | None = None,
                 merged: Alias | None = None) -> Any:
-        alias = self.aliases.get(path) if self.via is None and obj is not None else None
+        alias = self.aliases.get(path) if self.via is None else None
         if merged is not None and self.via is None:
             alias = merged  # positioned at the ``<<`` key already
         if alias is None:

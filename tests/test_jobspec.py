@@ -374,8 +374,6 @@ def test_errors_in_aliased_jobs_point_at_the_alias(tmp_path: Path) -> None:
     assert len(rendered) == 1 and not [r for r in rendered if r.startswith(("2:", "3:", "4:", "5:", "6:", "7:", "8:", "9:"))], rendered
 
 
-@pytest.mark.xfail(strict=True, reason="_Converter._sequence: a null list item reached through an alias is put at "
-                   "the item before it (ruamel gives the anchor's earlier position) and names no alias")
 def test_a_null_job_reached_through_an_alias_is_reported_at_the_alias(tmp_path: Path) -> None:
     """jobs[2] is ``- *none`` on line 5 (the ``*`` at column 5); it was
     reported at 3:5, the line of jobs[1], without the alias note."""

@@ -360,13 +360,14 @@ def test_every_key_value_and_item_is_positioned_where_it_is_written() -> None:
 
 def test_a_null_reached_through_an_alias_is_at_its_key_even_after_its_anchor_on_the_same_line() -> None:
     """ruamel gives ``b: *n``'s value the anchor's position (column 5, before
-    the key ``b`` at column 11); an alias of a null is not in the alias table
-    (only non-null content is), so _entry's own check puts it at the key."""
+    the key ``b`` at column 11); a null reached through an alias is at its
+    key, naming the alias (*n at 1:11) and its anchor (&n at 1:5), as any
+    other value reached through an alias."""
     doc = yamlerrors.parse_document("{a: &n ~, b: *n}\n", "t.yaml")
     assert _where(doc) == {
         (): (None, (1, 1), None),
         ("a",): ((1, 2), (1, 5), None),
-        ("b",): ((1, 11), (1, 11), None),
+        ("b",): ((1, 11), (1, 11), ("n", 1, 11, 1, 5, False)),
     }
 
 
@@ -493,16 +494,15 @@ def test_a_key_merged_into_a_mapping_inside_an_inline_merge_is_at_its_merge_key(
     assert _where(doc)[("c", "n", "x")] == ((3, 12), (3, 12), ("a", 3, 12, 1, 4, True))
 
 
-@pytest.mark.xfail(strict=True, reason="_Converter._sequence: an alias of a null item takes the previous item's "
-                   "position (or its anchor's), not the alias's, and names no alias")
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
     """The module docstring: content reached through an alias is reported
-    at the alias. ``- *n`` (4:5) of a null anchor is put at the item before
-    it (3:5): ruamel gives the anchor's position (1:4), earlier than the last
-    item, and _sequence then keeps the last item's position; the alias table
-    skips null content, so no alias is named either."""
+    at the alias. ``- *n`` (4:5) of a null anchor was put at the item before
+    it (3:5), naming no alias: ruamel gives the anchor's position (1:4),
+    earlier than the last item, and _sequence then kept the last item's
+    position. The anchor &n is at 1:4."""
     doc = yamlerrors.parse_document("a: &n\nl:\n  - 1\n  - *n\n", "t.yaml")
-    assert doc.positions[("l", 1)].value == yamlerrors.Position(4, 5)
+    assert doc.data == {"a": None, "l": [1, None]}
+    assert _where(doc)[("l", 1)] == (None, (4, 5), ("n", 4, 5, 1, 4, False))
 
 
 def test_a_policy_can_name_every_gpu_model_the_catalog_sells(tmp_path: Path) -> None:
