@@ -676,6 +676,10 @@ class _Merged:
     key: Position
     value: Position
     via: Alias | None
+    #: For a key written inline: its value node, and the ``alias_marks`` slot
+    #: of that value (so a walk can go on into it, or find it is an alias).
+    node: Node | None = None
+    slot: tuple[int, int] | None = None
 
 
 def _is_merge(key: Node) -> bool:
@@ -724,7 +728,7 @@ def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str
             continue
         for k, v in source.value:
             if isinstance(k, ScalarNode) and not _is_merge(k) and str(k.value) not in own:
-                merged.setdefault(str(k.value), _Merged(_mark(k), _mark(v), None))
+                merged.setdefault(str(k.value), _Merged(_mark(k), _mark(v), None, v, (id(source), id(k))))
         for name, where in _merged_keys(source, marks, memo).items():
             if name not in own:
                 merged.setdefault(name, where)
@@ -736,25 +740,28 @@ def _merge_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -
     """For every mapping outside aliased content that has merge keys (``<<``),
     its merged keys and where to report each (see :func:`_merged_keys`). The
     walk is that of :func:`_alias_sites`: content reached through an alias is
-    reported at the alias, merges inside it included."""
+    reported at the alias, merges inside it included; a value written in an
+    inline merged mapping (``<<: {k: v}``) is walked at the key it becomes."""
     sites: dict[FieldPath, dict[str, _Merged]] = {}
     memo: dict[int, dict[str, _Merged]] = {}
     stack: list[tuple[Node, FieldPath]] = [(node, ())]
     while stack:
         current, where = stack.pop()
         if isinstance(current, MappingNode):
+            children = [(str(key.value), value, (id(current), id(key))) for key, value in current.value
+                        if isinstance(key, ScalarNode) and not _is_merge(key)]
             if any(_is_merge(key) for key, _ in current.value):
                 merged = _merged_keys(current, marks, memo)
                 if merged:
                     sites[where] = merged
-            children = [(str(key.value), value, id(key)) for key, value in current.value
-                        if isinstance(key, ScalarNode) and not _is_merge(key)]
+                children += [(name, m.node, m.slot) for name, m in merged.items()
+                             if m.node is not None and m.slot is not None]
         elif isinstance(current, SequenceNode):
-            children = [(index, item, index) for index, item in enumerate(current.value)]
+            children = [(index, item, (id(current), index)) for index, item in enumerate(current.value)]
         else:
             continue
         for elem, child, slot in children:
-            if (id(current), slot) not in marks:
+            if slot not in marks:
                 stack.append((child, where + (elem,)))
     return sites
 

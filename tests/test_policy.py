@@ -481,17 +481,28 @@ def test_merging_a_scalar_is_the_parser_s_error_not_a_crash() -> None:
                                     "scalar"), issue
 
 
-@pytest.mark.xfail(strict=True, reason="_merge_sites does not walk into inline merge sources (<<: {...}): a "
-                   "mapping there with its own <<: *a gets no merge table")
 def test_a_key_merged_into_a_mapping_inside_an_inline_merge_is_at_its_merge_key() -> None:
     """The module docstring: a key merged by ``<<: *name`` is reported at
     that ``<<``, naming the alias. c.n.x comes from the inner ``<<: *a``
-    (3:12); it is reported at n's value (3:11) with no alias named."""
+    (3:12); it was reported at n's value (3:11) with no alias named, as
+    _merge_sites did not walk into inline merge sources."""
     text = ("a: &a {x: 1}\n"
             "c:\n"
             "  <<: {n: {<<: *a, q: 2}}\n")
     doc = yamlerrors.parse_document(text, "t.yaml")
-    assert _where(doc)[("c", "n", "x")] == ((3, 12), (3, 12), ("a", 3, 12, 1, 4, True))
+    assert _where(doc) == {
+        (): (None, (1, 1), None),
+        ("a",): ((1, 1), (1, 4), None),
+        ("a", "x"): ((1, 8), (1, 11), None),
+        ("c",): ((2, 1), (3, 3), None),
+        ("c", "n"): ((3, 8), (3, 11), None),
+        ("c", "n", "q"): ((3, 20), (3, 23), None),
+        ("c", "n", "x"): ((3, 12), (3, 12), ("a", 3, 12, 1, 4, True)),
+    }
+    assert doc.data["c"] == {"n": {"x": 1, "q": 2}}
+    # two inline merges deep: c.n is written in the inner one, n.x at its << (2:19)
+    doc = yamlerrors.parse_document("a: &a {x: 1}\nc: {<<: {<<: {n: {<<: *a}}}}\n", "t.yaml")
+    assert _where(doc)[("c", "n", "x")] == ((2, 19), (2, 19), ("a", 2, 19, 1, 4, True))
 
 
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
