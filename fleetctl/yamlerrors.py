@@ -644,19 +644,24 @@ def _alias_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -
     and its anchor are. Aliased content is not entered (its own aliases are
     reached through the outer one), so each node is visited once."""
     sites: dict[FieldPath, Alias] = {}
+    memo: dict[int, dict[str, _Merged]] = {}
     stack: list[tuple[Node, FieldPath]] = [(node, ())]
     while stack:
         current, where = stack.pop()
         if isinstance(current, MappingNode):
-            children = [(str(key.value), value, id(key)) for key, value in current.value
+            children = [(str(key.value), value, (id(current), id(key))) for key, value in current.value
                         if isinstance(key, ScalarNode) and str(key.tag) != _YAML_CORE_TAG_PREFIX + "merge"]
+            if any(_is_merge(key) for key, _ in current.value):
+                # values written in an inline merged mapping (<<: {k: v}), at the key they become
+                children += [(name, m.node, m.slot) for name, m in _merged_keys(current, marks, memo).items()
+                             if m.node is not None and m.slot is not None]
         elif isinstance(current, SequenceNode):
-            children = [(index, item, index) for index, item in enumerate(current.value)]
+            children = [(index, item, (id(current), index)) for index, item in enumerate(current.value)]
         else:
             continue
         for elem, child, slot in children:
             path = where + (elem,)
-            alias = marks.get((id(current), slot))
+            alias = marks.get(slot)
             if alias is None:
                 stack.append((child, path))
                 continue

@@ -505,6 +505,41 @@ def test_a_key_merged_into_a_mapping_inside_an_inline_merge_is_at_its_merge_key(
     assert _where(doc)[("c", "n", "x")] == ((2, 19), (2, 19), ("a", 2, 19, 1, 4, True))
 
 
+def test_an_alias_written_in_an_inline_merge_source_is_at_the_alias() -> None:
+    """The module docstring: content reached through an alias is reported at
+    the alias (at its key for ``key: *name``). ``<<: {n: *a}`` makes c.n an
+    alias written at 3:8 (key) / 3:11 (``*a``); it was at the anchor (1:4,
+    before its key) and c.n.x at a.x (1:8), naming no alias, as _alias_sites
+    did not walk into inline merge sources. A list item alias there
+    (``[1, *a]``) is at the ``*`` (2:17)."""
+    text = ("a: &a {x: 1}\n"
+            "c:\n"
+            "  <<: {n: *a, q: 2}\n")
+    doc = yamlerrors.parse_document(text, "t.yaml")
+    a_at_3 = ("a", 3, 8, 1, 4, False)
+    assert _where(doc) == {
+        (): (None, (1, 1), None),
+        ("a",): ((1, 1), (1, 4), None),
+        ("a", "x"): ((1, 8), (1, 11), None),
+        ("c",): ((2, 1), (3, 3), None),
+        ("c", "n"): ((3, 8), (3, 8), a_at_3),
+        ("c", "n", "x"): ((3, 8), (3, 8), a_at_3),
+        ("c", "q"): ((3, 15), (3, 18), None),
+    }
+    assert doc.data["c"] == {"n": {"x": 1}, "q": 2}
+    doc = yamlerrors.parse_document("a: &a {x: 1}\nc: {<<: {l: [1, *a]}}\n", "t.yaml")
+    a_at_2 = ("a", 2, 17, 1, 4, False)
+    assert {path: at for path, at in _where(doc).items() if path[:1] == ("c",)} == {
+        ("c",): ((2, 1), (2, 4), None),
+        ("c", "l"): ((2, 10), (2, 13), None),
+        ("c", "l", 0): (None, (2, 14), None),
+        ("c", "l", 1): (None, (2, 17), a_at_2),
+        ("c", "l", 1, "x"): ((2, 17), (2, 17), a_at_2),
+    }
+    assert doc.issue(("c", "l", 1, "x"), "bad").message == \
+        "bad (reached through the alias *a; the anchor &a is at line 1)"
+
+
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
     """The module docstring: content reached through an alias is reported
     at the alias. ``- *n`` (4:5) of a null anchor was put at the item before
