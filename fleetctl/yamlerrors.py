@@ -733,7 +733,10 @@ def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str
             continue
         for k, v in source.value:
             if isinstance(k, ScalarNode) and not _is_merge(k) and str(k.value) not in own:
-                merged.setdefault(str(k.value), _Merged(_mark(k), _mark(v), None, v, (id(source), id(k))))
+                value = _mark(v)
+                if str(v.tag) == _YAML_CORE_TAG_PREFIX + "null" and value.line != _mark(k).line:
+                    value = _mark(k)  # an empty value (`k:`) is marked where whatever follows is, as in _entry
+                merged.setdefault(str(k.value), _Merged(_mark(k), value, None, v, (id(source), id(k))))
         for name, where in _merged_keys(source, marks, memo).items():
             if name not in own:
                 merged.setdefault(name, where)

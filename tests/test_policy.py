@@ -540,6 +540,27 @@ def test_an_alias_written_in_an_inline_merge_source_is_at_the_alias() -> None:
         "bad (reached through the alias *a; the anchor &a is at line 1)"
 
 
+def test_an_empty_value_in_an_inline_merge_source_is_at_its_key() -> None:
+    """An empty value (``n:``, null) written in a block mapping merged inline
+    is at its key (3:5), as one written in the mapping itself: ruamel marks
+    it where whatever follows is (the next key, 4:3 or 6:5 past blank
+    lines), and the merge table took that mark."""
+    doc = yamlerrors.parse_document("c:\n  <<:\n    n:\n  q: 1\n", "t.yaml")
+    assert _where(doc) == {
+        (): (None, (1, 1), None),
+        ("c",): ((1, 1), (2, 3), None),
+        ("c", "n"): ((3, 5), (3, 5), None),
+        ("c", "q"): ((4, 3), (4, 6), None),
+    }
+    assert doc.data == {"c": {"n": None, "q": 1}}
+    doc = yamlerrors.parse_document("c:\n  <<:\n    n:\n\n\n    m: 2\n", "t.yaml")
+    assert _where(doc)[("c", "n")] == ((3, 5), (3, 5), None)
+    assert _where(doc)[("c", "m")] == ((6, 5), (6, 8), None)
+    # a null written on its key's line keeps its own place
+    doc = yamlerrors.parse_document("c: {<<: {n: ~, m: 1}}\n", "t.yaml")
+    assert _where(doc)[("c", "n")] == ((1, 10), (1, 13), None)
+
+
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
     """The module docstring: content reached through an alias is reported
     at the alias. ``- *n`` (4:5) of a null anchor was put at the item before
