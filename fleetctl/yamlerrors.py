@@ -696,18 +696,24 @@ def _mark(node: Node) -> Position:
 
 
 def _merge_sources(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str, Any]]
-                   ) -> list[tuple[Node, Node, tuple[str, Any] | None]]:
-    """``(merge key, source, alias or None)`` for every mapping merged into
-    ``mapping``, earliest (winning) first, as YAML's merge rules order them."""
+                   ) -> list[tuple[Node, Node, tuple[str, Any] | None, Node]]:
+    """``(merge key, source, alias or None, the anchored node the alias
+    names)`` for every mapping merged into ``mapping``, earliest (winning)
+    first, as YAML's merge rules order them."""
     sources = []
     for key, value in mapping.value:
         if not _is_merge(key):
             continue
+        alias = marks.get((id(mapping), id(key)))
         if isinstance(value, SequenceNode):
-            sources.extend((key, item, marks.get((id(value), index))) for index, item in enumerate(value.value))
+            for index, item in enumerate(value.value):
+                if alias is not None:  # ``<<: *s`` of an anchored list: every item comes through *s
+                    sources.append((key, item, alias, value))
+                else:  # ``<<: [*a, {...}]``
+                    sources.append((key, item, marks.get((id(value), index)), item))
         else:
-            sources.append((key, value, marks.get((id(mapping), id(key)))))
-    return [(key, source, alias) for key, source, alias in sources if isinstance(source, MappingNode)]
+            sources.append((key, value, alias, value))
+    return [source for source in sources if isinstance(source[1], MappingNode)]
 
 
 def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str, Any]],
@@ -721,10 +727,10 @@ def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str
     memo[id(mapping)] = {}
     own = {str(k.value) for k, _ in mapping.value if isinstance(k, ScalarNode) and not _is_merge(k)}
     merged: dict[str, _Merged] = {}
-    for merge_key, source, alias in _merge_sources(mapping, marks):
+    for merge_key, source, alias, anchored in _merge_sources(mapping, marks):
         at = _mark(merge_key)
         if alias is not None:
-            via = Alias(alias[0], at, _mark(source), merged=True)
+            via = Alias(alias[0], at, _mark(anchored), merged=True)
             names = [str(k.value) for k, _ in source.value if isinstance(k, ScalarNode) and not _is_merge(k)]
             names += list(_merged_keys(source, marks, memo))
             for name in names:

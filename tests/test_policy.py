@@ -473,6 +473,29 @@ def test_a_long_chain_of_merges_is_walked_once_per_mapping() -> None:
     assert _where(doc)[("l40", "x")] == ((41, 12), (41, 12), ("l39", 41, 12, 40, 6, True))
 
 
+def test_keys_merged_from_an_anchored_list_of_mappings_are_at_the_merge_key_naming_the_list() -> None:
+    """``<<: *s`` of an anchored list (``&s [{x: 1}, *a]``) merges every
+    mapping in it through *s: its keys are at that ``<<`` (3:3), naming s and
+    its anchor (2:4). x was reported where written in the list (2:9), as if
+    merged inline, with no alias named, and y named *a, an alias inside the
+    anchored list, not the *s written at the ``<<``."""
+    text = ("a: &a {y: 2}\n"
+            "s: &s [{x: 1}, *a]\n"
+            "c:\n"
+            "  <<: *s\n"
+            "  q: 1\n")
+    doc = yamlerrors.parse_document(text, "t.yaml")
+    s_at_4 = ("s", 4, 3, 2, 4, True)
+    assert {path: at for path, at in _where(doc).items() if path[:1] == ("c",)} == {
+        ("c",): ((3, 1), (4, 3), None),
+        ("c", "x"): ((4, 3), (4, 3), s_at_4),
+        ("c", "y"): ((4, 3), (4, 3), s_at_4),
+        ("c", "q"): ((5, 3), (5, 6), None),
+    }
+    assert doc.data["c"] == {"x": 1, "y": 2, "q": 1}
+    assert str(doc.issue(("c", "x"), "bad")) == "t.yaml:4:3: c.x: bad (merged in by <<: *s; the anchor &s is at line 2)"
+
+
 def test_merging_a_scalar_is_the_parser_s_error_not_a_crash() -> None:
     with pytest.raises(SpecError) as info:
         yamlerrors.parse_document("a: &s 1\nb:\n  <<: *s\n", "t.yaml")
