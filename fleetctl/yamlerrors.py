@@ -598,6 +598,7 @@ def _walk_mappings(node: Node, path: FieldPath, seen: set[int]) -> Iterable[tupl
         if id(current) in seen:
             continue
         seen.add(id(current))
+        children: list[tuple[Node, FieldPath]] = []
         if isinstance(current, MappingNode):
             first: dict[tuple[str, str], ScalarNode] = {}
             for key, value in current.value:
@@ -610,10 +611,12 @@ def _walk_mappings(node: Node, path: FieldPath, seen: set[int]) -> Iterable[tupl
                         yield child, key, first[ident]
                     else:
                         first[ident] = key
-                    stack.append((value, child))
+                    children.append((value, child))
         elif isinstance(current, SequenceNode):
-            for index, item in enumerate(current.value):
-                stack.append((item, where + (index,)))
+            children = [(item, where + (index,)) for index, item in enumerate(current.value)]
+        # the first child on top: nodes are visited in document order, so an
+        # anchor's content before any alias of it
+        stack.extend(reversed(children))
 
 
 def _duplicate_keys(file: str, node: Node) -> list[ValidationIssue]:

@@ -584,6 +584,33 @@ def test_an_empty_value_in_an_inline_merge_source_is_at_its_key() -> None:
     assert _where(doc)[("c", "n")] == ((1, 10), (1, 13), None)
 
 
+def test_a_duplicate_key_in_anchored_content_is_reported_once_at_its_anchor() -> None:
+    """_walk_mappings visits aliased content once, at its anchor (the key
+    is written there). It walked the document last key first, so it visited
+    the content at its last alias: the issue named b.k (l[1].k), the alias's
+    path, at the anchor's line, with no alias note."""
+    doc = yamlerrors.parse_document("a: &x {k: 1, k: 2}\nb: *x\n", "t.yaml")
+    assert [str(i) for i in doc.issues] == [
+        "t.yaml:1:14: a.k: duplicate key 'k' (first defined at line 1); a key may appear once per mapping"]
+    assert doc.reported == {("a", "k")}
+    doc = yamlerrors.parse_document("l:\n- &x {k: 1, k: 2}\n- *x\n", "t.yaml")
+    assert [str(i) for i in doc.issues] == [
+        "t.yaml:2:13: l[0].k: duplicate key 'k' (first defined at line 2); a key may appear once per mapping"]
+    assert doc.reported == {("l", 0, "k")}
+
+
+def test_duplicate_keys_are_found_before_and_after_content_met_again_through_an_alias() -> None:
+    """Meeting content already walked (at an alias) skips it, and the walk
+    goes on: the duplicate d is found written before the anchor and after
+    the alias."""
+    for text, line in [("c: {d: 1, d: 2}\na: &x {k: 1}\nb: *x\n", 1),
+                       ("a: &x {k: 1}\nb: *x\nc: {d: 1, d: 2}\n", 3)]:
+        doc = yamlerrors.parse_document(text, "t.yaml")
+        assert [str(i) for i in doc.issues] == [
+            f"t.yaml:{line}:11: c.d: duplicate key 'd' (first defined at line {line}); a key may appear once per "
+            "mapping"], text
+
+
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
     """The module docstring: content reached through an alias is reported
     at the alias. ``- *n`` (4:5) of a null anchor was put at the item before
