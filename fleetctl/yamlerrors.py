@@ -591,7 +591,8 @@ def _syntax_issue(file: str, exc: MarkedYAMLError) -> ValidationIssue:
 
 def _walk_mappings(node: Node, path: FieldPath, seen: set[int]) -> Iterable[tuple[FieldPath, ScalarNode, ScalarNode]]:
     """Yield ``(path, duplicate_key_node, first_key_node)`` for every repeated
-    scalar key. Aliased nodes are visited once (at their anchor)."""
+    scalar key. Aliased nodes are visited once (at their anchor); a mapping
+    merged in inline (``<<: {...}``) is walked at the mapping it is merged into."""
     stack: list[tuple[Node, FieldPath]] = [(node, path)]
     while stack:
         current, where = stack.pop()
@@ -603,6 +604,9 @@ def _walk_mappings(node: Node, path: FieldPath, seen: set[int]) -> Iterable[tupl
             first: dict[tuple[str, str], ScalarNode] = {}
             for key, value in current.value:
                 if str(key.tag) == _YAML_CORE_TAG_PREFIX + "merge":
+                    # mappings merged in (<<: {...}, <<: [...]): their keys become this mapping's
+                    sources = value.value if isinstance(value, SequenceNode) else [value]
+                    children.extend((source, where) for source in sources)
                     continue
                 if isinstance(key, ScalarNode):
                     ident = (str(key.tag), str(key.value))

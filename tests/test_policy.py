@@ -611,6 +611,31 @@ def test_duplicate_keys_are_found_before_and_after_content_met_again_through_an_
             "mapping"], text
 
 
+def test_a_duplicate_key_in_a_mapping_merged_in_inline_is_reported_under_the_merging_mapping() -> None:
+    """A mapping written at a ``<<`` (alone, in a list, or two deep) is a
+    mapping too: a key twice in it is a duplicate, named by the key it
+    becomes (c.x) where the second is written. These were not reported at
+    all (the walk skipped ``<<``) and the first value silently won. One in
+    content merged through an alias is reported once, at its anchor, and a
+    duplicate after ``<<: *a`` as any other."""
+    for text, where in [("c: {<<: {x: 1, x: 2}}\n", "1:16"),
+                        ("c:\n  <<: [{x: 1, x: 2}]\n", "2:15"),
+                        ("c: {<<: {<<: {x: 1, x: 2}}}\n", "1:21")]:
+        doc = yamlerrors.parse_document(text, "t.yaml")
+        line = where.split(":")[0]
+        assert [str(i) for i in doc.issues] == [
+            f"t.yaml:{where}: c.x: duplicate key 'x' (first defined at line {line}); a key may appear once per "
+            "mapping"], text
+        assert doc.reported == {("c", "x")}
+        assert doc.data == {"c": {"x": 1}}
+    doc = yamlerrors.parse_document("a: &a {x: 1, x: 2}\nc: {<<: *a}\n", "t.yaml")
+    assert [str(i) for i in doc.issues] == [
+        "t.yaml:1:14: a.x: duplicate key 'x' (first defined at line 1); a key may appear once per mapping"]
+    doc = yamlerrors.parse_document("a: &a {k: 1}\nc: {<<: *a, x: 1, x: 2}\n", "t.yaml")
+    assert [str(i) for i in doc.issues] == [
+        "t.yaml:2:19: c.x: duplicate key 'x' (first defined at line 2); a key may appear once per mapping"]
+
+
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
     """The module docstring: content reached through an alias is reported
     at the alias. ``- *n`` (4:5) of a null anchor was put at the item before
