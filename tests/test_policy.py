@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from fleetctl import model, yamlerrors
 from fleetctl.policy import (
@@ -561,6 +562,9 @@ def test_an_alias_written_in_an_inline_merge_source_is_at_the_alias() -> None:
     }
     assert doc.issue(("c", "l", 1, "x"), "bad").message == \
         "bad (reached through the alias *a; the anchor &a is at line 1)"
+    # beside a key of the merging mapping's own
+    doc = yamlerrors.parse_document("a: &a {x: 1}\nc: {q: 2, <<: {n: *a}}\n", "t.yaml")
+    assert _where(doc)[("c", "n")] == ((2, 16), (2, 16), ("a", 2, 16, 1, 4, False))
 
 
 def test_an_empty_value_in_an_inline_merge_source_is_at_its_key() -> None:
@@ -579,6 +583,10 @@ def test_an_empty_value_in_an_inline_merge_source_is_at_its_key() -> None:
     doc = yamlerrors.parse_document("c:\n  <<:\n    n:\n\n\n    m: 2\n", "t.yaml")
     assert _where(doc)[("c", "n")] == ((3, 5), (3, 5), None)
     assert _where(doc)[("c", "m")] == ((6, 5), (6, 8), None)
+    # a list on the line after its key is where it starts (4:7), as in the mapping itself
+    doc = yamlerrors.parse_document("c:\n  <<:\n    n:\n      - 1\n", "t.yaml")
+    assert _where(doc)[("c", "n")] == ((3, 5), (4, 7), None)
+    assert _where(doc)[("c", "n", 0)] == (None, (4, 9), None)
     # a null written on its key's line keeps its own place
     doc = yamlerrors.parse_document("c: {<<: {n: ~, m: 1}}\n", "t.yaml")
     assert _where(doc)[("c", "n")] == ((1, 10), (1, 13), None)
@@ -634,6 +642,26 @@ def test_a_duplicate_key_in_a_mapping_merged_in_inline_is_reported_under_the_mer
     doc = yamlerrors.parse_document("a: &a {k: 1}\nc: {<<: *a, x: 1, x: 2}\n", "t.yaml")
     assert [str(i) for i in doc.issues] == [
         "t.yaml:2:19: c.x: duplicate key 'x' (first defined at line 2); a key may appear once per mapping"]
+
+
+def test_keys_that_are_not_strings_are_no_duplicates_but_each_mapping_key_issue() -> None:
+    """Two equal list keys (``? [a]``) are one key that is not a string, so
+    one issue at the first (1:4), not also a duplicate key."""
+    doc = yamlerrors.parse_document("{? [a] : 1, ? [a] : 2}\n", "t.yaml")
+    assert [str(i) for i in doc.issues] == [
+        't.yaml:1:4: ["a list"]: mapping keys must be strings (got a list); quote the key']
+
+
+def test_a_merge_loop_is_walked_once_not_taken_for_deep_nesting() -> None:
+    """``&a {<<: *a}`` merges a mapping into itself; the merge table
+    remembers the mapping being answered, so the loop is left to the parser
+    (which fails on it, an issue at 1:1), not recursed into until Python's
+    limit ('the document is nested too deeply')."""
+    with pytest.raises(SpecError) as info:
+        yamlerrors.parse_document("a: &a {<<: *a, x: 1}\n", "t.yaml")
+    (issue,) = info.value.issues
+    assert (issue.line, issue.column) == (1, 1)
+    assert "nested too deeply" not in issue.message, issue
 
 
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
@@ -1074,6 +1102,58 @@ def test_a_yaml_syntax_error_says_where_and_what(tmp_path: Path, text: str, expe
     path = write(tmp_path, text)
     (issue,) = issues_of(path)
     assert str(issue) == f"{path}:{expected}"
+
+
+def test_a_null_document_and_one_nested_past_the_parser_are_one_issue_at_the_start() -> None:
+    """An empty file, a null document, and one nested deeper than ruamel's
+    composer can recurse (600 levels: it fails at about 330) are one issue
+    each, at 1:1."""
+    for text, message in [("# only a comment\n", "file is empty"),
+                          ("null\n", "the document is null; expected content"),
+                          ("--- ~\n", "the document is null; expected content"),
+                          ("[" * 600 + "]" * 600, "the document is nested too deeply")]:
+        with pytest.raises(SpecError) as info:
+            yamlerrors.parse_document(text, "t.yaml")
+        assert [str(i) for i in info.value.issues] == [f"t.yaml:1:1: (root): {message}"]
+
+
+@pytest.mark.parametrize(("error", "message"), [
+    pytest.param(YAMLError("bad\n  thing"), "YAML error: bad thing", id="a-yaml-error-without-a-mark"),
+    pytest.param(ValueError("odd\nvalue"), "could not parse the file as YAML (ValueError: odd value)",
+                 id="any-other-exception"),
+])
+def test_a_parser_failure_is_an_issue_at_the_start_not_a_traceback(monkeypatch, error, message) -> None:
+    """The module's promise: callers never see a parser traceback. ruamel's
+    errors without a mark, and anything else the parser raises (a bug on
+    hostile input), are one issue at 1:1, on one line."""
+    class Failing:
+        def compose(self, text: str) -> None:
+            raise error
+
+    monkeypatch.setattr(yamlerrors, "_yaml", Failing)
+    with pytest.raises(SpecError) as info:
+        yamlerrors.parse_document("a: 1\n", "t.yaml")
+    assert [str(i) for i in info.value.issues] == [f"t.yaml:1:1: (root): {message}"]
+
+
+def test_validation_errors_at_a_duplicate_key_are_left_to_its_duplicate_issue() -> None:
+    """The first of two values wins; its validation error (n is not an
+    integer) is at a path reported while reading, so dropped: one mistake,
+    one issue."""
+    from pydantic import BaseModel
+
+    class Model(BaseModel):
+        n: int
+        m: int
+
+    doc = yamlerrors.parse_document("n: x\nn: 2\nm: y\n", "t.yaml")
+    assert doc.data == {"n": "x", "m": "y"}
+    assert [str(i) for i in doc.issues] == [
+        "t.yaml:2:1: n: duplicate key 'n' (first defined at line 1); a key may appear once per mapping"]
+    instance, issues = doc.validate(Model, doc.data)
+    assert instance is None
+    assert [str(i) for i in issues] == [
+        "t.yaml:3:4: m: must be a valid integer, unable to parse string as an integer (got 'y')"]
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
