@@ -221,3 +221,26 @@ def test_jobs_submit_times_a_submit_and_a_resubmit(tmp_path):
     assert done.returncode == 0, done.stderr
     rows = [line for line in out.read_text().splitlines() if line.startswith("| 20 |")]
     assert len(rows) == 2, out.read_text()
+
+
+def test_plan_second_pass_carries_a_plan_out_and_counts_second_plans():
+    from benchmarks.plan_second_pass import applied
+    from fleetctl.model import NodeState
+    from fleetctl.planner import plan
+    from tests.builders import job, policy
+
+    case = dict(now=T0, queue=(job("q", gpus=2),), fleet=(), offers=(offer("g2", gpus=2, price=2.0),), forecast=None,
+                policy=policy())
+    first = plan(**case)
+    after = applied(case, first)
+    (n,) = after["fleet"]
+    assert (n.node_id, n.state) == ("new-1", NodeState.LAUNCHING)
+    (q,) = after["queue"]
+    assert (q.state, q.node_ids) == (JobState.BOUND, ("new-1",))
+    assert not plan(**after).actions  # the job is placed; nothing more to buy
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plan_second_pass.py"), "--seeds", "40",
+                           "--format", "json"], capture_output=True, text=True, timeout=300, check=True)
+    result = json.loads(done.stdout)
+    assert result["seeds"] == 40 and set(result) == {
+        "seeds", "second_plans_changing_the_fleet", "consolidation_the_disruption_budget_stopped", "by_actions"}
+    assert result["second_plans_changing_the_fleet"] == sum(v["count"] for v in result["by_actions"].values())
