@@ -92,6 +92,14 @@ def _risk_share(job: Job, workers: int, it: InstanceType) -> float:
     return job.vcpus_per_worker * workers / max(1, it.vcpus)
 
 
+def _bind_detail(job: Job, offer: Offer, nodes: int | None, new: bool) -> str:
+    """A Bind's detail: ``2 x 1 GPU on 2 new p3.2xlarge (spot) in aws us-east-1/us-east-1a``
+    (``nodes`` None: no count)."""
+    count = "" if nodes is None else f"{nodes} "
+    return (f"{job.workers} x {job.gpus_per_worker} GPU on {count}{'new ' if new else ''}{offer.instance_type.name} "
+            f"({offer.market.value}) in {_where(offer)}")
+
+
 def _where(offer: Offer) -> str:
     """Where an offer sells, as plans and explanations say it: "aws us-east-1/us-east-1a"."""
     return f"{offer.provider} {offer.region}{('/' + offer.zone) if offer.zone else ''}"
@@ -393,6 +401,11 @@ class _Pass:
             return want
         return max(1, min(want, len(self.spot_on_sale | self.spot_nodes_by_offer.keys())))
 
+    def _risk_usd(self, job: Job, workers: int, offer: Offer, loss: float) -> float:
+        """Expected USD/h lost by ``workers`` of ``job`` on a node of ``offer``: p x hours lost x the
+        job's share of the node x its price (``loss``: :meth:`_loss_hours`)."""
+        return self._p(offer) * loss * _risk_share(job, workers, offer.instance_type) * offer.usd_per_hour
+
     def _loss_hours(self, job: Job) -> float:
         restart = self.policy.restart_overhead_minutes / 60
         if job.checkpointable and job.checkpoint_interval_minutes:
@@ -617,23 +630,15 @@ class _Pass:
         loss = None
         for slot, workers in placed:
             if slot.new:
-                it = slot.offer.instance_type
                 loss = self._loss_hours(job) if loss is None else loss
-                self.step_risk += self._p(slot.offer) * loss * _risk_share(job, workers, it) * slot.offer.usd_per_hour
+                self.step_risk += self._risk_usd(job, workers, slot.offer, loss)
             (self.new_index if slot.new else self.index).take(slot, job, workers)
             slot.touched = True
             names.extend([slot.name] * workers)
         if order is not None:
             order.charge(job)
-        offer = placed[0][0].offer
-        where = _where(offer)
-        nodes = len(placed)
-        fresh = "new " if placed[0][0].new else ""
-        detail = (
-            f"{job.workers} x {job.gpus_per_worker} GPU on {nodes} {fresh}{offer.instance_type.name} "
-            f"({offer.market.value}) in {where}"
-        )
-        self.actions_bind.append(Bind(job.job_id, tuple(names), reason, detail))
+        self.actions_bind.append(Bind(job.job_id, tuple(names), reason,
+                                      _bind_detail(job, placed[0][0].offer, len(placed), placed[0][0].new)))
 
     def estimate(self, job: Job, spot_ok: bool) -> _Option | None:
         """The cheapest purchase in dollars for ``job`` alone (cached by shape):
@@ -848,9 +853,7 @@ class _Pass:
         loss = self._loss_hours(job)
         cost = 0.0
         for sl, workers in alt:
-            offer = sl.offer
-            risk = self._p(offer) * loss * _risk_share(job, workers, offer.instance_type) * offer.usd_per_hour
-            cost += risk + (0.0 if sl.jobs else offer.usd_per_hour)
+            cost += self._risk_usd(job, workers, sl.offer, loss) + (0.0 if sl.jobs else sl.offer.usd_per_hour)
         held = sum(sl.offer.usd_per_hour for sl, _ in placed)
         if cost >= held:
             return placed
@@ -961,7 +964,6 @@ class _Pass:
                     sum(sl.offer.instance_type.gpu_count for sl in slots):
                 continue
             for sl in slots:
-                self.new_index.give_back(sl, job)
                 self._drop_new(sl, [job])
             self.actions_bind[:] = [b for b in self.actions_bind if b.job_id != job_id]
             self._note(job, f"then took idle {', '.join(sl.name for sl, _ in placed)} (${kept:.2f}/h) after all: "
@@ -1549,8 +1551,7 @@ class _Pass:
 
     @staticmethod
     def _bind_text(job: Job, offer: Offer) -> str:
-        return (f"{job.workers} x {job.gpus_per_worker} GPU on new {offer.instance_type.name} "
-                f"({offer.market.value}) in {_where(offer)}")
+        return _bind_detail(job, offer, None, True)
 
     def _eliminate_nodes(self, jobs: dict[str, Job], kinds_of: dict[str, tuple[Kind, ...]]) -> None:
         """Local improvement: a node bought in this step whose jobs all fit in
@@ -1600,25 +1601,23 @@ class _Pass:
         """Point the job's Bind at its new nodes and move its expected loss."""
         loss = self._loss_hours(job)
         # only a job wholly on the old node is moved (_eliminate_nodes)
-        self.step_risk -= self._p(old.offer) * loss * _risk_share(job, job.workers, old.offer.instance_type) * \
-            old.offer.usd_per_hour
+        self.step_risk -= self._risk_usd(job, job.workers, old.offer, loss)
         names: list[str] = []
         for target, workers in placed:
-            share = _risk_share(job, workers, target.offer.instance_type)
-            self.step_risk += self._p(target.offer) * loss * share * target.offer.usd_per_hour
+            self.step_risk += self._risk_usd(job, workers, target.offer, loss)
             names.extend([target.name] * workers)
         i = bind_at[job.job_id]
-        offer = placed[0][0].offer
         self.actions_bind[i] = Bind(job.job_id, tuple(names), self.actions_bind[i].reason,
-                                    f"{job.workers} x {job.gpus_per_worker} GPU on {len(placed)} new "
-                                    f"{offer.instance_type.name} ({offer.market.value}) in {_where(offer)}")
+                                    _bind_detail(job, placed[0][0].offer, len(placed), True))
         old.jobs.pop(job.job_id, None)
         old.version += 1
 
     def _drop_new(self, slot: Slot, jobs: list[Job]) -> None:
-        """A node bought in this step, emptied of ``jobs``, is not bought after all."""
+        """A node bought in this step, holding ``jobs`` alone, is not bought after all (the jobs are given
+        back: the caller places them elsewhere)."""
         key = slot.offer.key
         for job in jobs:
+            self.new_index.give_back(slot, job)
             if job.job_id in self.launch_jobs.get(key, ()):
                 self.launch_jobs[key].remove(job.job_id)
                 if not self.launch_jobs[key]:
@@ -1954,9 +1953,8 @@ class _Pass:
         idle_gpus: dict[str, int] = {}
         if p.max_headroom_gpus > 0 and self.demand_p90 and self.scale_up_wait is None:
             held, busy = self._gpus_by_model()
-            for m, p90 in self.demand_p90.items():
-                wanted[m] = min(p.max_headroom_gpus, math.ceil(p90 - busy.get(m, 0) - 1e-9))
-                idle_gpus[m] = held.get(m, 0) - busy.get(m, 0)
+            wanted = self._idle_wanted(busy)
+            idle_gpus = {m: held.get(m, 0) - busy.get(m, 0) for m in wanted}
         migrations: list[Migrate] = []
         terminations: list[Terminate] = []
         for _, _, slot in candidates:
@@ -2046,23 +2044,20 @@ class _Pass:
         one termination fewer (before 2026-11-28 the plan emptied a node and
         bought one like it). Returns the ids of the jobs moved in (none: not
         refilled)."""
-        for new in sorted(self.new_index.slots.values(), key=lambda sl: sl.name):
-            if new.offer.key != emptied.offer.key or not new.jobs or self.slot_gang.get(new.name) is not None:
+        key = emptied.offer.key
+        for new in sorted((sl for sl in self.new_index.slots.values() if sl.offer.key == key),
+                          key=lambda sl: sl.name):
+            if not new.jobs or self.slot_gang.get(new.name) is not None:
                 continue
             jobs = [self.jobs_by_id[j] for j in sorted(new.jobs)]
             if any(new.jobs[j.job_id] != j.workers for j in jobs):
                 continue  # a job spread over several nodes
-            loss_of = {j.job_id: self._loss_hours(j) for j in jobs}
             for j in jobs:
-                self.step_risk -= self._p(new.offer) * loss_of[j.job_id] * \
-                    _risk_share(j, j.workers, new.offer.instance_type) * new.offer.usd_per_hour
-                self.new_index.give_back(new, j)
+                self.step_risk -= self._risk_usd(j, j.workers, new.offer, self._loss_hours(j))
                 self.index.take(emptied, j, j.workers)
                 i = next(i for i, b in enumerate(self.actions_bind) if b.job_id == j.job_id)
-                offer = emptied.offer
                 self.actions_bind[i] = Bind(j.job_id, (emptied.name,) * j.workers, Reason.FITS_FREE_CAPACITY,
-                                            f"{j.workers} x {j.gpus_per_worker} GPU on 1 {offer.instance_type.name} "
-                                            f"({offer.market.value}) in {_where(offer)}")
+                                            _bind_detail(j, emptied.offer, 1, False))
                 self._note(j, f"then placed on {emptied.name}, emptied by consolidation in this pass: the new "
                               f"{self._node_text(new.offer)} chosen for it is not bought")
             self._drop_new(new, jobs)
@@ -2103,8 +2098,8 @@ class _Pass:
             for t in hidden:
                 self.index.restore(t)
 
-    def replace_with_spot(self, budget_left: int, emptied: list[Terminate] | None = None,
-                          consolidated: list[Migrate] | None = None) -> tuple[list[Migrate], list[Terminate]]:
+    def replace_with_spot(self, budget_left: int, emptied: list[Terminate],
+                          consolidated: list[Migrate]) -> tuple[list[Migrate], list[Terminate]]:
         """Design choice (``markets.replace_on_demand_with_spot``, as Karpenter's
         replacement consolidation): a checkpointable job that holds its
         on-demand node(s) alone (one node, or a gang's nodes) moves to new spot
@@ -2139,7 +2134,7 @@ class _Pass:
         # (an idle spot node would otherwise be terminated beside an identical launch).
         # Nodes consolidation emptied in this pass count too (``emptied``: their terminations; the job keeps the
         # node instead of a new one like it).
-        going = {t.node_id for t in emptied or ()}
+        going = {t.node_id for t in emptied}
         spot_room: dict[str, list[Slot]] = {}
         for slot in self.index.slots.values():
             node = self.nodes.get(slot.name)
@@ -2177,12 +2172,12 @@ class _Pass:
                         continue
                     if room.name in going:  # emptied by consolidation: kept for this job instead
                         self.index.restore(room)
-                        emptied[:] = [t for t in emptied if t.node_id != room.name]  # type: ignore[index]
+                        emptied[:] = [t for t in emptied if t.node_id != room.name]
                         going.discard(room.name)
-                        for i, m in enumerate(consolidated or ()):
+                        for i, m in enumerate(consolidated):
                             if m.from_node_ids == (room.name,):
                                 price = f"${room.offer.usd_per_hour:.2f}/h"
-                                consolidated[i] = replace(m, detail=m.detail.replace(  # type: ignore[index]
+                                consolidated[i] = replace(m, detail=m.detail.replace(
                                     f"frees {room.name} ({price})", f"makes room on {room.name} for {job.job_id}, "
                                     f"which moves to spot (a {price} node not bought)", 1))
                     self._move_into(job, slots, room, option, held, cost, payback, migrations, terminations)
@@ -2312,9 +2307,7 @@ class _Pass:
         # Idle nodes idle() will let go (past what the forecast wants, or dearer per GPU than the ones kept)
         # are not held: counted, they kept this pass from buying and the next pass bought (before 2026-11-28).
         empty = self._idle_gpus_of_idle_nodes()
-        elsewhere = {m: held.get(m, 0) - busy.get(m, 0) - empty.get(m, 0) for m in self.demand_p90}
-        keep = {m: min(cap, math.ceil(p90 - busy.get(m, 0) - 1e-9)) - elsewhere[m] for m, p90 in self.demand_p90.items()}
-        for node_id in self._warm_nodes(keep, set()):
+        for node_id in self._warm_nodes(self._warm_budget(held, busy, empty), set()):
             empty[self.nodes[node_id].offer.instance_type.gpu_model] -= self.nodes[node_id].offer.instance_type.gpu_count
         for model in sorted(self.demand_p90):
             held[model] = held.get(model, 0) - empty.get(model, 0)  # the idle nodes kept stay counted
@@ -2379,6 +2372,19 @@ class _Pass:
                 f"{self.policy.scale_up_cooldown_seconds:g}); buys again from {wait:%Y-%m-%d %H:%M:%S} UTC"))
         return urgent
 
+    def _idle_wanted(self, busy: dict[str, int]) -> dict[str, int]:
+        """Idle GPUs per model the forecast headroom wants: the 90th percentile less the busy GPUs, at most
+        ``scaling.max_headroom_gpus``."""
+        cap = self.policy.max_headroom_gpus
+        return {m: min(cap, math.ceil(p90 - busy.get(m, 0) - 1e-9)) for m, p90 in self.demand_p90.items()}
+
+    def _warm_budget(self, held: dict[str, int], busy: dict[str, int], empty: dict[str, int]) -> dict[str, int]:
+        """GPUs per model of idle nodes the forecast wants kept: the idle GPUs wanted less those held
+        elsewhere (free GPUs of busy and launching nodes and of the nodes bought in this pass, which count
+        against the cap as headroom() counts them); ``empty``: :meth:`_idle_gpus_of_idle_nodes`."""
+        return {m: want - (held.get(m, 0) - busy.get(m, 0) - empty.get(m, 0))
+                for m, want in self._idle_wanted(busy).items()}
+
     def _idle_gpus_of_idle_nodes(self) -> dict[str, int]:
         """GPUs per model of the ready existing nodes that hold nothing (not reserved): the ones idle() keeps
         warm for the forecast or lets go."""
@@ -2419,13 +2425,7 @@ class _Pass:
         keep: dict[str, int] = {}
         if self.policy.max_headroom_gpus > 0 and self.demand_p90:
             held, busy = self._gpus_by_model()
-            # Idle GPUs held elsewhere count against the cap, as headroom() counts them: free GPUs of busy
-            # and launching nodes and of the nodes bought in this pass (those bought ahead among them).
-            # Only the idle nodes below are kept or let go.
-            empty = self._idle_gpus_of_idle_nodes()
-            keep = {m: min(self.policy.max_headroom_gpus, math.ceil(p90 - busy.get(m, 0) - 1e-9))
-                    - (held.get(m, 0) - busy.get(m, 0) - empty.get(m, 0))
-                    for m, p90 in self.demand_p90.items()}
+            keep = self._warm_budget(held, busy, self._idle_gpus_of_idle_nodes())
         kept = self._warm_nodes(keep, already) if keep else set()
         for node in self.fleet:
             slot = self.index.slots.get(node.node_id)
