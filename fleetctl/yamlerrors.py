@@ -655,18 +655,7 @@ def _alias_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -
     stack: list[tuple[Node, FieldPath]] = [(node, ())]
     while stack:
         current, where = stack.pop()
-        if isinstance(current, MappingNode):
-            children = [(str(key.value), value, (id(current), id(key))) for key, value in current.value
-                        if isinstance(key, ScalarNode) and str(key.tag) != _YAML_CORE_TAG_PREFIX + "merge"]
-            if any(_is_merge(key) for key, _ in current.value):
-                # values written in an inline merged mapping (<<: {k: v}), at the key they become
-                children += [(name, m.node, m.slot) for name, m in _merged_keys(current, marks, memo).items()
-                             if m.node is not None and m.slot is not None]
-        elif isinstance(current, SequenceNode):
-            children = [(index, item, (id(current), index)) for index, item in enumerate(current.value)]
-        else:
-            continue
-        for elem, child, slot in children:
+        for elem, child, slot in _children(current, _merged_here(current, marks, memo)):
             path = where + (elem,)
             alias = marks.get(slot)
             if alias is None:
@@ -757,6 +746,29 @@ def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str
     return merged
 
 
+def _merged_here(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]],
+                 memo: dict[int, dict[str, _Merged]]) -> dict[str, _Merged]:
+    """The keys merged into ``node`` by ``<<`` (:func:`_merged_keys`); none unless it is a mapping with one."""
+    if isinstance(node, MappingNode) and any(_is_merge(key) for key, _ in node.value):
+        return _merged_keys(node, marks, memo)
+    return {}
+
+
+def _children(node: Node, merged: Mapping[str, _Merged]) -> list[tuple[str | int, Node, tuple[int, int]]]:
+    """``(path element, child, its alias_marks slot)`` for the walks outside aliased content: a mapping's
+    own keys but ``<<``, then the values written in its inline merged mappings (``<<: {k: v}``, ``merged``)
+    at the keys they become; a list's items."""
+    if isinstance(node, MappingNode):
+        children: list[tuple[str | int, Node, tuple[int, int]]] = [
+            (str(key.value), value, (id(node), id(key))) for key, value in node.value
+            if isinstance(key, ScalarNode) and not _is_merge(key)]
+        return children + [(name, m.node, m.slot) for name, m in merged.items()
+                           if m.node is not None and m.slot is not None]
+    if isinstance(node, SequenceNode):
+        return [(index, item, (id(node), index)) for index, item in enumerate(node.value)]
+    return []
+
+
 def _merge_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -> dict[FieldPath, dict[str, _Merged]]:
     """For every mapping outside aliased content that has merge keys (``<<``),
     its merged keys and where to report each (see :func:`_merged_keys`). The
@@ -768,20 +780,10 @@ def _merge_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -
     stack: list[tuple[Node, FieldPath]] = [(node, ())]
     while stack:
         current, where = stack.pop()
-        if isinstance(current, MappingNode):
-            children = [(str(key.value), value, (id(current), id(key))) for key, value in current.value
-                        if isinstance(key, ScalarNode) and not _is_merge(key)]
-            if any(_is_merge(key) for key, _ in current.value):
-                merged = _merged_keys(current, marks, memo)
-                if merged:
-                    sites[where] = merged
-                children += [(name, m.node, m.slot) for name, m in merged.items()
-                             if m.node is not None and m.slot is not None]
-        elif isinstance(current, SequenceNode):
-            children = [(index, item, (id(current), index)) for index, item in enumerate(current.value)]
-        else:
-            continue
-        for elem, child, slot in children:
+        merged = _merged_here(current, marks, memo)
+        if merged:
+            sites[where] = merged
+        for elem, child, slot in _children(current, merged):
             if slot not in marks:
                 stack.append((child, where + (elem,)))
     return sites
