@@ -473,12 +473,21 @@ class _Composer(Composer):
         #: ``(id(parent node), index or id(key node))`` -> (alias name, alias mark)
         self.alias_marks: dict[tuple[int, int], tuple[str, Any]] = {}
 
+        #: ``(id(mapping node), id(key node))`` -> (alias name, alias mark), for aliases written as keys
+        self.key_alias_marks: dict[tuple[int, int], tuple[str, Any]] = {}
+
     def compose_node(self, parent: Any, index: Any) -> Any:
-        if parent is not None and index is not None and self.parser.check_event(AliasEvent):
-            event = self.parser.peek_event()
+        if parent is None or not self.parser.check_event(AliasEvent):
+            return super().compose_node(parent, index)
+        event = self.parser.peek_event()
+        alias = (str(event.anchor), event.start_mark)
+        if index is not None:
             slot = index if isinstance(index, int) else id(index)
-            self.alias_marks[(id(parent), slot)] = (str(event.anchor), event.start_mark)
-        return super().compose_node(parent, index)
+            self.alias_marks[(id(parent), slot)] = alias
+            return super().compose_node(parent, index)
+        node = super().compose_node(parent, index)  # a key: its node is known only now
+        self.key_alias_marks[(id(parent), id(node))] = alias
+        return node
 
 
 def _yaml() -> YAML:
@@ -511,11 +520,16 @@ def parse_document(text: str, file: str = "<string>", *, max_alias_values: int =
             yaml = _yaml()
             node = yaml.compose(text)
             if node is not None:
+                loops = _loops(file, node, yaml.composer)
+                if loops:  # ruamel would make each a null, or fail on a merged one (<<: *a inside &a)
+                    raise SpecError(loops + _duplicate_keys(file, node))
                 issues.extend(_duplicate_keys(file, node))
                 converter.reported.update(_duplicate_paths(node))
                 converter.aliases = _alias_sites(node, yaml.composer.alias_marks)
                 converter.merges = _merge_sites(node, yaml.composer.alias_marks)
             data = None if node is None else yaml.constructor.construct_document(node)
+    except SpecError:
+        raise
     except MarkedYAMLError as exc:
         raise SpecError([_syntax_issue(file, exc)]) from None
     except ReaderError as exc:
@@ -646,6 +660,52 @@ def _duplicate_paths(node: Node) -> set[FieldPath]:
 # --------------------------------------------------------------------------- aliases
 
 
+def _loops(file: str, root: Node, composer: _Composer) -> list[ValidationIssue]:
+    """An issue at every alias written inside the value its anchor names
+    (``a: &a {b: *a}``, ``a: &a {<<: *a}``): a document that contains itself.
+    Depth first over the node graph, each node once (an alias bomb is walked
+    in linear time); an alias to a node still being walked is a loop."""
+    walking, done = 1, 2
+    state: dict[int, int] = {}
+    issues: list[ValidationIssue] = []
+
+    def children(node: Node, path: FieldPath, merged: bool) -> Iterable[tuple[Node, FieldPath, Any]]:
+        if isinstance(node, MappingNode):
+            for key, value in node.value:
+                yield key, path, composer.key_alias_marks.get((id(node), id(key)))
+                if _is_merge(key):  # merged content becomes this mapping's, a list of sources included
+                    yield value, path + ("<<",), composer.alias_marks.get((id(node), id(key)))
+                else:
+                    yield value, path + (str(key.value) if isinstance(key, ScalarNode) else "?",), \
+                        composer.alias_marks.get((id(node), id(key)))
+        elif isinstance(node, SequenceNode):
+            for index, item in enumerate(node.value):
+                yield item, path if merged else path + (index,), composer.alias_marks.get((id(node), index))
+
+    stack = [(root, children(root, (), False))]
+    state[id(root)] = walking
+    while stack:
+        node, pending = stack[-1]
+        step = next(pending, None)
+        if step is None:
+            state[id(node)] = done
+            stack.pop()
+            continue
+        child, path, alias = step
+        seen = state.get(id(child))
+        if seen == walking:
+            name, mark = alias if alias is not None else ("", child.start_mark)
+            anchor = child.start_mark.line + 1
+            issues.append(ValidationIssue(
+                file, mark.line + 1, mark.column + 1, format_path(tuple(e for e in path if e != "<<")),
+                f"an alias refers to a value that contains it (a loop): *{name} is inside &{name} "
+                f"(line {anchor}); a document cannot contain itself, so write the values out"))
+        elif seen is None:
+            state[id(child)] = walking
+            stack.append((child, children(child, path, path[-1:] == ("<<",))))
+    return issues
+
+
 def _alias_sites(node: Node, marks: Mapping[tuple[int, int], tuple[str, Any]]) -> dict[FieldPath, Alias]:
     """The path of every alias outside aliased content, with where the alias
     and its anchor are. Aliased content is not entered (its own aliases are
@@ -718,7 +778,7 @@ def _merged_keys(mapping: MappingNode, marks: Mapping[tuple[int, int], tuple[str
     with where to report it. ``memo`` holds the answers so far, so a chain of
     merges (``<<: [*a, *a]``, then ``<<: [*b, *b]``, ...) is walked once per
     mapping, not once per path through it."""
-    if id(mapping) in memo:  # answered, or being answered (a merge loop: ruamel refuses it later)
+    if id(mapping) in memo:  # answered (merge loops were refused before: _loops)
         return memo[id(mapping)]
     memo[id(mapping)] = {}
     own = {str(k.value) for k, _ in mapping.value if isinstance(k, ScalarNode) and not _is_merge(k)}
@@ -835,7 +895,6 @@ class _Converter:
     #: Values copied in through aliases so far, and the most allowed.
     alias_values: int = 0
     max_alias_values: int = MAX_ALIAS_VALUES
-    active: set[int] = field(default_factory=set)  # ids of collections being converted (cycle check)
     #: The aliases outside aliased content, by path (see ``_alias_sites``).
     aliases: dict[FieldPath, Alias] = field(default_factory=dict)
     #: Keys merged in by ``<<``, by the path of their mapping (see ``_merge_sites``).
@@ -886,16 +945,10 @@ class _Converter:
             if tag is not None:
                 self._issue(path, pos, f"unsupported YAML tag {tag!r}; remove it")
                 return None
-            if id(obj) in self.active:
-                self._issue(path, pos, "an alias refers to a value that contains it (a loop)")
-                return None
-            self.active.add(id(obj))
-            try:
-                if isinstance(obj, CommentedMap):
-                    return self._mapping(obj, path, pos)
-                return self._sequence(obj, path, pos)
-            finally:
-                self.active.discard(id(obj))
+            # no loops here: parse_document refused them (_loops)
+            if isinstance(obj, CommentedMap):
+                return self._mapping(obj, path, pos)
+            return self._sequence(obj, path, pos)
         # bool before int: ruamel's ScalarBoolean (anchored booleans) is an int.
         if isinstance(obj, bool) or type(obj).__name__ == "ScalarBoolean":
             return bool(obj)

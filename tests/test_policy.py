@@ -202,6 +202,57 @@ def test_an_alias_bomb_is_refused_at_the_alias_that_expands_it(tmp_path: Path) -
         "*l4; the anchor &l4 is at line 6)"), issue
 
 
+@pytest.mark.parametrize(("text", "where"), [
+    pytest.param("a: &a {b: *a}", [(1, 11, "a.b")], id="a-mapping-value"),
+    pytest.param("&r [1, *r]", [(1, 8, "[1]")], id="the-root-list"),
+    pytest.param("a: &a [1, [*a]]", [(1, 12, "a[1][0]")], id="two-levels-down"),
+    pytest.param("x: &x\n  y: *x\n  z: *x\n", [(2, 6, "x.y"), (3, 6, "x.z")], id="every-alias-of-the-loop"),
+    # ruamel failed on these with "AttributeError: 'NoneType' object has no attribute 'add_referent'"
+    pytest.param("a: &a {<<: *a}", [(1, 12, "a")], id="merged-into-itself"),
+    pytest.param("a: &a {b: {<<: *a}}", [(1, 16, "a.b")], id="merged-below-itself"),
+    pytest.param("a: &a {<<: [{x: 1}, *a]}", [(1, 21, "a")], id="in-a-list-of-merges"),
+    pytest.param("a: &a {? *a : 1}", [(1, 10, "a")], id="as-a-key"),
+])
+def test_an_alias_inside_its_own_anchor_is_a_loop_reported_at_the_alias(text: str, where: list) -> None:
+    """A document that contains itself: each alias that closes a loop is an
+    issue at the alias, naming the anchor. ruamel made each such alias a
+    silent null below the root (``{'a': {'b': None}}``, so a loop in a policy
+    read as "not set"), and crashed on a merge of the anchor."""
+    with pytest.raises(SpecError) as info:
+        yamlerrors.parse_document(text, "loop.yaml")
+    assert [(i.line, i.column, i.field_path) for i in info.value.issues] == where
+    name = text.split("&")[1][0]
+    assert all(i.message == f"an alias refers to a value that contains it (a loop): *{name} is inside &{name} "
+               "(line 1); a document cannot contain itself, so write the values out" for i in info.value.issues)
+
+
+def test_aliases_that_share_content_without_a_loop_are_read() -> None:
+    """The same anchor used twice, merged and aliased, in and beside each
+    other, is no loop (the walk marks what it finished, not what it saw)."""
+    doc = yamlerrors.parse_document("a: &a {b: 1}\nc: &c [*a, *a]\nd: {<<: *a, e: *c}\nf: [*c, *c]\n", "ok.yaml")
+    assert doc.data == {"a": {"b": 1}, "c": [{"b": 1}, {"b": 1}], "d": {"b": 1, "e": [{"b": 1}, {"b": 1}]},
+                        "f": [[{"b": 1}, {"b": 1}], [{"b": 1}, {"b": 1}]]}
+    assert doc.issues == ()
+
+
+def test_a_loop_in_a_policy_is_one_issue_at_its_alias_beside_duplicate_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        budget: {max_usd_per_hour: 100}
+        teams:
+          ml: &ml
+            burst_gpus: 8
+            burst_gpus: 4
+            extra:
+              <<: *ml
+    """)
+    assert [str(i).removeprefix(f"{path}:") for i in issues_of(path)] == [
+        "5:5: teams.ml.burst_gpus: duplicate key 'burst_gpus' (first defined at line 4); a key may appear once per "
+        "mapping",
+        "7:11: teams.ml.extra: an alias refers to a value that contains it (a loop): *ml is inside &ml (line 3); "
+        "a document cannot contain itself, so write the values out",
+    ]
+
+
 def test_a_path_in_a_document_without_positions_is_at_its_start() -> None:
     """Document.position's last resort (a document built by hand, without
     positions): line 1, column 1, for the key as for the value."""
@@ -653,15 +704,15 @@ def test_keys_that_are_not_strings_are_no_duplicates_but_each_mapping_key_issue(
 
 
 def test_a_merge_loop_is_walked_once_not_taken_for_deep_nesting() -> None:
-    """``&a {<<: *a}`` merges a mapping into itself; the merge table
-    remembers the mapping being answered, so the loop is left to the parser
-    (which fails on it, an issue at 1:1), not recursed into until Python's
-    limit ('the document is nested too deeply')."""
+    """``&a {<<: *a}`` merges a mapping into itself: one loop issue at the
+    alias, not recursed into until Python's limit ('the document is nested
+    too deeply'). (Until 2026-11-28 the parser failed on it, an issue at 1:1
+    naming ruamel's AttributeError.)"""
     with pytest.raises(SpecError) as info:
         yamlerrors.parse_document("a: &a {<<: *a, x: 1}\n", "t.yaml")
     (issue,) = info.value.issues
-    assert (issue.line, issue.column) == (1, 1)
-    assert "nested too deeply" not in issue.message, issue
+    assert (issue.line, issue.column) == (1, 12)
+    assert issue.message.startswith("an alias refers to a value that contains it (a loop)"), issue
 
 
 def test_a_null_list_item_reached_through_an_alias_is_at_the_alias() -> None:
@@ -904,8 +955,9 @@ BROKEN = [
     ),
     pytest.param(
         _OK + "teams: &t\n  a: *t\n",
-        # ruamel builds a self-referencing alias as null; it must not loop.
-        4, 3, "teams.a", "must be a mapping (got null)",
+        # ruamel builds a self-referencing alias as null, which read as "must be a mapping (got null)"
+        # at the key (4:3) until 2026-11-28; now it is a loop, at the alias
+        4, 6, "teams.a", "an alias refers to a value that contains it (a loop): *t is inside &t (line 3)",
         id="recursive-alias",
     ),
 ]
