@@ -62,6 +62,7 @@ _HELD = (NodeState.LAUNCHING, NodeState.READY, NodeState.DRAINING)
 _SHORTLIST = 24  # offers scored per purchase (by per-GPU price), before the full list is tried
 _PROJECTION_ROUNDS = 5  # tries of step 3 with projected spot totals before the strict rule
 _MAX_RESERVATIONS = 64
+_TIES = 16  # consolidation targets of equal fit weighed by cost, at most (see _consolidation_target)
 _SPREAD_PREMIUM = 1.25  # how much dearer a new spot offer may be and still be preferred (diversification)
 _MULTI_ORDER_MAX_JOBS = 400
 _SHUFFLED_ORDERS = 6  # steps this small try several purchase orders (see buy)  # waiting gangs that reserve capacity per pass (bounds the work per pass)
@@ -2074,26 +2075,46 @@ class _Pass:
         least as dear as ``source`` (kept instead of ``source``, it saves
         nothing; before 2026-11-28 the best fit stopped there) and a node not
         ready (still launching: the job would stop until it is up, and for
-        good if its launch fails; before 2026-11-28 it could go there)."""
+        good if its launch fails; before 2026-11-28 it could go there).
+
+        Among targets with as few GPUs left over, the cheapest for the job's
+        run: an idle node at its price (it is kept instead of idling out),
+        plus on spot the job's expected loss (:meth:`_risk_usd`); the first
+        ``_TIES`` such targets are weighed. The best fit's tie went to the
+        first kind, on-demand, so a job went into an idle $6/h on-demand node
+        beside an idle $1/h spot node, and the next pass moved it to spot
+        (before the twenty-seventh session, 2026-11-28)."""
         spot_ok, _ = self._spot_ok(job)
         kinds = self._kinds(job, spot_ok)
         ends_at = self.now + timedelta(hours=job.duration_hours)
+        loss = self._loss_hours(job)
         hidden: list[Slot] = []
+        choice: Slot | None = None
+        best = (math.inf, 0)
+        weighed = 0
         try:
-            while True:
+            while weighed < _TIES:
                 target = self.index.best_fit(job, kinds, 1, ends_at)
-                if target is None or target.new:
+                if target is None or choice is not None and target.free_gpus - job.gpus_per_worker > best[1]:
+                    break
+                if target.new and choice is None:
                     return None
+                self.index.withdraw(target)
+                hidden.append(target)
                 node = self.nodes.get(target.name)
-                if target.name in under_used and target.offer.usd_per_hour > source.offer.usd_per_hour or \
+                if target.new or \
+                        target.name in under_used and target.offer.usd_per_hour > source.offer.usd_per_hour or \
                         not target.jobs and target.offer.usd_per_hour >= source.offer.usd_per_hour or \
                         node is None or node.state is not NodeState.READY:
                     # an idle node as dear as the source saves nothing: it would be kept instead of the source;
                     # a node still launching would stop the job until it is up (or for good if it fails)
-                    self.index.withdraw(target)
-                    hidden.append(target)
                     continue
-                return target
+                weighed += 1
+                cost = (0.0 if target.jobs else target.offer.usd_per_hour) + \
+                    self._risk_usd(job, 1, target.offer, loss)
+                if choice is None or cost < best[0]:
+                    choice, best = target, (cost, target.free_gpus - job.gpus_per_worker)
+            return choice
         finally:
             for t in hidden:
                 self.index.restore(t)

@@ -641,6 +641,27 @@ def case_consolidation_into_an_idle_node_saves_only_the_difference():
         "$1.00/h, pays back in 0.4 h, policy allows 0.3 h" in p.explanation("mover").considered
 
 
+def case_consolidation_into_idle_nodes_of_equal_fit_takes_the_cheapest():
+    # The mover (2 GPUs of an under-used $10/h 8-GPU on-demand node) fits two idle 2-GPU nodes exactly: an
+    # on-demand one at $6/h and a spot one at $1/h (risk 0.05/h x (5 min restart + half of the 4 h left, no
+    # checkpoint interval) x $1 = $0.10/h). Each would otherwise idle out, so the spot one costs less for the
+    # run and is taken. Before, the best fit's tie went to the first kind, on-demand: the mover went into the
+    # $6/h node and a pass later moved again, to spot (benchmarks/plan_second_pass.py).
+    mover = replace(bound(job("mover", gpus=2, models=("A100-80GB",), duration_hours=5.0), "light",
+                          checkpoint=T0 - timedelta(minutes=5)), checkpointable=True)
+    fleet = [node("light", offer(price=10.0, market=Market.ON_DEMAND)),
+             node("od", offer("g2", gpus=2, price=6.0, market=Market.ON_DEMAND)),
+             node("spot", offer("g2", gpus=2, price=1.0))]
+    p = run(queue=[mover], fleet=fleet, pol=policy(idle_timeout_minutes=120.0))
+    (m,) = p.of_kind("migrate")
+    assert m.to_node_ids == ("spot",) and m.detail == (
+        "frees light ($10.00/h) into idle spot ($1.00/h); migration costs $0.42, pays back in 0.0 h")
+    # a dear spot node ($7/h) costs more than the on-demand one, risk or not: on-demand it is
+    fleet[2] = node("spot", offer("g2", gpus=2, price=7.0))
+    (m,) = run(queue=[mover], fleet=fleet, pol=policy(idle_timeout_minutes=120.0)).of_kind("migrate")
+    assert m.to_node_ids == ("od",)
+
+
 def case_a_node_emptied_by_consolidation_takes_the_job_a_node_like_it_was_bought_for():
     # two half-used 2-GPU nodes: r0 (checkpoint 5 min ago) moves onto n1's free GPU, as before. The queued 2-GPU
     # job q found no room when it was placed and bought a node of the same offer; it takes n0 instead, which is
