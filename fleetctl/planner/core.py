@@ -308,6 +308,7 @@ class _Pass:
         self.headroom_gpus: dict[str, int] = {}  # offer key -> GPUs bought ahead of forecast demand
         self.idle_fallback: set[str] = set()  # jobs that skipped an idle node to buy spot (_idle_dearer)
         self.drained = 0  # nodes consolidation emptied in this pass (the disruption budget)
+        self.deferred: set[str] = set()  # under-used nodes consolidation left to the move back to spot
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
         # Spot offers that can be bought now (the market lists them and none was just reclaimed).
         self.spot_on_sale = frozenset(o.key for o in self.offers if o.market is Market.SPOT)
@@ -1928,7 +1929,14 @@ class _Pass:
 
     # ------------------------------------------------------------------ 4. scale down
 
-    def consolidate(self) -> tuple[list[Migrate], list[Terminate]]:
+    def consolidate(self, only: set[str] | None = None) -> tuple[list[Migrate], list[Terminate]]:
+        """Empty under-used nodes into others (docs/planner.md, step 8). A
+        node whose one job the move back to spot may take instead, and whose
+        move here would go into an idle on-demand node, is left to that move
+        (``self.deferred``; before the twenty-seventh session, 2026-11-28, the
+        job went into the idle on-demand node and moved to spot a pass later,
+        two restarts); ``only``: consolidate just these nodes, none deferred
+        (after the move back to spot, for the nodes it left)."""
         p = self.policy
         if p.disruption_budget_nodes <= 0 or p.consolidation_payback_hours <= 0:
             return [], []
@@ -1947,6 +1955,9 @@ class _Pass:
             candidates.append((-slot.offer.usd_per_hour, slot.name, slot))
         candidates.sort(key=lambda t: (t[0], t[1]))
         under_used = {slot.name for _, _, slot in candidates}
+        if only is not None:
+            candidates = [c for c in candidates if c[2].name in only]
+        defer = only is None and p.replace_on_demand_with_spot and self.scale_up_wait is None
         settle = timedelta(hours=p.consolidation_payback_hours)
         # Idle GPUs per model the forecast headroom wants kept (scaling.max_headroom_gpus): a node whose
         # emptying would leave fewer is not emptied, or headroom would buy one like it in the same pass.
@@ -2019,6 +2030,13 @@ class _Pass:
                     f"saves ${net:.2f}/h, pays back in {net_payback:.1f} h, policy allows {p.consolidation_payback_hours:g} h"
                 for j in jobs if len(moves) == len(jobs) else ():
                     self._note(j, f"consolidation of {slot.name} declined: the move {into} {why}")
+                continue
+            if defer and opened and len(jobs) == 1 and slot.offer.market is Market.ON_DEMAND and \
+                    all(t.offer.market is Market.ON_DEMAND for _, t in moves) and self._spot_ok(jobs[0])[0]:
+                for j, target in moves:
+                    self.index.give_back(target, j)
+                self.index.restore(slot)
+                self.deferred.add(slot.name)
                 continue
             into = f" into idle {', '.join(sorted(opened))} (${sum(opened.values()):.2f}/h)" if opened else ""
             for j, target in moves:
@@ -2493,6 +2511,12 @@ class _Pass:
                                                  migrations)
         migrations += moved
         consolidated += replaced
+        if self.deferred:  # nodes left to the move back to spot that it did not empty
+            self.drained += len(replaced)
+            left = {m.from_node_ids[0] for m in moved}
+            more, emptied = self.consolidate(self.deferred - left)
+            migrations += more
+            consolidated += emptied
         if self.scale_up_wait is None:
             # After the moves: an idle node a move filled is no headroom, and a node a move empties is
             # (before 2026-11-28 it ran first, and the next pass bought what a move had used up).

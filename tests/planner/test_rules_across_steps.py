@@ -132,17 +132,27 @@ def case_consolidation_moves_a_job_once_per_plan():
 
 
 def case_a_job_consolidation_moved_is_not_moved_to_spot_in_the_same_plan():
-    # Consolidation moves "ck" from the dear on-demand node to the cheap one; the move back to spot must not
-    # then move it again (a second restart in one plan).
+    # Consolidation moves "ck" from the dear on-demand node into room on a busy cheaper one; the move back to
+    # spot must not then move it again (a second restart in one plan).
     od_dear = offer("od-dear", price=10.0, market=Market.ON_DEMAND)
     od_cheap = offer("od-cheap", price=6.0, market=Market.ON_DEMAND)
     spot = offer("sp", price=2.0)
     ck = checkpointed(job("ck", gpus=1, duration_hours=20), "a", started=T0 - timedelta(hours=3))
+    busy = running(job("busy", gpus=4, duration_hours=20), "b")
     fleet = [node("a", od_dear), node("b", od_cheap, ready_at=T0 - timedelta(minutes=2))]
-    p = run(queue=[ck], fleet=fleet, offers=[od_dear, od_cheap, spot],
-            pol=policy(replace_on_demand_with_spot=True, disruption_budget_nodes=2))
+    pol = policy(replace_on_demand_with_spot=True, disruption_budget_nodes=2)
+    p = run(queue=[ck, busy], fleet=fleet, offers=[od_dear, od_cheap, spot], pol=pol)
     assert moves(p) == [("ck", ("a",), ("b",))]
     assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["a"]
+    # With "b" idle, consolidation leaves "a" to the move back to spot: "ck" goes to spot at once, in one
+    # restart (before the twenty-seventh session it went into "b", which it kept at $6/h, and the next plan
+    # moved it to spot: two restarts)
+    p = run(queue=[ck], fleet=fleet, offers=[od_dear, od_cheap, spot], pol=pol)
+    assert moves(p) == [("ck", ("a",), ("new-1",))]
+    assert [l.offer for l in p.of_kind("launch")] == [spot] and [t.node_id for t in p.of_kind("terminate")] == ["a"]
+    # ... and when the move back to spot does not take it (spot dearer than "a"), consolidation still does
+    p = run(queue=[ck], fleet=fleet, offers=[od_dear, od_cheap, offer("sp", price=12.0)], pol=pol)
+    assert moves(p) == [("ck", ("a",), ("b",))]
 
 
 
