@@ -244,3 +244,35 @@ def test_plan_second_pass_carries_a_plan_out_and_counts_second_plans():
     assert result["seeds"] == 40 and set(result) == {
         "seeds", "second_plans_changing_the_fleet", "consolidation_the_disruption_budget_stopped", "by_actions"}
     assert result["second_plans_changing_the_fleet"] == sum(v["count"] for v in result["by_actions"].values())
+
+
+@pytest.mark.parametrize("seed", [126])  # a small one with a reclaim of fleetctl's spot node
+def test_sim_fuzz_runs_a_random_case_through_every_policy_with_the_invariants(seed):
+    """benchmarks/sim_fuzz.py on one of its seeds: every policy keeps the invariants after every event,
+    completes every job and costs no less than the lower bound (``failures`` is empty)."""
+    from benchmarks.sim_fuzz import failures
+    from fleetctl.sim.baselines import PLANNERS
+
+    assert failures(seed, sorted(PLANNERS)) == []
+
+
+def test_sim_fuzz_reports_what_breaks_with_its_seed(monkeypatch):
+    """A run that breaks an invariant is a failure naming the seed, the policy and what broke, not a crash of
+    the fuzzer; the exit status says so."""
+    import benchmarks.sim_fuzz as fuzz
+
+    def broken(now, world):
+        raise AssertionError("a job is on two nodes")
+
+    monkeypatch.setattr(fuzz, "check_invariants", broken)
+    assert fuzz.failures(126, ["on-demand"]) == [
+        {"seed": 126, "policy": "on-demand", "kind": "error", "detail": "AssertionError: a job is on two nodes"}]
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_fuzz.py"), "--seeds", "126:127",
+                           "--policies", "on-demand", "--format", "json"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) | {"seconds": 0} == {"seeds": "126:127", "cases": 1, "policies": ["on-demand"],
+                                                       "runs": 1, "failures": [], "seconds": 0}
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sim_fuzz.py"), "--policies", "nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown policies ['nope']" in bad.stderr
