@@ -647,6 +647,31 @@ def test_samples_start_on_the_grid_at_or_after_the_first_observation():
     on_grid = build_samples(_steps((0, 3), (1, 7)), 60)
     assert list(on_grid.origins_s) == [T0.timestamp()] and (on_grid.level[0], on_grid.outcome[0]) == (3.0, 7.0)
 
+def test_features_with_less_than_a_day_of_history():
+    """6 GPUs from half a second after T0 (a Friday), 9 from 00:10 to the end (02:00). Horizon 1 h: origins
+    from 00:05, the first grid point at or after the first observation (00:00 is half a second before it), to
+    01:00, 12 of them. Grid samples before the first observation are missing and count in nothing. At 00:05
+    the one known sample is 6: scale 6, and none differs from the level: 24 hours since a change. At 00:10,
+    samples 9 and 6: scale 7.5, level 9 / 7.5 = 1.2, the change 5 minutes back. At 00:15, 9, 9 and 6: scale
+    8, level 9 / 8 = 1.125, the change 10 minutes back; the last hour's and 6 hours' means 8 / 8, maximum
+    9 / 8, minimum 6 / 8, standard deviation sqrt((1 + 1 + 4) / 3) / 8; the change over 15 minutes (to 00:00)
+    and yesterday's levels are missing."""
+    series = DemandSeries("steps", "V100-32GB", T0.timestamp() + np.array([0.5, 600.0, 7200.0]),
+                          np.array([6.0, 9.0, 9.0]))
+    s = build_samples(series, 60)
+    assert list((s.origins_s - T0.timestamp()) / 300) == list(range(1, 13))
+    assert (list(s.scale[:3]), list(s.level[:3]), s.outcome[0]) == ([6.0, 7.5, 8.0], [6.0, 9.0, 9.0], 9.0)
+    got = [dict(zip(FEATURES, x)) for x in s.X[:3]]
+    assert [g["level"] for g in got] == pytest.approx([1.0, 1.2, 1.125])
+    assert [g["hours_since_change"] for g in got] == pytest.approx([24.0, 1 / 12, 1 / 6])
+    assert {k: got[2][k] for k in ("mean_1h", "mean_6h", "max_24h", "min_24h", "hour_of_day_utc",
+                                   "day_of_week_utc")} == {"mean_1h": 1.0, "mean_6h": 1.0, "max_24h": 1.125,
+                                                           "min_24h": 0.75, "hour_of_day_utc": 0.25,
+                                                           "day_of_week_utc": 4.0}
+    assert got[2]["std_24h"] == pytest.approx(np.sqrt(2) / 8)
+    assert all(np.isnan(got[2][k]) for k in ("change_15m", "change_6h", "seasonal_level", "seasonal_change"))
+
+
 def test_features_hand_computed():
     """The origin 24 h after T0 (a Saturday, 00:00 UTC) at horizon 1 h, on 5-minute grid samples k = 0 (the
     origin) .. 288 (T0) back: 20 GPUs at k 0-2 (from 23 h 50), 2 at k 3-11 (from 23 h 05), 26 at k 12-35
@@ -691,6 +716,15 @@ def test_pinball_coverage_and_mae_hand_computed():
     assert demand.pinball(y, pred, 0.5) == pytest.approx(2.5 / 3)
     assert demand._scores(y, np.array([9.0, 10.0, 10.0]), pred) == {
         "mae": 0.333333, "pinball_p90": 0.7, "p90_coverage": 0.666667}
+
+
+def test_scores_are_rounded_to_6_decimals_each():
+    """Outcomes 1 then six 0s; a median of 1/3 everywhere and a 90th percentile of 0 everywhere. MAE
+    (2/3 + 6 x 1/3) / 7 = 8/21 = 0.3809523..; pinball 0.9 x 1 / 7 = 0.1285714.. (only the first outcome is
+    above it); coverage 6/7 = 0.8571428..: each rounded to 6 decimals, not 5 or 7."""
+    y = np.array([1.0] + [0.0] * 6)
+    assert demand._scores(y, np.full(7, 1 / 3), np.zeros(7)) == {
+        "mae": 0.380952, "pinball_p90": 0.128571, "p90_coverage": 0.857143}
 
 
 class _Change:
