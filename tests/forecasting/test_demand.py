@@ -271,6 +271,22 @@ def test_demand_series_round_trip_and_errors(tmp_path):
         read_demand_series(tmp_path / "missing.csv")
 
 
+def test_a_demand_series_built_in_code_is_checked():
+    """Series built without the reader (the runtime, the API): as many values as times, at least one row,
+    times strictly increasing (one equal or earlier time is enough to refuse; half a second later is
+    later); the name says which."""
+    t = T0.timestamp() + np.array([0.0, 300.0])
+    with pytest.raises(ValueError, match=r"^api\[L4\]: 2 times but 1 values$"):
+        DemandSeries("api", "L4", t, np.array([1.0]))
+    with pytest.raises(ValueError, match=r"^api\[L4\]: the series is empty$"):
+        DemandSeries("api", "L4", np.array([]), np.array([]))
+    for later in (300.0, 200.0):  # the third time equal to the second, or before it
+        with pytest.raises(ValueError, match=r"^api\[L4\]: times must be strictly increasing$"):
+            DemandSeries("api", "L4", np.append(t, T0.timestamp() + later), np.array([1.0, 2.0, 3.0]))
+    close = DemandSeries("api", "L4", T0.timestamp() + np.array([0.0, 0.5, 300.0]), np.array([1.0, 2.0, 3.0]))
+    assert list(close.scaled(2.5).gpus) == [2.5, 5.0, 7.5]  # half a second apart is increasing
+
+
 def test_a_series_may_span_a_year_and_no_more():
     """A first row of 2002 for 2020 made a series of 18 years: training and evaluation built a 1.9-million x
     289 grid (4 GB) and died with a MemoryError. The reader refuses it, naming the rows and the span."""
@@ -576,6 +592,63 @@ def test_a_series_too_short_to_train_on_is_left_out_and_named():
     # Measured inside the training window: three days, but only one before --until.
     with pytest.raises(ValueError, match="inside the training window"):
         DemandModel.train([long], horizons_minutes=(60,), until_utc=T0 + timedelta(days=1), candidates=FAST)
+
+
+def test_a_series_is_trained_on_with_36_hours_inside_the_window():
+    """5 GPUs from T0, 6 from 12 h, to 36 h: exactly MIN_TRAINING_SECONDS, kept, with no window and inside one
+    wider than the series (the span is the series' own, from its first row to its last, not the window's).
+    From since 1 h: 35 hours inside the window; to until 35 h 20 m: 35.33; since past the end: 0, not
+    negative. Each is left out, with its hours (to 2 decimals) and why (to 1: 35 h 3 m 18 s is 35.055 hours,
+    35.1; 35 h 2 m 42 s is 35.045, 35.0). A series of 30 hours with no window has them 'in all'; the series
+    after a kept one are looked at too."""
+    s = _steps((0, 5), (12, 6), (36, 5))
+    at = lambda hours: T0.timestamp() + hours * 3600  # noqa: E731
+    assert demand._long_enough([s], None, None) == ([s], [])
+    assert demand._long_enough([s], at(-1), at(40)) == ([s], [])
+    for since, until, hours in ((at(1), None, 35.0), (None, at(35 + 1 / 3), 35.33), (at(37), at(40), 0.0)):
+        kept, skipped = demand._long_enough([s], since, until)
+        assert kept == [] and skipped == [{
+            "series": "steps[V100-32GB]", "hours": hours,
+            "reason": f"steps[V100-32GB] has {hours:.1f} hours of data inside the training window, fewer than the "
+                      "36 hours training needs"}], (since, until)
+    for since, until, said in ((None, at(35) + 198, "35.1"), (at(1) - 162, None, "35.0")):
+        [skipped] = demand._long_enough([s], since, until)[1]
+        assert skipped["reason"].startswith(f"steps[V100-32GB] has {said} hours of data inside"), skipped
+    short = _steps((0, 5), (30, 5))
+    assert demand._long_enough([s, short], None, None) == ([s], [{
+        "series": "steps[V100-32GB]", "hours": 30.0,
+        "reason": "steps[V100-32GB] has 30.0 hours of data in all, fewer than the 36 hours training needs"}])
+
+
+def test_training_window_samples_and_baseline_quantiles_by_hand():
+    """10 GPUs in even hours after T0, 20 in odd ones, to 72 h; trained at 1 h from since 24 h to until 60 h
+    (exactly 36 hours). Origins 24 h .. 59 h (the last one's target at until), 35 x 12 + 1 = 421; the window
+    is 24 h .. 60 h. Every origin has a full day behind it: 144 grid samples of 10, 144 of 20 and y(t - 24 h)
+    = y(t), so the scale is (4320 + y(t)) / 289. The last value's relative error is +10 x 289 / 4330 in even
+    hours (216 origins) and -10 x 289 / 4340 in odd ones (205): more than a tenth are the largest, so its
+    90th percentile is 2890 / 4330. Yesterday at the target's time is the outcome (a 2-hour period): 0."""
+    series = _steps(*((k, 10 if k % 2 == 0 else 20) for k in range(73)))
+    trained = DemandModel.train([series], horizons_minutes=(60,), since_utc=T0 + timedelta(hours=24),
+                                until_utc=T0 + timedelta(hours=60), candidates=FAST)
+    m = trained.metadata
+    assert (m["samples"], m["skipped_series"]) == ({"60": 421}, [])
+    assert m["training_window_utc"] == ["2020-05-02T00:00:00Z", "2020-05-03T12:00:00Z"]
+    assert m["training_until_utc"] == "2020-05-03T12:00:00Z"
+    assert m["baseline_residual_q90"]["60"] == pytest.approx({"last_value": 2890 / 4330, "seasonal_naive": 0.0})
+
+
+
+def test_training_needs_20_validation_origins():
+    """61 hours of data: the validation slice starts at 70% of the window, 42 h 42 m, so from 42 h 45 m. At a
+    horizon of 1000 minutes the last origin is 61 h - 1000 min = 44 h 20 m: 20 validation origins, so it
+    trains, on 2660 / 5 + 1 = 533 samples. At 1005 minutes the last origin is 44 h 15 m, 19 validation
+    origins: refused, saying why (532 samples)."""
+    series = _steps((0, 5), (12, 6), (24, 5), (61, 7))
+    trained = DemandModel.train([series], horizons_minutes=(1000,), candidates=FAST)
+    assert trained.metadata["samples"] == {"1000": 533}
+    with pytest.raises(ValueError, match=r"^too little history to train at horizon 1005 min \(532 samples\); give "
+                                         r"longer series \(at least a few days\)$"):
+        DemandModel.train([series], horizons_minutes=(1005,), candidates=FAST)
 
 
 @pytest.mark.parametrize("text", [
