@@ -638,6 +638,43 @@ def test_training_window_samples_and_baseline_quantiles_by_hand():
 
 
 
+def test_hyperparameters_are_fitted_on_targets_before_the_validation_slice(monkeypatch):
+    """The series of test_training_window_samples_and_baseline_quantiles_by_hand, with a regressor that
+    records what it is given and predicts no change, trained from 24 h to until 60 h 40 m: origins 24 h ..
+    59 h 40 m (429), a window of 36 h 40 m, whose 70% (25 h 40 m) falls on the grid. Each candidate is fitted
+    on the origins whose target is at most 70% in (24 h .. 48 h 40 m, 297 of them: the last one's target is
+    exactly there), validated on the origins from 70% on (49 h 40 m, exactly there, .. 59 h 40 m: 121), and
+    the chosen one refitted on all 429; then the training scores predict all 429 once per quantile. The target
+    is the change in units of the scale: +10 x 289 / 4330 from an even hour (the first 12, then 153 of the
+    297), -10 x 289 / 4340 from an odd one; each sample weighted by its scale, 4330 / 289 or 4340 / 289."""
+    import sklearn.ensemble
+
+    calls = []
+
+    class Recorder:
+        def __init__(self, **params) -> None:
+            self.params = params
+
+        def fit(self, X, y, sample_weight=None):  # noqa: ANN001, ANN201
+            calls.append(("fit", len(X), np.asarray(y).copy(), np.asarray(sample_weight).copy()))
+            return self
+
+        def predict(self, X):  # noqa: ANN001, ANN201
+            calls.append(("predict", len(X)))
+            return np.zeros(len(X))
+
+    monkeypatch.setattr(sklearn.ensemble, "HistGradientBoostingRegressor", Recorder)
+    series = _steps(*((k, 10 if k % 2 == 0 else 20) for k in range(73)))
+    DemandModel.train([series], horizons_minutes=(60,), since_utc=T0 + timedelta(hours=24),
+                      until_utc=T0 + timedelta(hours=60, minutes=40), candidates=FAST)
+    assert [c[:2] for c in calls] == [("fit", 297), ("predict", 121), ("fit", 429)] * 2 + [("predict", 429)] * 2
+    up, down = 10 * 289 / 4330, -10 * 289 / 4340
+    _, _, target, weight = calls[0]
+    assert list(target[:13]) == pytest.approx([up] * 12 + [down]) and (target > 0).sum() == 153
+    assert set(np.round(target, 12)) == {round(up, 12), round(down, 12)}
+    assert list(weight[:13]) == pytest.approx([4330 / 289] * 12 + [4340 / 289])
+
+
 @pytest.mark.xfail(strict=True, reason="MIN_TRAINING_SECONDS (36 h) ignores the horizon: at 6 h a series needs "
                                        "(24 h + 6 h) / 0.7 = 42.9 hours for its fitting slice to have an origin with "
                                        "a day behind it; below that scikit-learn's binning fails on the all-missing "
