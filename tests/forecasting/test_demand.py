@@ -271,6 +271,40 @@ def test_demand_series_round_trip_and_errors(tmp_path):
         read_demand_series(tmp_path / "missing.csv")
 
 
+def test_demand_series_csv_refusals_each_said_once():
+    """An empty file, a header alone, a time equal to the previous one of its GPU model (refused as an earlier
+    one is); every bad row said and the reading going on past it (a blank line, a gpus that is not a number at
+    4:25, an unknown GPU model at 5:22, a last row of 2 cells: the header's width counts); a header with an unknown column (at 1:25) or a
+    missing one is said alone, before any row is read."""
+    def issues(text: str) -> list[str]:
+        with pytest.raises(SpecError) as info:
+            parse_demand_series(text, "d.csv")
+        return [str(i) for i in info.value.issues]
+
+    header = "time_utc,gpu_model,gpus\n"
+    assert issues("") == ["d.csv:1:1: (root): file is empty; expected the header time_utc,gpu_model,gpus"]
+    assert issues(header) == ["d.csv:1:1: (root): the file has a header but no rows"]
+    assert issues(header + "2020-05-01T00:00:00Z,L4,1\n2020-05-01T00:00:00Z,L4,2\n") == [
+        "d.csv:3:1: time_utc: must be after the previous L4 row's time (line 2); times are strictly increasing "
+        "per GPU model"]
+    said = issues(header + "2020-05-01T00:00:00Z,L4,1\n\n2020-05-01T00:10:00Z,L4,x\n2020-05-01T00:15:00Z,V100,1\n"
+                  "2020-05-01T00:05:00Z,L4\n")
+    assert [i.split(": ", 1)[0] for i in said] == ["d.csv:3:1", "d.csv:4:25", "d.csv:5:22", "d.csv:6:1"], said
+    assert (said[0], said[3]) == ("d.csv:3:1: (root): blank line; remove it",
+                                  "d.csv:6:1: (root): the row has 2 cells; the header has 3")
+    # a refused row is not a GPU model's previous time: 00:05 after a refused 00:10 (a bad count, a bad
+    # model) is the first; 00:03 after a refused 00:00 is still before 00:05 (line 2)
+    said = issues(header + "2020-05-01T00:10:00Z,L4,x\n2020-05-01T00:05:00Z,L4,1\n2020-05-01T00:10:00Z,V100,1\n"
+                  "2020-05-01T00:05:00Z,V100,1\n")
+    assert [i.split(": ", 2)[1] for i in said] == ["gpus", "gpu_model", "gpu_model"], said
+    said = issues(header + "2020-05-01T00:05:00Z,L4,1\n2020-05-01T00:00:00Z,L4,1\n2020-05-01T00:03:00Z,L4,1\n")
+    assert [i.split(": ", 1)[0] for i in said] == ["d.csv:3:1", "d.csv:4:1"] and all("(line 2)" in i for i in said)
+    assert issues("time_utc,gpu_model,gpus,extra\n2020-05-01T00:00:00Z,L4,x,2\n") == [
+        "d.csv:1:25: (root): unknown column 'extra'; expected the columns time_utc,gpu_model,gpus"]
+    assert issues("time_utc,gpu_model\n,L4\n") == [
+        "d.csv:1:1: (root): missing column(s) gpus; expected time_utc,gpu_model,gpus"]
+
+
 def test_a_demand_series_built_in_code_is_checked():
     """Series built without the reader (the runtime, the API): as many values as times, at least one row,
     times strictly increasing (one equal or earlier time is enough to refuse; half a second later is
