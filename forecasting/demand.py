@@ -250,9 +250,7 @@ def _long_enough(series: Sequence[DemandSeries], since_s: float | None,
     and a record of each one left out (its name, hours and why)."""
     kept, skipped = [], []
     for s in series:
-        lo = float(s.times_s[0]) if since_s is None else max(float(s.times_s[0]), since_s)
-        hi = float(s.times_s[-1]) if until_s is None else min(float(s.times_s[-1]), until_s)
-        span = max(hi - lo, 0.0)
+        span = _span_s(s, since_s, until_s)
         if span >= MIN_TRAINING_SECONDS:
             kept.append(s)
             continue
@@ -261,6 +259,22 @@ def _long_enough(series: Sequence[DemandSeries], since_s: float | None,
                         "reason": f"{s.name} has {span / 3600:.1f} hours of data {where}, fewer than the "
                                   f"{MIN_TRAINING_SECONDS / 3600:.0f} hours training needs"})
     return kept, skipped
+
+
+def _all_missing(X: np.ndarray) -> list[str]:
+    """The features without a single finite value in ``X`` (rows: samples)."""
+    return [name for name, known in zip(FEATURES, np.isfinite(X).any(axis=0)) if not known]
+
+
+def _span_s(s: DemandSeries, since_s: float | None, until_s: float | None) -> float:
+    """Seconds of ``s`` inside ``[since, until]``."""
+    lo = float(s.times_s[0]) if since_s is None else max(float(s.times_s[0]), since_s)
+    hi = float(s.times_s[-1]) if until_s is None else min(float(s.times_s[-1]), until_s)
+    return max(hi - lo, 0.0)
+
+
+def _hours(minutes: int) -> str:
+    return f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"
 
 
 def series_digest(series: DemandSeries) -> str:
@@ -350,6 +364,17 @@ class DemandModel:
                 if fit.sum() < 50 or val.sum() < 20:
                     raise ValueError(f"too little history to train at horizon {h} min ({len(y)} samples); give "
                                      "longer series (at least a few days)")
+                missing = _all_missing(X[fit])
+                if missing:
+                    # scikit-learn cannot bin a feature without a value ("window shape cannot be larger than
+                    # input array shape"); the seasonal ones need a day behind an origin of the fitting slice
+                    need = (DAY_SECONDS + h * 60.0) / TUNE_FRACTION / 3600
+                    raise ValueError(
+                        f"cannot train at horizon {_hours(h)}: no series has a fitting sample with "
+                        f"{', '.join(missing)} (a day of history before the origin), so a series needs at least "
+                        f"{need:.1f} hours inside the training window there; "
+                        + ", ".join(f"{s.name} has {_span_s(s, since_s, until_s) / 3600:.1f}" for s in series)
+                        + ". Give longer series, or leave the horizon out (--horizons)")
                 samples_per_horizon[str(h)] = int(len(y))
                 # The validation slice's median as it will be issued (set once the 0.5 quantile is chosen):
                 # the 90th percentile is issued at least at the median, so its candidates are scored so too.
@@ -376,8 +401,8 @@ class DemandModel:
                         val_group = group[val]
                         for i in range(len(parts)):
                             others = fit & (group != i)
-                            if others.sum() < 50 or not (val_group == i).any():
-                                continue
+                            if others.sum() < 50 or not (val_group == i).any() or _all_missing(X[others]):
+                                continue  # (a feature only series i has: the others cannot be fitted alone)
                             est = HistGradientBoostingRegressor(loss="quantile", quantile=q, early_stopping=False,
                                                                 random_state=seed, **best)
                             est.fit(X[others], r[others], sample_weight=scale[others])

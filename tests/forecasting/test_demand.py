@@ -709,22 +709,33 @@ def test_hyperparameters_are_fitted_on_targets_before_the_validation_slice(monke
     assert list(weight[:13]) == pytest.approx([4330 / 289] * 12 + [4340 / 289])
 
 
-@pytest.mark.xfail(strict=True, reason="MIN_TRAINING_SECONDS (36 h) ignores the horizon: at 6 h a series needs "
-                                       "(24 h + 6 h) / 0.7 = 42.9 hours for its fitting slice to have an origin with "
-                                       "a day behind it; below that scikit-learn's binning fails on the all-missing "
-                                       "seasonal_change column")
-def test_a_series_kept_for_training_trains_at_6_hours_or_is_named():
-    """40 hours of data: more than the 36 hours a series needs to be kept, so it is. At 6 h (a default horizon)
-    the fitting slice holds the origins whose target is within 70% of the window (28 h), so origins up to
-    22 h: none has a day behind it, seasonal_change (y(t + h - 24 h) - y(t - 24 h)) is missing in every fit
-    sample, and training stops with scikit-learn's 'window shape cannot be larger than input array shape'
-    (the CLI prints it alone, exit 2), the error a023312 set out to replace by leaving such series out and
-    naming them. It should train, or refuse naming the series."""
-    series = _steps((0, 5), (12, 6), (24, 5), (40, 7))
-    try:
-        DemandModel.train([series], horizons_minutes=(360,), candidates=FAST)
-    except ValueError as exc:
-        assert "steps[V100-32GB]" in str(exc), str(exc)
+def test_a_series_too_short_for_a_horizon_is_refused_naming_it_and_what_it_needs():
+    """40 hours of data: more than the 36 hours a series needs to be kept, so it is. At 6 h the fitting slice
+    holds the origins whose target is within 70% of the window (28 h), so origins up to 22 h: none has a day
+    behind it, and seasonal_change (y(t + h - 24 h) - y(t - 24 h)) is missing in every fit sample. scikit-learn's binning then stopped
+    training with 'window shape cannot be larger than input array shape' (the CLI printed it alone, exit 2;
+    found by mutation testing, 2026-11-28). Now a refusal names the features, the hours a series needs at
+    that horizon ((24 h + 6 h) / 0.7 = 42.9) and each series' hours. At 1 h (35.7 hours needed) it trains,
+    and at 6 h with 43 hours it does too."""
+    with pytest.raises(ValueError) as info:
+        DemandModel.train([_steps((0, 5), (12, 6), (24, 5), (40, 7))], horizons_minutes=(360,), candidates=FAST)
+    assert str(info.value) == (
+        "cannot train at horizon 6 h: no series has a fitting sample with seasonal_change (a day of history "
+        "before the origin), so a series needs at least 42.9 hours inside the training window there; "
+        "steps[V100-32GB] has 40.0. Give longer series, or leave the horizon out (--horizons)")
+    assert DemandModel.train([_steps((0, 5), (12, 6), (24, 5), (40, 7))], horizons_minutes=(60,),
+                             candidates=FAST).horizons_minutes == (60,)
+    assert DemandModel.train([_steps((0, 5), (12, 6), (24, 5), (43, 7))], horizons_minutes=(360,),
+                             candidates=FAST).horizons_minutes == (360,)
+
+
+def test_a_short_series_beside_a_long_one_trains_at_6_hours():
+    """The 40-hour series has no seasonal features in its fitting slice at 6 h, the 4-day one has: training
+    goes on, and the calibration on the other series skips the fit that would have only the short series
+    (scikit-learn could not bin the seasonal features there)."""
+    short = _steps((0, 5), (12, 6), (24, 5), (40, 7))
+    model = DemandModel.train([short, synthetic(days=4)], horizons_minutes=(360,), candidates=FAST)
+    assert model.horizons_minutes == (360,)
 
 
 def test_training_needs_20_validation_origins():
