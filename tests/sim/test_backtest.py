@@ -297,12 +297,14 @@ def _job(gpu_memory_gib: float = 0.0, **kw):
 
 @pytest.mark.parametrize("the_job, usd", [
     (_job(vcpus=12, memory_gib=128, gpu_memory_gib=16.0), 1.0),  # fills g1 to the edge: 1 x 1.0
+    (_job(vcpus=13), 2.0),  # a vCPU more than g1 has: g4
+    (_job(memory_gib=129), 2.0),  # a GiB more than g1 has: g4
     (_job(gpus=2), 2 * 2.0),  # 2 GPUs a worker: only g4 holds it, 2 GPUs x 2.0
     (_job(gpus=1, models=("A100-80GB",)), 2.0),  # only on an A100: g4's 2.0 per GPU-hour
     (_job(gpu_memory_gib=32.0), 2.0),  # a GPU of 32 GiB or more: g4
     (_job(workers=2), 2 * 1.0),  # 2 workers x 1 GPU on g1
     (_job(gpus=8), 0.0),  # no instance type holds a worker: adds nothing
-], ids=["fills-g1", "two-gpus-a-worker", "a100-only", "gpu-memory", "two-workers", "held-by-none"])
+], ids=["fills-g1", "g1-vcpus", "g1-memory", "two-gpus-a-worker", "a100-only", "gpu-memory", "two-workers", "held-by-none"])
 def test_lower_bound_prices_each_job_on_the_cheapest_instance_type_that_holds_a_worker(the_job, usd):
     assert lower_bound_cost([the_job], _with_a_four_gpu_type(), sim_policy()) == pytest.approx(usd)
 
@@ -336,6 +338,16 @@ def test_the_summary_reads_each_number_from_its_own_field():
                           "gpu_utilization": 0.4375, "wait_p50_hours": 2.0, "wait_p95_hours": 3.8,
                           "deadline_misses": 7, "jobs_total": 8, "jobs_completed": 5, "jobs_lost": 1,
                           "interruptions": 11, "migrations": 12}
+    # Every float 1.4e-6 past those: each rounds to 1e-6 past, not to 5 decimals (none past) nor 7 (all of it).
+    # The waits' p95 is 3.0000014 + 0.8 x 1 = 3.8000014.
+    e = 1.4e-6
+    fine = replace(r, useful_gpu_hours=2.5 + e, lost_gpu_hours=3.5 + e, gpu_utilization=0.4375 + e,
+                   wait_hours=tuple(w + e for w in r.wait_hours))
+    got = metrics(fine)
+    assert {k: got[k] for k in ("useful_gpu_hours", "lost_gpu_hours", "gpu_utilization", "wait_p50_hours",
+                                "wait_p95_hours")} == {"useful_gpu_hours": 2.500001, "lost_gpu_hours": 3.500001,
+                                                       "gpu_utilization": 0.437501, "wait_p50_hours": 2.000001,
+                                                       "wait_p95_hours": 3.800001}
 
 
 def test_the_breakdown_benchmark_bills_what_the_backtest_bills(tmp_path):
@@ -360,3 +372,40 @@ def test_the_breakdown_benchmark_bills_what_the_backtest_bills(tmp_path):
     busy = sum(row["gpu_hours"] for row in doc["by_market_and_activity"] if row["node"] == "running")
     assert ran == pytest.approx(busy, abs=1e-4)  # the GPU-hours of running jobs are the busy nodes' GPU-hours
     assert f"# fleetctl, seed 0: {cost:.2f} USD" in done.stdout
+
+
+@pytest.mark.parametrize("kw, usd", [
+    ({"gpu_models": ("A100-80GB",)}, 2.0),  # g1's V100s are excluded: g4's 2.0 per GPU-hour
+    ({"gpu_models": ("V100-16GB",)}, 1.0),
+    ({"gpu_models": ("A100-80GB", "V100-16GB")}, 1.0),
+    ({"providers": ("aws",)}, 1.0),  # the allow-lists that name the market's own provider and region keep it
+    ({"regions": ("r1",)}, 1.0),
+    ({"regions": ("r2",)}, 0.0),
+], ids=["a100", "v100", "both-models", "aws", "r1", "r2"])
+def test_the_policys_allow_lists_bound_the_offers_priced(kw, usd):
+    """One 1-hour, 1-GPU job on the fixture's g1 (V100, spot from 1.0 per GPU-hour) and g4 (A100, 2.0)."""
+    assert lower_bound_cost([_job()], _with_a_four_gpu_type(), sim_policy(**kw)) == pytest.approx(usd)
+
+
+def test_exclusions_name_each_offer_outside_the_gpu_models_and_never_a_cpu_offer():
+    """The policy allows only A100s: g1's spot and on-demand V100 offers of each zone are named; a CPU-only type
+    (no GPU model) is not, as the planner admits it."""
+    cpu = offer("c8", gpus=0, price=0.5, zone="z1", model=None)
+    cpu_trace = MarketTrace(cpu, replace(cpu, market=OfferMarket.ON_DEMAND, usd_per_hour=1.0), T0, GAP, (1,) * 36)
+    m = Market(_with_a_four_gpu_type().traces + (cpu_trace,), T0)
+    lines = exclusions(m, sim_policy(gpu_models=("A100-80GB",)))
+    assert lines == tuple(f"excluded aws/r1/{z}/g1/{market}: GPU model V100-16GB is not in the policy's gpu_models"
+                          for z in ("z1", "z2", "z3") for market in ("spot", "on_demand"))
+
+
+def test_a_job_without_gpus_is_held_whatever_its_gpu_model_and_memory_say():
+    """The fixture's market sells V100-16GB only; a CPU job asking for A100s with 80 GiB is held there (as the
+    planner reads it: GPU fields bind only GPUs), so it is not reported stuck, and it adds nothing to the bound.
+    The same job with one GPU fits nothing."""
+    cpu = replace(_job(gpus=0, models=("A100-80GB",)), gpu_memory_gib_per_gpu=80.0)
+    models = _job(gpus=1, models=("A100-80GB",))
+    memory = _job(gpus=1, gpu_memory_gib=80.0)
+    assert exclusions(market(), sim_policy(), [cpu]) == ()
+    assert lower_bound_cost([cpu], market(), sim_policy()) == 0.0
+    for stuck in (models, memory):
+        assert exclusions(market(), sim_policy(), [stuck]) == ("1 job(s) fit no allowed offer and cannot run: j",)
