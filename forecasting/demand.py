@@ -256,7 +256,8 @@ def _long_enough(series: Sequence[DemandSeries], since_s: float | None,
             continue
         where = "inside the training window" if since_s is not None or until_s is not None else "in all"
         skipped.append({"series": s.name, "hours": round(span / 3600, 2),
-                        "reason": f"{s.name} has {span / 3600:.1f} hours of data {where}, fewer than the "
+                        # floored to a tenth of an hour: 35.96 hours are "35.9", not "36.0 ... fewer than 36"
+                        "reason": f"{s.name} has {math.floor(span / 360) / 10:.1f} hours of data {where}, fewer than the "
                                   f"{MIN_TRAINING_SECONDS / 3600:.0f} hours training needs"})
     return kept, skipped
 
@@ -308,8 +309,8 @@ class DemandModel:
               since_utc: datetime | None = None, until_utc: datetime | None = None, seed: int = 0,
               candidates: Sequence[dict[str, Any]] = CANDIDATES,
               progress: Callable[[str], None] | None = None) -> "DemandModel":
-        """Fit on the origins of every series whose target falls in
-        ``[since, until]`` (all of each series by default); see the module docstring.
+        """Fit on the origins at or after ``since`` whose target is at or before
+        ``until`` (all of each series by default); see the module docstring.
         A series with less than ``MIN_TRAINING_SECONDS`` (36 hours) inside the window
         is left out and recorded in ``metadata["skipped_series"]``; ValueError when
         none is left. ``candidates``: the hyperparameters to choose from (tests pass one, to be fast)."""

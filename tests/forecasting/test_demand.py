@@ -632,8 +632,8 @@ def test_a_series_is_trained_on_with_36_hours_inside_the_window():
     """5 GPUs from T0, 6 from 12 h, to 36 h: exactly MIN_TRAINING_SECONDS, kept, with no window and inside one
     wider than the series (the span is the series' own, from its first row to its last, not the window's).
     From since 1 h: 35 hours inside the window; to until 35 h 20 m: 35.33; since past the end: 0, not
-    negative. Each is left out, with its hours (to 2 decimals) and why (to 1: 35 h 3 m 18 s is 35.055 hours,
-    35.1; 35 h 2 m 42 s is 35.045, 35.0). A series of 30 hours with no window has them 'in all'; the series
+    negative. Each is left out, with its hours (to 2 decimals) and why (to 1, floored: 35 h 3 m 18 s is 35.055
+    hours, 35.0; 35 h 57 m 36 s is 35.96, 35.9). A series of 30 hours with no window has them 'in all'; the series
     after a kept one are looked at too."""
     s = _steps((0, 5), (12, 6), (36, 5))
     at = lambda hours: T0.timestamp() + hours * 3600  # noqa: E731
@@ -645,7 +645,9 @@ def test_a_series_is_trained_on_with_36_hours_inside_the_window():
             "series": "steps[V100-32GB]", "hours": hours,
             "reason": f"steps[V100-32GB] has {hours:.1f} hours of data inside the training window, fewer than the "
                       "36 hours training needs"}], (since, until)
-    for since, until, said in ((None, at(35) + 198, "35.1"), (at(1) - 162, None, "35.0")):
+    # floored to a tenth (until 2026-11-28 rounded, so 35.96 hours read "has 36.0 hours ..., fewer than the 36")
+    for since, until, said in ((None, at(35) + 198, "35.0"), (at(1) - 162, None, "35.0"), (None, at(35.96), "35.9"),
+                               (None, at(35.9), "35.9")):
         [skipped] = demand._long_enough([s], since, until)[1]
         assert skipped["reason"].startswith(f"steps[V100-32GB] has {said} hours of data inside"), skipped
     short = _steps((0, 5), (30, 5))
