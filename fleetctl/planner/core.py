@@ -307,7 +307,7 @@ class _Pass:
         self.jobs_by_id = {j.job_id: j for j in self.jobs}
         self.headroom_gpus: dict[str, int] = {}  # offer key -> GPUs bought ahead of forecast demand
         self.idle_fallback: set[str] = set()  # jobs that skipped an idle node to buy spot (_idle_dearer)
-        self.drained = 0  # nodes consolidation emptied in this pass (the disruption budget)
+        self.drained = 0  # nodes consolidation and the move back to spot emptied in this pass (the disruption budget)
         self.deferred: set[str] = set()  # under-used nodes consolidation left to the move back to spot
         self.offers = tuple(sorted((o for o in offers if self._allowed(o)), key=lambda o: o.key))
         # Spot offers that can be bought now (the market lists them and none was just reclaimed).
@@ -2108,13 +2108,13 @@ class _Pass:
         loss = self._loss_hours(job)
         hidden: list[Slot] = []
         choice: Slot | None = None
-        best = (math.inf, 0)
+        choice_cost = math.inf
         weighed = 0
         try:
             while weighed < _TIES:
                 target = self.index.best_fit(job, kinds, 1, ends_at)
-                if target is None or choice is not None and target.free_gpus - job.gpus_per_worker > best[1]:
-                    break
+                if target is None or choice is not None and target.free_gpus > choice.free_gpus:
+                    break  # more left over than the fits weighed so far
                 if target.new and choice is None:
                     return None
                 self.index.withdraw(target)
@@ -2130,8 +2130,8 @@ class _Pass:
                 weighed += 1
                 cost = (0.0 if target.jobs else target.offer.usd_per_hour) + \
                     self._risk_usd(job, 1, target.offer, loss)
-                if choice is None or cost < best[0]:
-                    choice, best = target, (cost, target.free_gpus - job.gpus_per_worker)
+                if cost < choice_cost:
+                    choice, choice_cost = target, cost
             return choice
         finally:
             for t in hidden:
@@ -2511,10 +2511,9 @@ class _Pass:
                                                  migrations)
         migrations += moved
         consolidated += replaced
-        if self.deferred:  # nodes left to the move back to spot that it did not empty
-            self.drained += len(replaced)
-            left = {m.from_node_ids[0] for m in moved}
-            more, emptied = self.consolidate(self.deferred - left)
+        self.drained += len(replaced)  # the disruption budget counts the nodes the move emptied too
+        if self.deferred:  # nodes left to the move back to spot (those it emptied hold no job: skipped)
+            more, emptied = self.consolidate(self.deferred)
             migrations += more
             consolidated += emptied
         if self.scale_up_wait is None:
