@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -2006,6 +2006,7 @@ class _Pass:
                     self._note(j, f"consolidation of {slot.name} declined: migration pays back in {payback:.1f} h, "
                                   f"policy allows {p.consolidation_payback_hours:g} h")
                 continue
+            spot_may_take = defer and len(jobs) == 1 and self._spot_may_take(jobs[0], (slot,))
             self.index.withdraw(slot)
             moves = []
             # Empty nodes the jobs go into: each would otherwise idle out (or stand for the forecast headroom),
@@ -2031,8 +2032,7 @@ class _Pass:
                 for j in jobs if len(moves) == len(jobs) else ():
                     self._note(j, f"consolidation of {slot.name} declined: the move {into} {why}")
                 continue
-            if defer and opened and len(jobs) == 1 and slot.offer.market is Market.ON_DEMAND and \
-                    all(t.offer.market is Market.ON_DEMAND for _, t in moves) and self._spot_ok(jobs[0])[0]:
+            if spot_may_take and opened and all(t.offer.market is Market.ON_DEMAND for _, t in moves):
                 for j, target in moves:
                     self.index.give_back(target, j)
                 self.index.restore(slot)
@@ -2137,6 +2137,21 @@ class _Pass:
             for t in hidden:
                 self.index.restore(t)
 
+    def _spot_may_take(self, job: Job, slots: Sequence[Slot]) -> bool:
+        """Whether the move back to spot (``replace_with_spot``) may take
+        ``job`` off ``slots``: a checkpointable job allowed on spot, alone on
+        ready on-demand nodes that this pass has not bought, filled or
+        reserved. Consolidation leaves such a node to that move (``deferred``);
+        the move itself still weighs budget, base, rules and payback."""
+        if not job.checkpointable or not self._spot_ok(job)[0]:
+            return False
+        for sl in slots:
+            node = self.nodes.get(sl.name)
+            if sl.new or sl.touched or not sl.schedulable or sl.reserved_for is not None or len(sl.jobs) != 1 \
+                    or sl.offer.market is not Market.ON_DEMAND or node is None or node.state is not NodeState.READY:
+                return False
+        return True
+
     def replace_with_spot(self, budget_left: int, emptied: list[Terminate],
                           consolidated: list[Migrate]) -> tuple[list[Migrate], list[Terminate]]:
         """Design choice (``markets.replace_on_demand_with_spot``, as Karpenter's
@@ -2160,11 +2175,7 @@ class _Pass:
         candidates = []
         for job_id, slots in slots_of.items():
             job = self.jobs_by_id.get(job_id)
-            if job is None or not job.checkpointable:
-                continue
-            if any(sl.new or sl.touched or not sl.schedulable or sl.reserved_for is not None or len(sl.jobs) != 1
-                   or sl.offer.market is not Market.ON_DEMAND or self.nodes.get(sl.name) is None
-                   or self.nodes[sl.name].state is not NodeState.READY for sl in slots):
+            if job is None or not self._spot_may_take(job, slots):
                 continue
             slots.sort(key=lambda sl: sl.name)
             candidates.append((-sum(sl.offer.usd_per_hour for sl in slots), slots[0].name, slots, job))
@@ -2187,9 +2198,6 @@ class _Pass:
             if len(slots) > budget_left - len(terminations):
                 continue
             if self.on_demand_gpus - sum(sl.offer.instance_type.gpu_count for sl in slots) < p.on_demand_base_gpus:
-                continue
-            spot_ok, _ = self._spot_ok(job)
-            if not spot_ok:
                 continue
             held = sum(sl.offer.usd_per_hour for sl in slots)
             since = job.work_since_checkpoint_hours(self.now)
