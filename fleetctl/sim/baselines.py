@@ -139,7 +139,6 @@ class _Greedy:
         self.fleet = sorted(fleet, key=lambda n: n.node_id)
         self.jobs = sorted(queue, key=lambda j: j.job_id)
         self.offers = sorted((o for o in offers if policy_allows(policy, o)), key=lambda o: (o.usd_per_hour, o.key))
-        self.all_offer_keys = {o.key for o in offers}
 
     def _spot_ok(self, job: Job) -> bool:
         allowed = job.spot_eligible if job.spot_eligible is not None else \
