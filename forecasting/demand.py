@@ -343,7 +343,7 @@ class DemandModel:
                 parts = [build_samples(s, h, since_s=since_s, until_s=until_s) for s in series]
                 parts = [p for p in parts if len(p.origins_s)]
                 if not parts:
-                    raise ValueError(f"no training samples at horizon {h} min: every series is shorter than the "
+                    raise ValueError(f"no training samples at horizon {_hours(h)}: every series is shorter than the "
                                      "horizon inside the training window")
                 X = np.vstack([p.X for p in parts])
                 scale = np.concatenate([p.scale for p in parts])
@@ -363,7 +363,7 @@ class DemandModel:
                 group = np.concatenate([np.full(len(p.origins_s), i) for i, p in enumerate(parts)])
                 fit, val = reach_a <= TUNE_FRACTION, pos_a >= TUNE_FRACTION
                 if fit.sum() < 50 or val.sum() < 20:
-                    raise ValueError(f"too little history to train at horizon {h} min ({len(y)} samples); give "
+                    raise ValueError(f"too little history to train at horizon {_hours(h)} ({len(y)} samples); give "
                                      "longer series (at least a few days)")
                 missing = _all_missing(X[fit])
                 if missing:
@@ -384,7 +384,7 @@ class DemandModel:
                     tried = []
                     for params in candidates:
                         if progress:
-                            progress(f"horizon {h} min, quantile {q}: trying {params}")
+                            progress(f"horizon {_hours(h)}, quantile {q}: trying {params}")
                         est = HistGradientBoostingRegressor(loss="quantile", quantile=q, early_stopping=False,
                                                             random_state=seed, **params)
                         est.fit(X[fit], r[fit], sample_weight=scale[fit])
@@ -436,7 +436,7 @@ class DemandModel:
                     est = HistGradientBoostingRegressor(loss="quantile", quantile=q, early_stopping=False,
                                                         random_state=seed, **best)
                     if progress:
-                        progress(f"horizon {h} min, quantile {q}: fitting on {len(y)} samples")
+                        progress(f"horizon {_hours(h)}, quantile {q}: fitting on {len(y)} samples")
                     est.fit(X, r, sample_weight=scale)
                     estimators[_key(h, q)] = est
                     hyper[_key(h, q)] = best

@@ -753,6 +753,22 @@ def test_training_needs_20_validation_origins():
         DemandModel.train([series], horizons_minutes=(1005,), candidates=FAST)
 
 
+def test_training_messages_name_the_horizon_as_the_cli_does():
+    """Horizons are named in hours when whole ("1 h", "40 h"), else in minutes, in every refusal and progress
+    line, as in "cannot train at horizon 6 h" (before, most said "horizon 60 min"). 61 hours of data at 17 h
+    (1020 min): origins from 0 to 44 h, 2640 / 5 + 1 = 529 of them, and only 16 from the validation slice's
+    42 h 45 m (as in test_training_needs_20_validation_origins)."""
+    series = _steps((0, 5), (12, 6), (24, 5), (61, 7))
+    with pytest.raises(ValueError, match=r"^too little history to train at horizon 17 h \(529 samples\); give "
+                                         r"longer series \(at least a few days\)$"):
+        DemandModel.train([series], horizons_minutes=(1020,), candidates=FAST)
+    lines: list[str] = []
+    DemandModel.train([synthetic(days=4)], horizons_minutes=(60,), candidates=FAST, progress=lines.append)
+    assert any(line.startswith("horizon 1 h, quantile 0.5: fitting on ") for line in lines), lines
+    assert any(line.startswith("horizon 1 h, quantile 0.9: fitting on ") for line in lines), lines
+    assert all(line.startswith("horizon 1 h, quantile ") for line in lines), lines
+
+
 @pytest.mark.parametrize("text", [
     "2020-05-01T00:00:00Z", "2020-05-01T05:30:00+05:30", "2020-05-01 00:00:00.5-07:00", "2020-05-01T00:00Z",
     "2020-05-01T00:00:00", "2020-05-01", "yesterday", "2020-13-01T00:00:00Z", "0001-01-01T00:00:00+05:00",
