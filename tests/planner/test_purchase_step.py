@@ -1,0 +1,175 @@
+"""The purchase step (docs/planner.md, step 7, "Market and diversification
+rules"): which offer each admitted job buys, what it says when it buys none,
+the preference for a new spot offer while too few are in use, and the jobs
+moved to on-demand for the on-demand base and the spot share."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.model import JobState, Market, Reason
+from fleetctl.planner import plan
+from tests.builders import T0, job, node, offer, policy
+
+
+def run(queue=(), fleet=(), offers=(), pol=None, forecast=None, now=T0):
+    return plan(now=now, queue=tuple(queue), fleet=tuple(fleet), offers=tuple(offers), forecast=forecast,
+                policy=pol or policy())
+
+
+def running(j, *node_ids, started=T0 - timedelta(hours=1)):
+    return replace(j, state=JobState.RUNNING, node_ids=tuple(node_ids), started_at_utc=started)
+
+
+def launched(p):
+    return sorted((l.offer.instance_type.name, l.offer.market, l.count) for l in p.of_kind("launch"))
+
+
+def unplaced(p):
+    return {u.job_id: u.reason for u in p.unplaced}
+
+
+# ----------------------------------------------------------------------------- the shortlist, then the full list
+
+def test_a_worker_no_shortlisted_offer_holds_buys_from_the_full_list_and_is_not_refused_too():
+    # The 30 on-demand 1-GPU nodes of 8 vCPUs are the cheapest per GPU and per node: they fill the shortlist,
+    # and none holds a 64-vCPU worker. The scored shortlist is empty; the full list holds the $5 64-vCPU node.
+    small = [offer("s1", gpus=1, price=1.0 + 0.01 * i, zone=f"s{i}", vcpus=8, memory_gib=64, market=Market.ON_DEMAND)
+             for i in range(30)]
+    big = offer("b1", gpus=1, price=5.0, vcpus=64, memory_gib=256, market=Market.ON_DEMAND)
+    p = run(queue=[job("j", gpus=1, vcpus=64)], offers=[*small, big])
+    assert launched(p) == [("b1", Market.ON_DEMAND, 1)]
+    assert not p.unplaced  # the empty shortlist is no refusal
+
+
+# ----------------------------------------------------------------------------- why a job buys nothing
+
+S1 = offer("s1", gpus=1, price=1.0, vcpus=8, memory_gib=64)
+OD8 = offer("o8", gpus=8, price=2.0, market=Market.ON_DEMAND)
+
+
+def test_a_job_every_offer_of_which_the_market_rules_refuse_waits_as_no_allowed_offer():
+    # spot only, and a 50% spot share: the job's one spot GPU would be all of the fleet's
+    p = run(queue=[job("j", gpus=1)], offers=[S1], pol=policy(max_spot_share=0.5))
+    assert not p.actions
+    assert [(u.job_id, u.reason, u.detail) for u in p.unplaced] == [
+        ("j", Reason.NO_ALLOWED_OFFER,
+         "needs 1 x any GPU; every fitting offer is ruled out by the market or diversification rules")]
+
+
+def test_a_job_the_gpu_cap_and_the_spot_share_refuse_at_purchase_waits_as_capacity_limit():
+    # Admission counts the $1 1-GPU spot node (within the cap of 4 GPUs). The 50% spot share moves the job to
+    # on-demand, where only an 8-GPU node is sold: past the cap. Admitted again after the step, spot would be
+    # all of the fleet's GPUs, and the 8-GPU node is still past the cap: the cap is the reason it waits.
+    p = run(queue=[job("j", gpus=1)], offers=[S1, OD8], pol=policy(max_spot_share=0.5, max_gpus=4))
+    assert not p.actions
+    assert [(u.job_id, u.reason, u.detail) for u in p.unplaced] == [
+        ("j", Reason.CAPACITY_LIMIT, "needs 1 x any GPU; more GPUs would pass the policy's max of 4")]
+
+
+@pytest.mark.xfail(strict=True, reason="bug: a job moved to on-demand for the on-demand base that the GPU cap "
+                                       "refuses on-demand is admitted again after the step with spot allowed, and "
+                                       "buys spot, launched and bound with reason on_demand_base")
+def test_a_job_moved_to_on_demand_for_the_base_does_not_buy_spot_when_on_demand_is_refused():
+    # on_demand_base_gpus=1: the job is moved to on-demand (+$0.00/h per GPU: $8/8 against $1/1). The one
+    # on-demand offer has 8 GPUs, past max_gpus=4, so the job cannot meet the base this pass. It must not
+    # take spot instead under the base's name: the base is met with on-demand GPUs (docs/planner.md).
+    od8 = offer("o8", gpus=8, price=8.0, market=Market.ON_DEMAND)
+    p = run(queue=[job("j", gpus=1)], offers=[S1, od8], pol=policy(on_demand_base_gpus=1, max_gpus=4))
+    assert not [l for l in p.of_kind("launch") if l.offer.market is Market.SPOT]
+    assert unplaced(p) == {"j": Reason.CAPACITY_LIMIT}
+
+
+# ----------------------------------------------------------------------------- a new spot offer while too few are in use
+
+A8 = offer("a8", gpus=8, price=8.0)
+
+
+def _spread_world(b_price: float, min_distinct: int):
+    """A fleet with one busy 8-GPU spot node of a8 ($8); two queued 4-GPU jobs; a8 and a 4-GPU b4 spot offer on
+    sale (and a $30 4-GPU c4, a third spot offer). Default risk: 0.05/h x (half of the 1-hour run + 5 min)."""
+    b4 = offer("b4", gpus=4, price=b_price)
+    c4 = offer("c4", gpus=4, price=30.0)
+    queue = [running(job("r", gpus=8), "n"), job("j1", gpus=4), job("j2", gpus=4, submitted=T0 + timedelta(seconds=1))]
+    return run(queue=queue, fleet=[node("n", A8)], offers=[A8, b4, c4], pol=policy(min_distinct_offers=min_distinct))
+
+
+def test_with_the_offers_wanted_in_use_a_job_reuses_the_best_one():
+    # min_distinct_offers=1 is met by the a8 node held: j1 scores a8 at ($8 + $0.12 risk) / 8 GPUs (j2 fills
+    # the other 4) = 1.01 per GPU, b4 at ($4.40 + $0.13) / 4 = 1.13, within 25% of it but not preferred now.
+    # One a8 holds both jobs ($8); two b4 would cost $8.80.
+    p = _spread_world(4.4, 1)
+    assert launched(p) == [("a8", Market.SPOT, 1)] and p.usd_per_hour_after == pytest.approx(16.0)
+
+
+def test_a_new_spot_offer_more_than_a_quarter_dearer_than_reusing_one_is_not_preferred():
+    # min_distinct_offers=3 (three spot offers on sale), one in use: a new offer is preferred when it costs at
+    # most 25% more. b4 at $6 scores ($6 + $0.18) / 4 = 1.54 per GPU, over 1.25 x a8's 1.01: j1 reuses a8, j2
+    # takes its other 4 GPUs; 2 spot nodes, fewer than 3, so the rule does not ask for 3 offers yet.
+    p = _spread_world(6.0, 3)
+    assert launched(p) == [("a8", Market.SPOT, 1)] and p.usd_per_hour_after == pytest.approx(16.0)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the preference for a new spot offer (within 25% of reusing one) spreads "
+                                       "j1 to b4, which makes 3 spot nodes on 2 offers; the redo then spreads harder "
+                                       "and buys b4 + c4 ($34.40/h) where one a8 ($8/h, 2 spot nodes) breaks no rule")
+def test_spreading_to_a_new_offer_does_not_cost_more_than_the_rule_asks():
+    # As above with b4 at $4.40: ($4.40 + $0.13) / 4 = 1.13 per GPU is within 25% of a8's 1.01, so j1 takes b4
+    # and j2 a second b4; 3 spot nodes on 2 offers break min_distinct_offers=3, and the redo buys b4 and c4.
+    # One a8 for both jobs leaves 2 spot nodes, below the 3 at which the rule asks for 3 offers (at b4 = $5,
+    # 1.28 per GPU, that is the plan).
+    p = _spread_world(4.4, 3)
+    assert launched(p) == [("a8", Market.SPOT, 1)] and p.usd_per_hour_after == pytest.approx(16.0)
+
+
+# ----------------------------------------------------------------------------- a gang is one unit for the spread caps
+
+def test_a_gangs_nodes_bought_together_are_one_unit_of_the_type_and_zone_caps():
+    # 2 x 8 GPUs on spot, alone in the fleet: 16 GPUs of g8 in z1, over 40% of 16 plus one 8-GPU node (14.4),
+    # within 40% plus the whole gang (22.4). Spot it is, not on-demand at $20 a node (in z2, so the repair that
+    # swaps a gang's node for a cheaper one of its zone cannot undo a wrong choice).
+    spot, od = offer("g8", price=8.0), offer("g8", price=20.0, market=Market.ON_DEMAND, zone="z2")
+    p = run(queue=[job("gang", workers=2, gpus=8)], offers=[spot, od],
+            pol=policy(max_share_per_instance_type=0.4, max_share_per_zone=0.4))
+    assert launched(p) == [("g8", Market.SPOT, 2)] and not p.unplaced
+
+
+# ----------------------------------------------------------------------------- the budget at purchase, and what a job is told
+
+def test_a_purchase_that_takes_the_fleet_exactly_to_the_budget_is_made():
+    p = run(queue=[job("j", gpus=8)], offers=[offer("g8", price=10.0, market=Market.ON_DEMAND)],
+            pol=policy(max_usd_per_hour=10.0))
+    assert launched(p) == [("g8", Market.ON_DEMAND, 1)] and not p.unplaced
+
+
+def test_a_purchase_over_the_budget_is_skipped_for_a_cheaper_one():
+    # A 100-hour job that cannot checkpoint: spot at $9 carries 0.05/h x (50 h + 5 min) x $9 = $22.54/h of
+    # expected loss, so on-demand at $10 scores better; admission counted the $9 node (within $9.50), and the
+    # $10 node is 50 cents over: the job buys spot.
+    spot, od = offer("g8", price=9.0), offer("g8", price=10.0, market=Market.ON_DEMAND)
+    p = run(queue=[job("j", gpus=8, duration_hours=100.0)], offers=[spot, od], pol=policy(max_usd_per_hour=9.5))
+    assert launched(p) == [("g8", Market.SPOT, 1)] and not p.unplaced
+    assert "skipped 1 x g8 on_demand in aws r1/z1 ($10.00/h + $0.00/h expected loss): over budget" in \
+        p.explanation("j").considered
+
+
+def test_a_purchase_says_what_it_chose_the_first_three_it_skipped_and_the_next_two():
+    # Four 8-GPU nodes are cheaper than any 1-GPU node but past max_gpus=4 (admission prices the cheapest within
+    # the cap, the $2 node): the job skips them, the first three named, and buys the $2 node.
+    bigs = [offer("b8", gpus=8, price=1.0 + 0.1 * i, zone=f"b{i}", market=Market.ON_DEMAND) for i in range(4)]
+    smalls = [offer("s1", gpus=1, price=2.0 + 0.1 * i, zone=f"s{i}", vcpus=8, memory_gib=64, market=Market.ON_DEMAND)
+              for i in range(4)]
+    p = run(queue=[job("j", gpus=1)], offers=[*bigs, *smalls], pol=policy(max_gpus=4))
+    assert launched(p) == [("s1", Market.ON_DEMAND, 1)]
+    assert p.explanation("j").considered == (
+        "free capacity: no node (or zone) with room for it",
+        "chose 1 x s1 on_demand in aws r1/s0 ($2.00/h + $0.00/h expected loss)",
+        "skipped 1 x b8 on_demand in aws r1/b0 ($1.00/h + $0.00/h expected loss): 8 more GPUs would pass the max of 4",
+        "skipped 1 x b8 on_demand in aws r1/b1 ($1.10/h + $0.00/h expected loss): 8 more GPUs would pass the max of 4",
+        "skipped 1 x b8 on_demand in aws r1/b2 ($1.20/h + $0.00/h expected loss): 8 more GPUs would pass the max of 4",
+        "next best 1 x s1 on_demand in aws r1/s1 ($2.10/h + $0.00/h expected loss)",
+        "next best 1 x s1 on_demand in aws r1/s2 ($2.20/h + $0.00/h expected loss)",
+    )
