@@ -51,9 +51,14 @@ S1 = offer("s1", gpus=1, price=1.0, vcpus=8, memory_gib=64)
 OD8 = offer("o8", gpus=8, price=2.0, market=Market.ON_DEMAND)
 
 
-def test_a_job_every_offer_of_which_the_market_rules_refuse_waits_as_no_allowed_offer():
+@pytest.mark.parametrize("offers, limits", [
+    ([S1], {}),
+    # an 8-GPU spot node past the GPU cap and the budget too: the spot share refuses it first
+    ([S1, offer("s8", price=20.0)], {"max_gpus": 4, "max_usd_per_hour": 5.0}),
+], ids=["one-offer", "also-past-the-caps"])
+def test_a_job_every_offer_of_which_the_market_rules_refuse_waits_as_no_allowed_offer(offers, limits):
     # spot only, and a 50% spot share: the job's one spot GPU would be all of the fleet's
-    p = run(queue=[job("j", gpus=1)], offers=[S1], pol=policy(max_spot_share=0.5))
+    p = run(queue=[job("j", gpus=1)], offers=offers, pol=policy(max_spot_share=0.5, **limits))
     assert not p.actions
     assert [(u.job_id, u.reason, u.detail) for u in p.unplaced] == [
         ("j", Reason.NO_ALLOWED_OFFER,
@@ -88,13 +93,14 @@ def test_a_job_moved_to_on_demand_for_the_base_does_not_buy_spot_when_on_demand_
 A8 = offer("a8", gpus=8, price=8.0)
 
 
-def _spread_world(b_price: float, min_distinct: int):
+def _spread_world(b_price: float, min_distinct: int, more=()):
     """A fleet with one busy 8-GPU spot node of a8 ($8); two queued 4-GPU jobs; a8 and a 4-GPU b4 spot offer on
     sale (and a $30 4-GPU c4, a third spot offer). Default risk: 0.05/h x (half of the 1-hour run + 5 min)."""
     b4 = offer("b4", gpus=4, price=b_price)
     c4 = offer("c4", gpus=4, price=30.0)
     queue = [running(job("r", gpus=8), "n"), job("j1", gpus=4), job("j2", gpus=4, submitted=T0 + timedelta(seconds=1))]
-    return run(queue=queue, fleet=[node("n", A8)], offers=[A8, b4, c4], pol=policy(min_distinct_offers=min_distinct))
+    return run(queue=queue, fleet=[node("n", A8)], offers=[A8, b4, c4, *more],
+               pol=policy(min_distinct_offers=min_distinct))
 
 
 def test_with_the_offers_wanted_in_use_a_job_reuses_the_best_one():
@@ -110,6 +116,10 @@ def test_a_new_spot_offer_more_than_a_quarter_dearer_than_reusing_one_is_not_pre
     # most 25% more. b4 at $6 scores ($6 + $0.18) / 4 = 1.54 per GPU, over 1.25 x a8's 1.01: j1 reuses a8, j2
     # takes its other 4 GPUs; 2 spot nodes, fewer than 3, so the rule does not ask for 3 offers yet.
     p = _spread_world(6.0, 3)
+    assert launched(p) == [("a8", Market.SPOT, 1)] and p.usd_per_hour_after == pytest.approx(16.0)
+    # nor is an on-demand offer, new as it is: o4 on-demand at $4.10 scores 1.025 per GPU, within 25% of spot
+    # a8's ($8 + $0.12) / 8 = 1.015 (two o4 would cost $8.20)
+    p = _spread_world(6.0, 3, more=[offer("o4", gpus=4, price=4.1, market=Market.ON_DEMAND)])
     assert launched(p) == [("a8", Market.SPOT, 1)] and p.usd_per_hour_after == pytest.approx(16.0)
 
 
