@@ -1519,7 +1519,8 @@ class _Pass:
             for j in held:
                 i = bind_at[j.job_id]  # type: ignore[union-attr]
                 b = self.actions_bind[i]
-                self.actions_bind[i] = Bind(b.job_id, b.node_ids, b.reason, self._bind_text(j, best[2]))  # type: ignore[arg-type]
+                self.actions_bind[i] = Bind(b.job_id, b.node_ids, self._reason_on(b.reason, best[2]),
+                                            self._bind_text(j, best[2]))  # type: ignore[arg-type]
                 self._note(j, swapped)  # type: ignore[arg-type] - what "chose" said is not what is bought now
 
     def _node_cost(self, offer: Offer, held: list, slot: Slot) -> float:
@@ -1545,6 +1546,13 @@ class _Pass:
         slot.schedulable = True
         self.new_index.add(slot)
         self._rebuy(slot)
+
+    @staticmethod
+    def _reason_on(reason: Reason, offer: Offer) -> Reason:
+        """A bind's reason once a repair puts its job on a node of ``offer``: on
+        spot it is no on-demand fallback (before, the bind kept the reason)."""
+        return Reason.FITS_NEW_CAPACITY if reason is Reason.ON_DEMAND_FALLBACK and offer.market is Market.SPOT \
+            else reason
 
     @staticmethod
     def _node_text(offer: Offer) -> str:
@@ -1609,7 +1617,8 @@ class _Pass:
             self.step_risk += self._risk_usd(job, workers, target.offer, loss)
             names.extend([target.name] * workers)
         i = bind_at[job.job_id]
-        self.actions_bind[i] = Bind(job.job_id, tuple(names), self.actions_bind[i].reason,
+        self.actions_bind[i] = Bind(job.job_id, tuple(names), self._reason_on(self.actions_bind[i].reason,
+                                                                              placed[0][0].offer),
                                     _bind_detail(job, placed[0][0].offer, len(placed), True))
         old.jobs.pop(job.job_id, None)
         old.version += 1

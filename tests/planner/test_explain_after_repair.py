@@ -8,11 +8,12 @@ purchase names what the job is bound to."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
-from fleetctl.model import Market
+from fleetctl.model import JobState, Market, Reason
 from fleetctl.planner import plan
-from tests.builders import T0, job, offer, policy
+from tests.builders import T0, job, node, offer, policy
 
 
 def _bought(p, job_id: str):  # noqa: ANN001, ANN202 - a Plan
@@ -51,3 +52,26 @@ def test_a_node_not_bought_after_all_names_where_its_job_went():
     # and the node it went to was then swapped for a cheaper offer itself
     assert considered[-1] == ("then its node is bought as 1 x t8 on_demand in aws r1/z1 ($5.01/h), not t8 spot: "
                               "cheaper for the jobs on it, expected loss included"), considered
+
+
+def test_a_job_whose_on_demand_node_is_swapped_for_spot_is_no_on_demand_fallback():
+    # A busy $30 on-demand 8-GPU node; the 50% spot share is checked against the step's projected 14 GPUs.
+    # q0 (4 GPUs, any model) buys a4 spot (4 of 14); q1 (2 x H100) finds h8 spot past the share (12 of 20 spot)
+    # and falls back to h8 on-demand ($72), bound as on_demand_fallback. The repairs then move q0 into h8's room
+    # (a4 not bought) and swap h8 on-demand for h8 spot ($24; 8 of 16 GPUs spot, at the share). On spot, q1 is
+    # no fallback any more (docs/reasons.md: on_demand_fallback is spot-eligible work on on-demand); before,
+    # its bind kept the reason.
+    h100 = "H100-80GB"
+    offers = [offer("h8", price=24.0, model=h100), offer("h8", price=72.0, model=h100, market=Market.ON_DEMAND),
+              offer("a4", gpus=4, price=4.0), offer("a4", gpus=4, price=12.0, market=Market.ON_DEMAND)]
+    busy = node("n", offer("a8", price=30.0, market=Market.ON_DEMAND))
+    r = replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("n",), started_at_utc=T0 - timedelta(hours=1))
+    p = plan(now=T0, queue=(r, job("q0", gpus=4), job("q1", gpus=2, models=(h100,))), fleet=(busy,), offers=offers,
+             forecast=None, policy=policy(max_spot_share=0.5))
+    (launch,) = p.of_kind("launch")
+    assert (launch.offer.instance_type.name, launch.offer.market, launch.count) == ("h8", Market.SPOT, 1)
+    assert {b.job_id: b.reason for b in p.of_kind("bind")} == {"q0": Reason.FITS_NEW_CAPACITY,
+                                                               "q1": Reason.FITS_NEW_CAPACITY}
+    assert p.explanation("q1").considered[-1] == (
+        "then its node is bought as 1 x h8 spot in aws r1/z1 ($24.00/h), not h8 on_demand: cheaper for the jobs on "
+        "it, expected loss included")
