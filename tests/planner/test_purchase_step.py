@@ -75,17 +75,21 @@ def test_a_job_the_gpu_cap_and_the_spot_share_refuse_at_purchase_waits_as_capaci
         ("j", Reason.CAPACITY_LIMIT, "needs 1 x any GPU; more GPUs would pass the policy's max of 4")]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a job moved to on-demand for the on-demand base that the GPU cap "
-                                       "refuses on-demand is admitted again after the step with spot allowed, and "
-                                       "buys spot, launched and bound with reason on_demand_base")
-def test_a_job_moved_to_on_demand_for_the_base_does_not_buy_spot_when_on_demand_is_refused():
-    # on_demand_base_gpus=1: the job is moved to on-demand (+$0.00/h per GPU: $8/8 against $1/1). The one
-    # on-demand offer has 8 GPUs, past max_gpus=4, so the job cannot meet the base this pass. It must not
-    # take spot instead under the base's name: the base is met with on-demand GPUs (docs/planner.md).
-    od8 = offer("o8", gpus=8, price=8.0, market=Market.ON_DEMAND)
-    p = run(queue=[job("j", gpus=1)], offers=[S1, od8], pol=policy(on_demand_base_gpus=1, max_gpus=4))
+@pytest.mark.xfail(strict=True, reason="bug: a job moved to on-demand for the on-demand base that the GPU cap or the "
+                                       "budget refuses on-demand is admitted again after the step with spot allowed, "
+                                       "and buys spot, launched and bound with reason on_demand_base")
+@pytest.mark.parametrize("od, limit, reason", [
+    (offer("o8", gpus=8, price=8.0, market=Market.ON_DEMAND), {"max_gpus": 4}, Reason.CAPACITY_LIMIT),
+    (offer("o1", gpus=1, price=8.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND), {"max_usd_per_hour": 5.0},
+     Reason.BUDGET_EXCEEDED),
+], ids=["gpu-cap", "budget"])
+def test_a_job_moved_to_on_demand_for_the_base_does_not_buy_spot_when_on_demand_is_refused(od, limit, reason):
+    # on_demand_base_gpus=1: the job is moved to on-demand. The one on-demand offer is past max_gpus=4 (8 GPUs)
+    # or the $5 budget ($8), so the job cannot meet the base this pass. It must not take spot instead under the
+    # base's name: the base is met with on-demand GPUs (docs/planner.md). It waits, for the cap or the budget.
+    p = run(queue=[job("j", gpus=1)], offers=[S1, od], pol=policy(on_demand_base_gpus=1, **limit))
     assert not [l for l in p.of_kind("launch") if l.offer.market is Market.SPOT]
-    assert unplaced(p) == {"j": Reason.CAPACITY_LIMIT}
+    assert unplaced(p) == {"j": reason}
 
 
 # ----------------------------------------------------------------------------- a new spot offer while too few are in use
