@@ -2007,7 +2007,8 @@ class _Pass:
             saving = slot.offer.usd_per_hour
             cost = 0.0
             for j in jobs:
-                rate = slot.offer.usd_per_hour * (j.gpus / max(1, slot.offer.instance_type.gpu_count))
+                # the job's share of the node: its GPUs', or a CPU-only job's vCPUs' (before, a CPU-only job's was 0)
+                rate = slot.offer.usd_per_hour * _risk_share(j, 1, slot.offer.instance_type)
                 cost += rate * (j.work_since_checkpoint_hours(self.now) + p.restart_overhead_minutes / 60)
             payback = cost / saving if saving > 0 else math.inf
             if payback > p.consolidation_payback_hours:

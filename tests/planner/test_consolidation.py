@@ -1,0 +1,52 @@
+"""Consolidation (docs/planner.md, step 8): which under-used nodes are emptied,
+what a migration costs and saves, where the jobs go, and the disruption budget."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.model import JobState, Market
+from fleetctl.planner import plan
+from tests.builders import T0, job, node, offer, policy
+
+
+def run(queue=(), fleet=(), offers=(), pol=None, forecast=None, now=T0):
+    return plan(now=now, queue=tuple(queue), fleet=tuple(fleet), offers=tuple(offers), forecast=forecast,
+                policy=pol or policy())
+
+
+def bound(j, node_id, started=T0 - timedelta(hours=1), checkpoint=None, checkpointable=True):
+    return replace(j, state=JobState.RUNNING, node_ids=(node_id,), started_at_utc=started,
+                   last_checkpoint_utc=checkpoint, checkpointable=checkpointable)
+
+
+def moves(p):
+    return [(m.job_id, m.from_node_ids, m.to_node_ids) for m in p.of_kind("migrate")]
+
+
+CPU = offer("c8", gpus=0, model=None, vcpus=8, memory_gib=32, price=2.0, market=Market.ON_DEMAND)
+
+
+@pytest.mark.parametrize("checkpoint_hours_ago, migrates, said", [
+    # $2 x 4/8 vCPUs x (5 min since the checkpoint + 5 min restart) = $0.17, paid back in 0.08 h
+    (5 / 60, True, "frees light ($2.00/h); migration costs $0.17, pays back in 0.1 h"),
+    # $2 x 4/8 x (30 h + 5 min) = $30.08, paid back in 15.04 h, past the 2 h the policy allows
+    (30.0, False, "consolidation of light declined: migration pays back in 15.0 h, policy allows 2 h"),
+], ids=["fresh-checkpoint", "30-hours-of-work"])
+def test_a_cpu_only_jobs_migration_costs_its_vcpus_share_of_the_node(checkpoint_hours_ago, migrates, said):
+    # Two 8-vCPU CPU nodes: "light" with a checkpointable 4-vCPU job, "busy" with one that cannot checkpoint.
+    # Before, the migration was priced at the job's GPUs over the node's (none: $0.00), so a job 30 hours past
+    # its checkpoint was moved, losing them, to save $2/h.
+    mover = bound(job("mover", gpus=0, vcpus=4, memory_gib=8), "light", started=T0 - timedelta(hours=31),
+                  checkpoint=T0 - timedelta(hours=checkpoint_hours_ago))
+    stay = bound(job("stay", gpus=0, vcpus=4, memory_gib=8), "busy", checkpointable=False)
+    p = run(queue=[mover, stay], fleet=[node("light", CPU), node("busy", CPU)],
+            pol=policy(consolidation_payback_hours=2.0))
+    if migrates:
+        assert moves(p) == [("mover", ("light",), ("busy",))] and p.of_kind("migrate")[0].detail == said
+    else:
+        assert not p.of_kind("migrate") and not p.of_kind("terminate")
+        assert said in p.explanation("mover").considered
