@@ -92,7 +92,7 @@ def test_a_job_moved_to_on_demand_for_the_base_does_not_buy_spot_when_on_demand_
     assert unplaced(p) == {"j": reason}
 
 
-# ----------------------------------------------------------------------------- a new spot offer while too few are in use
+# ----------------------------------------------------------------------------- a new spot offer, too few in use
 
 A8 = offer("a8", gpus=8, price=8.0)
 
@@ -151,7 +151,7 @@ def test_a_gangs_nodes_bought_together_are_one_unit_of_the_type_and_zone_caps():
     assert launched(p) == [("g8", Market.SPOT, 2)] and not p.unplaced
 
 
-# ----------------------------------------------------------------------------- the budget at purchase, and what a job is told
+# ----------------------------------------------------------------------------- the budget, and what a job is told
 
 def test_a_purchase_that_takes_the_fleet_exactly_to_the_budget_is_made():
     p = run(queue=[job("j", gpus=8)], offers=[offer("g8", price=10.0, market=Market.ON_DEMAND)],
@@ -187,3 +187,87 @@ def test_a_purchase_says_what_it_chose_the_first_three_it_skipped_and_the_next_t
         "next best 1 x s1 on_demand in aws r1/s1 ($2.10/h + $0.00/h expected loss)",
         "next best 1 x s1 on_demand in aws r1/s2 ($2.20/h + $0.00/h expected loss)",
     )
+
+
+# ----------------------------------------------------------------------------- the on-demand base and the spot share
+
+H100 = "H100-80GB"
+
+
+def _markets(p):
+    """Each bound job's market."""
+    market = {n: l.offer.market for l in p.of_kind("launch") for n in l.node_names}
+    return {b.job_id: market[b.node_ids[0]] for b in p.of_kind("bind")}
+
+
+def test_a_base_of_one_gpu_moves_one_job_to_on_demand():
+    p = run(queue=[job("j", gpus=1)], offers=[S1, offer("o1", gpus=1, price=3.0, vcpus=8, memory_gib=64,
+                                                         market=Market.ON_DEMAND)],
+            pol=policy(on_demand_base_gpus=1))
+    assert _markets(p) == {"j": Market.ON_DEMAND}
+    assert [(l.offer.instance_type.name, l.reason) for l in p.of_kind("launch")] == [("o1", Reason.ON_DEMAND_BASE)]
+
+
+def test_a_job_that_may_not_use_spot_counts_toward_the_base_and_is_no_move():
+    # A base of 2 GPUs: "safe" (may not use spot, 1 x A100) is on-demand anyway, so one GPU is missing and the
+    # spot-eligible "cheap" (1 x H100) moves, though its move costs more per GPU ($2 against safe's $0.50).
+    offers = [offer("a1", gpus=1, price=1.0, vcpus=8, memory_gib=64),
+              offer("a1", gpus=1, price=1.5, vcpus=8, memory_gib=64, market=Market.ON_DEMAND),
+              offer("h1", gpus=1, price=1.0, vcpus=8, memory_gib=64, model=H100),
+              offer("h1", gpus=1, price=3.0, vcpus=8, memory_gib=64, model=H100, market=Market.ON_DEMAND)]
+    queue = [job("safe", gpus=1, models=("A100-80GB",), spot=False),
+             job("cheap", gpus=1, models=(H100,), submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=2))
+    assert _markets(p) == {"safe": Market.ON_DEMAND, "cheap": Market.ON_DEMAND}
+
+
+def test_a_cpu_only_job_is_not_moved_for_the_base():
+    # A base of 2 GPUs, more than the queue asks for: the GPU job moves (to a node its 4 vCPUs fill, so the CPU
+    # job cannot share it); the CPU-only job would add no GPU to the base, however cheap its move ($0.10).
+    offers = [offer("c8", gpus=0, model=None, vcpus=8, memory_gib=32, price=0.1),
+              offer("c8", gpus=0, model=None, vcpus=8, memory_gib=32, price=0.2, market=Market.ON_DEMAND),
+              S1, offer("o1", gpus=1, price=3.0, vcpus=4, memory_gib=64, market=Market.ON_DEMAND)]
+    queue = [job("cpu", gpus=0, vcpus=4, memory_gib=8), job("gpu", gpus=1, submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=2))
+    assert _markets(p) == {"cpu": Market.SPOT, "gpu": Market.ON_DEMAND}
+
+
+def test_moves_the_base_does_not_need_are_dropped_dearest_first():
+    # A base of 2 GPUs. Cheapest move first: "small" (1 x A100, +$0.10 per GPU), then "big" (2 x H100, +$0.20):
+    # 3 GPUs, 1 more than the base asks. Without small's GPU, big's 2 meet it exactly: small stays on spot.
+    offers = [offer("a1", gpus=1, price=1.0, vcpus=8, memory_gib=64),
+              offer("a1", gpus=1, price=1.1, vcpus=8, memory_gib=64, market=Market.ON_DEMAND),
+              offer("h2", gpus=2, price=2.0, model=H100), offer("h2", gpus=2, price=2.4, model=H100,
+                                                               market=Market.ON_DEMAND)]
+    queue = [job("small", gpus=1, models=("A100-80GB",)),
+             job("big", gpus=2, models=(H100,), submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=2))
+    assert _markets(p) == {"small": Market.SPOT, "big": Market.ON_DEMAND}
+    assert "on-demand to meet the policy's on-demand base (2 GPUs) and spot share (100%); cheapest move: " \
+        "+$0.20/h per GPU" in p.explanation("big").considered
+
+
+def test_a_move_dropped_gives_its_gpus_back_to_the_deficit():
+    # A base of 4 GPUs. Cheapest move first: "w" (2 x A100, +$0.10 per GPU), "y" (1 x H100, +$0.15), "x"
+    # (3 x L4, +$0.20): 6 GPUs, 2 over. Dearest first: x is needed (3 GPUs short without it); y is not (w and x
+    # hold 5); then, 1 over, w is (x alone holds 3): w and x move, y stays on spot.
+    offers = [offer("a2", gpus=2, price=2.0), offer("a2", gpus=2, price=2.2, market=Market.ON_DEMAND),
+              offer("h1", gpus=1, price=1.0, vcpus=8, memory_gib=64, model=H100),
+              offer("h1", gpus=1, price=1.15, vcpus=8, memory_gib=64, model=H100, market=Market.ON_DEMAND),
+              offer("l4", gpus=4, price=4.0, model="L4"), offer("l4", gpus=4, price=4.8, model="L4",
+                                                                market=Market.ON_DEMAND)]
+    queue = [job("w", gpus=2, models=("A100-80GB",)),
+             job("y", gpus=1, models=(H100,), submitted=T0 + timedelta(seconds=1)),
+             job("x", gpus=3, models=("L4",), submitted=T0 + timedelta(seconds=2))]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=4))
+    assert _markets(p) == {"w": Market.ON_DEMAND, "y": Market.SPOT, "x": Market.ON_DEMAND}
+
+
+def test_a_job_with_no_move_to_price_is_passed_over_for_the_next():
+    # "first" may use only H100, sold on spot alone: no move to price. The next job moves for the base.
+    offers = [offer("h1", gpus=1, price=1.0, vcpus=8, memory_gib=64, model=H100), S1,
+              offer("o1", gpus=1, price=3.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)]
+    queue = [job("first", gpus=1, models=(H100,)),
+             job("next", gpus=1, models=("A100-80GB",), submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=1))
+    assert _markets(p) == {"first": Market.SPOT, "next": Market.ON_DEMAND}
