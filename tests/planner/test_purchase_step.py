@@ -219,6 +219,9 @@ def test_a_job_that_may_not_use_spot_counts_toward_the_base_and_is_no_move():
              job("cheap", gpus=1, models=(H100,), submitted=T0 + timedelta(seconds=1))]
     p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=2))
     assert _markets(p) == {"safe": Market.ON_DEMAND, "cheap": Market.ON_DEMAND}
+    # a base of 1 GPU: safe meets it alone, and cheap stays on spot
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=1))
+    assert _markets(p) == {"safe": Market.ON_DEMAND, "cheap": Market.SPOT}
 
 
 def test_a_cpu_only_job_is_not_moved_for_the_base():
