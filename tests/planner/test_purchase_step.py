@@ -274,3 +274,34 @@ def test_a_job_with_no_move_to_price_is_passed_over_for_the_next():
              job("next", gpus=1, models=("A100-80GB",), submitted=T0 + timedelta(seconds=1))]
     p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=1))
     assert _markets(p) == {"first": Market.SPOT, "next": Market.ON_DEMAND}
+
+
+def _base_world(premiums: dict[str, tuple[int, float, float]], base: int):
+    """One queued job per GPU model: name -> (its GPUs, spot and on-demand USD per GPU of a node that fits it)."""
+    offers, queue = [], []
+    for i, (name, (gpus, spot, od)) in enumerate(premiums.items()):
+        offers += [offer(f"n-{name}", gpus=gpus, price=spot * gpus, model=name),
+                   offer(f"n-{name}", gpus=gpus, price=od * gpus, model=name, market=Market.ON_DEMAND)]
+        queue.append(job(name, gpus=gpus, models=(name,), submitted=T0 + timedelta(seconds=i)))
+    return run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=base))
+
+
+def test_the_base_moves_the_job_whose_move_costs_least_not_the_cheapest_job():
+    # "cheap" costs $1 per GPU on spot and $3 on demand (+$2); "dear" $3 and $4 (+$1): dear moves
+    p = _base_world({"cheap": (1, 1.0, 3.0), "dear": (1, 3.0, 4.0)}, base=1)
+    assert _markets(p) == {"cheap": Market.SPOT, "dear": Market.ON_DEMAND}
+
+
+def test_of_two_moves_either_of_which_the_base_can_spare_the_dearer_is_dropped():
+    # A base of 3 GPUs: a (1 GPU, +$0.10), b (1 GPU, +$0.20), c (2 GPUs, +$0.30) are 4 GPUs, 1 over. Dearest
+    # first, c is needed; b is not: a and c move.
+    p = _base_world({"a": (1, 1.0, 1.1), "b": (1, 1.0, 1.2), "c": (2, 1.0, 1.3)}, base=3)
+    assert _markets(p) == {"a": Market.ON_DEMAND, "b": Market.SPOT, "c": Market.ON_DEMAND}
+
+
+def test_equal_moves_are_taken_by_job_id():
+    # "b" was submitted (and admitted) first; both moves cost +$2 per GPU: "a" moves
+    queue = [job("b", gpus=1), job("a", gpus=1, submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, offers=[S1, offer("o1", gpus=1, price=3.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)],
+            pol=policy(on_demand_base_gpus=1))
+    assert _markets(p) == {"a": Market.ON_DEMAND, "b": Market.SPOT}
