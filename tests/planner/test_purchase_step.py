@@ -305,3 +305,16 @@ def test_equal_moves_are_taken_by_job_id():
     p = run(queue=queue, offers=[S1, offer("o1", gpus=1, price=3.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)],
             pol=policy(on_demand_base_gpus=1))
     assert _markets(p) == {"a": Market.ON_DEMAND, "b": Market.SPOT}
+
+
+def test_the_spot_share_is_met_by_moving_jobs_before_the_purchases():
+    # max_spot_share 50% of the step's 2 GPUs: 1 GPU must be on demand. Equal moves (+$2): j1 moves, by id,
+    # under the reason of the base and the share, not as a fallback after spot was refused.
+    queue = [job("j1", gpus=1), job("j2", gpus=1, submitted=T0 + timedelta(seconds=1))]
+    o1 = offer("o1", gpus=1, price=3.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)
+    p = run(queue=queue, offers=[S1, o1], pol=policy(max_spot_share=0.5))
+    assert _markets(p) == {"j1": Market.ON_DEMAND, "j2": Market.SPOT}
+    assert {(l.offer.market, l.reason) for l in p.of_kind("launch")} == {
+        (Market.ON_DEMAND, Reason.ON_DEMAND_BASE), (Market.SPOT, Reason.CHEAPEST_OFFER)}
+    assert "on-demand to meet the policy's on-demand base (0 GPUs) and spot share (50%); cheapest move: " \
+        "+$2.00/h per GPU" in p.explanation("j1").considered
