@@ -318,3 +318,19 @@ def test_the_spot_share_is_met_by_moving_jobs_before_the_purchases():
         (Market.ON_DEMAND, Reason.ON_DEMAND_BASE), (Market.SPOT, Reason.CHEAPEST_OFFER)}
     assert "on-demand to meet the policy's on-demand base (0 GPUs) and spot share (50%); cheapest move: " \
         "+$2.00/h per GPU" in p.explanation("j1").considered
+
+
+def test_a_moves_price_is_per_gpu_of_the_cheapest_offer_that_holds_a_worker():
+    # A base of 1 GPU. "a" (1 x A100, 64 vCPUs): spot $1; on demand the $1 node has 8 vCPUs, too few, so its
+    # move costs $2.90 - $1 = +$1.90. "b" (1 x H100): an 8-GPU node, $8 spot and $22 on demand, +$1.75 per GPU.
+    # b moves (and its 8-GPU on-demand node is bought; a stays on spot).
+    offers = [offer("a1", gpus=1, price=1.0, vcpus=64, memory_gib=64),
+              offer("a1-small", gpus=1, price=1.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND),
+              offer("a1", gpus=1, price=2.9, vcpus=64, memory_gib=64, market=Market.ON_DEMAND),
+              offer("h8", price=8.0, model=H100), offer("h8", price=22.0, model=H100, market=Market.ON_DEMAND)]
+    queue = [job("a", gpus=1, vcpus=64, models=("A100-80GB",)),
+             job("b", gpus=1, models=(H100,), submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=1))
+    assert _markets(p) == {"a": Market.SPOT, "b": Market.ON_DEMAND}
+    assert "on-demand to meet the policy's on-demand base (1 GPUs) and spot share (100%); cheapest move: " \
+        "+$1.75/h per GPU" in p.explanation("b").considered
