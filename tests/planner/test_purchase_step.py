@@ -139,6 +139,16 @@ def test_spreading_to_a_new_offer_does_not_cost_more_than_the_rule_asks():
     assert launched(p) == [("a8", Market.SPOT, 1)] and p.usd_per_hour_after == pytest.approx(16.0)
 
 
+def test_a_step_that_breaks_min_distinct_offers_is_redone_spreading_over_any_new_offer():
+    # Three 8-GPU jobs, min_distinct_offers=3: b ($11) and c ($12) are more than 25% dearer than a ($8), so the
+    # first try buys a three times, 3 spot nodes on 1 offer. The redo prefers any new offer: a, b and c. (Straight
+    # to the strict rule, the third purchase could not be a third offer and the job would wait.)
+    offers = [offer("a", price=8.0), offer("b", price=11.0), offer("c", price=12.0)]
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(3)]
+    p = run(queue=queue, offers=offers, pol=policy(min_distinct_offers=3))
+    assert launched(p) == [("a", Market.SPOT, 1), ("b", Market.SPOT, 1), ("c", Market.SPOT, 1)] and not p.unplaced
+
+
 # ----------------------------------------------------------------------------- a gang is one unit for the spread caps
 
 def test_a_gangs_nodes_bought_together_are_one_unit_of_the_type_and_zone_caps():
@@ -334,3 +344,28 @@ def test_a_moves_price_is_per_gpu_of_the_cheapest_offer_that_holds_a_worker():
     assert _markets(p) == {"a": Market.SPOT, "b": Market.ON_DEMAND}
     assert "on-demand to meet the policy's on-demand base (1 GPUs) and spot share (100%); cheapest move: " \
         "+$1.75/h per GPU" in p.explanation("b").considered
+
+
+# ----------------------------------------------------------------------------- packing estimates and projections
+
+def test_spot_eligible_jobs_with_only_on_demand_to_buy_pack_into_a_bigger_node_when_cheaper():
+    # Eight 1-GPU jobs that may use spot, but only on-demand is sold: their expected fill goes to the on-demand
+    # nodes, so one $6 8-GPU node beats eight $1 1-GPU nodes (as on spot: test_planner_rules.py,
+    # case_packs_small_jobs_into_a_bigger_node_when_cheaper).
+    offers = [offer("one", gpus=1, price=1.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND),
+              offer("eight", gpus=8, price=6.0, market=Market.ON_DEMAND)]
+    queue = [job(f"s{i}", gpus=1, submitted=T0 + timedelta(seconds=i)) for i in range(8)]
+    p = run(queue=queue, offers=offers)
+    assert launched(p) == [("eight", Market.ON_DEMAND, 1)] and p.usd_per_hour_after == pytest.approx(6.0)
+
+
+def test_a_large_steps_first_spot_purchase_is_checked_against_the_whole_steps_projected_gpus():
+    # 401 jobs: one order only (largest first). The 8-GPU A100 job, sold on spot alone, is bought first: 8 spot
+    # GPUs of the 408 the step is expected to hold (the 400 1-GPU H100 jobs go on-demand), within a 50% spot
+    # share. Checked against the 8 GPUs bought so far, it would be all spot and wait.
+    h100 = "H100-80GB"
+    offers = [offer("a8", price=8.0), offer("h8", price=30.0, model=h100, market=Market.ON_DEMAND)]
+    queue = [job("big", gpus=8, models=("A100-80GB",))] + [
+        job(f"h{i:03d}", gpus=1, models=(h100,), submitted=T0 + timedelta(seconds=i)) for i in range(400)]
+    p = run(queue=queue, offers=offers, pol=policy(max_spot_share=0.5, teams=()))
+    assert launched(p) == [("a8", Market.SPOT, 1), ("h8", Market.ON_DEMAND, 50)] and not p.unplaced
