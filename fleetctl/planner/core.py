@@ -2114,7 +2114,8 @@ class _Pass:
         (before the twenty-seventh session, 2026-11-28)."""
         spot_ok, _ = self._spot_ok(job)
         kinds = self._kinds(job, spot_ok)
-        ends_at = self.now + timedelta(hours=job.duration_hours)
+        # it resumes from its checkpoint after a restart (before 2026-11-28: its whole duration from now)
+        ends_at = self.now + timedelta(hours=job.remaining_hours + self.policy.restart_overhead_minutes / 60)
         loss = self._loss_hours(job)
         hidden: list[Slot] = []
         choice: Slot | None = None

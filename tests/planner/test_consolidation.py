@@ -50,3 +50,26 @@ def test_a_cpu_only_jobs_migration_costs_its_vcpus_share_of_the_node(checkpoint_
     else:
         assert not p.of_kind("migrate") and not p.of_kind("terminate")
         assert said in p.explanation("mover").considered
+
+
+@pytest.mark.parametrize("duration_hours, checkpointed_hours, migrates", [
+    (5.0, 0.0, False),  # 5 h to go: past the reservation
+    (5.0, 4.5, True),  # resumes from its checkpoint with 30 min to go (plus a 5-minute restart)
+    (1.0, 0.0, True),
+], ids=["5-hours-left", "half-an-hour-left", "1-hour-job"])
+def test_a_job_moves_into_a_node_reserved_for_a_waiting_gang_only_if_it_ends_before(duration_hours, checkpointed_hours,
+                                                                                   migrates):
+    # A 2 x 8-GPU gang waits (no budget) for n1 and n2, whose jobs (5 of 8 GPUs, not checkpointable) end at
+    # T0 + 2 h: both are reserved for it until then. The mover (2 GPUs of the under-used 4-GPU $5 node "light",
+    # checkpointed 5 minutes ago) may use their room only if it ends before (docs/planner.md, steps 6 and 8).
+    # Before, a job's whole duration counted, not the work left after its checkpoint: with 30 minutes to go
+    # it stayed.
+    fleet = [node("n1"), node("n2"), node("light", offer("g4", gpus=4, price=5.0))]
+    running = [bound(job(f"r{i}", gpus=5, duration_hours=3.0), f"n{i}", checkpointable=False) for i in (1, 2)]
+    gang = job("gang", workers=2, gpus=8, submitted=T0 - timedelta(hours=1))
+    mover = replace(bound(job("mover", gpus=2, duration_hours=duration_hours), "light",
+                          started=T0 - timedelta(minutes=10), checkpoint=T0 - timedelta(minutes=5)),
+                    checkpointed_work_hours=checkpointed_hours)
+    p = run(queue=[*running, gang, mover], fleet=fleet, offers=[offer(price=50.0)], pol=policy(max_usd_per_hour=30.0))
+    assert "waits for running work to end (~2026-11-02 11:00 UTC)" in p.unplaced[0].detail
+    assert moves(p) == ([("mover", ("light",), ("n1",))] if migrates else [])
