@@ -55,8 +55,9 @@ def test_a_cpu_only_jobs_migration_costs_its_vcpus_share_of_the_node(checkpoint_
 @pytest.mark.parametrize("duration_hours, checkpointed_hours, migrates", [
     (5.0, 0.0, False),  # 5 h to go: past the reservation
     (5.0, 4.5, True),  # resumes from its checkpoint with 30 min to go (plus a 5-minute restart)
+    (5.0, 5.0 - 118 / 60, False),  # 1 h 58 min to go ends at 10:58, but the restart takes it to 11:03
     (1.0, 0.0, True),
-], ids=["5-hours-left", "half-an-hour-left", "1-hour-job"])
+], ids=["5-hours-left", "half-an-hour-left", "past-it-with-the-restart", "1-hour-job"])
 def test_a_job_moves_into_a_node_reserved_for_a_waiting_gang_only_if_it_ends_before(duration_hours, checkpointed_hours,
                                                                                    migrates):
     # A 2 x 8-GPU gang waits (no budget) for n1 and n2, whose jobs (5 of 8 GPUs, not checkpointable) end at
@@ -73,3 +74,17 @@ def test_a_job_moves_into_a_node_reserved_for_a_waiting_gang_only_if_it_ends_bef
     p = run(queue=[*running, gang, mover], fleet=fleet, offers=[offer(price=50.0)], pol=policy(max_usd_per_hour=30.0))
     assert "waits for running work to end (~2026-11-02 11:00 UTC)" in p.unplaced[0].detail
     assert moves(p) == ([("mover", ("light",), ("n1",))] if migrates else [])
+
+
+def test_the_best_fit_comes_before_the_cost_of_the_target():
+    # The mover (2 GPUs of "light", $10/h) fits an idle 2-GPU $2 node exactly and a busy node with 4 GPUs free:
+    # the best fit is the idle node, though the busy one would cost nothing more (docs/planner.md, step 8:
+    # among targets that leave as few GPUs over, the cheapest). $10 x 2/8 x 10 min = $0.42 over $8/h saved.
+    mover = bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    fleet = [node("light", offer(price=10.0)), node("small", offer("g2", gpus=2, price=2.0)),
+             node("half", offer(price=10.0))]
+    p = run(queue=[mover, busy], fleet=fleet)
+    assert moves(p) == [("mover", ("light",), ("small",))]
+    assert p.of_kind("migrate")[0].detail == (
+        "frees light ($10.00/h) into idle small ($2.00/h); migration costs $0.42, pays back in 0.1 h")
