@@ -88,3 +88,17 @@ def test_the_best_fit_comes_before_the_cost_of_the_target():
     assert moves(p) == [("mover", ("light",), ("small",))]
     assert p.of_kind("migrate")[0].detail == (
         "frees light ($10.00/h) into idle small ($2.00/h); migration costs $0.42, pays back in 0.1 h")
+
+
+@pytest.mark.parametrize("spot_price, target", [(5.9, "od"), (5.8, "spot")])
+def test_an_idle_spot_target_costs_its_price_plus_the_jobs_expected_loss_there(spot_price, target):
+    # Two idle 2-GPU nodes the mover (2 GPUs of an under-used $10/h on-demand node) fills exactly: on-demand at
+    # $6, spot at spot_price. On spot the job's expected loss is 0.05/h x (half its 60-minute checkpoint interval
+    # + 5 min restart) x the node's price: $0.17 at $5.90 ($6.07 in all, dearer than $6), $0.17 at $5.80 ($5.97).
+    mover = replace(bound(job("mover", gpus=2, duration_hours=5.0), "light", checkpoint=T0 - timedelta(minutes=5)),
+                    checkpoint_interval_minutes=60.0)
+    fleet = [node("light", offer(price=10.0, market=Market.ON_DEMAND)),
+             node("od", offer("g2", gpus=2, price=6.0, market=Market.ON_DEMAND)),
+             node("spot", offer("g2", gpus=2, price=spot_price))]
+    p = run(queue=[mover], fleet=fleet, pol=policy(idle_timeout_minutes=120.0))
+    assert moves(p) == [("mover", ("light",), (target,))]
