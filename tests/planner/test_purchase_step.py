@@ -75,9 +75,6 @@ def test_a_job_the_gpu_cap_and_the_spot_share_refuse_at_purchase_waits_as_capaci
         ("j", Reason.CAPACITY_LIMIT, "needs 1 x any GPU; more GPUs would pass the policy's max of 4")]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a job moved to on-demand for the on-demand base that the GPU cap or the "
-                                       "budget refuses on-demand is admitted again after the step with spot allowed, "
-                                       "and buys spot, launched and bound with reason on_demand_base")
 @pytest.mark.parametrize("od, limit, reason", [
     (offer("o8", gpus=8, price=8.0, market=Market.ON_DEMAND), {"max_gpus": 4}, Reason.CAPACITY_LIMIT),
     (offer("o1", gpus=1, price=8.0, vcpus=8, memory_gib=64, market=Market.ON_DEMAND), {"max_usd_per_hour": 5.0},
