@@ -1417,7 +1417,7 @@ class _Pass:
         self.strict = False
         self.spread_premium = _SPREAD_PREMIUM
         done = False
-        for round_ in range(_PROJECTION_ROUNDS + 1):
+        for round_ in range(_PROJECTION_ROUNDS + 2):
             self.projected_spot_gpus = projected
             self.projected_total_gpus = total_projected
             self._buy_pass(ordered, kinds_of, dict(demand))
@@ -1427,7 +1427,13 @@ class _Pass:
             spot_bought = self.spot_gpus  # read before the restore below resets it
             self._restore(snapshot)
             if round_ == 0:
-                # First, spread harder: any new spot offer beats reusing one.
+                # The preference for new offers can itself break min_distinct_offers: it buys more, smaller
+                # nodes, so the fleet reaches the count of spot nodes at which the rule asks for that many
+                # offers (two new b4 where one a8 holds both jobs). Try without it.
+                self.spread_premium = 0.0
+                continue
+            if round_ == 1:
+                # Then spread harder: any new spot offer beats reusing one.
                 self.spread_premium = math.inf
                 continue
             # Less spot was bought than projected: project (a little less than)

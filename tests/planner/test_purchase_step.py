@@ -124,9 +124,6 @@ def test_a_new_spot_offer_more_than_a_quarter_dearer_than_reusing_one_is_not_pre
     assert launched(p) == [("a8", Market.SPOT, 1)] and p.usd_per_hour_after == pytest.approx(16.0)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the preference for a new spot offer (within 25% of reusing one) spreads "
-                                       "j1 to b4, which makes 3 spot nodes on 2 offers; the redo then spreads harder "
-                                       "and buys b4 + c4 ($34.40/h) where one a8 ($8/h, 2 spot nodes) breaks no rule")
 def test_spreading_to_a_new_offer_does_not_cost_more_than_the_rule_asks():
     # As above with b4 at $4.40: ($4.40 + $0.13) / 4 = 1.13 per GPU is within 25% of a8's 1.01, so j1 takes b4
     # and j2 a second b4; 3 spot nodes on 2 offers break min_distinct_offers=3, and the redo buys b4 and c4.
