@@ -910,12 +910,12 @@ class _Pass:
             if job is None or over_burst(job, self.usage, self.policy) is not None:
                 continue
             spot_ok, _ = self._spot_ok(job)
-            # A job the on-demand base or the spot share moved to on-demand stays there: room or a purchase on
-            # spot would break the rule it was moved for (before, it bought spot under reason on_demand_base).
-            spot_ok = spot_ok and job.job_id not in self.on_demand_base_jobs
             placed = self.place_existing(job, self._new_kinds(job, spot_ok), self.new_index)
             if placed is None:
-                self._admit_after_all(job, spot_ok, waiting)
+                # A job the on-demand base or the spot share moved to on-demand buys on-demand or nothing: a spot
+                # purchase would break the rule it was moved for (before 2026-11-28 it bought spot, launched as
+                # on_demand_base). Room on a node the step bought anyway changes neither rule: it may take that.
+                self._admit_after_all(job, spot_ok and job.job_id not in self.on_demand_base_jobs, waiting)
                 continue
             self.unplaced.remove(waiting)
             self._note(job, "took room left on a node bought in this step (nothing more to buy)")

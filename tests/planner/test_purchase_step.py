@@ -89,6 +89,21 @@ def test_a_job_moved_to_on_demand_for_the_base_does_not_buy_spot_when_on_demand_
     assert unplaced(p) == {"j": reason}
 
 
+def test_a_job_moved_to_on_demand_for_the_base_may_take_room_on_a_spot_node_the_step_bought_anyway():
+    # As above, the one on-demand offer (8 GPUs) is past max_gpus=4, but a second 1-GPU job buys a 2-GPU spot
+    # node ($2): both jobs cost the same per GPU on either market ($1), so the base moves the first by id, a.
+    # Refused on-demand, a takes the room left on b's node: that node is bought anyway, so neither the fleet's
+    # on-demand GPUs nor its spot GPUs change, and a runs instead of waiting. No second spot node is bought.
+    s2 = offer("s2", gpus=2, price=2.0, vcpus=16, memory_gib=128)
+    od = offer("o8", gpus=8, price=8.0, market=Market.ON_DEMAND)
+    p = run(queue=[job("a", gpus=1), job("b", gpus=1, submitted=T0 + timedelta(seconds=1))], offers=[s2, od],
+            pol=policy(on_demand_base_gpus=1, max_gpus=4))
+    assert launched(p) == [("s2", Market.SPOT, 1)] and not p.unplaced
+    binds = {b.job_id: b for b in p.of_kind("bind")}
+    assert binds["a"].node_ids == binds["b"].node_ids
+    assert binds["a"].reason is Reason.FITS_NEW_CAPACITY
+
+
 # ----------------------------------------------------------------------------- a new spot offer, too few in use
 
 A8 = offer("a8", gpus=8, price=8.0)
