@@ -26,11 +26,13 @@ VALUES = (100, 500, 1000)
     (9.0, timedelta(hours=45), 0.0, 500),  # 100 + 405 = 505: past 500 only
     (9000.0, timedelta(0), 0.0, 100),  # just queued: has waited nothing
     (9000.0, -timedelta(hours=1), 0.0, 100),  # queued after now (clock skew): waited nothing, not less
+    (9000.0, -timedelta(hours=1), 400.0, 500),  # the same with a boost: 100 + 0 + 400, the skew takes nothing off
+    (9.0, timedelta(hours=44, minutes=30), 0.0, 500),  # 100 + 9 x 44.5 = 500.5: part of an hour counts
     (0.0, timedelta(hours=1000), 400.0, 500),  # a requeue boost alone lifts it: 100 + 400
     (1.0, timedelta(hours=100), 300.0, 500),  # aging and boost add up: 100 + 100 + 300
     (1.0, timedelta(hours=100), 800.0, 1000),  # 100 + 100 + 800
 ], ids=["no-aging", "slow-aging", "exactly-at-a-class", "just-below-a-class", "past-a-middle-class", "just-queued",
-        "queued-in-the-future", "boost-alone", "aging-plus-boost", "aging-plus-boost-to-the-top"])
+        "queued-in-the-future", "queued-in-the-future-with-a-boost", "part-of-an-hour", "boost-alone", "aging-plus-boost", "aging-plus-boost-to-the-top"])
 def test_effective_band_is_the_highest_class_value_reached(aging, waited, boost, band):
     pol = policy(priority_classes=CLASSES, aging_priority_per_hour=aging)
     j = replace(job("j", priority="batch", submitted=T0 - waited), priority_boost=boost)
@@ -104,6 +106,14 @@ def test_weights_divide_the_share_and_a_weight_of_zero_counts_as_one():
     # a 0.5 / 4 = 0.125, b 0.25 / 0.5 = 0.5, c 0.1875 / 1 (weight 0) = 0.1875
     teams = (Team("a", weight=4.0), Team("b", weight=0.5), Team("c", weight=0.0))
     assert order_of(jobs, usage=usage, teams=teams) == ["a", "c", "b"]
+
+
+def test_a_weight_between_zero_and_one_raises_the_share():
+    usage = {"a": TeamUsage(4, 0, 0), "b": TeamUsage(6, 0, 0)}
+    jobs = [job(t, team=t) for t in ("a", "b")]
+    # a 0.25 / 0.5 = 0.5 is above b's 0.375 / 1: b first, though a uses fewer GPUs
+    teams = (Team("a", weight=0.5), Team("b", weight=1.0))
+    assert order_of(jobs, usage=usage, teams=teams) == ["b", "a"]
 
 
 def test_a_team_below_its_guarantee_goes_first_and_one_at_it_does_not():
