@@ -79,6 +79,9 @@ def test_a_job_takes_a_lower_class_only_never_its_own_beside_it():
     p = run(queue=[b1, replace(h1, priority="batch"), high], fleet=fleet, pol=NO_CLAIMS)
     assert preempts(p) == [("b1", "high"), ("h1", "high")] and binds(p) == {"high": ("n1",)}
     assert not p.unplaced  # placed by preemption: not also reported waiting
+    # a high job of 4 GPUs takes b1 beside h1
+    p = run(queue=[b1, h1, replace(high, gpus_per_worker=4)], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "high")] and binds(p) == {"high": ("n1",)}
 
 
 def test_the_node_with_the_best_key_wins_over_one_asked_after_it():
@@ -97,10 +100,10 @@ def test_the_node_with_the_best_key_wins_over_one_asked_after_it():
     assert preempts(p) == [("c1", "prod")] and binds(p) == {"prod": ("n1",)}
 
 
-def claims_policy(b_guarantee=4):
-    """Team a holds a guarantee of 8 GPUs and uses none: an 8-GPU job or smaller of a claims it."""
-    return policy(priority_classes=CLASSES, teams=(Team("a", guaranteed_gpus=8), Team("b", guaranteed_gpus=b_guarantee),
-                                                   Team("c")))
+def claims_policy(b_guarantee=4, a_guarantee=8):
+    """Team a holds a guarantee (8 GPUs) and uses none: an 8-GPU job or smaller of a claims it."""
+    return policy(priority_classes=CLASSES, teams=(Team("a", guaranteed_gpus=a_guarantee),
+                                                   Team("b", guaranteed_gpus=b_guarantee), Team("c")))
 
 
 def test_a_claim_takes_borrowed_work_of_its_own_class_or_lower_only():
@@ -114,6 +117,8 @@ def test_a_claim_takes_borrowed_work_of_its_own_class_or_lower_only():
     p = run(queue=[replace(borrowed, priority="batch"), a_job], fleet=fleet, pol=claims_policy(b_guarantee=0))
     (pre,) = p.of_kind("preempt")
     assert (pre.job_id, pre.by_job_id, pre.reason) == ("b-high", "a-job", Reason.PREEMPTED_FOR_GUARANTEE)
+    assert pre.detail == ("makes room on n1 for a-job (batch, team a within its guaranteed GPUs; b is above its "
+                          "own); not checkpointable: loses 1.00 h of work")
     assert binds(p) == {"a-job": ("n1",)} and not p.unplaced
 
 
@@ -145,6 +150,12 @@ def test_a_claim_keeps_each_lending_team_at_its_guarantee_counting_all_its_victi
     assert not p.of_kind("preempt") and "a-job" in unplaced(p)
     p = run(queue=[*running, a_job], fleet=fleet, pol=claims_policy(b_guarantee=0))
     assert preempts(p) == [("b1", "a-job"), ("b2", "a-job")]
+    # by one GPU: b (guarantee 1) runs 4 + 1 GPUs beside 3 of production; either alone leaves it at 1 or
+    # more, both at 0, and a's 5-GPU job needs both
+    running = [bound(job("b1", gpus=4, team="b"), "n1"), bound(job("b2", gpus=1, team="b"), "n1"),
+               bound(job("p", gpus=3, team="c", priority="production", spot=True), "n1")]
+    p = run(queue=[*running, job("a-job", gpus=5, team="a")], fleet=fleet, pol=claims_policy(b_guarantee=1))
+    assert not p.of_kind("preempt") and "a-job" in unplaced(p)
 
 
 def test_a_gang_claim_keeps_each_lending_team_at_its_guarantee_counting_all_its_victims_together():
@@ -255,3 +266,61 @@ def test_among_victims_that_lose_as_much_the_one_with_the_most_gpus_goes_first()
     high = job("high", gpus=4, priority="high")
     p = run(queue=[*running, high], fleet=fleet, pol=NO_CLAIMS)
     assert preempts(p) == [("z-big", "high")] and binds(p) == {"high": ("n1",)}
+    (pre,) = p.of_kind("preempt")
+    assert pre.reason is Reason.PREEMPTED_BY_HIGHER_PRIORITY
+    assert pre.detail == "makes room on n1 for high (high); not checkpointable: loses 1.00 h of work"
+
+
+def test_a_gang_on_one_node_frees_all_its_workers_there():
+    # A batch gang runs both its workers on n1 (2 x 4 GPUs, 48 vCPUs, 512 GiB: the whole node). The high job
+    # needs the whole node; the gang's room counts both workers, and it goes.
+    fleet = [node("n1")]  # 8 GPUs, 96 vCPUs, 1024 GiB
+    gang = bound(job("gang", workers=2, gpus=4, vcpus=48, memory_gib=512, team="b"), "n1", "n1")
+    high = job("high", gpus=8, vcpus=96, memory_gib=1024, priority="high")
+    p = run(queue=[gang, high], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("gang", "high")] and binds(p) == {"high": ("n1",)}
+
+
+def test_a_job_of_a_lower_class_that_is_not_preemptible_is_never_taken():
+    # 'pinned' (200) is below high (500) but not preemptible: the high job may take n1's batch job, whose
+    # 4 GPUs are not enough, and not the pinned one beside it.
+    classes = (*CLASSES, PriorityClass("pinned", 200, preemptible=False))
+    pol = replace(NO_CLAIMS, priority_classes=classes)
+    fleet = [node("n1")]
+    running = [bound(job("pinned", gpus=4, team="b", priority="pinned"), "n1", started=T0 - timedelta(minutes=6)),
+               bound(job("b1", gpus=4, team="b"), "n1")]
+    high = job("high", gpus=8, priority="high")
+    p = run(queue=[*running, high], fleet=fleet, pol=pol)
+    assert not p.of_kind("preempt") and "high" in unplaced(p)
+    p = run(queue=[*running, replace(high, gpus_per_worker=4)], fleet=fleet, pol=pol)
+    assert preempts(p) == [("b1", "high")]
+
+
+def test_a_job_claims_its_teams_guarantee_only_up_to_the_guarantee():
+    # a (guarantee 8) uses no GPU: an 8-GPU job of a is within it and takes b's borrowed batch work of its
+    # class on n1 (16 GPUs); a 9-GPU job is not, and preempts nobody.
+    fleet = [node("n1", offer("g16", gpus=16))]
+    borrowed = bound(job("b-job", gpus=16, team="b"), "n1")
+    p = run(queue=[borrowed, job("a-job", gpus=8, team="a")], fleet=fleet, pol=claims_policy(b_guarantee=0))
+    assert preempts(p) == [("b-job", "a-job")]
+    p = run(queue=[borrowed, job("a-job", gpus=9, team="a")], fleet=fleet, pol=claims_policy(b_guarantee=0))
+    assert not p.of_kind("preempt") and "a-job" in unplaced(p)
+
+
+def test_a_victims_gpus_leave_its_teams_use_so_a_second_claim_finds_it_at_its_guarantee():
+    # b (guarantee 4) borrows 4 GPUs: b1 on n1 and b2 on n2, 4 GPUs each. a's first job takes b1 back, which
+    # leaves b at its 4; a's second job, still within a's 8, finds nothing more to take back.
+    fleet = [node("n1", offer("g4", gpus=4)), node("n2", offer("g4", gpus=4))]
+    running = [bound(job("b1", gpus=4, team="b"), "n1"), bound(job("b2", gpus=4, team="b"), "n2")]
+    first = job("a-1", gpus=4, team="a")
+    second = job("a-2", gpus=4, team="a", submitted=T0 + timedelta(seconds=1))
+    p = run(queue=[*running, first, second], fleet=fleet, pol=claims_policy(b_guarantee=4))
+    assert preempts(p) == [("b1", "a-1")] and binds(p) == {"a-1": ("n1",)} and "a-2" in unplaced(p)
+    assert "preempted b1 on n1" in p.explanation("a-1").considered
+    # b borrows 8 over its 4 on three nodes, and a's guarantee is 12: a-1 and a-2 take b1 and b2 back (b at
+    # 8, then 4), and a-3, though a stays within its 12, finds b at its guarantee
+    fleet = [node(f"n{i}", offer("g4", gpus=4)) for i in (1, 2, 3)]
+    running = [bound(job(f"b{i}", gpus=4, team="b"), f"n{i}") for i in (1, 2, 3)]
+    a_jobs = [job(f"a-{i}", gpus=4, team="a", submitted=T0 + timedelta(seconds=i)) for i in (1, 2, 3)]
+    p = run(queue=[*running, *a_jobs], fleet=fleet, pol=claims_policy(b_guarantee=4, a_guarantee=12))
+    assert preempts(p) == [("b1", "a-1"), ("b2", "a-2")] and "a-3" in unplaced(p)
