@@ -324,3 +324,159 @@ def test_a_victims_gpus_leave_its_teams_use_so_a_second_claim_finds_it_at_its_gu
     a_jobs = [job(f"a-{i}", gpus=4, team="a", submitted=T0 + timedelta(seconds=i)) for i in (1, 2, 3)]
     p = run(queue=[*running, *a_jobs], fleet=fleet, pol=claims_policy(b_guarantee=4, a_guarantee=12))
     assert preempts(p) == [("b1", "a-1"), ("b2", "a-2")] and "a-3" in unplaced(p)
+
+
+# ----------------------------------------------------------------------------- admission
+
+def test_admission_under_max_gpus_counts_the_gpus_the_fleet_holds():
+    # n1 holds 8 GPUs (busy); max_gpus 16 leaves room for 8 more. The cheapest purchase in dollars, a
+    # 16-GPU node ($5), would pass the cap; the cheapest that fits it, an 8-GPU node ($6), is bought.
+    g16, g8 = offer("g16", gpus=16, price=5.0), offer("g8", gpus=8, price=6.0)
+    busy = bound(job("prod-run", gpus=8, priority="production", spot=True), "n1")
+    p = run(queue=[busy, job("j", gpus=4)], fleet=[node("n1")], offers=[g16, g8], pol=policy(max_gpus=16))
+    (launch,) = p.of_kind("launch")
+    assert launch.offer.instance_type.name == "g8" and binds(p)["j"] == launch.node_names and not p.unplaced
+
+
+def test_a_job_the_gpu_cap_refuses_preempts_and_one_it_allows_buys():
+    # n1 holds 8 GPUs (b1, batch). The production job's cheapest purchase is one more 8-GPU node: under
+    # max_gpus 9 that passes the cap (16 > 9), so it may not buy and preempts b1; at 16 (8 + 8, the cap
+    # exactly) and at 24 it buys and preempts nobody.
+    busy = bound(job("b1", gpus=8, team="b"), "n1")
+    prod = job("prod", gpus=8, priority="production", spot=True)
+    p = run(queue=[busy, prod], fleet=[node("n1")], offers=[offer(price=1.0)], pol=policy(max_gpus=9))
+    assert preempts(p) == [("b1", "prod")] and binds(p) == {"prod": ("n1",)} and not p.of_kind("launch")
+    for cap in (16, 24):
+        p = run(queue=[busy, prod], fleet=[node("n1")], offers=[offer(price=1.0)], pol=policy(max_gpus=cap))
+        assert not p.of_kind("preempt") and [a.count for a in p.of_kind("launch")] == [1], cap
+
+
+def test_a_gang_the_gpu_cap_refuses_counts_every_node_it_would_buy():
+    # n1 and n2 hold 16 GPUs; a production gang of 2 x 8 would buy two 8-GPU nodes: 16 + 16 > 24, so it
+    # preempts b1 and b2 instead. At a cap of 32 it buys both.
+    fleet = [node("n1"), node("n2")]
+    running = [bound(job("b1", gpus=8, team="b"), "n1"), bound(job("b2", gpus=8, team="b"), "n2")]
+    gang = job("gang", workers=2, gpus=8, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, offers=[offer(price=1.0)], pol=policy(max_gpus=24))
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and not p.of_kind("launch")
+    p = run(queue=[*running, gang], fleet=fleet, offers=[offer(price=1.0)], pol=policy(max_gpus=32))
+    assert not p.of_kind("preempt") and [a.count for a in p.of_kind("launch")] == [2]
+
+
+def test_a_budget_refusal_names_the_cheapest_fit_and_the_fleet_it_would_make():
+    # n1 ($10/h) is busy with production work; one more $3 node would take the fleet to $13/h, past $12.
+    busy = bound(job("prod-run", gpus=8, priority="production", spot=True), "n1")
+    p = run(queue=[busy, job("j", gpus=8)], fleet=[node("n1")], offers=[offer(price=3.0)],
+            pol=policy(max_usd_per_hour=12.0))
+    (waiting,) = p.unplaced
+    assert waiting.reason is Reason.BUDGET_EXCEEDED
+    assert waiting.detail == ("needs 8 x any GPU; the cheapest fit (g8, $3.00/h) would take the fleet to $13.00/h, "
+                              "above the budget of $12.00/h")
+
+
+def test_the_victims_are_the_smallest_set_a_victim_taken_first_dropped_when_a_later_one_suffices():
+    # n1: c-small (2 GPUs, checkpointable: taken first), r-big (4 GPUs) and 2 GPUs of production. The
+    # 4-GPU job takes c-small, then r-big, and then gives c-small back: r-big alone frees 4.
+    fleet = [node("n1")]
+    running = [replace(bound(job("c-small", gpus=2, team="b"), "n1", checkpoint=T0 - timedelta(minutes=5)),
+                       checkpointable=True),
+               bound(job("r-big", gpus=4, team="b"), "n1"),
+               bound(job("p", gpus=2, team="c", priority="production", spot=True), "n1")]
+    p = run(queue=[*running, job("high", gpus=4, priority="high")], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("r-big", "high")] and binds(p) == {"high": ("n1",)}
+
+
+def test_a_gang_on_one_node_preempts_room_for_all_its_workers():
+    # The production gang of 2 x 4 GPUs fits n1 whole once b1 and b2 (4 GPUs each) go: both go.
+    fleet = [node("n1")]
+    running = [bound(job("b1", gpus=4, team="b"), "n1"), bound(job("b2", gpus=4, team="b"), "n1")]
+    gang = job("gang", workers=2, gpus=4, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and binds(p) == {"gang": ("n1", "n1")}
+
+
+@pytest.mark.parametrize("dimension", ["vcpus", "memory_gib"])
+def test_a_gang_on_one_node_preempts_the_vcpus_or_memory_of_all_its_workers(dimension):
+    # n1 (8 GPUs, 96 vCPUs, 1024 GiB): b1 and b2 hold 1 GPU each and half the node's vCPUs (or memory);
+    # the gang's two workers need 1 GPU and 40 vCPUs (or 400 GiB) each: 6 GPUs are free, but the 80 vCPUs
+    # (800 GiB) need both gone.
+    small = {"vcpus": 4, "memory_gib": 8}
+    half = dict(small, **{dimension: {"vcpus": 48, "memory_gib": 512}[dimension]})
+    worker = dict(small, **{dimension: {"vcpus": 40, "memory_gib": 400}[dimension]})
+    running = [bound(job(f"b{i}", gpus=1, team="b", **half), "n1") for i in (1, 2)]
+    gang = job("gang", workers=2, gpus=1, priority="production", spot=True, **worker)
+    p = run(queue=[*running, gang], fleet=[node("n1")], pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and binds(p) == {"gang": ("n1", "n1")}
+
+
+@pytest.mark.parametrize("dimension", ["vcpus", "memory_gib"])
+def test_victims_are_taken_until_every_dimension_is_free_not_only_the_gpus(dimension):
+    # n1: a-cp (4 GPUs, checkpointable: taken first), r-more (2 GPUs and 80 vCPUs, or 800 GiB) and 2 GPUs of
+    # production. The 4-GPU job needs 80 vCPUs (800 GiB) too: a-cp frees the GPUs, r-more the rest.
+    small = {"vcpus": 8, "memory_gib": 16}
+    more = dict(small, **{dimension: {"vcpus": 80, "memory_gib": 1000}[dimension]})
+    running = [replace(bound(job("a-cp", gpus=4, team="b", **small), "n1", checkpoint=T0 - timedelta(minutes=5)),
+                       checkpointable=True),
+               bound(job("r-more", gpus=2, team="b", **more), "n1"),
+               bound(job("p", gpus=2, team="c", priority="production", spot=True, vcpus=8, memory_gib=8), "n1")]
+    need = dict(small, **{dimension: {"vcpus": 80, "memory_gib": 800}[dimension]})
+    p = run(queue=[*running, job("high", gpus=4, priority="high", **need)], fleet=[node("n1")], pol=NO_CLAIMS)
+    assert preempts(p) == [("a-cp", "high"), ("r-more", "high")] and binds(p) == {"high": ("n1",)}
+
+
+@pytest.mark.parametrize("dimension", ["vcpus", "memory_gib"])
+def test_no_victims_when_the_takeable_ones_free_the_gpus_but_not_the_vcpus_or_memory(dimension):
+    # n1: b1 (batch, 4 GPUs) and h1 (high, 2 GPUs and 80 vCPUs, or 1000 GiB) beside 2 GPUs of production.
+    # The high job (4 GPUs, 80 vCPUs or 800 GiB) may take b1, whose GPUs suffice, but not h1, whose vCPUs
+    # (memory) it needs as well: nobody is preempted.
+    small = {"vcpus": 8, "memory_gib": 16}
+    more = dict(small, **{dimension: {"vcpus": 80, "memory_gib": 1000}[dimension]})
+    running = [bound(job("b1", gpus=4, team="b", **small), "n1"),
+               bound(job("h1", gpus=2, team="b", priority="high", **more), "n1"),
+               bound(job("p", gpus=2, team="c", priority="production", spot=True, vcpus=8, memory_gib=8), "n1")]
+    need = dict(small, **{dimension: {"vcpus": 80, "memory_gib": 800}[dimension]})
+    p = run(queue=[*running, job("high", gpus=4, priority="high", **need)], fleet=[node("n1")], pol=NO_CLAIMS)
+    assert not p.of_kind("preempt") and "high" in unplaced(p)
+
+
+@pytest.mark.parametrize("dimension", ["gpus", "vcpus", "memory_gib"])
+def test_a_victim_gang_is_not_given_back_when_its_workers_together_are_needed(dimension):
+    # n1 (8 GPUs, 96 vCPUs, 1024 GiB): a batch gang with both workers there (2 GPUs, 24 vCPUs, 256 GiB each)
+    # and production work of the same size; 2 GPUs, 24 vCPUs and 256 GiB free. The high job needs 4 GPUs
+    # (or 48 vCPUs, or 512 GiB) and little else: the gang goes, and it is not given back (without its two
+    # workers only 2 GPUs, 24 vCPUs, 256 GiB are free).
+    worker = {"gpus": 2, "vcpus": 24, "memory_gib": 256}
+    gang = bound(job("gang", workers=2, team="b", **worker), "n1", "n1")
+    prod = bound(job("p", team="c", priority="production", spot=True, **worker), "n1")
+    need = {"gpus": 1, "vcpus": 4, "memory_gib": 16}
+    need[dimension] = {"gpus": 4, "vcpus": 48, "memory_gib": 512}[dimension]
+    p = run(queue=[gang, prod, job("high", priority="high", **need)], fleet=[node("n1")], pol=NO_CLAIMS)
+    assert preempts(p) == [("gang", "high")] and binds(p) == {"high": ("n1",)}
+
+
+@pytest.mark.parametrize("dimension", ["gpus", "vcpus", "memory_gib"])
+def test_victims_are_taken_until_each_dimension_holds_its_own_need(dimension):
+    # n1 (4 GPUs, 4 vCPUs, 4 GiB) runs b1 and b2, 2 of each apiece. The high job needs 4 of one dimension and
+    # 2 of the others: after b1 every dimension holds 2, which is the other dimensions' need, not this one's.
+    tiny = offer("t4", gpus=4, vcpus=4, memory_gib=4)
+    running = [bound(job(f"b{i}", gpus=2, vcpus=2, memory_gib=2, team="b"), "n1") for i in (1, 2)]
+    need = {"gpus": 2, "vcpus": 2, "memory_gib": 2, dimension: 4}
+    p = run(queue=[*running, job("high", priority="high", **need)], fleet=[node("n1", tiny)], pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "high"), ("b2", "high")] and binds(p) == {"high": ("n1",)}
+
+
+@pytest.mark.parametrize("dimension", ["vcpus", "memory_gib"])
+def test_a_victim_taken_first_is_given_back_when_the_rest_frees_exactly_the_need(dimension):
+    # n1 (8 GPUs, 96 vCPUs, 1024 GiB, all used): c-first (checkpointable: taken first; 2 GPUs and 16 vCPUs,
+    # or 256 GiB), r-big (4 GPUs, 64 vCPUs or 512 GiB) and production work. The job needs 4 GPUs and 64 vCPUs
+    # (512 GiB): with both taken, giving c-first back leaves exactly that, so only r-big goes.
+    def shape(gpus, vcpus, memory):
+        s = {"vcpus": 8, "memory_gib": 16}
+        s[dimension] = {"vcpus": vcpus, "memory_gib": memory}[dimension]
+        return dict(s, gpus=gpus)
+    running = [replace(bound(job("c-first", team="b", **shape(2, 16, 256)), "n1", checkpoint=T0 - timedelta(minutes=5)),
+                       checkpointable=True),
+               bound(job("r-big", team="b", **shape(4, 64, 512)), "n1"),
+               bound(job("p", team="c", priority="production", spot=True, **shape(2, 16, 256)), "n1")]
+    p = run(queue=[*running, job("high", priority="high", **shape(4, 64, 512))], fleet=[node("n1")], pol=NO_CLAIMS)
+    assert preempts(p) == [("r-big", "high")] and binds(p) == {"high": ("n1",)}
