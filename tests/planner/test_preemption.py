@@ -480,3 +480,77 @@ def test_a_victim_taken_first_is_given_back_when_the_rest_frees_exactly_the_need
                bound(job("p", team="c", priority="production", spot=True, **shape(2, 16, 256)), "n1")]
     p = run(queue=[*running, job("high", priority="high", **shape(4, 64, 512))], fleet=[node("n1")], pol=NO_CLAIMS)
     assert preempts(p) == [("r-big", "high")] and binds(p) == {"high": ("n1",)}
+
+
+def test_a_gang_preempts_in_the_zone_with_the_fewest_victims_then_the_least_work_lost():
+    # The production gang (2 x 8 GPUs) needs two whole nodes of one zone. z1's batch jobs lost 1 h each, z2's
+    # 2 h; z3's lost 6 minutes each, but there are three (n6 runs two of 4 GPUs): z1, the fewest victims and
+    # the least work lost. With z1's jobs 3 h old, z2 wins: 4 h lost in all against 6 h, though asked after z1.
+    fleet = [node("n1", offer(zone="z1")), node("n2", offer(zone="z1")), node("n3", offer(zone="z2")),
+             node("n4", offer(zone="z2")), node("n5", offer(zone="z3")), node("n6", offer(zone="z3"))]
+
+    def running(z1_hours):
+        return [bound(job("b1", gpus=8, team="b"), "n1", started=T0 - timedelta(hours=z1_hours)),
+                bound(job("b2", gpus=8, team="b"), "n2", started=T0 - timedelta(hours=z1_hours)),
+                bound(job("b3", gpus=8, team="b"), "n3", started=T0 - timedelta(hours=2)),
+                bound(job("b4", gpus=8, team="b"), "n4", started=T0 - timedelta(hours=2)),
+                bound(job("b5", gpus=8, team="b"), "n5", started=T0 - timedelta(minutes=6)),
+                bound(job("b6a", gpus=4, team="b"), "n6", started=T0 - timedelta(minutes=6)),
+                bound(job("b6b", gpus=4, team="b"), "n6", started=T0 - timedelta(minutes=6))]
+    gang = job("gang", workers=2, gpus=8, priority="production", spot=True)
+    p = run(queue=[*running(1), gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and sorted(binds(p)["gang"]) == ["n1", "n2"]
+    p = run(queue=[*running(3), gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b3", "gang"), ("b4", "gang")] and sorted(binds(p)["gang"]) == ["n3", "n4"]
+
+
+def test_a_gang_preempts_only_on_schedulable_nodes_of_its_kinds():
+    # z1: n1 drains and n2 is an L4 node (the gang wants A100s); their batch jobs lost 6 minutes against
+    # n3's and n4's hour, but the gang takes n3 and n4.
+    l4 = offer("l4x8", model="L4")
+    fleet = [node("n1", state=NodeState.DRAINING), node("n2", l4), node("n3"), node("n4")]
+    running = [bound(job(f"b{i}", gpus=8, team="b"), f"n{i}", started=T0 - timedelta(minutes=6)) for i in (1, 2)]
+    running += [bound(job(f"b{i}", gpus=8, team="b"), f"n{i}") for i in (3, 4)]
+    gang = job("gang", workers=2, gpus=8, models=("A100-80GB",), priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b3", "gang"), ("b4", "gang")] and sorted(binds(p)["gang"]) == ["n3", "n4"]
+
+
+def test_a_gang_looks_past_a_node_of_its_zone_without_room():
+    # z1: n1 runs production work (no room for a worker however many go), n2 and n3 batch jobs: the gang
+    # takes n2 and n3.
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job("p1", gpus=8, team="c", priority="production", spot=True), "n1"),
+               bound(job("b2", gpus=8, team="b"), "n2"), bound(job("b3", gpus=8, team="b"), "n3")]
+    gang = job("gang", workers=2, gpus=8, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b2", "gang"), ("b3", "gang")] and sorted(binds(p)["gang"]) == ["n2", "n3"]
+
+
+def test_a_gang_that_ends_after_a_reservation_preempts_nobody_on_the_reserved_nodes():
+    # z1: n1, n2 and n3 each run a batch and a high job of 4 GPUs. The first gang (high, 2 x 8 GPUs) may
+    # take only the batch halves: it waits and reserves n1 and n2, whose jobs end first (T0 + 1 h). The
+    # second gang (high, 2 x 4 GPUs, 5 hours) would fit the batch halves of n1 and n2, but ends after the
+    # reservation: only n3 is open to it, one worker's room, and nobody is preempted.
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job(f"{c}{i}", gpus=4, team="b", priority=pc, duration_hours=2.0 if i < 3 else 6.0), f"n{i}")
+               for i in (1, 2, 3) for c, pc in (("b", "batch"), ("h", "high"))]
+    first = job("first", workers=2, gpus=8, priority="high", submitted=T0 - timedelta(hours=1))
+    second = job("second", workers=2, gpus=4, priority="high", duration_hours=5.0)
+    p = run(queue=[*running, first, second], fleet=fleet, pol=NO_CLAIMS)
+    details = {u.job_id: u.detail for u in p.unplaced}
+    assert "waits for running work to end (~2026-11-02 10:00 UTC)" in details["first"]
+    assert not p.of_kind("preempt") and set(unplaced(p)) == {"first", "second"}
+
+
+def test_a_gang_takes_each_node_once_with_the_most_workers_it_can_host_there():
+    # A production gang of 3 x 4 GPUs: n1 hosts two workers once b1a and b1b go, n2 one once b2 goes (its
+    # other half is production work). Each node is counted once, at its most workers: all three go.
+    fleet = [node("n1"), node("n2")]
+    running = [bound(job("b1a", gpus=4, team="b"), "n1"), bound(job("b1b", gpus=4, team="b"), "n1"),
+               bound(job("b2", gpus=4, team="b"), "n2"),
+               bound(job("p2", gpus=4, team="c", priority="production", spot=True), "n2")]
+    gang = job("gang", workers=3, gpus=4, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1a", "gang"), ("b1b", "gang"), ("b2", "gang")]
+    assert sorted(binds(p)["gang"]) == ["n1", "n1", "n2"]
