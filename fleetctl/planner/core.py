@@ -1007,7 +1007,11 @@ class _Pass:
         active = self.active_jobs
         # A team within its guaranteed_gpus may also preempt other teams' preemptible work of its own
         # class or lower, as far as those teams are above their own guarantees (what they borrowed).
-        claims = self._usage_gpus(job.team) + job.gpus <= self.policy.team(job.team).guaranteed_gpus
+        # Guarantees are GPUs: a CPU-only job claims none (before 2026-11-28 it claimed when its team was
+        # within them, even at 0 + 0 <= 0, and teams without guarantees took each other's CPU-only jobs,
+        # one each pass). Another team's CPU-only job may still be taken by a GPU job's claim, as work of
+        # a team at or above its guarantee (it can hold the vCPUs or memory the claim needs).
+        claims = job.gpus > 0 and self._usage_gpus(job.team) + job.gpus <= self.policy.team(job.team).guaranteed_gpus
 
         def victim_ok(jid: str) -> bool:
             v = active.get(jid)

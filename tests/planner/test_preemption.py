@@ -188,10 +188,10 @@ def test_a_cpu_only_job_never_preempts_its_own_teams_work_of_its_class():
     assert not p.of_kind("preempt") and "a-2" in unplaced(p)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a CPU-only job counts as within its team's guaranteed GPUs when the "
-                   "team has none (0 + 0 <= 0), and another team's CPU-only job as borrowed work (0 - 0 >= 0): two "
-                   "teams without guarantees preempt each other's CPU-only batch jobs, one each pass, 'for guarantee'")
 def test_cpu_only_jobs_of_teams_without_guarantees_do_not_preempt_each_other():
+    # Before the fix a CPU-only job counted as within its team's guaranteed GPUs when the team had none
+    # (0 + 0 <= 0), and another team's CPU-only job as borrowed work (0 - 0 >= 0): two teams without
+    # guarantees preempted each other's CPU-only batch jobs, one each pass, 'for guarantee'.
     pol = policy(teams=(Team("a"), Team("b")))
     p = run(queue=[cpu_job("b-1", "b", JobState.RUNNING), cpu_job("a-1", "a")], fleet=[node("c1", CPU)], pol=pol)
     assert not p.of_kind("preempt") and "a-1" in unplaced(p)
