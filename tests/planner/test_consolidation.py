@@ -113,12 +113,12 @@ def test_a_job_may_move_into_a_dearer_node_that_stays_busy():
 
 
 def test_room_on_a_busy_node_costs_nothing_beside_an_idle_node_of_equal_fit():
-    # The mover fills both the 2 free GPUs of "busy" ($8, 4 GPUs) and the idle 2-GPU "idle" ($2): the busy
+    # The mover fills both the 2 free GPUs of "busy" ($8, 4 GPUs) and the idle 2-GPU "idle" ($0.50): the busy
     # node is paid for anyway, the idle one would idle out. It goes to the busy node.
     mover = bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))
     other = bound(job("other", gpus=2), "busy", checkpointable=False)
     fleet = [node("light", offer(price=10.0, market=Market.ON_DEMAND)),
              node("busy", offer("g4", gpus=4, price=8.0, market=Market.ON_DEMAND)),
-             node("idle", offer("g2", gpus=2, price=2.0, market=Market.ON_DEMAND))]
+             node("idle", offer("g2", gpus=2, price=0.5, market=Market.ON_DEMAND))]
     p = run(queue=[mover, other], fleet=fleet, pol=policy(idle_timeout_minutes=120.0))
     assert moves(p) == [("mover", ("light",), ("busy",))]
