@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import JobState, Market
+from fleetctl.model import DemandForecast, Forecast, JobState, Market
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -122,3 +122,30 @@ def test_room_on_a_busy_node_costs_nothing_beside_an_idle_node_of_equal_fit():
              node("idle", offer("g2", gpus=2, price=0.5, market=Market.ON_DEMAND))]
     p = run(queue=[mover, other], fleet=fleet, pol=policy(idle_timeout_minutes=120.0))
     assert moves(p) == [("mover", ("light",), ("busy",))]
+
+
+# ----------------------------------------------------------------------------- when consolidation is off or limited
+
+def test_a_payback_horizon_of_zero_turns_consolidation_off_even_for_a_free_move():
+    # no restart overhead and a checkpoint this instant: the move costs $0.00, and would pay back in 0 h
+    mover = bound(job("mover", gpus=2), "light", checkpoint=T0)
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    fleet = [node("light", offer(price=10.0)), node("half", offer(price=10.0))]
+    pol = policy(restart_overhead_minutes=0.0)
+    assert moves(run(queue=[mover, busy], fleet=fleet, pol=pol)) == [("mover", ("light",), ("half",))]
+    p = run(queue=[mover, busy], fleet=fleet, pol=replace(pol, consolidation_payback_hours=0.0))
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+
+
+def test_the_forecasts_idle_gpus_do_not_hold_a_node_while_purchases_wait_for_the_scale_up_cooldown():
+    # As test_headroom.py's test_consolidation_keeps_a_node_whose_idle_gpus_the_forecast_wants: a p90 of 4 with
+    # 2 GPUs busy wants 2 idle, and emptying "a" leaves none. But "b" was launched 3 minutes ago, within a
+    # 10-minute scale-up cooldown: no headroom is bought in this pass, so none is kept either, and r moves.
+    g2 = offer("g2", gpus=2, price=2.0, vcpus=16, memory_gib=128)
+    r = bound(job("r"), "a", checkpoint=T0 - timedelta(minutes=5))
+    rb = bound(job("rb"), "b", checkpointable=False)
+    fleet = [node("a", of=g2), node("b", of=g2, ready_at=T0 - timedelta(minutes=2))]
+    forecast = Forecast(demand=(DemandForecast("A100-80GB", 60, 2.4, 4.0),))
+    p = run(queue=[r, rb], fleet=fleet, offers=[g2], forecast=forecast,
+            pol=policy(max_headroom_gpus=8, scale_up_cooldown_seconds=600))
+    assert moves(p) == [("r", ("a",), ("b",))] and [t.node_id for t in p.of_kind("terminate")] == ["a"]
