@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import DemandForecast, Forecast, JobState, Market
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, NodeState
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -149,3 +149,13 @@ def test_the_forecasts_idle_gpus_do_not_hold_a_node_while_purchases_wait_for_the
     p = run(queue=[r, rb], fleet=fleet, offers=[g2], forecast=forecast,
             pol=policy(max_headroom_gpus=8, scale_up_cooldown_seconds=600))
     assert moves(p) == [("r", ("a",), ("b",))] and [t.node_id for t in p.of_kind("terminate")] == ["a"]
+
+
+def test_a_node_still_launching_is_not_emptied():
+    # "up" is launching with w (2 of 8 GPUs, checkpointable) bound to it: not a ready, under-used node
+    # (docs/planner.md, step 8), though w would fit "half"'s free GPUs
+    w = replace(job("w", gpus=2), state=JobState.BOUND, node_ids=("up",), checkpointable=True)
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    up = replace(node("up", offer(price=10.0)), state=NodeState.LAUNCHING, ready_at_utc=None)
+    p = run(queue=[w, busy], fleet=[up, node("half", offer(price=10.0))])
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
