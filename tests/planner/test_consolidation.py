@@ -159,3 +159,33 @@ def test_a_node_still_launching_is_not_emptied():
     up = replace(node("up", offer(price=10.0)), state=NodeState.LAUNCHING, ready_at_utc=None)
     p = run(queue=[w, busy], fleet=[up, node("half", offer(price=10.0))])
     assert not p.of_kind("migrate") and not p.of_kind("terminate")
+
+
+def test_without_headroom_the_forecast_holds_no_node():
+    # scaling.max_headroom_gpus 0: a p90 of 4 A100 GPUs keeps nothing idle. The mover (2 GPUs, any model) leaves
+    # the only A100 node for a busy H100 node with room, and "light" goes, though no A100 GPU is left idle.
+    mover = bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))
+    busy = bound(job("busy", gpus=4, models=("H100-80GB",)), "h100", checkpointable=False)
+    fleet = [node("light", offer(price=10.0)), node("h100", offer(price=10.0, model="H100-80GB"))]
+    forecast = Forecast(demand=(DemandForecast("A100-80GB", 60, 2.4, 4.0),))
+    p = run(queue=[mover, busy], fleet=fleet, forecast=forecast, pol=policy(max_headroom_gpus=0))
+    assert moves(p) == [("mover", ("light",), ("h100",))] and [t.node_id for t in p.of_kind("terminate")] == ["light"]
+
+
+@pytest.mark.parametrize("back_to_spot, cooldown_seconds", [(False, 0), (True, 600)],
+                         ids=["no-move-back-to-spot", "scale-up-cooldown"])
+def test_a_node_is_left_to_the_move_back_to_spot_only_when_that_move_can_run(back_to_spot, cooldown_seconds):
+    # One node may be emptied (the disruption budget). "light" ($10, on-demand) is the dearest: its one
+    # spot-eligible job m1 goes into the idle $2 on-demand node. Without markets.replace_on_demand_with_spot, or
+    # within the scale-up cooldown (which stops the move back to spot), nothing else would take m1 to spot, so
+    # "light" is emptied now, not left for that move while "light2"'s m2 (which may not use spot) takes the
+    # budget.
+    m1 = bound(job("m1", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))
+    m2 = bound(job("m2", gpus=2, spot=False), "light2", checkpoint=T0 - timedelta(minutes=5))
+    od = Market.ON_DEMAND
+    fleet = [node("light", offer(price=10.0, market=od)), node("light2", offer(price=9.0, market=od)),
+             node("idle", offer("g2", gpus=2, price=2.0, market=od), ready_at=T0 - timedelta(minutes=2))]
+    pol = policy(replace_on_demand_with_spot=back_to_spot, scale_up_cooldown_seconds=cooldown_seconds,
+                 idle_timeout_minutes=120.0)
+    p = run(queue=[m1, m2], fleet=fleet, offers=[offer("g2", gpus=2, price=0.5)], pol=pol)
+    assert moves(p) == [("m1", ("light",), ("idle",))] and [t.node_id for t in p.of_kind("terminate")] == ["light"]
