@@ -189,3 +189,20 @@ def test_a_node_is_left_to_the_move_back_to_spot_only_when_that_move_can_run(bac
                  idle_timeout_minutes=120.0)
     p = run(queue=[m1, m2], fleet=fleet, offers=[offer("g2", gpus=2, price=0.5)], pol=pol)
     assert moves(p) == [("m1", ("light",), ("idle",))] and [t.node_id for t in p.of_kind("terminate")] == ["light"]
+
+
+def test_each_node_emptied_counts_against_the_idle_gpus_the_forecast_wants():
+    # Two under-used 4-GPU A100 nodes, a and b (one 1-GPU checkpointable job each), and c (8 GPUs, 6 busy):
+    # 8 of 16 GPUs idle. A p90 of 12 wants 4 idle. Emptying a (its job into c) leaves 4; emptying b as well
+    # would leave 0, so b stays, though the disruption budget allows two nodes.
+    g4 = offer("g4", gpus=4, price=4.0)
+    queue = [bound(job("ra"), "a", checkpoint=T0 - timedelta(minutes=5)),
+             bound(job("rb"), "b", checkpoint=T0 - timedelta(minutes=5)),
+             bound(job("rc", gpus=6), "c", checkpointable=False)]
+    fleet = [node("a", g4), node("b", g4), node("c", offer(price=8.0))]
+    forecast = Forecast(demand=(DemandForecast("A100-80GB", 60, 7.2, 12.0),))
+    p = run(queue=queue, fleet=fleet, offers=[g4], forecast=forecast,
+            pol=policy(max_headroom_gpus=8, disruption_budget_nodes=2))
+    assert moves(p) == [("ra", ("a",), ("c",))] and [t.node_id for t in p.of_kind("terminate")] == ["a"]
+    assert p.explanation("rb").considered == ("consolidation of b declined: the forecast wants 4 A100-80GB GPU(s) "
+                                              "idle (scaling.max_headroom_gpus), and emptying it leaves 0",)
