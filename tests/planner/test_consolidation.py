@@ -152,13 +152,17 @@ def test_the_forecasts_idle_gpus_do_not_hold_a_node_while_purchases_wait_for_the
 
 
 def test_a_node_still_launching_is_not_emptied():
-    # "up" is launching with w (2 of 8 GPUs, checkpointable) bound to it: not a ready, under-used node
+    # "a-up" is launching with w (2 of 8 GPUs, checkpointable) bound to it: not a ready, under-used node
     # (docs/planner.md, step 8), though w would fit "half"'s free GPUs
-    w = replace(job("w", gpus=2), state=JobState.BOUND, node_ids=("up",), checkpointable=True)
+    w = replace(job("w", gpus=2), state=JobState.BOUND, node_ids=("a-up",), checkpointable=True)
     busy = bound(job("busy", gpus=4), "half", checkpointable=False)
-    up = replace(node("up", offer(price=10.0)), state=NodeState.LAUNCHING, ready_at_utc=None)
+    up = replace(node("a-up", offer(price=10.0)), state=NodeState.LAUNCHING, ready_at_utc=None)
     p = run(queue=[w, busy], fleet=[up, node("half", offer(price=10.0))])
     assert not p.of_kind("migrate") and not p.of_kind("terminate")
+    # the ready nodes after it are still looked at: "light"'s mover goes to "half"
+    mover = bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))
+    p = run(queue=[w, busy, mover], fleet=[up, node("half", offer(price=10.0)), node("light", offer(price=10.0))])
+    assert moves(p) == [("mover", ("light",), ("half",))]
 
 
 def test_without_headroom_the_forecast_holds_no_node():
@@ -206,3 +210,16 @@ def test_each_node_emptied_counts_against_the_idle_gpus_the_forecast_wants():
     assert moves(p) == [("ra", ("a",), ("c",))] and [t.node_id for t in p.of_kind("terminate")] == ["a"]
     assert p.explanation("rb").considered == ("consolidation of b declined: the forecast wants 4 A100-80GB GPU(s) "
                                               "idle (scaling.max_headroom_gpus), and emptying it leaves 0",)
+
+
+def test_a_node_reserved_for_a_waiting_gang_is_not_emptied():
+    # The gang (2 x 8 GPUs, no budget to buy) waits for n1 and n2, whose jobs end at T0 + 2 h. n2's job can
+    # checkpoint and would fit "spare"'s free GPUs; n2 is kept for the gang all the same.
+    running = [bound(job("r1", gpus=5, duration_hours=3.0), "n1", checkpointable=False),
+               bound(job("r2", gpus=4, duration_hours=3.0), "n2", checkpoint=T0 - timedelta(minutes=5)),
+               bound(job("rs", gpus=4, duration_hours=20.0), "spare", checkpointable=False)]
+    gang = job("gang", workers=2, gpus=8, submitted=T0 - timedelta(hours=1))
+    p = run(queue=[*running, gang], fleet=[node("n1"), node("n2"), node("spare")], offers=[offer(price=50.0)],
+            pol=policy(max_usd_per_hour=30.0))
+    assert "waits for running work to end (~2026-11-02 11:00 UTC)" in p.unplaced[0].detail
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
