@@ -223,3 +223,18 @@ def test_a_node_reserved_for_a_waiting_gang_is_not_emptied():
             pol=policy(max_usd_per_hour=30.0))
     assert "waits for running work to end (~2026-11-02 11:00 UTC)" in p.unplaced[0].detail
     assert not p.of_kind("migrate") and not p.of_kind("terminate")
+
+
+def test_a_node_emptied_by_consolidation_is_refilled_past_a_gangs_new_nodes_of_its_offer():
+    # As test_planner_rules.py's case_a_node_emptied_by_consolidation_takes_the_job_a_node_like_it_was_bought_for:
+    # r0 moves from n0 onto n1's free GPU, and q's new g2 node is not bought, q taking n0. A gang (2 x 2 GPUs)
+    # bought two g2 nodes first (new-1, new-2): they are a gang's, passed over, not the end of the search.
+    g2 = offer("g2", gpus=2, price=4.0)
+    r0 = bound(job("r0"), "n0", checkpoint=T0 - timedelta(minutes=5))
+    r1 = bound(job("r1"), "n1", checkpointable=False)
+    gang = job("gang", workers=2, gpus=2)
+    p = run(queue=[r0, r1, gang, job("q", gpus=2, submitted=T0 + timedelta(seconds=1))],
+            fleet=[node("n0", g2), node("n1", g2)], offers=[g2])
+    assert [(l.offer.key, l.node_names) for l in p.of_kind("launch")] == [(g2.key, ("new-1", "new-2"))]
+    assert moves(p) == [("r0", ("n0",), ("n1",))] and not p.of_kind("terminate")
+    assert {b.job_id: b.node_ids for b in p.of_kind("bind")} == {"gang": ("new-1", "new-2"), "q": ("n0",)}
