@@ -238,3 +238,48 @@ def test_a_node_emptied_by_consolidation_is_refilled_past_a_gangs_new_nodes_of_i
     assert [(l.offer.key, l.node_names) for l in p.of_kind("launch")] == [(g2.key, ("new-1", "new-2"))]
     assert moves(p) == [("r0", ("n0",), ("n1",))] and not p.of_kind("terminate")
     assert {b.job_id: b.node_ids for b in p.of_kind("bind")} == {"gang": ("new-1", "new-2"), "q": ("n0",)}
+
+
+def test_a_node_with_a_job_that_cannot_checkpoint_is_not_emptied():
+    # "light" holds the checkpointable mover and "pinned", which cannot checkpoint: neither moves
+    mover = bound(job("mover", gpus=1), "light", checkpoint=T0 - timedelta(minutes=5))
+    pinned = bound(job("pinned", gpus=1), "light", checkpointable=False)
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[mover, pinned, busy], fleet=[node("light", offer(price=10.0)), node("half", offer(price=10.0))])
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+
+
+H100 = "H100-80GB"
+
+
+@pytest.mark.parametrize("why", ["moved-recently", "payback", "headroom"])
+def test_a_node_declined_does_not_end_the_search(why):
+    # "dear" ($20) is looked at first and declined (its job d was moved 20 minutes ago; or d is 30 hours past its
+    # checkpoint; or the forecast wants 2 of its 6 idle H100 GPUs kept idle). "light" comes next, and its mover
+    # goes to "half".
+    d = bound(job("d", gpus=2), "dear", checkpoint=T0 - timedelta(minutes=5))
+    dear, forecast, pol = offer(price=20.0), None, policy()
+    if why == "moved-recently":
+        d = replace(d, first_started_at_utc=T0 - timedelta(hours=5), started_at_utc=T0 - timedelta(minutes=20))
+    elif why == "payback":
+        d = replace(d, started_at_utc=T0 - timedelta(hours=31), last_checkpoint_utc=T0 - timedelta(hours=30))
+    else:
+        dear = offer(price=20.0, model=H100)
+        forecast = Forecast(demand=(DemandForecast(H100, 60, 2.4, 4.0),))
+        pol = policy(max_headroom_gpus=8)
+    mover = bound(job("mover", gpus=2, models=("A100-80GB",)), "light", checkpoint=T0 - timedelta(minutes=5))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    fleet = [node("dear", dear), node("light", offer(price=10.0)), node("half", offer(price=10.0))]
+    p = run(queue=[d, mover, busy], fleet=fleet, forecast=forecast, pol=pol)
+    assert moves(p) == [("mover", ("light",), ("half",))]
+    assert len(p.explanation("d").considered) == 1  # one line saying why, and no move tried after it
+
+
+def test_a_move_that_pays_back_exactly_within_the_horizon_is_made():
+    # $10 x 2/8 GPUs x 8 h of work since the checkpoint (no restart overhead) = $20, paid back by $10/h in 2 h
+    mover = bound(job("mover", gpus=2), "light", started=T0 - timedelta(hours=9), checkpoint=T0 - timedelta(hours=8))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[mover, busy], fleet=[node("light", offer(price=10.0)), node("half", offer(price=10.0))],
+            pol=policy(restart_overhead_minutes=0.0, consolidation_payback_hours=2.0))
+    assert moves(p) == [("mover", ("light",), ("half",))]
+    assert p.of_kind("migrate")[0].detail == "frees light ($10.00/h); migration costs $20.00, pays back in 2.0 h"
