@@ -252,24 +252,28 @@ def test_a_node_with_a_job_that_cannot_checkpoint_is_not_emptied():
 H100 = "H100-80GB"
 
 
-@pytest.mark.parametrize("why", ["moved-recently", "payback", "headroom"])
+@pytest.mark.parametrize("why", ["moved-recently", "payback", "headroom", "idle-target-saves-too-little"])
 def test_a_node_declined_does_not_end_the_search(why):
     # "dear" ($20) is looked at first and declined (its job d was moved 20 minutes ago; or d is 30 hours past its
-    # checkpoint; or the forecast wants 2 of its 6 idle H100 GPUs kept idle). "light" comes next, and its mover
-    # goes to "half".
+    # checkpoint; or the forecast wants 2 of its 6 idle H100 GPUs kept idle; or d's move into an idle $19 node
+    # saves $1/h, and its $0.83 pays back in 0.8 h, past 0.5 h). "light" comes next, and its mover goes to
+    # "half" ($0.42 paid back by $10/h in 0.04 h).
     d = bound(job("d", gpus=2), "dear", checkpoint=T0 - timedelta(minutes=5))
-    dear, forecast, pol = offer(price=20.0), None, policy()
+    dear, forecast, pol, more = offer(price=20.0), None, policy(), []
     if why == "moved-recently":
         d = replace(d, first_started_at_utc=T0 - timedelta(hours=5), started_at_utc=T0 - timedelta(minutes=20))
     elif why == "payback":
         d = replace(d, started_at_utc=T0 - timedelta(hours=31), last_checkpoint_utc=T0 - timedelta(hours=30))
-    else:
+    elif why == "headroom":
         dear = offer(price=20.0, model=H100)
         forecast = Forecast(demand=(DemandForecast(H100, 60, 2.4, 4.0),))
         pol = policy(max_headroom_gpus=8)
+    else:
+        more = [node("i19", offer("g2", gpus=2, price=19.0))]
+        pol = policy(consolidation_payback_hours=0.5, idle_timeout_minutes=120.0)
     mover = bound(job("mover", gpus=2, models=("A100-80GB",)), "light", checkpoint=T0 - timedelta(minutes=5))
     busy = bound(job("busy", gpus=4), "half", checkpointable=False)
-    fleet = [node("dear", dear), node("light", offer(price=10.0)), node("half", offer(price=10.0))]
+    fleet = [node("dear", dear), node("light", offer(price=10.0)), node("half", offer(price=10.0)), *more]
     p = run(queue=[d, mover, busy], fleet=fleet, forecast=forecast, pol=pol)
     assert moves(p) == [("mover", ("light",), ("half",))]
     assert len(p.explanation("d").considered) == 1  # one line saying why, and no move tried after it
@@ -283,3 +287,40 @@ def test_a_move_that_pays_back_exactly_within_the_horizon_is_made():
             pol=policy(restart_overhead_minutes=0.0, consolidation_payback_hours=2.0))
     assert moves(p) == [("mover", ("light",), ("half",))]
     assert p.of_kind("migrate")[0].detail == "frees light ($10.00/h); migration costs $20.00, pays back in 2.0 h"
+
+
+def test_jobs_that_would_keep_idle_nodes_dearer_together_than_their_node_stay():
+    # m1 and m2 (1 GPU each) fit two idle 1-GPU $6 nodes exactly; each is cheaper than "light" ($10), but kept
+    # together they cost $12: the move saves nothing
+    ms = [bound(job(f"m{i}", gpus=1), "light", checkpoint=T0 - timedelta(minutes=5)) for i in (1, 2)]
+    g1 = offer("g1", gpus=1, price=6.0, vcpus=12, memory_gib=128)
+    p = run(queue=ms, fleet=[node("light", offer(price=10.0)), node("i1", g1), node("i2", g1)],
+            pol=policy(idle_timeout_minutes=120.0))
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+    assert p.explanation("m1").considered == (
+        "consolidation of light declined: the move into idle i1, i2 ($12.00/h) saves nothing",)
+
+
+@pytest.mark.parametrize("case", ["two-jobs", "spot-node", "into-idle-spot"])
+def test_only_a_node_the_move_back_to_spot_could_take_is_left_to_it(case):
+    # With markets.replace_on_demand_with_spot, consolidation leaves to the move back to spot an on-demand node
+    # whose one spot-eligible job would go into an idle on-demand node. "light" is none of these (two jobs; or a
+    # spot node; or its job goes into an idle spot node): it is emptied at once, before "light2" (m2 may not use
+    # spot; it would go to "half"), which the disruption budget of one node then leaves.
+    od, spot = Market.ON_DEMAND, Market.SPOT
+    jobs = [bound(job("m1", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))]
+    light, idle = offer(price=10.0, market=od), offer("g2", gpus=2, price=2.0, market=od)
+    if case == "two-jobs":
+        jobs = [bound(job(f"m1{x}", gpus=1), "light", checkpoint=T0 - timedelta(minutes=5)) for x in "ab"]
+    elif case == "spot-node":
+        light = offer(price=10.0, market=spot)
+    else:
+        idle = offer("g2", gpus=2, price=2.0, market=spot)
+    m2 = bound(job("m2", gpus=2, spot=False), "light2", checkpoint=T0 - timedelta(minutes=5))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    fleet = [node("light", light), node("light2", offer(price=9.0, market=od)), node("idle", idle),
+             node("half", offer(price=9.0, market=od))]
+    p = run(queue=[*jobs, m2, busy], fleet=fleet,
+            pol=policy(replace_on_demand_with_spot=True, idle_timeout_minutes=120.0))
+    assert {m.from_node_ids for m in p.of_kind("migrate")} == {("light",)}
+    assert [t.node_id for t in p.of_kind("terminate")] == ["light"]
