@@ -301,12 +301,14 @@ def test_jobs_that_would_keep_idle_nodes_dearer_together_than_their_node_stay():
         "consolidation of light declined: the move into idle i1, i2 ($12.00/h) saves nothing",)
 
 
-@pytest.mark.parametrize("case", ["two-jobs", "spot-node", "into-idle-spot"])
+@pytest.mark.parametrize("case", ["two-jobs", "spot-node", "into-idle-spot", "no-spot-job", "deferred"])
 def test_only_a_node_the_move_back_to_spot_could_take_is_left_to_it(case):
     # With markets.replace_on_demand_with_spot, consolidation leaves to the move back to spot an on-demand node
     # whose one spot-eligible job would go into an idle on-demand node. "light" is none of these (two jobs; or a
-    # spot node; or its job goes into an idle spot node): it is emptied at once, before "light2" (m2 may not use
-    # spot; it would go to "half"), which the disruption budget of one node then leaves.
+    # spot node; or its job goes into an idle spot node; or may not use spot): it is emptied at once, before
+    # "light2" (m2 may not use spot; it would go to "half"), which the disruption budget of one node then leaves.
+    # When it is one ("deferred"), the search goes on: light2 is emptied, and the budget is spent (no spot is
+    # sold, so the move back to spot takes nothing, and light stays).
     od, spot = Market.ON_DEMAND, Market.SPOT
     jobs = [bound(job("m1", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))]
     light, idle = offer(price=10.0, market=od), offer("g2", gpus=2, price=2.0, market=od)
@@ -314,13 +316,16 @@ def test_only_a_node_the_move_back_to_spot_could_take_is_left_to_it(case):
         jobs = [bound(job(f"m1{x}", gpus=1), "light", checkpoint=T0 - timedelta(minutes=5)) for x in "ab"]
     elif case == "spot-node":
         light = offer(price=10.0, market=spot)
-    else:
+    elif case == "into-idle-spot":
         idle = offer("g2", gpus=2, price=2.0, market=spot)
+    elif case == "no-spot-job":
+        jobs = [bound(job("m1", gpus=2, spot=False), "light", checkpoint=T0 - timedelta(minutes=5))]
     m2 = bound(job("m2", gpus=2, spot=False), "light2", checkpoint=T0 - timedelta(minutes=5))
     busy = bound(job("busy", gpus=4), "half", checkpointable=False)
     fleet = [node("light", light), node("light2", offer(price=9.0, market=od)), node("idle", idle),
              node("half", offer(price=9.0, market=od))]
     p = run(queue=[*jobs, m2, busy], fleet=fleet,
             pol=policy(replace_on_demand_with_spot=True, idle_timeout_minutes=120.0))
-    assert {m.from_node_ids for m in p.of_kind("migrate")} == {("light",)}
-    assert [t.node_id for t in p.of_kind("terminate")] == ["light"]
+    emptied = "light2" if case == "deferred" else "light"
+    assert {m.from_node_ids for m in p.of_kind("migrate")} == {(emptied,)}
+    assert [t.node_id for t in p.of_kind("terminate")] == [emptied]
