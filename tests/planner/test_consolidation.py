@@ -289,16 +289,48 @@ def test_a_move_that_pays_back_exactly_within_the_horizon_is_made():
     assert p.of_kind("migrate")[0].detail == "frees light ($10.00/h); migration costs $20.00, pays back in 2.0 h"
 
 
-def test_jobs_that_would_keep_idle_nodes_dearer_together_than_their_node_stay():
-    # m1 and m2 (1 GPU each) fit two idle 1-GPU $6 nodes exactly; each is cheaper than "light" ($10), but kept
-    # together they cost $12: the move saves nothing
+@pytest.mark.parametrize("price", [6.0, 5.0])
+def test_jobs_that_would_keep_idle_nodes_as_dear_together_as_their_node_stay(price):
+    # m1 and m2 (1 GPU each) fit two idle 1-GPU nodes exactly; each is cheaper than "light" ($10), but kept
+    # together they cost $12 (or exactly $10): the move saves nothing
     ms = [bound(job(f"m{i}", gpus=1), "light", checkpoint=T0 - timedelta(minutes=5)) for i in (1, 2)]
-    g1 = offer("g1", gpus=1, price=6.0, vcpus=12, memory_gib=128)
+    g1 = offer("g1", gpus=1, price=price, vcpus=12, memory_gib=128)
     p = run(queue=ms, fleet=[node("light", offer(price=10.0)), node("i1", g1), node("i2", g1)],
             pol=policy(idle_timeout_minutes=120.0))
     assert not p.of_kind("migrate") and not p.of_kind("terminate")
     assert p.explanation("m1").considered == (
-        "consolidation of light declined: the move into idle i1, i2 ($12.00/h) saves nothing",)
+        f"consolidation of light declined: the move into idle i1, i2 (${2 * price:.2f}/h) saves nothing",)
+
+
+def test_a_node_whose_job_has_nowhere_to_go_is_not_said_to_be_declined():
+    mover = bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))
+    p = run(queue=[mover], fleet=[node("light", offer(price=10.0))])
+    assert not p.actions and p.explanation("mover") is None
+
+
+def test_a_migration_paid_back_past_the_horizon_says_in_how_long():
+    # $10 x 2/8 GPUs x 10 h since the checkpoint (no restart overhead) = $25, paid back by $10/h in 2.5 h
+    mover = bound(job("mover", gpus=2), "light", started=T0 - timedelta(hours=11), checkpoint=T0 - timedelta(hours=10))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[mover, busy], fleet=[node("light", offer(price=10.0)), node("half", offer(price=10.0))],
+            pol=policy(restart_overhead_minutes=0.0, consolidation_payback_hours=2.0))
+    assert not p.of_kind("migrate")
+    assert p.explanation("mover").considered == (
+        "consolidation of light declined: migration pays back in 2.5 h, policy allows 2 h",)
+
+
+def test_the_forecasts_idle_gpus_hold_a_node_under_a_headroom_cap_of_one():
+    # two 2-GPU A100 nodes, one GPU busy on each; a p90 of 4 wants min(1, 4 - 2) = 1 GPU idle: emptying "a"
+    # would leave none, so r stays
+    g2 = offer("g2", gpus=2, price=2.0, vcpus=16, memory_gib=128)
+    r = bound(job("r"), "a", checkpoint=T0 - timedelta(minutes=5))
+    rb = bound(job("rb"), "b", checkpointable=False)
+    forecast = Forecast(demand=(DemandForecast("A100-80GB", 60, 2.4, 4.0),))
+    p = run(queue=[r, rb], fleet=[node("a", g2), node("b", g2)], offers=[g2], forecast=forecast,
+            pol=policy(max_headroom_gpus=1))
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+    assert p.explanation("r").considered == ("consolidation of a declined: the forecast wants 1 A100-80GB GPU(s) "
+                                             "idle (scaling.max_headroom_gpus), and emptying it leaves 0",)
 
 
 @pytest.mark.parametrize("case", ["two-jobs", "spot-node", "into-idle-spot", "no-spot-job", "deferred"])
