@@ -361,3 +361,13 @@ def test_only_a_node_the_move_back_to_spot_could_take_is_left_to_it(case):
     emptied = "light2" if case == "deferred" else "light"
     assert {m.from_node_ids for m in p.of_kind("migrate")} == {(emptied,)}
     assert [t.node_id for t in p.of_kind("terminate")] == [emptied]
+
+
+@pytest.mark.parametrize("gpus, migrates", [(4, True), (5, False), (6, False)])
+def test_only_a_node_at_most_half_busy_is_emptied(gpus, migrates):
+    # consolidation_max_gpu_utilisation 0.5: 4 of 8 GPUs busy is under-used, 5 or 6 are not; "roomy" (16 GPUs,
+    # 8 busy) could take the job either way
+    j = bound(job("j", gpus=gpus), "heavy", checkpoint=T0 - timedelta(minutes=5))
+    busy = bound(job("busy", gpus=8), "roomy", checkpointable=False)
+    p = run(queue=[j, busy], fleet=[node("heavy", offer(price=10.0)), node("roomy", offer("g16", gpus=16, price=10.0))])
+    assert moves(p) == ([("j", ("heavy",), ("roomy",))] if migrates else [])
