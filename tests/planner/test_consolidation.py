@@ -371,3 +371,24 @@ def test_only_a_node_at_most_half_busy_is_emptied(gpus, migrates):
     busy = bound(job("busy", gpus=8), "roomy", checkpointable=False)
     p = run(queue=[j, busy], fleet=[node("heavy", offer(price=10.0)), node("roomy", offer("g16", gpus=16, price=10.0))])
     assert moves(p) == ([("j", ("heavy",), ("roomy",))] if migrates else [])
+
+
+def test_a_gangs_worker_is_not_moved_alone():
+    # a checkpointable gang with a worker on each of two under-used nodes: moving either worker alone would
+    # split it from the other; neither moves, though "half" has room
+    gang = replace(job("gang", workers=2, gpus=2), state=JobState.RUNNING, node_ids=("g1", "g2"),
+                   started_at_utc=T0 - timedelta(hours=1), last_checkpoint_utc=T0 - timedelta(minutes=5),
+                   checkpointable=True)
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[gang, busy], fleet=[node("g1", offer(price=10.0)), node("g2", offer(price=10.0)),
+                                       node("half", offer(price=10.0))])
+    assert not p.of_kind("migrate") and not p.of_kind("terminate")
+
+
+def test_a_job_that_started_recently_but_was_never_moved_may_move():
+    # first started 20 minutes ago and running since: no move of it has yet to pay back
+    mover = replace(bound(job("mover", gpus=2), "light", started=T0 - timedelta(minutes=20),
+                          checkpoint=T0 - timedelta(minutes=5)), first_started_at_utc=T0 - timedelta(minutes=20))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[mover, busy], fleet=[node("light", offer(price=10.0)), node("half", offer(price=10.0))])
+    assert moves(p) == [("mover", ("light",), ("half",))]
