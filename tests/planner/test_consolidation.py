@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import DemandForecast, Forecast, JobState, Market, NodeState
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, NodeState, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -238,6 +238,14 @@ def test_a_node_emptied_by_consolidation_is_refilled_past_a_gangs_new_nodes_of_i
     assert [(l.offer.key, l.node_names) for l in p.of_kind("launch")] == [(g2.key, ("new-1", "new-2"))]
     assert moves(p) == [("r0", ("n0",), ("n1",))] and not p.of_kind("terminate")
     assert {b.job_id: b.node_ids for b in p.of_kind("bind")} == {"gang": ("new-1", "new-2"), "q": ("n0",)}
+    (bind,) = [b for b in p.of_kind("bind") if b.job_id == "q"]
+    assert (bind.reason, bind.detail) == (Reason.FITS_FREE_CAPACITY, "1 x 2 GPU on 1 g2 (spot) in aws r1/z1")
+    # a node of another offer is no refill: q needs 4 GPUs, buys a g4 node, and n0 goes
+    g4 = offer("g4", gpus=4, price=8.0)
+    p = run(queue=[r0, r1, gang, job("q", gpus=4, submitted=T0 + timedelta(seconds=1))],
+            fleet=[node("n0", g2), node("n1", g2)], offers=[g2, g4])
+    assert sorted((l.offer.key, l.count) for l in p.of_kind("launch")) == sorted([(g2.key, 2), (g4.key, 1)])
+    assert [t.node_id for t in p.of_kind("terminate")] == ["n0"]
 
 
 def test_a_node_with_a_job_that_cannot_checkpoint_is_not_emptied():
