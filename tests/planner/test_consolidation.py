@@ -400,3 +400,12 @@ def test_a_job_that_started_recently_but_was_never_moved_may_move():
     busy = bound(job("busy", gpus=4), "half", checkpointable=False)
     p = run(queue=[mover, busy], fleet=[node("light", offer(price=10.0)), node("half", offer(price=10.0))])
     assert moves(p) == [("mover", ("light",), ("half",))]
+
+
+def test_a_node_of_one_dollar_an_hour_is_emptied_too():
+    # $1 x 2/8 GPUs x 10 min = $0.04, paid back by $1/h in 0.04 h
+    mover = bound(job("mover", gpus=2), "light", checkpoint=T0 - timedelta(minutes=5))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[mover, busy], fleet=[node("light", offer(price=1.0)), node("half", offer(price=1.0))])
+    assert moves(p) == [("mover", ("light",), ("half",))]
+    assert p.of_kind("migrate")[0].detail == "frees light ($1.00/h); migration costs $0.04, pays back in 0.0 h"
