@@ -409,3 +409,32 @@ def test_a_node_of_one_dollar_an_hour_is_emptied_too():
     p = run(queue=[mover, busy], fleet=[node("light", offer(price=1.0)), node("half", offer(price=1.0))])
     assert moves(p) == [("mover", ("light",), ("half",))]
     assert p.of_kind("migrate")[0].detail == "frees light ($1.00/h); migration costs $0.04, pays back in 0.0 h"
+
+
+def test_a_job_moved_by_the_last_plan_and_not_yet_restarted_is_not_moved_again():
+    # bound to "light" by a migration (first started 5 h ago, not started again yet): its move has not paid back
+    mover = replace(job("mover", gpus=2), state=JobState.BOUND, node_ids=("light",), checkpointable=True,
+                    first_started_at_utc=T0 - timedelta(hours=5), last_checkpoint_utc=T0 - timedelta(minutes=5))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[mover, busy], fleet=[node("light", offer(price=10.0)), node("half", offer(price=10.0))])
+    assert not p.of_kind("migrate")
+    assert p.explanation("mover").considered == (
+        "consolidation of light waits: mover was moved or restarted within the last 2 h (consolidation_payback_hours)",)
+
+
+def test_a_job_restarted_exactly_the_payback_horizon_ago_may_move():
+    mover = replace(bound(job("mover", gpus=2), "light", started=T0 - timedelta(hours=2),
+                          checkpoint=T0 - timedelta(minutes=5)), first_started_at_utc=T0 - timedelta(hours=5))
+    busy = bound(job("busy", gpus=4), "half", checkpointable=False)
+    p = run(queue=[mover, busy], fleet=[node("light", offer(price=10.0)), node("half", offer(price=10.0))],
+            pol=policy(consolidation_payback_hours=2.0))
+    assert moves(p) == [("mover", ("light",), ("half",))]
+
+
+def test_the_dearest_under_used_node_is_emptied_first():
+    # one node may be emptied: "b-dear" ($12) before "a-cheap" ($10), whatever their names
+    jobs = [bound(job(f"m-{n}", gpus=2), n, checkpoint=T0 - timedelta(minutes=5)) for n in ("a-cheap", "b-dear")]
+    busy = bound(job("busy", gpus=2), "half", checkpointable=False)
+    fleet = [node("a-cheap", offer(price=10.0)), node("b-dear", offer(price=12.0)), node("half", offer(price=10.0))]
+    p = run(queue=[*jobs, busy], fleet=fleet)
+    assert [t.node_id for t in p.of_kind("terminate")] == ["b-dear"]
