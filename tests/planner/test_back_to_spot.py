@@ -215,6 +215,9 @@ def test_a_job_moves_only_into_a_ready_spot_node():
 def test_a_move_into_a_spot_node_the_fleet_holds_adds_nothing_to_the_budget_or_the_offers():
     # $10 + $4 held: a new $4 node would pass a $14 budget for as long as both run; the idle one does not
     assert _move(fleet=[node("od", OD), node("s", SPOT)], max_usd_per_hour=14.0).of_kind("migrate")
+    # likewise 2 GPUs held: a new 1-GPU node would pass max_gpus 2; the idle one does not
+    assert [m.to_node_ids for m in _move(fleet=[node("od", OD), node("s", SPOT)], max_gpus=2).of_kind("migrate")] == [
+        ("s",)]
     full = [_running("j", "od"), _running("k", "s")]  # no room on s: a new node would be up beside both
     assert not _move(fleet=[node("od", OD), node("s", SPOT)], queue=full, max_usd_per_hour=14.0).of_kind("migrate")
     # min_distinct_offers 2 with two spot offers on sale: a second sp1 node would leave 2 units on one offer

@@ -210,6 +210,13 @@ def test_each_node_emptied_counts_against_the_idle_gpus_the_forecast_wants():
     assert moves(p) == [("ra", ("a",), ("c",))] and [t.node_id for t in p.of_kind("terminate")] == ["a"]
     assert p.explanation("rb").considered == ("consolidation of b declined: the forecast wants 4 A100-80GB GPU(s) "
                                               "idle (scaling.max_headroom_gpus), and emptying it leaves 0",)
+    # a p90 of 13 wants 5 idle: emptying either node would leave 4
+    forecast = Forecast(demand=(DemandForecast("A100-80GB", 60, 7.8, 13.0),))
+    p = run(queue=queue, fleet=fleet, offers=[g4], forecast=forecast,
+            pol=policy(max_headroom_gpus=8, disruption_budget_nodes=2))
+    assert not p.of_kind("migrate")
+    assert p.explanation("ra").considered == ("consolidation of a declined: the forecast wants 5 A100-80GB GPU(s) "
+                                              "idle (scaling.max_headroom_gpus), and emptying it leaves 4",)
 
 
 def test_a_node_reserved_for_a_waiting_gang_is_not_emptied():
@@ -285,6 +292,10 @@ def test_a_node_declined_does_not_end_the_search(why):
     p = run(queue=[d, mover, busy], fleet=fleet, forecast=forecast, pol=pol)
     assert moves(p) == [("mover", ("light",), ("half",))]
     assert len(p.explanation("d").considered) == 1  # one line saying why, and no move tried after it
+    if why == "headroom":  # 6 idle H100 GPUs less dear's 8: none left (not fewer than none)
+        assert p.explanation("d").considered == (
+            "consolidation of dear declined: the forecast wants 2 H100-80GB GPU(s) idle (scaling.max_headroom_gpus), "
+            "and emptying it leaves 0",)
 
 
 def test_a_move_that_pays_back_exactly_within_the_horizon_is_made():
