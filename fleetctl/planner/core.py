@@ -2323,14 +2323,17 @@ class _Pass:
         ``min_distinct_offers`` (one unit: a node or a gang's nodes). The
         budget and ``max_gpus`` count both: the new nodes are up before the
         old ones go. ``existing``: the job moves into a spot node the fleet
-        holds; only the spot share can change (the on-demand GPUs go)."""
+        holds; it adds nothing to the budget or ``max_gpus``, so a fleet
+        already over them moves too (before 2026-11-28 it did not: the job
+        stayed on-demand and the idle spot node went), and only the spot
+        share can change (the on-demand GPUs go)."""
         p = self.policy
         offer = option.offer
         gpus = 0 if existing else option.nodes * offer.instance_type.gpu_count
         usd = 0.0 if existing else option.nodes * offer.usd_per_hour
-        if p.max_usd_per_hour is not None and self.held_usd + usd > p.max_usd_per_hour + 1e-9:
+        if not existing and p.max_usd_per_hour is not None and self.held_usd + usd > p.max_usd_per_hour + 1e-9:
             return True
-        if p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
+        if not existing and p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
             return True
         for sl in slots:
             self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))

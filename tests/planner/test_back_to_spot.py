@@ -254,3 +254,13 @@ def test_a_job_moves_to_spot_into_a_node_consolidation_emptied_in_the_same_pass(
     assert p.of_kind("migrate")[0].detail.startswith(
         "makes room on a for j, which moves to spot (a $2.00/h node not bought); migration costs")
     assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["od"]
+
+
+@pytest.mark.parametrize("limit", [{"max_usd_per_hour": 13.5}, {"max_gpus": 1}], ids=["budget", "max-gpus"])
+def test_a_move_into_a_spot_node_the_fleet_holds_is_made_by_a_fleet_over_its_limits(limit):
+    # $14/h and 2 GPUs held, over a $13.50 budget or a cap of 1 GPU (a policy tightened under a running fleet):
+    # the move into s adds nothing to either, and the on-demand node goes. Before, the move was refused because
+    # the fleet was over the limit already; j stayed on od and the idle s was terminated ($10/h instead of $4).
+    p = _move(fleet=[node("od", OD), node("s", SPOT)], **limit)
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("j", ("s",))]
+    assert [t.node_id for t in p.of_kind("terminate")] == ["od"] and p.usd_per_hour_after == pytest.approx(4.0)
