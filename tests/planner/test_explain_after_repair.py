@@ -75,3 +75,28 @@ def test_a_job_whose_on_demand_node_is_swapped_for_spot_is_no_on_demand_fallback
     assert p.explanation("q1").considered[-1] == (
         "then its node is bought as 1 x h8 spot in aws r1/z1 ($24.00/h), not h8 on_demand: cheaper for the jobs on "
         "it, expected loss included")
+
+
+def _one_node(offers, queue):
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
+    return [(l.offer.instance_type.name, l.offer.market, l.count) for l in p.of_kind("launch")], \
+        {b.job_id: b.node_ids for b in p.of_kind("bind")}
+
+
+def test_a_node_holding_a_job_that_may_not_use_spot_is_not_swapped_for_spot():
+    # "safe" (4 GPUs, no spot) buys the $10 on-demand 8-GPU node and "any" (4 GPUs) takes the rest of it; the $5
+    # spot node would hold both, but not safe
+    offers = [offer("o8", price=10.0, market=Market.ON_DEMAND), offer("s8", price=5.0)]
+    queue = [job("safe", gpus=4, spot=False), job("any", gpus=4, submitted=T0 + timedelta(seconds=1))]
+    launches, binds = _one_node(offers, queue)
+    assert launches == [("o8", Market.ON_DEMAND, 1)] and binds == {"safe": ("new-1",), "any": ("new-1",)}
+
+
+def test_a_node_holding_a_job_that_needs_80_gib_gpus_is_not_swapped_for_smaller_gpus():
+    # "big" (4 GPUs of 80 GiB) buys the $10 80-GiB node and "any" takes the rest; the $6 40-GiB node would hold
+    # both, but not big's GPU memory
+    offers = [offer("g80", price=10.0), offer("g40", price=6.0, model="A100-40GB", gpu_memory_gib=40.0)]
+    queue = [replace(job("big", gpus=4), gpu_memory_gib_per_gpu=80.0),
+             job("any", gpus=4, submitted=T0 + timedelta(seconds=1))]
+    launches, binds = _one_node(offers, queue)
+    assert launches == [("g80", Market.SPOT, 1)] and binds == {"big": ("new-1",), "any": ("new-1",)}
