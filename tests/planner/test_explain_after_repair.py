@@ -100,3 +100,11 @@ def test_a_node_holding_a_job_that_needs_80_gib_gpus_is_not_swapped_for_smaller_
              job("any", gpus=4, submitted=T0 + timedelta(seconds=1))]
     launches, binds = _one_node(offers, queue)
     assert launches == [("g80", Market.SPOT, 1)] and binds == {"big": ("new-1",), "any": ("new-1",)}
+
+
+def test_a_node_holding_part_of_a_gang_is_not_swapped_out_of_the_gangs_zone():
+    # A 3 x 8-GPU gang: two $15 16-GPU nodes in z1 ($30) beat three $10.50 8-GPU nodes in z2 ($31.50). The
+    # second node holds one worker, which a z2 node would hold for less, but the gang must stay in one zone.
+    offers = [offer("a16", gpus=16, price=15.0, zone="z1"), offer("b8", price=10.5, zone="z2")]
+    launches, binds = _one_node(offers, [job("gang", workers=3, gpus=8)])
+    assert launches == [("a16", Market.SPOT, 2)] and sorted(binds["gang"]) == ["new-1", "new-1", "new-2"]
