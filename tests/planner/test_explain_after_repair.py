@@ -108,3 +108,17 @@ def test_a_node_holding_part_of_a_gang_is_not_swapped_out_of_the_gangs_zone():
     offers = [offer("a16", gpus=16, price=15.0, zone="z1"), offer("b8", price=10.5, zone="z2")]
     launches, binds = _one_node(offers, [job("gang", workers=3, gpus=8)])
     assert launches == [("a16", Market.SPOT, 2)] and sorted(binds["gang"]) == ["new-1", "new-1", "new-2"]
+
+
+def test_a_swap_that_breaks_a_rule_is_undone_and_not_reported():
+    # min_distinct_offers 2: j0 buys a ($8), j1 b ($9). b's node would hold j1 for less as an a node, but then
+    # 2 spot nodes would sit on one offer: the swap is undone, and j1's bind and explanation still name b.
+    offers = [offer("a", price=8.0), offer("b", price=9.0)]
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(2)]
+    p = plan(now=T0, queue=queue, fleet=(), offers=offers, forecast=None, policy=policy(min_distinct_offers=2))
+    assert sorted(l.offer.instance_type.name for l in p.of_kind("launch")) == ["a", "b"]
+    _nodes, bought = _bought(p, "j1")
+    assert bought.instance_type.name == "b"
+    (bind,) = [b for b in p.of_kind("bind") if b.job_id == "j1"]
+    assert bind.detail == "1 x 8 GPU on 1 new b (spot) in aws r1/z1"
+    assert not any(line.startswith("then") for line in p.explanation("j1").considered)
