@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from fleetctl.model import JobState, Market, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
@@ -122,3 +124,20 @@ def test_a_swap_that_breaks_a_rule_is_undone_and_not_reported():
     (bind,) = [b for b in p.of_kind("bind") if b.job_id == "j1"]
     assert bind.detail == "1 x 8 GPU on 1 new b (spot) in aws r1/z1"
     assert not any(line.startswith("then") for line in p.explanation("j1").considered)
+
+
+@pytest.mark.parametrize("thin", [offer("thin", gpus=4, price=5.0, vcpus=16, memory_gib=512),
+                                  offer("thin", gpus=4, price=5.0, vcpus=96, memory_gib=64)], ids=["vcpus", "memory"])
+def test_a_node_is_not_swapped_for_one_too_small_for_its_jobs_vcpus_or_memory(thin):
+    # j (4 GPUs, 64 vCPUs, 256 GiB) on the $10 8-GPU node; the $5 4-GPU node has its GPUs, not its vCPUs or memory
+    launches, _binds = _one_node([offer("o8", price=10.0), thin], [job("j", gpus=4, vcpus=64, memory_gib=256)])
+    assert launches == [("o8", Market.SPOT, 1)]
+
+
+def test_a_node_is_not_swapped_for_a_gpu_model_one_of_its_jobs_may_not_use():
+    # "h" (4 x H100 only) buys the $10 H100 node and "any" (4 GPUs) takes the rest; the $8 A100 node would hold
+    # both, but not h
+    offers = [offer("h8", price=10.0, model="H100-80GB"), offer("a8", price=8.0)]
+    queue = [job("h", gpus=4, models=("H100-80GB",)), job("any", gpus=4, submitted=T0 + timedelta(seconds=1))]
+    launches, binds = _one_node(offers, queue)
+    assert launches == [("h8", Market.SPOT, 1)] and binds == {"h": ("new-1",), "any": ("new-1",)}
