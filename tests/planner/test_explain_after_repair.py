@@ -47,6 +47,9 @@ def test_a_node_not_bought_after_all_names_where_its_job_went():
     p = plan(now=T0, queue=queue, fleet=(), offers=offers, forecast=None, policy=policy(min_distinct_offers=2))
     nodes, bought = _bought(p, "j0")
     assert (bought.instance_type.name, bought.market) == ("t8", Market.ON_DEMAND)
+    # the node not bought is not launched: every node launched holds a job
+    assert {n for launch in p.of_kind("launch") for n in launch.node_names} == {
+        n for b in p.of_kind("bind") for n in b.node_ids}
     considered = p.explanation("j0").considered
     assert considered[1].startswith("chose 1 x t2 spot in aws r1/z2 ($2.53/h")
     assert considered[-2] == (f"then placed on room left on {nodes[0]}, bought in this pass: the 1 x t2 spot in aws "
