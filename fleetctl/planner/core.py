@@ -1770,9 +1770,12 @@ class _Pass:
                 chosen.remove(item)
                 deficit += item[2].gpus
         moved = {job_id for _, job_id, _ in chosen}
+        base = self.policy.on_demand_base_gpus
         for premium, _, job in chosen:
-            self._note(job, f"on-demand to meet the policy's on-demand base ({self.policy.on_demand_base_gpus} GPUs) "
-                            f"and spot share ({self.policy.max_spot_share:.0%}); cheapest move: +${premium:.2f}/h per GPU")
+            # on demand may be the cheaper per GPU (a small on-demand node beside a big spot one): "-$0.75"
+            move = f"{'-' if premium < 0 else '+'}${abs(premium):.2f}/h per GPU"
+            self._note(job, f"on-demand to meet the policy's on-demand base ({base} GPU{'' if base == 1 else 's'}) "
+                            f"and spot share ({self.policy.max_spot_share:.0%}); cheapest move: {move}")
         self.on_demand_base_jobs = moved
         return [(job, spot_ok and job.job_id not in moved) for job, spot_ok in admitted]
 

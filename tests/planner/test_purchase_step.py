@@ -285,6 +285,15 @@ def test_a_move_dropped_gives_its_gpus_back_to_the_deficit():
     assert _markets(p) == {"w": Market.ON_DEMAND, "y": Market.SPOT, "x": Market.ON_DEMAND}
 
 
+def test_a_move_to_on_demand_cheaper_per_gpu_than_spot_is_shown_with_its_sign():
+    # A base of 1 GPU. Spot sells one 8-GPU node at $8 ($1 per GPU), on demand a 1-GPU node at $0.25: the move
+    # costs -$0.75 per GPU (before, "+$-0.75").
+    offers = [offer("s8", price=8.0), offer("o1", gpus=1, price=0.25, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)]
+    p = run(queue=[job("j", gpus=1)], offers=offers, pol=policy(on_demand_base_gpus=1))
+    assert "on-demand to meet the policy's on-demand base (1 GPU) and spot share (100%); cheapest move: " \
+        "-$0.75/h per GPU" in p.explanation("j").considered
+
+
 def test_a_job_with_no_move_to_price_is_passed_over_for_the_next():
     # "first" may use only H100, sold on spot alone: no move to price. The next job moves for the base.
     offers = [offer("h1", gpus=1, price=1.0, vcpus=8, memory_gib=64, model=H100), S1,
@@ -351,7 +360,7 @@ def test_a_moves_price_is_per_gpu_of_the_cheapest_offer_that_holds_a_worker():
              job("b", gpus=1, models=(H100,), submitted=T0 + timedelta(seconds=1))]
     p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=1))
     assert _markets(p) == {"a": Market.SPOT, "b": Market.ON_DEMAND}
-    assert "on-demand to meet the policy's on-demand base (1 GPUs) and spot share (100%); cheapest move: " \
+    assert "on-demand to meet the policy's on-demand base (1 GPU) and spot share (100%); cheapest move: " \
         "+$1.75/h per GPU" in p.explanation("b").considered
 
 
