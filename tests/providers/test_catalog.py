@@ -132,6 +132,49 @@ def test_unreviewed_inputs_fail_closed() -> None:
     assert catalog.aws_instance_type("g4ad.xlarge", None) is None  # AMD, excluded
 
 
+def test_shape_builders_refuse_what_no_table_names() -> None:
+    """A GCP row whose accelerator has no vocabulary name (a4x: 4 x GB200) is a
+    ValueError naming the machine type and the accelerator; a GPU type needs a
+    vocabulary model and at least one GPU; a non-N-series Azure size is not a
+    GPU size (None), unlike an unreviewed N-series one (KeyError, above)."""
+    a4x = {"machine_type": "a4x-highgpu-4g", "series": "a4x", "vcpus": "140", "memory_gb": "884",
+           "accelerator_type": "nvidia-gb200", "accelerator_count": "4"}
+    with pytest.raises(ValueError, match=r"^gcp/a4x-highgpu-4g: unknown accelerator 'nvidia-gb200'$"):
+        catalog.gcp_instance_type(a4x)
+    g2 = {"machine_type": "g2-standard-4", "series": "g2", "vcpus": "4", "memory_gb": "16",
+          "accelerator_type": "nvidia-l4", "accelerator_count": "0"}
+    with pytest.raises(ValueError, match=r"^gcp/g2-standard-4: a GPU type needs gpu_count >= 1, got 0$"):
+        catalog.gcp_instance_type(g2)
+    with pytest.raises(ValueError, match=r"^aws/x\.large: GPU model 'A100' is not in the vocabulary$"):
+        catalog._gpu_type("aws", "x.large", 4, 16.0, "A100", 1, nvlink_capable=False)
+    one = catalog._gpu_type("aws", "x.large", 4, 16.0, "A100-40GB", 1, nvlink_capable=True)
+    assert (one.gpu_count, one.interconnect) == (1, Interconnect.PCIE)
+    assert catalog.azure_instance_type("D4s_v5") is None
+    assert catalog.azure_instance_type("HB120rs_v3") is None
+
+
+@pytest.mark.parametrize(
+    ("machine", "vcpus", "memory_gib", "accelerator", "count", "allowed"),
+    [
+        # At the table's limits exactly: 1 x P100 up to 16 vCPUs / 104 GB, 8 x V100 up to 96 / 624.
+        ("n1-highmem-16", 16, 104.0, "nvidia-tesla-p100", 1, True),
+        ("n1-highmem-96", 96, 624.0, "nvidia-tesla-v100", 8, True),
+        ("n1-highmem-96", 96, 624.0, "nvidia-tesla-t4", 4, True),
+        # vCPUs within the limit, memory over it: megamem (1,433.6 GB) takes no GPU.
+        ("n1-megamem-96", 96, 1433.6, "nvidia-tesla-v100", 8, False),
+        ("n1-highmem-32", 32, 208.0, "nvidia-tesla-p100", 2, True),
+        ("n1-highmem-32", 32, 208.0, "nvidia-tesla-v100", 2, False),  # 2 x V100: at most 24 vCPUs
+    ],
+)
+def test_n1_gpu_limits_hold_at_their_edges(machine: str, vcpus: int, memory_gib: float, accelerator: str,
+                                           count: int, allowed: bool) -> None:
+    t = catalog.gcp_n1_gpu_instance_type(machine, vcpus, memory_gib, accelerator, count)
+    assert (t is not None) is allowed
+    if t is not None:
+        assert (t.name, t.vcpus, t.memory_gib, t.gpu_count) == (f"{machine}+{count}x{accelerator}", vcpus,
+                                                                memory_gib, count)
+
+
 def test_spot_at_the_on_demand_price_is_dropped() -> None:
     t = instance_types()[("aws", "p3.2xlarge")]
     od = Offer(t, "us-east-1", "use1-az1", Market.ON_DEMAND, 3.06)
