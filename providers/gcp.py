@@ -464,9 +464,11 @@ def _n1_shapes(machines: Iterable[tuple[str, Any]],
 
 def instance_type_name(instance: Any) -> str:
     """The fleetctl instance-type name of a ``compute_v1.Instance``: the machine
-    type, or the N1 + GPU shape name when GPUs are attached."""
+    type, or the N1 + GPU shape name when GPUs are attached to an N1 machine.
+    GCE lists the GPUs of a machine type with bundled GPUs (a2, a3, g2) among an
+    instance's guestAccelerators too: they belong to the machine type's name."""
     machine = short_name(instance.machine_type)
-    if instance.guest_accelerators:
+    if instance.guest_accelerators and machine.startswith("n1-"):  # GPUs attach only to N1 (catalog)
         accel = instance.guest_accelerators[0]
         return f"{machine}+{accel.accelerator_count}x{short_name(accel.accelerator_type)}"
     return machine

@@ -293,6 +293,32 @@ def test_an_unpriced_instance_stays_visible_instead_of_leaking(fake: FakeGce, pr
         node.node_id, "n1-standard-8+1xnvidia-tesla-t4", 0.0)
 
 
+def test_a_node_of_a_machine_type_with_bundled_gpus_is_its_offer_though_gce_lists_the_gpus(
+        fake: FakeGce, provider: GcpProvider) -> None:
+    """GCE lists the GPUs of an accelerator-optimized machine type among an
+    instance's guestAccelerators too (an a2-highgpu-8g instance shows 8 x
+    nvidia-tesla-a100, a g2-standard-4 one 1 x nvidia-l4), though none was
+    asked for. Such a node is its machine type's offer, not an unpriced
+    '<machine>+<n>x<gpu>' shape of 0 GPUs at 0 USD; only N1 machines carry
+    attached GPUs, and only their GPUs are part of the shape's name."""
+    bought = {}
+    for type_name, gpu, count in (("g2-standard-4", "nvidia-l4", 1), ("a2-highgpu-8g", "nvidia-tesla-a100", 8)):
+        sold = offer(provider, type_name)
+        [node] = provider.launch(LaunchRequest(sold, 1, type_name), NOW).nodes
+        zone, name = node.node_id.split("/")
+        fake.instances[(zone, name)].guest_accelerators = [c.AcceleratorConfig(
+            accelerator_type=f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{zone}/"
+                             f"acceleratorTypes/{gpu}", accelerator_count=count)]
+        bought[node.node_id] = sold
+    assert {n.node_id: n.offer for n in provider.nodes(NOW)} == bought
+    n1 = c.Instance(machine_type=f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/us-central1-a/"
+                                 "machineTypes/n1-standard-8",
+                    guest_accelerators=[c.AcceleratorConfig(
+                        accelerator_type=f"projects/{PROJECT}/zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4",
+                        accelerator_count=2)])
+    assert gcp.instance_type_name(n1) == "n1-standard-8+2xnvidia-tesla-t4"
+
+
 def test_a_listing_gce_did_not_fill_in_is_read_safely_or_refused(fake: FakeGce, provider: GcpProvider) -> None:
     """A malformed or newer listing must not lead to a wrong action: an
     instance with no (or an unknown) status is not gone (that requeued every
