@@ -196,6 +196,10 @@ class FakeGce:
         if (zone, props.machine_type) in self.capacity:
             self.capacity[(zone, props.machine_type)] = free - made
         width = len(re.search(r"#+", resource.name_pattern).group(0))  # type: ignore[union-attr]
+        # GCE lists a machine type's bundled GPUs (a2, a3, g2) among the instance's guestAccelerators too.
+        bundled = next(mt for mt in self.machine_types[zone] if mt.name == props.machine_type).accelerators
+        accelerators = [(a.accelerator_type, a.accelerator_count) for a in props.guest_accelerators] or [
+            (a.guest_accelerator_type, a.guest_accelerator_count) for a in bundled]
         for index in range(1, made + 1):
             name = re.sub(r"#+", str(index).zfill(width), resource.name_pattern, count=1)
             self.instances[(zone, name)] = c.Instance(
@@ -204,8 +208,8 @@ class FakeGce:
                 zone=f"{SELF_LINK}{self.project}/zones/{zone}",
                 scheduling=props.scheduling,
                 guest_accelerators=[c.AcceleratorConfig(
-                    accelerator_type=f"{SELF_LINK}{self.project}/zones/{zone}/acceleratorTypes/{a.accelerator_type}",
-                    accelerator_count=a.accelerator_count) for a in props.guest_accelerators],
+                    accelerator_type=f"{SELF_LINK}{self.project}/zones/{zone}/acceleratorTypes/{gpu}",
+                    accelerator_count=n) for gpu, n in accelerators],
                 creation_timestamp=_stamp(self.now), last_start_timestamp=_stamp(self.now),
             )
         return op
