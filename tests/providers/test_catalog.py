@@ -96,6 +96,19 @@ def test_well_known_vcpus_memory_and_interconnect() -> None:
         ("Tesla P40", None, "P40"),
         ("Tesla K80", None, "K80"),
         ("Tesla M60", None, "M60"),
+        # A size in the name wins over memory_gib; without one, the memory picks the part.
+        ("a100-80gb", 40, "A100-80GB"),
+        ("Tesla V100-SXM2-32GB", 16, "V100-32GB"),
+        ("A100", 40.0, "A100-40GB"),  # DescribeInstanceTypes: 40,960 MiB per GPU
+        ("V100", 16.0, "V100-16GB"),
+        ("H100", 80.0, "H100-80GB"),
+        ("NVIDIA H100 PCIe", None, "H100-80GB"),  # no size at all: the 80 GB part
+        # A size no part of that chip comes in has no name.
+        ("a100", 60, None),
+        ("a100", 24, None),
+        ("v100", 24, None),
+        ("v100", 8, None),
+        ("h100", 40, None),
         ("AMD Radeon Pro V520", None, None),
         ("", None, None),
         ("h100 nvl", 94, None),
@@ -285,6 +298,7 @@ def test_instance_types_returns_a_fresh_dict() -> None:
 
 
 # ----------------------------------------------------------------------------- data files
+
 
 
 def test_snapshot_is_small() -> None:
