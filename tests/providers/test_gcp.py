@@ -12,6 +12,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -173,8 +174,72 @@ def test_n1_shapes_from_sdk_types_respect_the_zone_card_limit() -> None:
     two_cards = c.AcceleratorType(name="nvidia-tesla-v100", maximum_cards_per_instance=2)
     assert [t.gpu_count for t in gcp.n1_instance_types(N1_8, two_cards)] == [1, 2]
     assert gcp.n1_instance_types(N2_8, ACCELERATORS["nvidia-tesla-t4"]) == ()
+    # memory_mb / 1024 to 0.01 GiB: 368,640 MB is 360 GiB (only 4 T4 allow 96 vCPUs); n1-highcpu-16's 14,746 is 14.4
+    assert [(t.name, t.memory_gib) for t in gcp.n1_instance_types(N1_96, ACCELERATORS["nvidia-tesla-t4"])] == [
+        ("n1-standard-96+4xnvidia-tesla-t4", 360.0)]
+    highcpu = c.MachineType(name="n1-highcpu-16", guest_cpus=16, memory_mb=14746)
+    assert [(t.gpu_count, t.vcpus, t.memory_gib) for t in gcp.n1_instance_types(
+        highcpu, ACCELERATORS["nvidia-tesla-t4"])] == [(1, 16, 14.4), (2, 16, 14.4), (4, 16, 14.4)]
+    smallest = c.MachineType(name="n1-standard-1", guest_cpus=1, memory_mb=3840)  # 3.75 GB
+    assert [t.memory_gib for t in gcp.n1_instance_types(smallest, ACCELERATORS["nvidia-tesla-p4"])] == [3.75] * 3
     assert parse_gcp_n1_gpu_type_name("a2-highgpu-1g") is None
     assert parse_gcp_n1_gpu_type_name("n1-standard-8+1xnvidia-tesla-v100\n") is None  # $ takes a final newline
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ("PROVISIONING", NodeState.LAUNCHING),
+        ("STAGING", NodeState.LAUNCHING),
+        ("REPAIRING", NodeState.LAUNCHING),
+        ("RUNNING", NodeState.READY),
+        ("STOPPING", NodeState.TERMINATING),
+        ("SUSPENDING", NodeState.TERMINATING),
+        ("PENDING_STOP", NodeState.TERMINATING),
+        ("STOPPED", NodeState.GONE),  # a Spot VM preempted with STOP
+        ("SUSPENDED", NodeState.GONE),
+        ("TERMINATED", NodeState.GONE),
+        ("", NodeState.LAUNCHING),  # unknown or left out: launching, never gone
+        ("running", NodeState.LAUNCHING),
+    ],
+)
+def test_every_instance_status_gce_documents_is_a_node_state(status: str, state: NodeState,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="providers.gcp"):
+        assert gcp._node_state(status) is state
+    # only a status this fleetctl does not know is taken as launching with a warning
+    assert ("is unknown to this fleetctl; taken as launching" in caplog.text) is (status in ("", "running"))
+
+
+@pytest.fixture
+def local_zone_five_hours_west(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is UTC-5 for the test (a POSIX TZ: no tz database needed), so a time
+    without an offset read as local time would show."""
+    monkeypatch.setenv("TZ", "EST5")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("local_zone_five_hours_west")
+def test_resource_urls_zones_and_times_of_the_compute_api_by_hand() -> None:
+    url = "https://www.googleapis.com/compute/v1/projects/ml-fleet/zones/us-central1-a/machineTypes/a2-highgpu-1g"
+    assert gcp.short_name(url) == gcp.short_name(url + "/") == "a2-highgpu-1g"
+    assert gcp.short_name("a2-highgpu-1g") == "a2-highgpu-1g"
+    assert gcp.region_of_zone("us-central1-a") == "us-central1"
+    assert gcp.region_of_zone("europe-west4-b") == "europe-west4"
+    # RFC 3339 with GCE's offset, a Z, none (UTC), and left out
+    assert gcp._timestamp("2025-01-06T03:04:05.250-08:00") == datetime(2025, 1, 6, 11, 4, 5, 250000,
+                                                                       tzinfo=timezone.utc)
+    assert gcp._timestamp("2025-01-06T11:04:05Z") == datetime(2025, 1, 6, 11, 4, 5, tzinfo=timezone.utc)
+    assert gcp._timestamp("2025-01-06T11:04:05") == datetime(2025, 1, 6, 11, 4, 5, tzinfo=timezone.utc)
+    assert gcp._timestamp("") is None
+    with pytest.raises(ProviderError, match="^gcp: the Compute API answered a time this fleetctl cannot read: "
+                                            "'yesterday'$"):
+        gcp._timestamp("yesterday")
+    with pytest.raises(ProviderError, match="cannot read: '0001-01-01T00:00:00\\+01:00'$"):
+        gcp._timestamp("0001-01-01T00:00:00+01:00")  # a valid time before datetime's range in UTC
 
 
 def test_label_values_are_valid_gcp_labels_and_stay_distinct() -> None:
