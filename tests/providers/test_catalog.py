@@ -139,10 +139,21 @@ def test_unreviewed_inputs_fail_closed() -> None:
         catalog.azure_region("Mars Central")
     assert catalog.azure_region("US Gov Virginia") is None
     assert catalog.azure_instance_type("NV6ads_A10_v5") is None  # fractional GPU
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^aws/zz1.xlarge: unknown measured GPU model 'Mystery GPU 9000'$"):
         catalog.aws_instance_type("zz1.xlarge", {"vcpus": "4", "memory_mb_visible_to_os": "15000",
                                                  "gpu_count": "1", "gpu_model": "Mystery GPU 9000"})
     assert catalog.aws_instance_type("g4ad.xlarge", None) is None  # AMD, excluded
+    # excluded even where a measured row names its GPU (the measured file has 0 for the AMD V520)
+    assert catalog.aws_instance_type("g4ad.xlarge", {"vcpus": "4", "memory_mb_visible_to_os": "15354",
+                                                     "gpu_count": "1", "gpu_model": "AMD Radeon Pro V520"}) is None
+    # a CPU type: 0 GPUs, or the cell left empty
+    for count in ("0", ""):
+        assert catalog.aws_instance_type("m5.large", {"vcpus": "2", "memory_mb_visible_to_os": "7811",
+                                                      "gpu_count": count, "gpu_model": ""}) is None
+    # a measured GPU type without a nominal memory: the MiB the OS sees / 1024, to 0.1 GiB (15,359 -> 15.0)
+    g6 = catalog.aws_instance_type("g6.xlarge", {"vcpus": "4", "memory_mb_visible_to_os": "15359",
+                                                 "gpu_count": "1", "gpu_model": "NVIDIA L4"})
+    assert g6 is not None and (g6.vcpus, g6.memory_gib, g6.gpu_model, g6.gpu_count) == (4, 15.0, "L4", 1)
 
 
 def test_shape_builders_refuse_what_no_table_names() -> None:
@@ -299,6 +310,59 @@ def test_instance_types_returns_a_fresh_dict() -> None:
 
 # ----------------------------------------------------------------------------- data files
 
+
+TYPES_HEADER = "provider,name,vcpus,memory_gib,gpu_model,gpu_count,gpu_memory_gib,interconnect,architecture\n"
+G5 = "aws,g5.xlarge,4,16.0,A10G,1,24.0,pcie,x86_64\n"
+OFFERS_HEADER = "provider,instance_type,region,zone,market,usd_per_hour\n"
+
+
+def test_snapshot_text_parses_to_the_model_and_refuses_what_it_cannot_hold() -> None:
+    types = catalog.parse_instance_types(TYPES_HEADER + G5 + "aws,m5.large,2,8.0,,0,0.0,none,arm64\n")
+    g5, m5 = types[("aws", "g5.xlarge")], types[("aws", "m5.large")]
+    assert (g5.vcpus, g5.memory_gib, g5.gpu_model, g5.gpu_count, g5.gpu_memory_gib, g5.interconnect,
+            g5.architecture) == (4, 16.0, "A10G", 1, 24.0, Interconnect.PCIE, "x86_64")
+    assert (m5.gpu_model, m5.gpu_count, m5.interconnect, m5.architecture) == (None, 0, Interconnect.NONE, "arm64")
+    with pytest.raises(ValueError, match="^instance_types.csv: unexpected header"):
+        catalog.parse_instance_types(TYPES_HEADER.replace("vcpus", "cpus") + G5)
+    with pytest.raises(ValueError, match="^instance_types.csv: unexpected header None$"):
+        catalog.parse_instance_types("")
+    with pytest.raises(ValueError, match=r"^instance_types.csv: duplicate \('aws', 'g5.xlarge'\)$"):
+        catalog.parse_instance_types(TYPES_HEADER + G5 + G5)
+    with pytest.raises(ValueError, match="^instance_types.csv: aws/g5.xlarge: unknown GPU 'A10-G'$"):
+        catalog.parse_instance_types(TYPES_HEADER + G5.replace("A10G", "A10-G"))
+    # offers: sorted by key, each a known type at a positive price
+    offers = catalog.parse_offers(
+        OFFERS_HEADER + "aws,g5.xlarge,us-east-1,use1-az2,spot,0.412300\n"
+        "aws,g5.xlarge,us-east-1,,on_demand,1.006000\n" + "aws,g5.xlarge,us-east-1,use1-az1,spot,0.000001\n", types)
+    assert [(o.key, o.usd_per_hour) for o in offers] == [
+        ("aws/us-east-1/*/g5.xlarge/on_demand", 1.006), ("aws/us-east-1/use1-az1/g5.xlarge/spot", 0.000001),
+        ("aws/us-east-1/use1-az2/g5.xlarge/spot", 0.4123)]
+    assert all(o.instance_type is g5 for o in offers)
+    with pytest.raises(ValueError, match="^offers.csv: unexpected header"):
+        catalog.parse_offers(OFFERS_HEADER.replace("zone", "az"), types)
+    with pytest.raises(ValueError, match="^offers.csv: unexpected header None$"):
+        catalog.parse_offers("", types)
+    with pytest.raises(ValueError, match="^offers.csv: unknown instance type gcp/g5.xlarge$"):
+        catalog.parse_offers(OFFERS_HEADER + "gcp,g5.xlarge,us-east-1,,spot,0.4\n", types)
+    for price in ("0.000000", "-0.5", "nan"):
+        with pytest.raises(ValueError, match="^offers.csv: non-positive price in"):
+            catalog.parse_offers(OFFERS_HEADER + f"aws,g5.xlarge,us-east-1,,spot,{price}\n", types)
+
+
+def test_snapshot_rows_are_written_with_fixed_formatting() -> None:
+    t = instance_types()[("aws", "g3s.xlarge")]  # 30.5 GiB, M60 8 GiB
+    row = catalog.instance_type_row(t)
+    assert row == {"provider": "aws", "name": "g3s.xlarge", "vcpus": "4", "memory_gib": "30.5", "gpu_model": "M60",
+                   "gpu_count": "1", "gpu_memory_gib": "8.0", "interconnect": "pcie", "architecture": "x86_64"}
+    cpu = Offer(catalog.InstanceType("aws", "m5.large", 2, 8.0), "us-east-1", "", Market.ON_DEMAND, 0.096)
+    assert catalog.instance_type_row(cpu.instance_type)["gpu_model"] == ""
+    assert catalog.offer_row(cpu) == {"provider": "aws", "instance_type": "m5.large", "region": "us-east-1",
+                                      "zone": "", "market": "on_demand", "usd_per_hour": "0.096000"}
+    text = catalog.render_csv(catalog.OFFER_COLUMNS, [catalog.offer_row(cpu)])
+    assert text == OFFERS_HEADER + "aws,m5.large,us-east-1,,on_demand,0.096000\n"
+    # a price is kept to 6 decimals: 9.8318 (p4d's 2022 spot in use1-az1) x 21.957642 / 32.7726 (= 0.67)
+    assert catalog.round_price(9.8318 * 21.957642 / 32.7726) == 6.587306
+    assert catalog.round_price(0.0000004) == 0.0 and catalog.round_price(0.0000005000001) == 0.000001
 
 
 def test_snapshot_is_small() -> None:
