@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fleetctl.model import Market, NodeState, Offer
-from providers.azure import AzureConfig, AzureProvider, AzureRegion, translate, vm_name
+from providers.azure import AzureConfig, AzureProvider, AzureRegion, sku_available, translate, vm_name
 from providers.base import (
     UNKNOWN_LAUNCH_TIME,
     InsufficientCapacity,
@@ -67,6 +67,120 @@ def test_sizes_from_resource_skus_normalise_like_the_snapshot_and_restrictions_c
     assert set(types) == {"Standard_NC4as_T4_v3", "Standard_NC6s_v3"}  # the A100 size is restricted here
     assert all(types[n] == shipped[n] for n in types)
     assert {o.instance_type.name for o in provider.offers(NOW)} == set(types)
+
+
+def sku(resource_type: str, name: str, locations: list[str], *restrictions: tuple[str, list[str]]) -> Any:
+    """A resourceSkus item in ARM's wire form; each restriction is (type, values)."""
+    from azure.mgmt.compute import models as m
+
+    return m.ResourceSku({"resourceType": resource_type, "name": name, "locations": locations,
+                          "restrictions": [{"type": t, "values": v, "reasonCode": "NotAvailableForSubscription"}
+                                           for t, v in restrictions]})
+
+
+def test_a_sku_is_usable_where_it_is_a_vm_size_listed_and_not_restricted_for_the_location() -> None:
+    assert sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", ["eastus"]), "eastus")
+    assert sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", ["EastUS"]), "eastus")  # case does not count
+    assert sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", ["eastus"]), "EastUS")
+    assert not sku_available(sku("disks", "Premium_LRS", ["eastus"]), "eastus")
+    assert not sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", ["westus2"]), "eastus")
+    assert not sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", []), "eastus")
+    from azure.mgmt.compute import models as m
+
+    # locations and restrictions left out of the listing: none
+    assert not sku_available(m.ResourceSku({"resourceType": "virtualMachines", "name": "Standard_NC6s_v3"}), "eastus")
+    assert sku_available(m.ResourceSku({"resourceType": "virtualMachines", "name": "Standard_NC6s_v3",
+                                        "locations": ["eastus"]}), "eastus")
+    assert sku_available(m.ResourceSku({"resourceType": "virtualMachines", "name": "Standard_NC6s_v3",
+                                        "locations": ["eastus"], "restrictions": [{"type": "Location"}]}), "eastus")
+    assert not sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", ["eastus"],
+                                 ("Location", ["EASTUS"])), "eastus")
+    # restricted elsewhere, or only in some zones: usable here (offers are regional)
+    assert sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", ["eastus"], ("Location", ["westus2"])),
+                         "eastus")
+    assert sku_available(sku("virtualMachines", "Standard_NC4as_T4_v3", ["eastus"], ("Zone", ["eastus"])), "eastus")
+
+
+def arm_vm(**properties: Any) -> Any:
+    """A VM as ARM lists it (wire form), tagged for cluster 'research'; keyword arguments override properties,
+    and the top-level location, zones and tags."""
+    from azure.mgmt.compute import models as m
+
+    top = {key: properties.pop(key) for key in ("location", "zones", "tags") if key in properties}
+    body: dict[str, Any] = {"name": "fl-research-0123456789ab-000", "location": "eastus",
+                            "tags": {"fleetctl-cluster": "research"},
+                            "properties": {"priority": "Spot", "provisioningState": "Succeeded",
+                                           "timeCreated": "2025-01-06T11:00:00.5+00:00",
+                                           "hardwareProfile": {"vmSize": "Standard_NC4as_T4_v3"}}}
+    body.update(top)
+    body["properties"].update(properties)
+    return m.VirtualMachine({k: v for k, v in body.items() if v is not None})
+
+
+@pytest.fixture
+def unconnected() -> AzureProvider:
+    """The adapter without a client: enough to read listings."""
+    return AzureProvider(AzureConfig(cluster="research", subscription_id=SUB, resource_group="fleet",
+                                     regions=(AzureRegion("eastus", SUBNET, IMAGE),)), client=None)
+
+
+@pytest.mark.parametrize(("provisioning", "state"), [
+    ("Creating", NodeState.LAUNCHING), ("Updating", NodeState.LAUNCHING), ("Succeeded", NodeState.READY),
+    ("Deleting", NodeState.TERMINATING), ("Failed", NodeState.GONE), ("Migrating", NodeState.LAUNCHING),
+    (None, NodeState.LAUNCHING),
+])
+def test_a_vms_provisioning_state_is_its_node_state(unconnected: AzureProvider, provisioning: str | None,
+                                                    state: NodeState) -> None:
+    node = unconnected._node(arm_vm(provisioningState=provisioning), NOW)
+    assert node is not None and node.state is state
+    created = datetime(2025, 1, 6, 11, 0, 0, 500000, tzinfo=timezone.utc)
+    assert node.launched_at_utc == created
+    assert node.ready_at_utc == (created if state is NodeState.READY else None)
+
+
+def test_a_vm_listing_becomes_the_node_of_its_offer_by_hand(unconnected: AzureProvider) -> None:
+    sold = {o.key: o for o in unconnected._catalog}
+    spot = sold["azure/eastus/*/Standard_NC4as_T4_v3/spot"]
+    on_demand = sold["azure/eastus/*/Standard_NC4as_T4_v3/on_demand"]
+    for priority, offer in (("Spot", spot), ("Low", spot), ("Regular", on_demand)):
+        node = unconnected._node(arm_vm(priority=priority), NOW)
+        assert node is not None and (node.node_id, node.offer) == ("fl-research-0123456789ab-000", offer)
+    # without a priority, the offer tag says the market
+    assert unconnected._node(arm_vm(priority=None, tags={"fleetctl-cluster": "research",
+                                                         "fleetctl-offer": spot.key}), NOW).offer == spot
+    assert unconnected._node(arm_vm(priority=None, tags={"fleetctl-cluster": "research",
+                                                         "fleetctl-offer": on_demand.key}), NOW).offer == on_demand
+    assert unconnected._node(arm_vm(priority=None), NOW).offer == on_demand
+    # ARM's display name of the location is the same region
+    assert unconnected._node(arm_vm(location="East US"), NOW).offer == spot
+    with pytest.raises(ProviderError, match="^azure: VM fl-research-0123456789ab-000 is listed without "
+                                            "hardwareProfile.vmSize$"):
+        unconnected._node(arm_vm(hardwareProfile=None), NOW)
+    # another cluster's VM, or an untagged one, is no node
+    assert unconnected._node(arm_vm(tags={"fleetctl-cluster": "research-2"}), NOW) is None
+    assert unconnected._node(arm_vm(tags={}), NOW) is None
+    assert unconnected._node(arm_vm(tags=None), NOW) is None  # another VM of the group, listed without tags
+    # one availability zone is the node's zone; none or several leave it unknown
+    assert unconnected._node(arm_vm(zones=["2"]), NOW).zone == "2"
+    assert unconnected._node(arm_vm(zones=["1", "2"]), NOW).zone == ""
+    assert unconnected._node(arm_vm(), NOW).zone == ""
+    # a time without an offset is UTC; one with an offset keeps its instant
+    assert unconnected._node(arm_vm(timeCreated="2025-01-06T11:00:00"), NOW).launched_at_utc == NOW - timedelta(
+        hours=1)
+    assert unconnected._node(arm_vm(timeCreated="2025-01-06T13:00:00+02:00"), NOW).launched_at_utc == (
+        NOW - timedelta(hours=1))
+
+
+def test_a_vm_of_an_offer_not_sold_here_stays_visible_at_no_price(unconnected: AzureProvider) -> None:
+    # a reviewed size the catalog does not price in eastus keeps its shape; an unknown size has none
+    for size, shape in (("Standard_ND96amsr_A100_v4", (96, 1900.0, "A100-80GB", 8)),
+                        ("Standard_D4s_v5", (0, 0.0, None, 0)), ("Standard_NC999x_v9", (0, 0.0, None, 0))):
+        node = unconnected._node(arm_vm(hardwareProfile={"vmSize": size}, location="westus3"), NOW)
+        assert node is not None
+        t = node.offer.instance_type
+        assert (node.offer.region, node.offer.zone, node.offer.market, node.offer.usd_per_hour) == (
+            "westus3", "", Market.SPOT, 0.0)
+        assert (t.provider, t.name, t.vcpus, t.memory_gib, t.gpu_model, t.gpu_count) == ("azure", size, *shape)
 
 
 def test_a_spot_vm_is_put_with_spot_priority_delete_eviction_and_no_price_cap(server: ArmServer,
