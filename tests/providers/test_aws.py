@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -16,13 +17,16 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from fleetctl.model import InterruptionKind, Market, NodeState, Offer
+from fleetctl.model import Interconnect, InterruptionKind, Market, NodeState, Offer
 from providers.aws import (
     API_CALLS,
     AwsConfig,
     AwsProvider,
+    _state,
+    event_to_interruption,
     instance_type_from_api,
     launch_token,
+    parse_event,
     translate_code,
 )
 from providers.base import (
@@ -98,6 +102,87 @@ def test_cpu_shapes_are_in_the_catalog_and_other_accelerators_are_not() -> None:
     m5 = instance_type_from_api(cpu)
     assert m5 is not None and (m5.vcpus, m5.memory_gib, m5.gpu_model, m5.gpu_count) == (2, 8.0, None, 0)
     assert instance_type_from_api(amd) is None and instance_type_from_api(inferentia) is None
+
+
+def ec2_type(name: str, vcpus: int, mib: int, *gpus: tuple[str, str, int, int],
+             archs: tuple[str, ...] = ("x86_64",), **extra: Any) -> dict[str, Any]:
+    """One DescribeInstanceTypes entry as EC2 writes it; each GPU is (name, manufacturer, count, MiB)."""
+    info: dict[str, Any] = {"InstanceType": name, "VCpuInfo": {"DefaultVCpus": vcpus},
+                            "MemoryInfo": {"SizeInMiB": mib},
+                            "ProcessorInfo": {"SupportedArchitectures": list(archs)}, **extra}
+    if gpus:
+        info["GpuInfo"] = {"Gpus": [{"Name": g, "Manufacturer": m, "Count": n, "MemoryInfo": {"SizeInMiB": size}}
+                                    for g, m, n, size in gpus],
+                           "TotalGpuMemoryInMiB": sum(n * size for _, _, n, size in gpus)}
+    return info
+
+
+@pytest.mark.parametrize(
+    ("info", "expected"),
+    [
+        # name, vCPUs, memory GiB (MiB / 1024 to 0.1), GPU model, count, GiB per GPU, interconnect, architecture
+        (ec2_type("p4d.24xlarge", 96, 1179648, ("A100", "NVIDIA", 8, 40960)),
+         ("p4d.24xlarge", 96, 1152.0, "A100-40GB", 8, 40.0, Interconnect.NVLINK, "x86_64")),
+        # The name says only "A100": the 80 GiB per GPU picks the 80 GB part.
+        (ec2_type("p4de.24xlarge", 96, 1179648, ("A100", "NVIDIA", 8, 81920)),
+         ("p4de.24xlarge", 96, 1152.0, "A100-80GB", 8, 80.0, Interconnect.NVLINK, "x86_64")),
+        (ec2_type("p5.48xlarge", 192, 2097152, ("H100", "NVIDIA", 8, 81920)),
+         ("p5.48xlarge", 192, 2048.0, "H100-80GB", 8, 80.0, Interconnect.NVLINK, "x86_64")),
+        # One H100 has no peer: PCIe.
+        (ec2_type("p5.4xlarge", 16, 262144, ("H100", "NVIDIA", 1, 81920)),
+         ("p5.4xlarge", 16, 256.0, "H100-80GB", 1, 80.0, Interconnect.PCIE, "x86_64")),
+        (ec2_type("g5g.xlarge", 4, 8192, ("T4g", "NVIDIA", 1, 16384), archs=("arm64",)),
+         ("g5g.xlarge", 4, 8.0, "T4G", 1, 16.0, Interconnect.PCIE, "arm64")),
+        # GPU memory is the nominal 24 GiB of an L4, not the 22,888 MiB EC2 reports.
+        (ec2_type("g6.12xlarge", 48, 196608, ("L4", "NVIDIA", 4, 22888)),
+         ("g6.12xlarge", 48, 192.0, "L4", 4, 24.0, Interconnect.PCIE, "x86_64")),
+        # 31,232 MiB is 30.5 GiB; i386 beside x86_64 is x86_64.
+        (ec2_type("g3s.xlarge", 4, 31232, ("M60", "NVIDIA", 1, 8192), archs=("i386", "x86_64")),
+         ("g3s.xlarge", 4, 30.5, "M60", 1, 8.0, Interconnect.PCIE, "x86_64")),
+        # Two GPU entries of one NVIDIA model are counted together.
+        (ec2_type("p3.8xlarge", 32, 249856, ("V100", "NVIDIA", 2, 16384), ("V100", "NVIDIA", 2, 16384)),
+         ("p3.8xlarge", 32, 244.0, "V100-16GB", 4, 16.0, Interconnect.NVLINK, "x86_64")),
+        # A listing without SupportedArchitectures is x86_64.
+        ({"InstanceType": "g4dn.xlarge", "VCpuInfo": {"DefaultVCpus": 4}, "MemoryInfo": {"SizeInMiB": 16384},
+          "GpuInfo": {"Gpus": [{"Name": "T4", "Manufacturer": "NVIDIA", "Count": 1,
+                                "MemoryInfo": {"SizeInMiB": 16384}}]}},
+         ("g4dn.xlarge", 4, 16.0, "T4", 1, 16.0, Interconnect.PCIE, "x86_64")),
+    ],
+    ids=lambda v: v["InstanceType"] if isinstance(v, dict) else "",
+)
+def test_describe_instance_types_entries_normalise_by_hand(info: dict[str, Any], expected: tuple) -> None:
+    t = instance_type_from_api(info)
+    assert t is not None and t.provider == "aws"
+    assert (t.name, t.vcpus, t.memory_gib, t.gpu_model, t.gpu_count, t.gpu_memory_gib, t.interconnect,
+            t.architecture) == expected
+
+
+def test_describe_instance_types_entries_fleetctl_cannot_sell_are_none_or_cpu() -> None:
+    # A GPU outside the vocabulary (B300, RTX PRO 4500), an NVIDIA GPU beside another maker's, other accelerators.
+    assert instance_type_from_api(ec2_type("p6-b300.48xlarge", 192, 4194304, ("B300", "NVIDIA", 8, 275040))) is None
+    assert instance_type_from_api(ec2_type("g7.2xlarge", 8, 32768, ("RTX PRO 4500", "NVIDIA", 1, 32768))) is None
+    assert instance_type_from_api(ec2_type("x.mixed", 8, 32768, ("T4", "NVIDIA", 1, 16384),
+                                           ("Radeon Pro V520", "AMD", 1, 8192))) is None
+    for key in ("InferenceAcceleratorInfo", "FpgaInfo", "NeuronInfo", "MediaAcceleratorInfo"):
+        assert instance_type_from_api(ec2_type("vt1.3xlarge", 12, 24576, **{key: {"Accelerators": [{}]}})) is None
+    # An accelerator field that is present but empty is no accelerator: a CPU shape, arm64 if it may be.
+    cpu = instance_type_from_api(ec2_type("m6g.large", 2, 8192, archs=("arm64",), NeuronInfo={}))
+    assert cpu is not None
+    assert (cpu.vcpus, cpu.memory_gib, cpu.gpu_model, cpu.gpu_count, cpu.gpu_memory_gib, cpu.interconnect,
+            cpu.architecture) == (2, 8.0, None, 0, 0.0, Interconnect.NONE, "arm64")
+    # a GPU listed without its memory: the name alone decides (an A100 without a size is the 40 GB part)
+    bare = instance_type_from_api({**ec2_type("p4d.24xlarge", 96, 1179648),
+                                   "GpuInfo": {"Gpus": [{"Name": "A100", "Manufacturer": "NVIDIA", "Count": 8}]}})
+    assert bare is not None and (bare.gpu_model, bare.gpu_count) == ("A100-40GB", 8)
+    # memory to 0.1 GiB: m1.medium's 3,840 MiB (3.75 GiB) is 3.8
+    m1 = instance_type_from_api(ec2_type("m1.medium", 1, 3840))
+    assert m1 is not None and m1.memory_gib == 3.8
+    with pytest.raises(ValueError, match=r"^g5\.xlarge: no VCpuInfo\.DefaultVCpus$"):
+        instance_type_from_api({"InstanceType": "g5.xlarge", "MemoryInfo": {"SizeInMiB": 16384}})
+    with pytest.raises(ValueError, match=r"^g5\.xlarge: no MemoryInfo\.SizeInMiB$"):
+        instance_type_from_api({"InstanceType": "g5.xlarge", "VCpuInfo": {"DefaultVCpus": 4}, "MemoryInfo": {}})
+    with pytest.raises(ValueError, match=r"^no InstanceType$"):
+        instance_type_from_api({"VCpuInfo": {"DefaultVCpus": 4}, "MemoryInfo": {"SizeInMiB": 16384}})
 
 
 def test_the_catalog_lists_cpu_shapes_but_only_gpu_shapes_are_sold(provider: AwsProvider) -> None:
@@ -477,6 +562,123 @@ def test_an_instance_ec2_did_not_fill_in_is_read_safely_or_refused(provider: Aws
 
 
 # ---------------------------------------------------------------- interruption events
+
+
+@pytest.fixture
+def local_zone_five_hours_west(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is UTC-5 for the test (a POSIX TZ: no tz database needed), so a time
+    without an offset read as local time would show."""
+    monkeypatch.setenv("TZ", "EST5")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def ec2_event(detail_type: str, detail: dict[str, Any], time: str = "2025-01-06T12:00:05Z") -> dict[str, Any]:
+    """An EventBridge event as EC2 sends it (the documented example's fields)."""
+    return {"version": "0", "id": "7bf73129-1428-4cd3-a780-95db273d1602", "detail-type": detail_type,
+            "source": "aws.ec2", "account": "123456789012", "time": time, "region": "us-east-1",
+            "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{detail.get('instance-id')}"],
+            "detail": detail}
+
+
+@pytest.mark.parametrize(
+    ("detail_type", "detail", "at", "expected"),
+    [
+        # kind, received (UTC), deadline: a spot warning's is two minutes after its time
+        ("EC2 Spot Instance Interruption Warning", {"instance-action": "terminate"}, "2025-01-06T12:00:05Z",
+         (InterruptionKind.RECLAIM_WARNING, datetime(2025, 1, 6, 12, 0, 5, tzinfo=timezone.utc),
+          datetime(2025, 1, 6, 12, 2, 5, tzinfo=timezone.utc))),
+        ("EC2 Spot Instance Interruption Warning", {"instance-action": "stop"}, "2025-01-06T14:00:05+02:00",
+         (InterruptionKind.RECLAIM_WARNING, datetime(2025, 1, 6, 12, 0, 5, tzinfo=timezone.utc),
+          datetime(2025, 1, 6, 12, 2, 5, tzinfo=timezone.utc))),
+        ("EC2 Spot Instance Interruption Warning", {"instance-action": "terminate"}, "2025-01-06T23:59:00",
+         (InterruptionKind.RECLAIM_WARNING, datetime(2025, 1, 6, 23, 59, tzinfo=timezone.utc),
+          datetime(2025, 1, 7, 0, 1, tzinfo=timezone.utc))),
+        ("EC2 Instance Rebalance Recommendation", {}, "2025-01-06T12:00:05Z",
+         (InterruptionKind.REBALANCE, datetime(2025, 1, 6, 12, 0, 5, tzinfo=timezone.utc), None)),
+        *[("EC2 Instance State-change Notification", {"state": state}, "2025-01-06T12:00:05Z",
+           (InterruptionKind.TERMINATED, datetime(2025, 1, 6, 12, 0, 5, tzinfo=timezone.utc), None))
+          for state in ("shutting-down", "terminated", "stopping", "stopped")],
+        *[("EC2 Instance State-change Notification", {"state": state}, "2025-01-06T12:00:05Z", None)
+          for state in ("pending", "running")],
+    ],
+)
+@pytest.mark.usefixtures("local_zone_five_hours_west")
+def test_ec2_events_become_interruption_events_by_hand(detail_type: str, detail: dict[str, Any], at: str,
+                                                        expected: tuple | None) -> None:
+    body = json.dumps(ec2_event(detail_type, {"instance-id": "i-0123456789abcdef0", **detail}, at))
+    event = event_to_interruption(parse_event(body))
+    if expected is None:
+        assert event is None
+        return
+    assert event is not None
+    assert (event.event_id, event.provider, event.node_id) == (
+        "aws-7bf73129-1428-4cd3-a780-95db273d1602", "aws", "i-0123456789abcdef0")
+    assert (event.kind, event.received_at_utc, event.deadline_utc) == expected
+
+
+def test_an_event_fleetctl_does_not_subscribe_to_or_with_a_bad_time_is_refused() -> None:
+    detail = {"instance-id": "i-0123456789abcdef0"}
+    with pytest.raises(ValueError, match="^detail-type 'EC2 AMI State Change' is not one fleetctl subscribes to$"):
+        event_to_interruption(ec2_event("EC2 AMI State Change", detail))
+    with pytest.raises(ValueError, match="^time 'yesterday' is not an ISO 8601 time EC2 could have sent"):
+        event_to_interruption(ec2_event("EC2 Instance Rebalance Recommendation", detail, time="yesterday"))
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("{not json", r"^not JSON \(Expecting property name enclosed in double quotes at line 1 column 2\)$"),
+        ("[1, 2]", "^not a JSON object$"),
+        *[(json.dumps({k: v for k, v in ec2_event("EC2 Instance Rebalance Recommendation",
+                                                  {"instance-id": "i-0123456789abcdef0"}).items() if k != key}),
+           f"^no '{key}' field: not an EventBridge event$") for key in ("id", "detail-type", "time", "detail")],
+        (json.dumps(ec2_event("EC2 Instance Rebalance Recommendation", {})), "^detail.instance-id missing$"),
+        (json.dumps({**ec2_event("EC2 Instance Rebalance Recommendation", {}), "detail": "i-0123456789abcdef0"}),
+         "^detail.instance-id missing$"),
+        # EC2 ids are i- and 8 (older) or 17 lower-case hex digits
+        (json.dumps(ec2_event("EC2 Instance Rebalance Recommendation", {"instance-id": "i-0123abc"})),
+         "^detail.instance-id 'i-0123abc' is not an EC2 instance id$"),
+        (json.dumps(ec2_event("EC2 Instance Rebalance Recommendation", {"instance-id": "i-0123456789abcdef01"})),
+         "is not an EC2 instance id$"),
+        (json.dumps(ec2_event("EC2 Instance Rebalance Recommendation", {"instance-id": "i-0123ABCD"})),
+         "is not an EC2 instance id$"),
+        (json.dumps(ec2_event("EC2 Instance Rebalance Recommendation", {"instance-id": 12345678})),
+         "^detail.instance-id 12345678 is not an EC2 instance id$"),
+    ],
+)
+def test_a_message_that_is_not_an_ec2_event_is_refused_saying_why(body: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse_event(body)
+
+
+def test_instance_ids_of_both_lengths_are_ec2_events() -> None:
+    for instance_id in ("i-0123abcd", "i-0123456789abcdef0"):
+        body = json.dumps(ec2_event("EC2 Instance Rebalance Recommendation", {"instance-id": instance_id}))
+        assert parse_event(body)["detail"]["instance-id"] == instance_id
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ({"Code": 0, "Name": "pending"}, NodeState.LAUNCHING),
+        ({"Code": 16, "Name": "running"}, NodeState.READY),
+        ({"Code": 32, "Name": "shutting-down"}, NodeState.TERMINATING),
+        ({"Code": 64, "Name": "stopping"}, NodeState.TERMINATING),
+        ({"Code": 80, "Name": "stopped"}, NodeState.GONE),
+        ({"Code": 48, "Name": "terminated"}, NodeState.GONE),
+        ({"Code": 99, "Name": "hibernating"}, NodeState.LAUNCHING),  # unknown: launching, not gone
+        ({"Code": 16}, NodeState.LAUNCHING),
+        ("running", NodeState.LAUNCHING),  # not the shape EC2 gives: no state
+        (None, NodeState.LAUNCHING),
+    ],
+)
+def test_instance_states_by_hand(state: Any, expected: NodeState) -> None:
+    instance = {"InstanceId": "i-0123456789abcdef0"} if state is None else {"InstanceId": "i-0123456789abcdef0",
+                                                                             "State": state}
+    assert _state(instance, REGION) is expected
 
 
 def test_each_event_kind_becomes_an_interruption_event(provider: AwsProvider, world: MotoWorld) -> None:
