@@ -23,7 +23,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1 as c
 
-from fleetctl.model import Interconnect, InterruptionKind, Market, NodeState, Offer
+from fleetctl.model import InstanceType, Interconnect, InterruptionKind, Market, NodeState, Offer
 from providers import gcp
 from providers.base import (
     UNKNOWN_LAUNCH_TIME,
@@ -240,6 +240,56 @@ def test_resource_urls_zones_and_times_of_the_compute_api_by_hand() -> None:
         gcp._timestamp("yesterday")
     with pytest.raises(ProviderError, match="cannot read: '0001-01-01T00:00:00\\+01:00'$"):
         gcp._timestamp("0001-01-01T00:00:00+01:00")  # a valid time before datetime's range in UTC
+
+
+def listed_instance(**fields: object) -> c.Instance:
+    """An instance as GCE lists it: a spot g2-standard-4 of cluster 'research' (keyword arguments override)."""
+    base: dict[str, object] = {
+        "name": "fl-research-0123abcd-0123456789-001", "status": "RUNNING",
+        "machine_type": f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/us-central1-a/"
+                        "machineTypes/g2-standard-4",
+        "labels": {"fleetctl-managed": "true", "fleetctl-cluster": "research"},
+        "scheduling": c.Scheduling(provisioning_model="SPOT"),
+        "creation_timestamp": "2025-01-06T03:00:00.000-08:00",
+        "last_start_timestamp": "2025-01-06T03:01:00.000-08:00",
+    }
+    base.update(fields)
+    return c.Instance(**base)
+
+
+def test_a_listed_instance_becomes_the_node_of_its_offer_by_hand() -> None:
+    config = GcpConfig(project=PROJECT, cluster="research", regions=("us-central1",))
+    p = GcpProvider(config, api=None)  # type: ignore[arg-type]  # reading a listing makes no call
+    sold = {o.key: o for o in p._catalog}
+    spot, on_demand = sold["gcp/us-central1/*/g2-standard-4/spot"], sold["gcp/us-central1/*/g2-standard-4/on_demand"]
+    node = p._node("us-central1-a", listed_instance())
+    assert node is not None
+    assert (node.node_id, node.offer, node.state, node.zone) == (
+        "us-central1-a/fl-research-0123abcd-0123456789-001", spot, NodeState.READY, "us-central1-a")
+    assert (node.launched_at_utc, node.ready_at_utc) == (datetime(2025, 1, 6, 11, 0, tzinfo=timezone.utc),
+                                                         datetime(2025, 1, 6, 11, 1, tzinfo=timezone.utc))
+    assert p._node("us-central1-a", listed_instance(status="STAGING")).ready_at_utc is None  # type: ignore[union-attr]
+    # the market: the provisioning model, a legacy preemptible VM, else the offer label
+    offer_label = {"fleetctl-managed": "true", "fleetctl-cluster": "research", "fleetctl-offer": label_value(spot.key)}
+    for scheduling, labels, expected in (
+            (c.Scheduling(provisioning_model="STANDARD"), offer_label, on_demand),
+            (c.Scheduling(preemptible=True), None, spot),
+            (c.Scheduling(), offer_label, spot),
+            (c.Scheduling(), None, on_demand)):
+        fields: dict[str, object] = {"scheduling": scheduling}
+        if labels:
+            fields["labels"] = labels
+        assert p._node("us-central1-a", listed_instance(**fields)).offer == expected  # type: ignore[union-attr]
+    # an instance of no priced offer stays visible at 0 USD: with its shape where the catalog knows it
+    elsewhere = p._node("asia-south2-a", listed_instance())
+    assert elsewhere is not None and (elsewhere.offer.instance_type, elsewhere.offer.region, elsewhere.offer.zone,
+                                      elsewhere.offer.usd_per_hour) == (spot.instance_type, "asia-south2", "", 0.0)
+    unknown = p._node("us-central1-a", listed_instance(machine_type="zones/us-central1-a/machineTypes/n2-standard-8"))
+    assert unknown is not None and unknown.offer.instance_type == InstanceType("gcp", "n2-standard-8", 0, 0.0)
+    # what the listing's filter should have left out is no node
+    for labels in ({"fleetctl-managed": "true", "fleetctl-cluster": "research-2"},
+                   {"fleetctl-cluster": "research"}, {}):
+        assert p._node("us-central1-a", listed_instance(labels=labels)) is None
 
 
 def test_label_values_are_valid_gcp_labels_and_stay_distinct() -> None:
