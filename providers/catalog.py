@@ -227,6 +227,7 @@ AWS_NVLINK_TYPES: Final[frozenset[str]] = frozenset(
         "p5.48xlarge",
         "p5e.48xlarge",
         "p5en.48xlarge",
+        "p6-b200.48xlarge",  # 8 x B200 SXM on NVSwitch (HGX B200)
     }
 )
 

@@ -58,6 +58,8 @@ def test_well_known_vcpus_memory_and_interconnect() -> None:
     assert (p3dn.gpu_model, p3dn.gpu_count, p3dn.interconnect) == ("V100-32GB", 8, Interconnect.NVLINK)
     assert types[("aws", "p3.2xlarge")].interconnect is Interconnect.PCIE  # one GPU has no peer
     assert types[("aws", "p3.8xlarge")].interconnect is Interconnect.NVLINK
+    # 8 x B200 SXM on NVSwitch (HGX B200); the snapshot said pcie before 2026-11-28
+    assert types[("aws", "p6-b200.48xlarge")].interconnect is Interconnect.NVLINK
     assert types[("aws", "g5g.xlarge")].architecture == "arm64"
     assert types[("gcp", "a3-highgpu-8g")].interconnect is Interconnect.NVLINK
     assert types[("gcp", "g2-standard-96")].interconnect is Interconnect.PCIE
