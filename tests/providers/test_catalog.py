@@ -58,8 +58,12 @@ def test_well_known_vcpus_memory_and_interconnect() -> None:
     assert (p3dn.gpu_model, p3dn.gpu_count, p3dn.interconnect) == ("V100-32GB", 8, Interconnect.NVLINK)
     assert types[("aws", "p3.2xlarge")].interconnect is Interconnect.PCIE  # one GPU has no peer
     assert types[("aws", "p3.8xlarge")].interconnect is Interconnect.NVLINK
-    # 8 x B200 SXM on NVSwitch (HGX B200); the snapshot said pcie before 2026-11-28
-    assert types[("aws", "p6-b200.48xlarge")].interconnect is Interconnect.NVLINK
+    # 8 x B200 SXM on NVSwitch (HGX B200), 2 TiB; before 2026-11-28 the snapshot said pcie, and 1996.0 GiB (the
+    # memory the OS sees), as for g6.xlarge 15.0 (nominally 16) and the other g6, g6e, gr6, p4de and p5 types
+    b200 = types[("aws", "p6-b200.48xlarge")]
+    assert (b200.vcpus, b200.memory_gib, b200.interconnect) == (192, 2048.0, Interconnect.NVLINK)
+    assert [types[("aws", n)].memory_gib for n in ("g6.xlarge", "g6e.xlarge", "gr6.4xlarge", "p4de.24xlarge",
+                                                    "p5.48xlarge")] == [16.0, 32.0, 128.0, 1152.0, 2048.0]
     assert types[("aws", "g5g.xlarge")].architecture == "arm64"
     assert types[("gcp", "a3-highgpu-8g")].interconnect is Interconnect.NVLINK
     assert types[("gcp", "g2-standard-96")].interconnect is Interconnect.PCIE
@@ -152,10 +156,11 @@ def test_unreviewed_inputs_fail_closed() -> None:
     for count in ("0", ""):
         assert catalog.aws_instance_type("m5.large", {"vcpus": "2", "memory_mb_visible_to_os": "7811",
                                                       "gpu_count": count, "gpu_model": ""}) is None
-    # a measured GPU type without a nominal memory: the MiB the OS sees / 1024, to 0.1 GiB (15,359 -> 15.0)
-    g6 = catalog.aws_instance_type("g6.xlarge", {"vcpus": "4", "memory_mb_visible_to_os": "15359",
+    # a measured GPU type without a nominal memory (a type newer than the table): the MiB the OS sees / 1024, to
+    # 0.1 GiB (15,359 -> 15.0); g6.xlarge, the example here before 2026-11-28, has its nominal 16 in the table now
+    g7 = catalog.aws_instance_type("g7.xlarge", {"vcpus": "4", "memory_mb_visible_to_os": "15359",
                                                  "gpu_count": "1", "gpu_model": "NVIDIA L4"})
-    assert g6 is not None and (g6.vcpus, g6.memory_gib, g6.gpu_model, g6.gpu_count) == (4, 15.0, "L4", 1)
+    assert g7 is not None and (g7.vcpus, g7.memory_gib, g7.gpu_model, g7.gpu_count) == (4, 15.0, "L4", 1)
 
 
 def test_shape_builders_refuse_what_no_table_names() -> None:
