@@ -11,6 +11,7 @@ import pytest
 from fleetctl.model import JobState, Market, NodeState, PriorityClass, Reason, Team
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
+from tests.planner.test_planner_rules import binds, bound, unplaced
 
 
 def run(queue=(), fleet=(), offers=(), pol=None, now=T0):
@@ -18,17 +19,6 @@ def run(queue=(), fleet=(), offers=(), pol=None, now=T0):
                 policy=pol or policy())
 
 
-def bound(j, *node_ids, started=T0 - timedelta(hours=1), checkpoint=None):
-    return replace(j, state=JobState.RUNNING, node_ids=tuple(node_ids), started_at_utc=started,
-                   last_checkpoint_utc=checkpoint)
-
-
-def binds(p):
-    return {b.job_id: b.node_ids for b in p.of_kind("bind")}
-
-
-def unplaced(p):
-    return {u.job_id: u.reason for u in p.unplaced}
 
 
 def preempts(p):

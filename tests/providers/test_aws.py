@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -562,17 +561,6 @@ def test_an_instance_ec2_did_not_fill_in_is_read_safely_or_refused(provider: Aws
 
 
 # ---------------------------------------------------------------- interruption events
-
-
-@pytest.fixture
-def local_zone_five_hours_west(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The process's local time zone is UTC-5 for the test (a POSIX TZ: no tz database needed), so a time
-    without an offset read as local time would show."""
-    monkeypatch.setenv("TZ", "EST5")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def ec2_event(detail_type: str, detail: dict[str, Any], time: str = "2025-01-06T12:00:05Z") -> dict[str, Any]:

@@ -12,7 +12,6 @@ import random
 import re
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -209,17 +208,6 @@ def test_every_instance_status_gce_documents_is_a_node_state(status: str, state:
         assert gcp._node_state(status) is state
     # only a status this fleetctl does not know is taken as launching with a warning
     assert ("is unknown to this fleetctl; taken as launching" in caplog.text) is (status in ("", "running"))
-
-
-@pytest.fixture
-def local_zone_five_hours_west(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The process's local time zone is UTC-5 for the test (a POSIX TZ: no tz database needed), so a time
-    without an offset read as local time would show."""
-    monkeypatch.setenv("TZ", "EST5")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 @pytest.mark.usefixtures("local_zone_five_hours_west")
