@@ -271,7 +271,8 @@ def instance_type_from_api(info: Mapping[str, Any]) -> InstanceType | None:
     (NVIDIA GPUs, normalised to the catalog's vocabulary) or a CPU shape
     (``gpu_model`` None). ``None`` for shapes with other accelerators (AMD
     GPUs, Inferentia, Trainium, FPGAs, media accelerators): a CUDA job cannot
-    use them, and they are not plain CPU machines either. ``ValueError``
+    use them, and they are not plain CPU machines either; and for a fraction
+    of a GPU (g6f, gr6f), which whole GPU counts cannot describe. ``ValueError``
     naming the field when the entry lacks one it needs."""
     name = str(_field(info, "InstanceType"))
     archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures") or ["x86_64"]
@@ -297,6 +298,11 @@ def instance_type_from_api(info: Mapping[str, Any]) -> InstanceType | None:
         log.debug("aws: %s has an NVIDIA GPU %r outside the vocabulary; skipped", name, gpu.get("Name"))
         return None
     count = sum(int(g.get("Count", 0)) for g in nvidia)
+    if count <= 0:
+        # a fraction of a GPU (g6f, gr6f: Count 0 and a GpuPartitionSize such as 0.125): fleetctl counts whole
+        # GPUs, so it is neither a GPU shape nor a plain CPU machine (before 2026-11-28: L4 with 0 GPUs)
+        log.debug("aws: %s has a fraction of an NVIDIA GPU (%r); skipped", name, gpu.get("GpuPartitionSize"))
+        return None
     return InstanceType(
         provider=PROVIDER,
         name=name,

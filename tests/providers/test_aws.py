@@ -164,6 +164,11 @@ def test_describe_instance_types_entries_fleetctl_cannot_sell_are_none_or_cpu() 
                                            ("Radeon Pro V520", "AMD", 1, 8192))) is None
     for key in ("InferenceAcceleratorInfo", "FpgaInfo", "NeuronInfo", "MediaAcceleratorInfo"):
         assert instance_type_from_api(ec2_type("vt1.3xlarge", 12, 24576, **{key: {"Accelerators": [{}]}})) is None
+    # A fraction of an L4 (g6f.large: Count 0, an eighth of the GPU's 24 GiB): no whole GPU to count, and no CPU shape
+    # either (before: L4 with 0 GPUs, listed among the instance types)
+    eighth = {"Name": "L4", "Manufacturer": "NVIDIA", "Count": 0, "MemoryInfo": {"SizeInMiB": 3072},
+              "GpuPartitionSize": 0.125}
+    assert instance_type_from_api({**ec2_type("g6f.large", 2, 8192), "GpuInfo": {"Gpus": [eighth]}}) is None
     # An accelerator field that is present but empty is no accelerator: a CPU shape, arm64 if it may be.
     cpu = instance_type_from_api(ec2_type("m6g.large", 2, 8192, archs=("arm64",), NeuronInfo={}))
     assert cpu is not None
