@@ -79,6 +79,7 @@ from providers.base import (
 from providers.catalog import (
     gcp_instance_type,
     gcp_n1_gpu_instance_type,
+    gcp_n1_gpu_type_name,
     load_catalog,
     parse_gcp_n1_gpu_type_name,
 )
@@ -470,7 +471,7 @@ def instance_type_name(instance: Any) -> str:
     machine = short_name(instance.machine_type)
     if instance.guest_accelerators and machine.startswith("n1-"):  # GPUs attach only to N1 (catalog)
         accel = instance.guest_accelerators[0]
-        return f"{machine}+{accel.accelerator_count}x{short_name(accel.accelerator_type)}"
+        return gcp_n1_gpu_type_name(machine, short_name(accel.accelerator_type), accel.accelerator_count)
     return machine
 
 

@@ -2130,8 +2130,7 @@ class _Pass:
         (before the twenty-seventh session, 2026-11-28)."""
         spot_ok, _ = self._spot_ok(job)
         kinds = self._kinds(job, spot_ok)
-        # it resumes from its checkpoint after a restart (before 2026-11-28: its whole duration from now)
-        ends_at = self.now + timedelta(hours=job.remaining_hours + self.policy.restart_overhead_minutes / 60)
+        ends_at = self._ends_after_restart(job)  # before 2026-11-28: its whole duration from now
         loss = self._loss_hours(job)
         hidden: list[Slot] = []
         choice: Slot | None = None
@@ -2163,6 +2162,11 @@ class _Pass:
         finally:
             for t in hidden:
                 self.index.restore(t)
+
+    def _ends_after_restart(self, job: Job) -> datetime:
+        """When ``job`` ends if it is moved now: it resumes from its checkpoint
+        after a restart (what a node reserved until then must outlast)."""
+        return self.now + timedelta(hours=job.remaining_hours + self.policy.restart_overhead_minutes / 60)
 
     def _spot_may_take(self, job: Job, slots: Sequence[Slot]) -> bool:
         """Whether the move back to spot (``replace_with_spot``) may take
@@ -2293,8 +2297,7 @@ class _Pass:
         """A ready spot node among ``slots`` (of one offer) with room for all of ``job``
         (so the option is one node): the one with the fewest GPUs left over,
         then by name; None when none has room."""
-        # it resumes from its checkpoint after a restart
-        ends_at = self.now + timedelta(hours=job.remaining_hours + self.policy.restart_overhead_minutes / 60)
+        ends_at = self._ends_after_restart(job)
         fits = [sl for sl in slots if sl.workers_fit(job) >= job.workers
                 and (sl.reserved_until is None or ends_at <= sl.reserved_until)]
         return min(fits, key=lambda sl: (sl.free_gpus, sl.name)) if fits else None
@@ -2333,11 +2336,12 @@ class _Pass:
         p = self.policy
         offer = option.offer
         gpus = 0 if existing else option.nodes * offer.instance_type.gpu_count
-        usd = 0.0 if existing else option.nodes * offer.usd_per_hour
-        if not existing and p.max_usd_per_hour is not None and self.held_usd + usd > p.max_usd_per_hour + 1e-9:
-            return True
-        if not existing and p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
-            return True
+        if not existing:
+            if p.max_usd_per_hour is not None and \
+                    self.held_usd + option.nodes * offer.usd_per_hour > p.max_usd_per_hour + 1e-9:
+                return True
+            if p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
+                return True
         for sl in slots:
             self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
         try:
