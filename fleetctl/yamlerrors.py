@@ -428,11 +428,12 @@ def read_document_and_bytes(path: str | os.PathLike[str]) -> tuple[Document, byt
         raise SpecError([ValidationIssue(file, 1, 1, "", f"cannot read the file: {reason}")]) from None
     if len(raw) > MAX_FILE_BYTES:
         raise SpecError([ValidationIssue(file, 1, 1, "", f"file is larger than {MAX_FILE_BYTES} bytes")])
-    return parse_document(_decode(file, raw), file), raw
+    return parse_document(decode_utf8(file, raw), file), raw
 
 
-def _decode(file: str, raw: bytes) -> str:
-    """UTF-8 (with or without a byte-order mark) or a positioned issue."""
+def decode_utf8(file: str, raw: bytes) -> str:
+    """``raw`` as UTF-8 text (a byte-order mark dropped), or :class:`SpecError`
+    at the line and column of the first byte that is not UTF-8 (``file`` names it)."""
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:

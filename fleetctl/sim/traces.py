@@ -46,7 +46,7 @@ from fleetctl.jobspec import (
     parse_utc_timestamp,
 )
 from fleetctl.policy import GPU_MODELS
-from fleetctl.yamlerrors import SpecError, ValidationIssue, describe_value, did_you_mean
+from fleetctl.yamlerrors import SpecError, ValidationIssue, decode_utf8, describe_value, did_you_mean
 
 __all__ = [
     "DEFAULT_TEAM",
@@ -237,18 +237,7 @@ def read_text_file(path: str | os.PathLike[str]) -> tuple[str, str]:
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise SpecError([ValidationIssue(file, 1, 1, "", f"cannot read the file: {reason}")]) from None
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    try:
-        return file, raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        before = raw[: exc.start]
-        line = before.count(b"\n") + 1
-        column = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", errors="replace")) + 1
-        bad = raw[exc.start : exc.start + 1].hex()
-        raise SpecError(
-            [ValidationIssue(file, line, column, "", f"file is not UTF-8 text (byte 0x{bad}); save it as UTF-8")]
-        ) from None
+    return file, decode_utf8(file, raw)
 
 
 # =========================================================================== cell parsers
