@@ -563,3 +563,23 @@ def test_a_gang_claim_takes_the_next_zone_when_the_best_would_take_a_team_below_
     gang = job("gang", workers=2, gpus=4, team="a")
     p = run(queue=[*running, gang], fleet=fleet, pol=claims_policy(b_guarantee=4))
     assert preempts(p) == [("c3", "gang"), ("c4", "gang")] and sorted(binds(p)["gang"]) == ["n3", "n4"]
+
+
+@pytest.mark.xfail(strict=True, reason="_victims_in_domain leaves out every node reserved for a waiting gang "
+                   "(reserved_for), also for a gang that ends before the reservation starts; docs/planner.md step 6 "
+                   "and try_preempt's one-node search let such work preempt there (backfill)")
+def test_a_gang_that_ends_before_a_reservation_may_preempt_on_the_reserved_nodes():
+    # As above, but the second gang runs 30 minutes and ends before first's reservation of n1 and n2
+    # (T0 + 1 h): like a one-worker job of 30 minutes, which takes b1 on n1, it may take the batch halves
+    # there. Every node offers one worker for one victim who lost 1 h: n1 and n2 by name.
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job(f"{c}{i}", gpus=4, team="b", priority=pc, duration_hours=2.0 if i < 3 else 6.0), f"n{i}")
+               for i in (1, 2, 3) for c, pc in (("b", "batch"), ("h", "high"))]
+    first = job("first", workers=2, gpus=8, priority="high", submitted=T0 - timedelta(hours=1))
+    single = job("single", gpus=4, priority="high", duration_hours=0.5)
+    p = run(queue=[*running, first, single], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "single")] and binds(p) == {"single": ("n1",)}
+    second = job("second", workers=2, gpus=4, priority="high", duration_hours=0.5)
+    p = run(queue=[*running, first, second], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "second"), ("b2", "second")] and sorted(binds(p)["second"]) == ["n1", "n2"]
+    assert set(unplaced(p)) == {"first"}
