@@ -144,3 +144,41 @@ def test_a_node_is_not_swapped_for_a_gpu_model_one_of_its_jobs_may_not_use():
     queue = [job("h", gpus=4, models=("H100-80GB",)), job("any", gpus=4, submitted=T0 + timedelta(seconds=1))]
     launches, binds = _one_node(offers, queue)
     assert launches == [("h8", Market.SPOT, 1)] and binds == {"h": ("new-1",), "any": ("new-1",)}
+
+
+_GANG_OFFERS = [offer("a16", gpus=16, price=15.0, market=Market.ON_DEMAND),
+                offer("a8", price=10.5, market=Market.ON_DEMAND), offer("s8", price=4.0, zone="z2")]
+
+
+@pytest.mark.xfail(strict=True, reason="_swap's _rebuy files the launch of an offer new to the step as "
+                   "cheapest_offer, whatever brought the node's jobs to on-demand: the swapped node of an "
+                   "on-demand fallback or base gang is launched as cheapest_offer beside its other node's "
+                   "on_demand_fallback / on_demand_base (and fleetctl_on_demand_fallbacks_total misses it)")
+@pytest.mark.parametrize(("offers", "pol", "reason"), [
+    (_GANG_OFFERS[:2], policy(), Reason.ON_DEMAND_FALLBACK),  # no spot offer: spot-eligible work on on-demand
+    (_GANG_OFFERS, policy(on_demand_base_gpus=24), Reason.ON_DEMAND_BASE),  # moved to on-demand for the base
+], ids=["fallback", "base"])
+def test_a_gangs_node_swapped_to_another_on_demand_offer_is_launched_for_the_gangs_reason(offers, pol, reason):
+    # A 3 x 8-GPU gang on on-demand: two $15 16-GPU nodes ($30) beat three $10.50 8-GPU nodes ($31.50); the
+    # second a16 holds one worker, which a8 holds for less, and is swapped for it. Both nodes are on
+    # on-demand for the one reason the gang's bind gives.
+    p = plan(now=T0, queue=(job("gang", workers=3, gpus=8),), fleet=(), offers=tuple(offers), forecast=None,
+             policy=pol)
+    assert sorted((l.offer.instance_type.name, l.count) for l in p.of_kind("launch")) == [("a16", 1), ("a8", 1)]
+    (bind,) = p.of_kind("bind")
+    assert bind.reason is reason
+    assert {l.offer.instance_type.name: l.reason for l in p.of_kind("launch")} == {"a16": reason, "a8": reason}
+
+
+@pytest.mark.xfail(strict=True, reason="_downsize_nodes rewrites the bind detail of every job on a swapped node "
+                   "with _bind_text(job, new offer), which puts all of a gang's workers on that offer: the gang "
+                   "with two workers on a16 and one on the swapped-in a8 reads '3 x 8 GPU on new a8 (on_demand)'")
+def test_a_gang_with_one_node_swapped_keeps_a_bind_detail_naming_where_most_of_it_runs():
+    # As above (no spot offer): new-1 (a16) holds two workers, new-2 (a8, swapped from a16) one. The bind
+    # named '3 x 8 GPU on 2 new a16 (on_demand) in aws r1/z1' before the swap (commit: the first node's
+    # offer and the node count); after it, it still names a16, where two of its three workers run.
+    p = plan(now=T0, queue=(job("gang", workers=3, gpus=8),), fleet=(), offers=tuple(_GANG_OFFERS[:2]),
+             forecast=None, policy=policy())
+    (bind,) = p.of_kind("bind")
+    assert sorted(bind.node_ids) == ["new-1", "new-1", "new-2"]
+    assert "a16" in bind.detail, bind.detail
