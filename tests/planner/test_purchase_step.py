@@ -387,3 +387,26 @@ def test_a_large_steps_first_spot_purchase_is_checked_against_the_whole_steps_pr
         job(f"h{i:03d}", gpus=1, models=(h100,), submitted=T0 + timedelta(seconds=i)) for i in range(400)]
     p = run(queue=queue, offers=offers, pol=policy(max_spot_share=0.5, teams=()))
     assert launched(p) == [("a8", Market.SPOT, 1), ("h8", Market.ON_DEMAND, 50)] and not p.unplaced
+
+
+# ----------------------------------------------------------------------------- a fleet already past a spread cap
+
+@pytest.mark.xfail(strict=True, reason="_diversification_broken checks the whole fleet, so a zone share the fleet "
+                   "broke before the step (3 spot nodes in z1, 24 GPUs > 0.5 x 24 + 8) reads as broken by every "
+                   "purchase: the step's repairs (_buy_pass runs _eliminate_nodes and _downsize_nodes only when "
+                   "nothing is broken) never run, and an on-demand gang pays $30/h for $25.50/h of nodes")
+def test_a_spread_cap_the_fleet_broke_before_the_step_does_not_stop_its_repairs():
+    # An on-demand gang of 3 x 8 GPUs: two $15 16-GPU nodes ($30) beat three $10.50 8-GPU nodes ($31.50), and
+    # the repair then swaps the second a16, which holds one worker, for an a8: $25.50. Beside two busy spot
+    # nodes in z1 (16 GPUs <= 0.5 x 16 + 8) it does; beside three (24 > 0.5 x 24 + 8) the zone cap is broken
+    # before anything is bought, by nodes the step does not touch, and the swap is not made.
+    s8 = offer("s8", price=4.0)
+    offers = [offer("a16", gpus=16, price=15.0, market=Market.ON_DEMAND),
+              offer("a8", price=10.5, market=Market.ON_DEMAND), s8]
+    gang = job("gang", workers=3, gpus=8, spot=False)
+    for busy in (2, 3):
+        fleet = [node(f"n{i}", s8) for i in range(busy)]
+        queue = [running(job(f"r{i}", gpus=8), f"n{i}") for i in range(busy)] + [gang]
+        p = run(queue=queue, fleet=fleet, offers=offers, pol=policy(max_share_per_zone=0.5))
+        assert launched(p) == [("a16", Market.ON_DEMAND, 1), ("a8", Market.ON_DEMAND, 1)], busy
+        assert p.usd_per_hour_after - p.usd_per_hour_before == pytest.approx(25.5)
