@@ -182,3 +182,21 @@ def test_a_gang_with_one_node_swapped_keeps_a_bind_detail_naming_where_most_of_i
     (bind,) = p.of_kind("bind")
     assert sorted(bind.node_ids) == ["new-1", "new-1", "new-2"]
     assert "a16" in bind.detail, bind.detail
+
+
+@pytest.mark.xfail(strict=True, reason="an undone swap (_downsize_nodes: _swap to the new offer, then back) ends "
+                   "in _rebuy, which files the old offer's launch again as cheapest_offer when it was the step's "
+                   "only node of that offer: the on-demand fallback node is launched as cheapest_offer")
+def test_a_swap_undone_keeps_the_launch_reason_of_the_node():
+    # max_share_per_instance_type 0.5, 24 GPUs projected on spot: j0 and j1 buy s8 spot (16 <= 0.5 x 24 + 8);
+    # j2 would take s8 to 24 > 20 and falls back to o8 on-demand ($10). The repair tries j2's node as s8 ($4):
+    # 24 spot GPUs of one type break the cap (24 > 0.5 x 24 + 8), and the swap is undone. j2's bind says
+    # on_demand_fallback, and so must its node's launch (as without the repair).
+    offers = [offer("s8", price=4.0), offer("o8", price=10.0, market=Market.ON_DEMAND)]
+    queue = [job(f"j{i}", gpus=8, submitted=T0 + timedelta(seconds=i)) for i in range(3)]
+    p = plan(now=T0, queue=queue, fleet=(), offers=offers, forecast=None,
+             policy=policy(max_share_per_instance_type=0.5))
+    assert {b.job_id: b.reason for b in p.of_kind("bind")} == {
+        "j0": Reason.FITS_NEW_CAPACITY, "j1": Reason.FITS_NEW_CAPACITY, "j2": Reason.ON_DEMAND_FALLBACK}
+    assert {(l.offer.instance_type.name, l.count): l.reason for l in p.of_kind("launch")} == {
+        ("s8", 2): Reason.CHEAPEST_OFFER, ("o8", 1): Reason.ON_DEMAND_FALLBACK}
