@@ -583,3 +583,18 @@ def test_a_gang_that_ends_before_a_reservation_may_preempt_on_the_reserved_nodes
     p = run(queue=[*running, first, second], fleet=fleet, pol=NO_CLAIMS)
     assert preempts(p) == [("b1", "second"), ("b2", "second")] and sorted(binds(p)["second"]) == ["n1", "n2"]
     assert set(unplaced(p)) == {"first"}
+
+
+@pytest.mark.xfail(strict=True, reason="_victims_in_domain ranks each node by the victims for the most workers it "
+                   "can host, and takes nodes in that order: n3 (1 victim for 2 workers) comes before n1 (2 victims "
+                   "for 2 workers, none for 1), so the gang's third worker takes v3 instead of n1's free room")
+def test_a_gang_takes_free_room_for_its_last_worker_rather_than_one_more_victim():
+    # z1: n1 has 4 GPUs free beside v1a and v1b (2 GPUs each), n2 4 free beside v2 (4), n3 runs v3 (8). A
+    # production gang of 3 x 4 GPUs needs 12 GPUs; 8 are free, so someone goes, and v2 is enough: n2 then
+    # hosts two workers and n1 one in its free room. The planner takes v2 and v3 (the gang on n2, n2, n3).
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job("v1a", gpus=2, team="b"), "n1"), bound(job("v1b", gpus=2, team="b"), "n1"),
+               bound(job("v2", gpus=4, team="b"), "n2"), bound(job("v3", gpus=8, team="b"), "n3")]
+    gang = job("gang", workers=3, gpus=4, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("v2", "gang")] and sorted(binds(p)["gang"]) == ["n1", "n2", "n2"]
