@@ -598,3 +598,22 @@ def test_a_gang_takes_free_room_for_its_last_worker_rather_than_one_more_victim(
     gang = job("gang", workers=3, gpus=4, priority="production", spot=True)
     p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
     assert preempts(p) == [("v2", "gang")] and sorted(binds(p)["gang"]) == ["n1", "n2", "n2"]
+
+
+def test_a_gang_that_may_preempt_nobody_takes_nodes_with_more_than_a_workers_gpus_free():
+    # As test_planner_rules' gang past the zones the free-capacity search looks at (16: z01..z16 with 18 GPUs
+    # free each, no node with 8), but z17's two 16-GPU nodes each run a 4-GPU job: 12 GPUs free on each,
+    # more than a worker's 8 and less than two workers'. The batch gang may take nobody; it takes both.
+    fleet, running = [], []
+    for z in range(1, 17):
+        for k in range(3):
+            name = f"z{z:02d}-{k}"
+            fleet.append(node(name, offer(zone=f"z{z:02d}")))
+            running.append(bound(job(f"b-{name}", gpus=2, team="b"), name))
+    for k in range(2):
+        name = f"z17-{k}"
+        fleet.append(node(name, offer("g16", gpus=16, zone="z17")))
+        running.append(bound(job(f"b-{name}", gpus=4, team="b"), name))
+    gang = job("gang", workers=2, gpus=8)
+    p = run(queue=[*running, gang], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))
+    assert not p.of_kind("preempt") and sorted(binds(p)["gang"]) == ["z17-0", "z17-1"]
