@@ -200,3 +200,44 @@ def test_a_swap_undone_keeps_the_launch_reason_of_the_node():
         "j0": Reason.FITS_NEW_CAPACITY, "j1": Reason.FITS_NEW_CAPACITY, "j2": Reason.ON_DEMAND_FALLBACK}
     assert {(l.offer.instance_type.name, l.count): l.reason for l in p.of_kind("launch")} == {
         ("s8", 2): Reason.CHEAPEST_OFFER, ("o8", 1): Reason.ON_DEMAND_FALLBACK}
+
+
+# A 3 x 8-GPU gang: two $15 16-GPU nodes ($30) beat three 8-GPU nodes at $10.50 or more; the second a16 holds one
+# worker, and the repair swaps it for the cheapest 8-GPU offer of the gang's zone it may use. Each offer the
+# repair passes over sorts (by key: zone, type, market) before the one it takes.
+
+def test_an_on_demand_gangs_node_is_swapped_past_a_cheaper_spot_offer_it_may_not_use():
+    # the gang may not use spot: b8 spot ($4) is passed over, c8 on-demand ($10.50) taken
+    offers = [offer("a16", gpus=16, price=15.0, market=Market.ON_DEMAND), offer("b8", price=4.0, zone="z1"),
+              offer("c8", price=10.5, market=Market.ON_DEMAND)]
+    launches, binds = _one_node(offers, [job("gang", workers=3, gpus=8, spot=False)])
+    assert sorted(launches) == [("a16", Market.ON_DEMAND, 1), ("c8", Market.ON_DEMAND, 1)]
+    assert sorted(binds["gang"]) == ["new-1", "new-1", "new-2"]
+
+
+def test_a_gangs_node_is_swapped_past_a_cheaper_offer_of_another_zone():
+    # the gang is in z2 (3 x b8 in z1, $31.50, lose to 2 x a16 in z2): b8 ($10.50, z1) is passed over, c8 ($12,
+    # z2) taken
+    offers = [offer("a16", gpus=16, price=15.0, zone="z2"), offer("b8", price=10.5, zone="z1"),
+              offer("c8", price=12.0, zone="z2")]
+    launches, _binds = _one_node(offers, [job("gang", workers=3, gpus=8)])
+    assert sorted(launches) == [("a16", Market.SPOT, 1), ("c8", Market.SPOT, 1)]
+
+
+def test_a_gangs_node_is_swapped_past_a_cheaper_offer_that_reclaimed_it():
+    # b8 ($9: 3 x b8 would be $27) reclaimed the gang before: it buys 2 x a16, and the repair passes b8 over for
+    # c8 ($10.50)
+    offers = [offer("a16", gpus=16, price=15.0), offer("b8", price=9.0), offer("c8", price=10.5)]
+    gang = replace(job("gang", workers=3, gpus=8), avoid_offer_keys=("aws/r1/z1/b8/spot",))
+    launches, _binds = _one_node(offers, [gang])
+    assert sorted(launches) == [("a16", Market.SPOT, 1), ("c8", Market.SPOT, 1)]
+
+
+def test_a_node_holding_whole_jobs_is_swapped_into_another_zone():
+    # a (8 GPUs, 50 vCPUs) buys s16 in z1 ($10, 100 vCPUs) for itself and the 8 GPUs b is expected to fill
+    # (the fill estimate counts GPUs), but b (60 vCPUs) does not fit beside it and buys s8 in z2 ($6). a alone
+    # is then cheaper on s8 too: only a gang's node stays in its zone.
+    offers = [offer("s16", gpus=16, price=10.0, vcpus=100, zone="z1"), offer("s8", price=6.0, zone="z2")]
+    queue = [job("a", gpus=8, vcpus=50), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))]
+    launches, binds = _one_node(offers, queue)
+    assert launches == [("s8", Market.SPOT, 2)] and binds == {"a": ("new-1",), "b": ("new-2",)}
