@@ -241,3 +241,28 @@ def test_a_node_holding_whole_jobs_is_swapped_into_another_zone():
     queue = [job("a", gpus=8, vcpus=50), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))]
     launches, binds = _one_node(offers, queue)
     assert launches == [("s8", Market.SPOT, 2)] and binds == {"a": ("new-1",), "b": ("new-2",)}
+
+
+def _one_node_under(offers, queue, **caps):
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy(**caps))
+    return sorted((l.offer.instance_type.name, l.offer.market, l.count) for l in p.of_kind("launch"))
+
+
+def test_a_repair_may_take_a_type_and_a_zone_exactly_to_their_caps():
+    # The a and b of the zone swap above, with the type and zone caps at 50%: after the swap s8 holds 16 of 16
+    # spot GPUs in z2, exactly 0.5 x 16 + one 8-GPU node, for the type and for the zone. Nothing is broken, and
+    # the swap stands ($12, not $16).
+    offers = [offer("s16", gpus=16, price=10.0, vcpus=100, zone="z1"), offer("s8", price=6.0, zone="z2")]
+    queue = [job("a", gpus=8, vcpus=50), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))]
+    assert _one_node_under(offers, queue, max_share_per_instance_type=0.5, max_share_per_zone=0.5) == [
+        ("s8", Market.SPOT, 2)]
+
+
+def test_a_gang_is_one_unit_of_the_type_and_zone_caps_when_its_purchase_is_checked_after_the_step():
+    # A 5 x 8-GPU gang: three $15 16-GPU nodes ($45) beat five $10.50 8-GPU nodes ($52.50); the third a16 holds
+    # one worker and is swapped for c8: $40.50. With the type and zone caps at 25% of 40 spot GPUs (10), the
+    # gang's 32 a16 GPUs are within 10 + the gang's 32 on a16, and its 40 in z1 within 10 + its 40 there (not
+    # 10 + the biggest node, 16): nothing is broken, the step is not redone, and the swap stands.
+    offers = [offer("a16", gpus=16, price=15.0), offer("c8", price=10.5)]
+    assert _one_node_under(offers, [job("gang", workers=5, gpus=8)], max_share_per_instance_type=0.25,
+                           max_share_per_zone=0.25) == [("a16", Market.SPOT, 2), ("c8", Market.SPOT, 1)]
