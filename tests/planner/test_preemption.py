@@ -654,3 +654,56 @@ def test_a_gang_that_may_preempt_nobody_backfills_the_free_room_of_nodes_reserve
     fleet, queue = _past_16_zones_with_z17_reserved()
     p = run(queue=[*queue, job("g", workers=2, gpus=8, duration_hours=0.5)], fleet=fleet, pol=NO_CLAIMS)
     assert not p.of_kind("preempt") and sorted(binds(p)["g"]) == ["z17-a", "z17-b"]
+
+
+def test_a_gang_takes_on_a_node_as_many_workers_as_its_vcpus_hold_with_gpus_to_spare():
+    # z1: n1 and n2 (8 GPUs, 96 vCPUs) each run production work of 56 vCPUs and no GPU beside a batch job of
+    # 8 GPUs and 4 vCPUs: with it gone, 8 GPUs and 40 vCPUs. The gang's workers need 2 GPUs and 20 vCPUs: two
+    # on a node (4 of its 8 GPUs), not three (60 vCPUs). Both batch jobs go: n1 two workers, n2 one.
+    fleet = [node("n1"), node("n2")]
+    running = [bound(job(f"p{i}", gpus=0, vcpus=56, team="c", priority="production", spot=True), f"n{i}")
+               for i in (1, 2)]
+    running += [bound(job(f"b{i}", gpus=8, team="b"), f"n{i}") for i in (1, 2)]
+    gang = job("gang", workers=3, gpus=2, vcpus=20, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and binds(p)["gang"] == ("n1", "n1", "n2")
+
+
+def test_a_cpu_only_gang_preempts_across_cpu_nodes():
+    # c1 and c2 (4 vCPUs, 16 GiB, no GPU) each run a batch job of 4 vCPUs: the production gang of 2 x 4 vCPUs
+    # takes both.
+    fleet = [node("c1", CPU), node("c2", CPU)]
+    running = [bound(job(f"b{i}", gpus=0, vcpus=4, memory_gib=8, team="b"), f"c{i}") for i in (1, 2)]
+    gang = job("gang", workers=2, gpus=0, vcpus=4, memory_gib=8, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and sorted(binds(p)["gang"]) == ["c1", "c2"]
+
+
+@pytest.mark.parametrize(("used", "worker"), [({"vcpus": 3, "memory_gib": 4}, {"vcpus": 0.5, "memory_gib": 1}),
+                                           ({"vcpus": 1, "memory_gib": 15}, {"vcpus": 0.25, "memory_gib": 0.5})],
+                         ids=["vcpus", "memory"])
+def test_a_gang_of_workers_under_one_vcpu_or_gib_takes_as_many_as_a_nodes_room_holds(used, worker):
+    # c1 and c2 (4 vCPUs, 16 GiB) each run production work (3 vCPUs, or 15 GiB) beside a batch job of 1 vCPU
+    # and 1 GiB. The gang's three workers need half a vCPU (or half a GiB) each: two fit the room c1's batch
+    # job frees, the third c2's.
+    fleet = [node("c1", CPU), node("c2", CPU)]
+    running = [bound(job(f"p{i}", gpus=0, team="c", priority="production", spot=True, **used), f"c{i}")
+               for i in (1, 2)]
+    running += [bound(job(f"b{i}", gpus=0, vcpus=1, memory_gib=1, team="b"), f"c{i}") for i in (1, 2)]
+    gang = job("gang", workers=3, gpus=0, priority="production", spot=True, **worker)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and binds(p)["gang"] == ("c1", "c1", "c2")
+
+
+def test_a_gang_takes_the_nodes_with_the_fewest_victims_first_whatever_their_names():
+    # z1: n1 runs two batch jobs of 4 GPUs, n2 and n3 one of 8 each. Each node hosts one worker of the 2 x 8
+    # gang; n2 and n3 cost one victim each, n1 two: b2 and b3 go.
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job("b1a", gpus=4, team="b"), "n1"), bound(job("b1b", gpus=4, team="b"), "n1"),
+               bound(job("b2", gpus=8, team="b"), "n2"), bound(job("b3", gpus=8, team="b"), "n3")]
+    gang = job("gang", workers=2, gpus=8, priority="production", spot=True)
+    p = run(queue=[*running, gang], fleet=fleet, pol=NO_CLAIMS)
+    assert preempts(p) == [("b2", "gang"), ("b3", "gang")] and sorted(binds(p)["gang"]) == ["n2", "n3"]
+    # the room is made on the two nodes the gang takes, not on n1 as well
+    assert {pre.detail for pre in p.of_kind("preempt")} == {
+        "makes room on n2, n3 for gang (production); not checkpointable: loses 1.00 h of work"}
