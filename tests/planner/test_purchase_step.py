@@ -389,6 +389,18 @@ def test_a_large_steps_first_spot_purchase_is_checked_against_the_whole_steps_pr
     assert launched(p) == [("a8", Market.SPOT, 1), ("h8", Market.ON_DEMAND, 50)] and not p.unplaced
 
 
+def test_a_step_whose_on_demand_move_is_not_bought_buys_no_spot_past_the_spot_share():
+    # max_spot_share 0.5: j1 is moved to on-demand for the share, but o8 ($20) is over the $12 budget and j1
+    # waits. j2's s8 was checked against the 16 GPUs the step was to hold (8 of 16); with j1 not bought it
+    # would be all the fleet's GPUs: the step is redone, and checked as it buys, j2 buys no spot either.
+    offers = [offer("s8", price=5.0), offer("o8", price=20.0, market=Market.ON_DEMAND)]
+    queue = [job("j1", gpus=8), job("j2", gpus=8, submitted=T0 + timedelta(seconds=1))]
+    p = run(queue=queue, offers=offers, pol=policy(max_spot_share=0.5, max_usd_per_hour=12.0))
+    assert not p.of_kind("launch") and unplaced(p) == {"j1": Reason.BUDGET_EXCEEDED, "j2": Reason.BUDGET_EXCEEDED}
+    assert "skipped 1 x s8 spot in aws r1/z1 ($5.00/h + $0.15/h expected loss): spot would pass 50% of the " \
+        "fleet's GPUs" in p.explanation("j2").considered
+
+
 # ----------------------------------------------------------------------------- a fleet already past a spread cap
 
 @pytest.mark.xfail(strict=True, reason="_diversification_broken checks the whole fleet, so a zone share the fleet "
