@@ -1522,9 +1522,9 @@ class _Pass:
             if best is None:
                 continue
             old_offer = slot.offer
-            self._swap(slot, best[2])
+            bought_for = self._swap(slot, best[2])
             if self._diversification_broken() or self.on_demand_gpus < min(self.policy.on_demand_base_gpus, self.gpus):
-                self._swap(slot, old_offer)
+                self._swap(slot, old_offer, bought_for)
                 continue
             self.step_risk += best[0] - current - (best[2].usd_per_hour - old_offer.usd_per_hour)
             swapped = (f"then its node is bought as 1 x {self._node_text(best[2])}, not {old_offer.instance_type.name} "
@@ -1546,9 +1546,11 @@ class _Pass:
                 cost += p * self._loss_hours(j) * _risk_share(j, slot.jobs[j.job_id], it) * offer.usd_per_hour
         return cost
 
-    def _swap(self, slot: Slot, offer: Offer) -> None:
-        """Make a node bought in this step a node of ``offer`` (its jobs stay)."""
-        self._unbuy(slot)
+    def _swap(self, slot: Slot, offer: Offer, reason: Reason | None = None) -> Reason:
+        """Make a node bought in this step a node of ``offer`` (its jobs stay),
+        launched for ``reason`` (default: what the node was bought for). The
+        reason it was bought for (to undo the swap with)."""
+        bought_for = self._unbuy(slot)
         self.new_index.withdraw(slot)
         old_it, it = slot.offer.instance_type, offer.instance_type
         slot.free_gpus += it.gpu_count - old_it.gpu_count
@@ -1558,7 +1560,8 @@ class _Pass:
         slot.offer, slot.kind, slot.domain = offer, kind_of(offer), offer.placement_domain
         slot.schedulable = True
         self.new_index.add(slot)
-        self._rebuy(slot)
+        self._rebuy(slot, reason or bought_for)
+        return bought_for
 
     @staticmethod
     def _reason_on(reason: Reason, offer: Offer) -> Reason:
@@ -1602,11 +1605,11 @@ class _Pass:
                 moves.append((job, placed))  # type: ignore[arg-type]
             ok = len(moves) == len(movable)
             if ok:
-                self._unbuy(slot)
+                reason = self._unbuy(slot)
                 ok = not self._diversification_broken() and self.on_demand_gpus >= min(
                     self.policy.on_demand_base_gpus, self.gpus)
                 if not ok:
-                    self._rebuy(slot)
+                    self._rebuy(slot, reason)
             if not ok:
                 for job, placed in moves:
                     for target, _ in placed:
@@ -1650,21 +1653,34 @@ class _Pass:
         self._unbuy(slot)
         del self.new_index.slots[slot.name]
 
-    def _unbuy(self, slot: Slot) -> None:
-        """Take a node bought in this step out of the step's purchases."""
+    def _unbuy(self, slot: Slot) -> Reason:
+        """Take a node bought in this step out of the step's purchases; the
+        reason its offer was launched for (for ``_rebuy``)."""
         key = slot.offer.key
+        reason = self.launch_reason.get(key, Reason.CHEAPEST_OFFER)
         self.launch_names[key].remove(slot.name)
         if not self.launch_names[key]:
             for d in (self.launch_names, self.launch_offer, self.launch_jobs, self.launch_reason):
                 d.pop(key, None)
         self._charge_offer(slot.offer, -1, self.slot_gang.get(slot.name))
+        return reason
 
-    def _rebuy(self, slot: Slot) -> None:
+    def _rebuy(self, slot: Slot, reason: Reason) -> None:
+        """Put a node ``_unbuy`` took out back among the step's purchases, as
+        a node of its (maybe swapped) offer. ``reason``: what its node was
+        bought for (``_unbuy``'s answer), kept for an offer new to the step:
+        an on-demand fallback or base node swapped for another on-demand offer
+        is still one, and a swap undone gives the node its reason back (before
+        2026-11-28 both were launched as cheapest_offer, and
+        fleetctl_on_demand_fallbacks_total missed them). On spot it is the
+        cheapest offer."""
         key = slot.offer.key
         if key not in self.launch_names:
             self.launch_offer[key] = slot.offer
             self.launch_jobs[key] = sorted(slot.jobs)
-            self.launch_reason[key] = Reason.CHEAPEST_OFFER
+            on_demand_only = reason in (Reason.ON_DEMAND_FALLBACK, Reason.ON_DEMAND_BASE)
+            self.launch_reason[key] = Reason.CHEAPEST_OFFER if on_demand_only and slot.offer.market is Market.SPOT \
+                else reason
         self.launch_names.setdefault(key, []).append(slot.name)
         self._charge_offer(slot.offer, 1, self.slot_gang.get(slot.name))
 

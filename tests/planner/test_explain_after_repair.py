@@ -150,10 +150,6 @@ _GANG_OFFERS = [offer("a16", gpus=16, price=15.0, market=Market.ON_DEMAND),
                 offer("a8", price=10.5, market=Market.ON_DEMAND), offer("s8", price=4.0, zone="z2")]
 
 
-@pytest.mark.xfail(strict=True, reason="_swap's _rebuy files the launch of an offer new to the step as "
-                   "cheapest_offer, whatever brought the node's jobs to on-demand: the swapped node of an "
-                   "on-demand fallback or base gang is launched as cheapest_offer beside its other node's "
-                   "on_demand_fallback / on_demand_base (and fleetctl_on_demand_fallbacks_total misses it)")
 @pytest.mark.parametrize(("offers", "pol", "reason"), [
     (_GANG_OFFERS[:2], policy(), Reason.ON_DEMAND_FALLBACK),  # no spot offer: spot-eligible work on on-demand
     (_GANG_OFFERS, policy(on_demand_base_gpus=24), Reason.ON_DEMAND_BASE),  # moved to on-demand for the base
@@ -184,9 +180,6 @@ def test_a_gang_with_one_node_swapped_keeps_a_bind_detail_naming_where_most_of_i
     assert "a16" in bind.detail, bind.detail
 
 
-@pytest.mark.xfail(strict=True, reason="an undone swap (_downsize_nodes: _swap to the new offer, then back) ends "
-                   "in _rebuy, which files the old offer's launch again as cheapest_offer when it was the step's "
-                   "only node of that offer: the on-demand fallback node is launched as cheapest_offer")
 def test_a_swap_undone_keeps_the_launch_reason_of_the_node():
     # max_share_per_instance_type 0.5, 24 GPUs projected on spot: j0 and j1 buy s8 spot (16 <= 0.5 x 24 + 8);
     # j2 would take s8 to 24 > 20 and falls back to o8 on-demand ($10). The repair tries j2's node as s8 ($4):
