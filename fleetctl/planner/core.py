@@ -93,12 +93,32 @@ def _risk_share(job: Job, workers: int, it: InstanceType) -> float:
     return job.vcpus_per_worker * workers / max(1, it.vcpus)
 
 
-def _bind_detail(job: Job, offer: Offer, nodes: int | None, new: bool) -> str:
-    """A Bind's detail: ``2 x 1 GPU on 2 new p3.2xlarge (spot) in aws us-east-1/us-east-1a``
-    (``nodes`` None: no count)."""
-    count = "" if nodes is None else f"{nodes} "
-    return (f"{job.workers} x {job.gpus_per_worker} GPU on {count}{'new ' if new else ''}{offer.instance_type.name} "
+def _bind_detail(job: Job, offer: Offer, nodes: int, new: bool) -> str:
+    """A Bind's detail: ``2 x 1 GPU on 2 new p3.2xlarge (spot) in aws us-east-1/us-east-1a``."""
+    return (f"{job.workers} x {job.gpus_per_worker} GPU on {nodes} {'new ' if new else ''}{offer.instance_type.name} "
             f"({offer.market.value}) in {_where(offer)}")
+
+
+def _bind_detail_on(job: Job, slots: Iterable[Slot]) -> str:
+    """A Bind's detail from the nodes it uses (each once, in worker order):
+    ``_bind_detail`` when they are of one offer, else each offer's count,
+    ``3 x 8 GPU on 1 new a16 (on_demand) and 1 new a8 (on_demand) in aws r1/z1``
+    (a gang's nodes share a zone). Before 2026-11-28 a bind named its first
+    node's offer for every node (a gang's node swapped by the buy step's
+    repair read as if the whole gang ran on the swapped-in offer)."""
+    counts: dict[tuple[str, bool], int] = {}
+    offers: dict[tuple[str, bool], Offer] = {}
+    for slot in slots:
+        key = (slot.offer.key, slot.new)
+        counts[key] = counts.get(key, 0) + 1
+        offers.setdefault(key, slot.offer)
+    if len(counts) == 1:
+        ((key, n),) = counts.items()
+        return _bind_detail(job, offers[key], n, key[1])
+    parts = [f"{n} {'new ' if new else ''}{offers[(k, new)].instance_type.name} ({offers[(k, new)].market.value})"
+             for (k, new), n in counts.items()]
+    first = next(iter(offers.values()))
+    return f"{job.workers} x {job.gpus_per_worker} GPU on {' and '.join(parts)} in {_where(first)}"
 
 
 def _where(offer: Offer) -> str:
@@ -640,7 +660,7 @@ class _Pass:
         if order is not None:
             order.charge(job)
         self.actions_bind.append(Bind(job.job_id, tuple(names), reason,
-                                      _bind_detail(job, placed[0][0].offer, len(placed), placed[0][0].new)))
+                                      _bind_detail_on(job, (slot for slot, _ in placed))))
 
     def estimate(self, job: Job, spot_ok: bool) -> _Option | None:
         """The cheapest purchase in dollars for ``job`` alone (cached by shape):
@@ -1532,8 +1552,9 @@ class _Pass:
             for j in held:
                 i = bind_at[j.job_id]  # type: ignore[union-attr]
                 b = self.actions_bind[i]
+                nodes = [self.new_index.slots.get(n) or self.index.slots[n] for n in dict.fromkeys(b.node_ids)]
                 self.actions_bind[i] = Bind(b.job_id, b.node_ids, self._reason_on(b.reason, best[2]),
-                                            self._bind_text(j, best[2]))  # type: ignore[arg-type]
+                                            _bind_detail_on(j, nodes))  # type: ignore[arg-type]
                 self._note(j, swapped)  # type: ignore[arg-type] - what "chose" said is not what is bought now
 
     def _node_cost(self, offer: Offer, held: list, slot: Slot) -> float:
@@ -1574,10 +1595,6 @@ class _Pass:
     def _node_text(offer: Offer) -> str:
         """One node of ``offer`` as explanations name it (as ``_offer_text`` does, without the risk)."""
         return f"{offer.instance_type.name} {offer.market.value} in {_where(offer)} (${offer.usd_per_hour:.2f}/h)"
-
-    @staticmethod
-    def _bind_text(job: Job, offer: Offer) -> str:
-        return _bind_detail(job, offer, None, True)
 
     def _eliminate_nodes(self, jobs: dict[str, Job], kinds_of: dict[str, tuple[Kind, ...]]) -> None:
         """Local improvement: a node bought in this step whose jobs all fit in
@@ -1635,7 +1652,7 @@ class _Pass:
         i = bind_at[job.job_id]
         self.actions_bind[i] = Bind(job.job_id, tuple(names), self._reason_on(self.actions_bind[i].reason,
                                                                               placed[0][0].offer),
-                                    _bind_detail(job, placed[0][0].offer, len(placed), True))
+                                    _bind_detail_on(job, (target for target, _ in placed)))
         old.jobs.pop(job.job_id, None)
         old.version += 1
 

@@ -36,6 +36,8 @@ def test_a_node_swapped_for_a_cheaper_offer_says_so_in_its_jobs_explanations():
     assert considered[1].startswith("chose 1 x t2 spot in aws r1/z1 ($2.65/h")  # what the buy step chose
     assert considered[-1] == ("then its node is bought as 1 x t4 spot in aws r1/z1 ($2.19/h), not t2 spot: cheaper "
                               "for the jobs on it, expected loss included"), considered
+    # its bind names the node it runs on as every bind does, with the count (before 2026-11-28: "on new t4")
+    assert {b.job_id: b.detail for b in p.of_kind("bind")}["j1"] == "1 x 2 GPU on 1 new t4 (spot) in aws r1/z1"
 
 
 def test_a_node_not_bought_after_all_names_where_its_job_went():
@@ -166,18 +168,16 @@ def test_a_gangs_node_swapped_to_another_on_demand_offer_is_launched_for_the_gan
     assert {l.offer.instance_type.name: l.reason for l in p.of_kind("launch")} == {"a16": reason, "a8": reason}
 
 
-@pytest.mark.xfail(strict=True, reason="_downsize_nodes rewrites the bind detail of every job on a swapped node "
-                   "with _bind_text(job, new offer), which puts all of a gang's workers on that offer: the gang "
-                   "with two workers on a16 and one on the swapped-in a8 reads '3 x 8 GPU on new a8 (on_demand)'")
-def test_a_gang_with_one_node_swapped_keeps_a_bind_detail_naming_where_most_of_it_runs():
+def test_a_gang_with_one_node_swapped_names_each_offer_in_its_bind():
     # As above (no spot offer): new-1 (a16) holds two workers, new-2 (a8, swapped from a16) one. The bind
     # named '3 x 8 GPU on 2 new a16 (on_demand) in aws r1/z1' before the swap (commit: the first node's
-    # offer and the node count); after it, it still names a16, where two of its three workers run.
+    # offer and the node count); after it, each offer with its count (before 2026-11-28: "on new a8", the swapped
+    # node's offer for the whole gang).
     p = plan(now=T0, queue=(job("gang", workers=3, gpus=8),), fleet=(), offers=tuple(_GANG_OFFERS[:2]),
              forecast=None, policy=policy())
     (bind,) = p.of_kind("bind")
-    assert sorted(bind.node_ids) == ["new-1", "new-1", "new-2"]
-    assert "a16" in bind.detail, bind.detail
+    assert bind.node_ids == ("new-1", "new-1", "new-2")
+    assert bind.detail == "3 x 8 GPU on 1 new a16 (on_demand) and 1 new a8 (on_demand) in aws r1/z1"
 
 
 def test_a_swap_undone_keeps_the_launch_reason_of_the_node():
