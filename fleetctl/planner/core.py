@@ -1108,8 +1108,9 @@ class _Pass:
             self._preempt_for(job, [(slot, job.workers)], chosen, order)
             return True
         if job.workers > 1:  # a gang: several nodes of one zone
-            spread = self._victims_in_domain(job, kind_set, victims_of, room_of, nobody)
-            if spread is not None and self._guarantees_kept(spread[1], band):
+            spread = self._victims_in_domain(job, kind_set, victims_of, room_of, nobody,
+                                             lambda chosen: not claims or self._guarantees_kept(chosen, band))
+            if spread is not None:
                 self._preempt_for(job, *spread, order)
                 return True
         return False
@@ -1211,15 +1212,30 @@ class _Pass:
                    f"placed on {where}, in free room the preemption search found (a gang's search of free "
                    "capacity looks at a bounded number of zones); nobody preempted")
 
-    def _victims_in_domain(self, job: Job, kind_set: set, victims_of, room_of, nobody: bool):  # noqa: ANN001, ANN202
+    def _victims_in_domain(self, job: Job, kind_set: set, victims_of, room_of, nobody: bool,  # noqa: ANN001, ANN202
+                           keeps_guarantees: Callable[[list[Job]], bool]):
         """A gang's room on several nodes of one placement domain: per node the
-        most workers it can take with the fewest victims, nodes needing fewer
-        victims first; the domain with the fewest victims (then the least work
-        lost) wins. Returns ([(slot, workers)], victims) or None. ``try_preempt``'s
-        ``victims_of`` and ``room_of`` (a bound: no room for w workers there, no victims for them),
-        and whether it may take nobody anywhere (then ``room_of`` is the free room)."""
+        workers its free room holds (no victim), and the most workers it can
+        take with the fewest victims; free room first, then nodes needing fewer
+        victims; the domain with the fewest victims (then the least work lost)
+        whose victims ``keeps_guarantees`` wins. Returns ([(slot, workers)],
+        victims) or None. ``try_preempt``'s ``victims_of`` and ``room_of`` (a
+        bound: no room for w workers there, no victims for them), and whether
+        it may take nobody anywhere (then ``room_of`` is the free room). A node
+        reserved for a waiting gang is used by a gang that ends before the
+        reservation, as by one node's search (backfill).
+        Before 2026-11-28: reserved nodes were left out whatever the gang's end;
+        a node's free room counted only through its most workers (a gang took
+        one more victim beside free room for its last worker); and the
+        guarantees were checked for the best domain alone (a claim that broke
+        them there preempted nowhere, though another domain kept them)."""
         gpw, vpw, mpw = job.gpus_per_worker, job.vcpus_per_worker, job.memory_gib_per_worker
         monotone = gpw >= 0 and vpw >= 0 and mpw >= 0  # then no room for one worker is no room for more
+        ends_at = self.now + timedelta(hours=job.remaining_hours)
+
+        def backfills(slot: Slot) -> bool:
+            return slot.reserved_until is None or ends_at <= slot.reserved_until
+
         by_domain: dict = {}
         if nobody and monotone:
             # Only nodes with free GPUs for a worker can offer one: those the index files with that many
@@ -1231,11 +1247,11 @@ class _Pass:
                     for free, group in self.index.by_domain_kind.get((domain, kind), {}).items():
                         if free >= gpw:
                             for slot in group.values():
-                                if slot.reserved_for is None:
+                                if backfills(slot):
                                     by_domain.setdefault(domain, []).append(slot)
         else:
             for slot in self.index.slots.values():
-                if slot.schedulable and slot.kind in kind_set and slot.reserved_for is None:
+                if slot.schedulable and slot.kind in kind_set and backfills(slot):
                     by_domain.setdefault(slot.domain, []).append(slot)
         best: tuple | None = None
         for domain in sorted(by_domain, key=str):
@@ -1259,22 +1275,35 @@ class _Pass:
                     chosen = self._victims_for(job, slot, victims, w)
                     if chosen is not None:
                         options.append((len(chosen), -w, slot.name, slot, victims))
+                        if chosen:  # and the workers its free room holds, with no victim
+                            free = next((f for f in range(w - 1, 0, -1)
+                                         if self._victims_for(job, slot, [], f) is not None), 0)
+                            if free:
+                                options.append((0, -free, slot.name, slot, victims))
                         break
             options.sort(key=lambda o: o[:3])
-            placed: list[tuple[Slot, int]] = []
-            victims_all: dict[str, Job] = {}
+            taken: dict[str, list] = {}  # node name -> [slot, victims, workers], in the order first taken
             left = job.workers
-            for _, neg_w, _, slot, victims in options:
+            for _, neg_w, name, slot, victims in options:
                 if left <= 0:
                     break
-                take = min(-neg_w, left)
-                for v in self._victims_for(job, slot, victims, take) or ():
-                    victims_all[v.job_id] = v
-                placed.append((slot, take))
-                left -= take
+                entry = taken.setdefault(name, [slot, victims, 0])
+                more = min(-neg_w - entry[2], left)  # a node's free room first, then its most workers
+                if more > 0:
+                    entry[2] += more
+                    left -= more
             if left > 0:
                 continue
+            placed: list[tuple[Slot, int]] = []
+            victims_all: dict[str, Job] = {}
+            for slot, victims, workers in taken.values():
+                if workers:
+                    for v in self._victims_for(job, slot, victims, workers) or ():
+                        victims_all[v.job_id] = v
+                    placed.append((slot, workers))
             chosen_all = sorted(victims_all.values(), key=self._victim_key)
+            if not keeps_guarantees(chosen_all):
+                continue
             key = (len(chosen_all), sum(self._lost_hours(v) for v in chosen_all), str(domain))
             if best is None or key < best[0]:
                 best = (key, placed, chosen_all)

@@ -546,9 +546,6 @@ def test_a_gang_takes_each_node_once_with_the_most_workers_it_can_host_there():
     assert sorted(binds(p)["gang"]) == ["n1", "n1", "n2"]
 
 
-@pytest.mark.xfail(strict=True, reason="try_preempt checks the guarantees only for the zone _victims_in_domain "
-                   "ranks first; when taking its victims would leave a lending team below its guarantee, the gang "
-                   "preempts nobody, though another zone's victims keep every guarantee")
 def test_a_gang_claim_takes_the_next_zone_when_the_best_would_take_a_team_below_its_guarantee():
     # z1 (n1, n2): b's b1 and b2 (4 GPUs each, 1 h lost) beside production; b uses 8 GPUs of its guarantee
     # of 4, so either may go but not both. z2 (n3, n4): c's c3 and c4 (no guarantee, 2 h lost each) beside
@@ -565,9 +562,6 @@ def test_a_gang_claim_takes_the_next_zone_when_the_best_would_take_a_team_below_
     assert preempts(p) == [("c3", "gang"), ("c4", "gang")] and sorted(binds(p)["gang"]) == ["n3", "n4"]
 
 
-@pytest.mark.xfail(strict=True, reason="_victims_in_domain leaves out every node reserved for a waiting gang "
-                   "(reserved_for), also for a gang that ends before the reservation starts; docs/planner.md step 6 "
-                   "and try_preempt's one-node search let such work preempt there (backfill)")
 def test_a_gang_that_ends_before_a_reservation_may_preempt_on_the_reserved_nodes():
     # As above, but the second gang runs 30 minutes and ends before first's reservation of n1 and n2
     # (T0 + 1 h): like a one-worker job of 30 minutes, which takes b1 on n1, it may take the batch halves
@@ -585,9 +579,6 @@ def test_a_gang_that_ends_before_a_reservation_may_preempt_on_the_reserved_nodes
     assert set(unplaced(p)) == {"first"}
 
 
-@pytest.mark.xfail(strict=True, reason="_victims_in_domain ranks each node by the victims for the most workers it "
-                   "can host, and takes nodes in that order: n3 (1 victim for 2 workers) comes before n1 (2 victims "
-                   "for 2 workers, none for 1), so the gang's third worker takes v3 instead of n1's free room")
 def test_a_gang_takes_free_room_for_its_last_worker_rather_than_one_more_victim():
     # z1: n1 has 4 GPUs free beside v1a and v1b (2 GPUs each), n2 4 free beside v2 (4), n3 runs v3 (8). A
     # production gang of 3 x 4 GPUs needs 12 GPUs; 8 are free, so someone goes, and v2 is enough: n2 then
@@ -645,10 +636,6 @@ def test_a_gang_that_may_preempt_nobody_leaves_the_free_room_of_nodes_reserved_p
     assert "waits for running work to end (~2026-11-02 10:00 UTC)" in details["w"]
 
 
-@pytest.mark.xfail(strict=True, reason="_victims_in_domain leaves out every node reserved for a waiting gang, "
-                   "also as free room for a gang that may take nobody and ends before the reservation (which "
-                   "capacity's gang search lets backfill): past the 16 zones that search looks at, it waits "
-                   "until ~18:00 UTC")
 def test_a_gang_that_may_preempt_nobody_backfills_the_free_room_of_nodes_reserved_after_its_end():
     # g runs 30 minutes, ending before w starts (T0 + 1 h): it takes z17-a and z17-b's free room.
     fleet, queue = _past_16_zones_with_z17_reserved()
