@@ -347,6 +347,7 @@ class _Pass:
         self.launch_offer: dict[str, Offer] = {}
         self.launch_jobs: dict[str, list[str]] = {}
         self.launch_reason: dict[str, Reason] = {}
+        self.spread_excess_before: dict[tuple[str, str], float] = {}  # _diversification_broken: breaches before the buy step
         self.usd = 0.0
         self.gpus = 0
         # Empty draining on-demand nodes this plan terminates: no capacity for the market rules, but held (and billed)
@@ -1409,6 +1410,7 @@ class _Pass:
                 for k in self._likely_kinds(ks, spot_ok):
                     demand[k] = demand.get(k, 0.0) + job.gpus
         snapshot = self._snapshot()
+        self.spread_excess_before = self._spread_excess()
         orderings = self._orderings(admitted, rank)
         if len(orderings) == 1:
             self._buy_in_order(orderings[0], admitted, kinds_of, demand, snapshot)
@@ -1731,6 +1733,22 @@ class _Pass:
         self._charge_offer(slot.offer, 1, self.slot_gang.get(slot.name))
 
     def _diversification_broken(self) -> bool:
+        """Whether the step left a spread rule, the spot share or
+        ``min_distinct_offers`` broken, or one the fleet broke before the
+        step (``spread_excess_before``: nodes reclaimed elsewhere, a policy
+        tightened) worse than it was. Before 2026-11-28 any breach counted,
+        so a fleet over a cap before the step had every order redone to the
+        strict pass and no repair (an on-demand gang paid $30/h for $25.50/h
+        of nodes beside three busy spot nodes of one zone)."""
+        before = self.spread_excess_before
+        return any(excess > max(0.0, before.get(rule, 0.0)) + 1e-9 for rule, excess in self._spread_excess().items())
+
+    def _spread_excess(self) -> dict[tuple[str, str], float]:
+        """How far the fleet (with this step's purchases) is past each rule
+        ``_diversification_broken`` checks: GPUs past a type's or a zone's
+        cap, past the spot share, offers short of ``min_distinct_offers``
+        (> 0: broken)."""
+        excess: dict[tuple[str, str], float] = {}
         p = self.policy
         total = self.spot_gpus
         # The allowance of one node per type and zone is one unit: a node, or a gang's nodes there.
@@ -1752,15 +1770,13 @@ class _Pass:
         for (_, zone), gpus in gang_in_zone.items():
             biggest_in_zone[zone] = max(biggest_in_zone.get(zone, 0), gpus)
         for name, gpus in self.spot_by_type.items():
-            if gpus > p.max_share_per_instance_type * total + biggest_of_type.get(name, 0) + 1e-9:
-                return True
+            excess[("type", name)] = gpus - (p.max_share_per_instance_type * total + biggest_of_type.get(name, 0))
         for zone, gpus in self.spot_by_zone.items():
-            if gpus > p.max_share_per_zone * total + biggest_in_zone.get(zone, 0) + 1e-9:
-                return True
-        if self.spot_gpus > p.max_spot_share * self.gpus + 1e-9:
-            return True
+            excess[("zone", str(zone))] = gpus - (p.max_share_per_zone * total + biggest_in_zone.get(zone, 0))
+        excess[("share", "")] = self.spot_gpus - p.max_spot_share * self.gpus
         want = self._min_distinct()
-        return self.spot_units >= want and len(self.spot_nodes_by_offer) < want
+        excess[("offers", "")] = want - len(self.spot_nodes_by_offer) if self.spot_units >= want else 0.0
+        return excess
 
     def _snapshot(self) -> dict:
         return {

@@ -403,10 +403,6 @@ def test_a_step_whose_on_demand_move_is_not_bought_buys_no_spot_past_the_spot_sh
 
 # ----------------------------------------------------------------------------- a fleet already past a spread cap
 
-@pytest.mark.xfail(strict=True, reason="_diversification_broken checks the whole fleet, so a zone share the fleet "
-                   "broke before the step (3 spot nodes in z1, 24 GPUs > 0.5 x 24 + 8) reads as broken by every "
-                   "purchase: the step's repairs (_buy_pass runs _eliminate_nodes and _downsize_nodes only when "
-                   "nothing is broken) never run, and an on-demand gang pays $30/h for $25.50/h of nodes")
 def test_a_spread_cap_the_fleet_broke_before_the_step_does_not_stop_its_repairs():
     # An on-demand gang of 3 x 8 GPUs: two $15 16-GPU nodes ($30) beat three $10.50 8-GPU nodes ($31.50), and
     # the repair then swaps the second a16, which holds one worker, for an a8: $25.50. Beside two busy spot
