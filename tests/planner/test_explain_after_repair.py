@@ -259,3 +259,34 @@ def test_a_gang_is_one_unit_of_the_type_and_zone_caps_when_its_purchase_is_check
     offers = [offer("a16", gpus=16, price=15.0), offer("c8", price=10.5)]
     assert _one_node_under(offers, [job("gang", workers=5, gpus=8)], max_share_per_instance_type=0.25,
                            max_share_per_zone=0.25) == [("a16", Market.SPOT, 2), ("c8", Market.SPOT, 1)]
+
+
+@pytest.mark.parametrize("late", [job("late", gpus=8, vcpus=4, memory_gib=8), job("late", gpus=0, vcpus=20, memory_gib=8),
+                                  job("late", gpus=0, vcpus=4, memory_gib=100)], ids=["gpus", "vcpus", "memory"])
+def test_a_swapped_nodes_room_is_the_room_its_new_offer_leaves(late):
+    # The 3 x 8-GPU gang's workers need 90 vCPUs and 500 GiB: two on a16 (16 GPUs, 192 vCPUs, 1024 GiB, $15),
+    # one on c8 (8, 96, 512, $10.50), where the repair moves it from the second a16. The budget ($35) admitted
+    # the gang's $30 but not late's $10.50 more; the step spent $25.50, and late (8 GPUs, or 20 vCPUs, or
+    # 100 GiB) looks for room left on its nodes: c8 has 0 GPUs, 6 vCPUs and 12 GiB left (not the a16's 8, 102
+    # and 524), a16 0, 12 and 24. None holds it, and $25.50 + $10.50 is still over the budget: it waits.
+    offers = [offer("a16", gpus=16, price=15.0, vcpus=192, memory_gib=1024),
+              offer("c8", price=10.5, vcpus=96, memory_gib=512)]
+    gang = job("gang", workers=3, gpus=8, vcpus=90, memory_gib=500)
+    p = plan(now=T0, queue=(gang, replace(late, submitted_at_utc=T0 + timedelta(seconds=1))), fleet=(),
+             offers=tuple(offers), forecast=None, policy=policy(max_usd_per_hour=35.0))
+    assert sorted((l.offer.instance_type.name, l.count) for l in p.of_kind("launch")) == [("a16", 1), ("c8", 1)]
+    assert {b.job_id for b in p.of_kind("bind")} == {"gang"}
+    assert {u.job_id: u.reason for u in p.unplaced} == {"late": Reason.BUDGET_EXCEEDED}
+
+
+def test_room_left_on_a_swapped_node_is_taken_by_a_job_the_budget_held_back():
+    # A 5 x 4-GPU gang: two a16 ($30: four workers, then one) beat three c8 ($31.50); the second a16 becomes a c8
+    # with 4 GPUs left. late (4 GPUs) was refused at admission ($30 + $10.50 > $35) and still would be after the
+    # step ($25.50 + $10.50): it takes c8's room, which costs nothing more.
+    offers = [offer("a16", gpus=16, price=15.0), offer("c8", price=10.5)]
+    queue = (job("gang", workers=5, gpus=4), job("late", gpus=4, submitted=T0 + timedelta(seconds=1)))
+    p = plan(now=T0, queue=queue, fleet=(), offers=tuple(offers), forecast=None, policy=policy(max_usd_per_hour=35.0))
+    c8 = {l.offer.instance_type.name: l.node_names for l in p.of_kind("launch")}["c8"]
+    assert sorted((l.offer.instance_type.name, l.count) for l in p.of_kind("launch")) == [("a16", 1), ("c8", 1)]
+    assert {b.job_id: b.node_ids for b in p.of_kind("bind")}["late"] == c8 and not p.unplaced
+    assert "took room left on a node bought in this step (nothing more to buy)" in p.explanation("late").considered
