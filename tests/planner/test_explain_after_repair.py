@@ -290,3 +290,19 @@ def test_room_left_on_a_swapped_node_is_taken_by_a_job_the_budget_held_back():
     assert sorted((l.offer.instance_type.name, l.count) for l in p.of_kind("launch")) == [("a16", 1), ("c8", 1)]
     assert {b.job_id: b.node_ids for b in p.of_kind("bind")}["late"] == c8 and not p.unplaced
     assert "took room left on a node bought in this step (nothing more to buy)" in p.explanation("late").considered
+
+
+@pytest.mark.xfail(strict=True, reason="_reason_on turns on_demand_fallback into fits_new_capacity when a repair "
+                   "moves a job to spot, but leaves fits_new_capacity when it moves spot-eligible work to on-demand: "
+                   "a, swapped from s16 spot to o8 on-demand, is bound fits_new_capacity beside b, bought on o8 as "
+                   "on_demand_fallback, both in the one o8 launch (on_demand_fallback)")
+def test_spot_eligible_jobs_on_the_same_on_demand_launch_are_bound_for_the_same_reason():
+    # a (8 GPUs, 50 vCPUs) buys s16 spot ($10, 100 vCPUs) for itself and the 8 GPUs b is expected to fill; b
+    # (60 vCPUs) does not fit beside it and buys o8 on-demand ($6). The repair then makes a's node an o8 too.
+    offers = [offer("s16", gpus=16, price=10.0, vcpus=100), offer("o8", price=6.0, market=Market.ON_DEMAND)]
+    queue = [job("a", gpus=8, vcpus=50), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))]
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
+    (launch,) = p.of_kind("launch")
+    assert (launch.offer.instance_type.name, launch.offer.market, launch.count) == ("o8", Market.ON_DEMAND, 2)
+    reasons = {b.job_id: b.reason for b in p.of_kind("bind")}
+    assert reasons["a"] is reasons["b"], reasons
