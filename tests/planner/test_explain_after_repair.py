@@ -306,3 +306,33 @@ def test_spot_eligible_jobs_on_the_same_on_demand_launch_are_bound_for_the_same_
     assert (launch.offer.instance_type.name, launch.offer.market, launch.count) == ("o8", Market.ON_DEMAND, 2)
     reasons = {b.job_id: b.reason for b in p.of_kind("bind")}
     assert reasons["a"] is reasons["b"], reasons
+
+
+def test_a_repair_under_a_gpu_cap_it_keeps_to_is_made():
+    # The zone swap above under max_gpus 24: a's s16 and b's s8 hold 24 GPUs; a's node as an s8 holds 16. m32
+    # ($9, 32 GPUs) would hold a for less than s16 too, but 40 GPUs: the repair passes it over for s8.
+    offers = [offer("m32", gpus=32, price=9.0, zone="z1"), offer("s16", gpus=16, price=10.0, vcpus=100, zone="z1"),
+              offer("s8", price=6.0, zone="z2")]
+    queue = [job("a", gpus=8, vcpus=50), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))]
+    assert _one_node_under(offers, queue, max_gpus=24) == [("s8", Market.SPOT, 2)]
+
+
+def test_a_cpu_only_gangs_node_is_swapped_for_a_smaller_cpu_node():
+    # A CPU-only gang of 5 x 40 vCPUs: two c128 ($20: three workers, then two) beat three c96 ($24) and five c64
+    # ($22.50); the second c128 holds 80 vCPUs, which a c96 holds for $8: $18.
+    cpu = dict(gpus=0, model=None, market=Market.ON_DEMAND)
+    offers = [offer("c128", vcpus=128, memory_gib=512, price=10.0, **cpu),
+              offer("c96", vcpus=96, memory_gib=384, price=8.0, **cpu),
+              offer("c64", vcpus=64, memory_gib=256, price=4.5, **cpu)]
+    launches, binds = _one_node(offers, [job("gang", workers=5, gpus=0, vcpus=40, memory_gib=16)])
+    assert sorted(launches) == [("c128", Market.ON_DEMAND, 1), ("c96", Market.ON_DEMAND, 1)]
+    assert sorted(binds["gang"]) == ["new-1"] * 3 + ["new-2"] * 2
+
+
+def test_a_gang_that_needs_80_gib_gpus_has_its_node_swapped_for_one_with_80_gib_gpus():
+    # The 3 x 8-GPU gang, each GPU of 80 GiB: its second a16 becomes c8 (80 GiB GPUs, $10.50), not b8 (40 GiB,
+    # $9), which sorts first.
+    offers = [offer("a16", gpus=16, price=15.0), offer("b8", price=9.0, model="A100-40GB", gpu_memory_gib=40.0),
+              offer("c8", price=10.5)]
+    launches, _binds = _one_node(offers, [replace(job("gang", workers=3, gpus=8), gpu_memory_gib_per_gpu=80.0)])
+    assert sorted(launches) == [("a16", Market.SPOT, 1), ("c8", Market.SPOT, 1)]
