@@ -1584,7 +1584,7 @@ class _Pass:
                 i = bind_at[j.job_id]  # type: ignore[union-attr]
                 b = self.actions_bind[i]
                 nodes = [self.new_index.slots.get(n) or self.index.slots[n] for n in dict.fromkeys(b.node_ids)]
-                self.actions_bind[i] = Bind(b.job_id, b.node_ids, self._reason_on(b.reason, best[2]),
+                self.actions_bind[i] = Bind(b.job_id, b.node_ids, self._reason_on(b.reason, best[2], j),
                                             _bind_detail_on(j, nodes))  # type: ignore[arg-type]
                 self._note(j, swapped)  # type: ignore[arg-type] - what "chose" said is not what is bought now
 
@@ -1615,12 +1615,17 @@ class _Pass:
         self._rebuy(slot, reason or bought_for)
         return bought_for
 
-    @staticmethod
-    def _reason_on(reason: Reason, offer: Offer) -> Reason:
-        """A bind's reason once a repair puts its job on a node of ``offer``: on
-        spot it is no on-demand fallback (before, the bind kept the reason)."""
-        return Reason.FITS_NEW_CAPACITY if reason is Reason.ON_DEMAND_FALLBACK and offer.market is Market.SPOT \
-            else reason
+    def _reason_on(self, reason: Reason, offer: Offer, job: Job) -> Reason:
+        """A bind's reason once a repair puts ``job`` on a node of ``offer``,
+        as ``_launch`` gives it: on spot it is no on-demand fallback; spot-eligible
+        work on on-demand is one (before 2026-11-28 the second kept
+        fits_new_capacity beside a job bought there as a fallback; before
+        that, both kept their reason)."""
+        if reason is Reason.ON_DEMAND_FALLBACK and offer.market is Market.SPOT:
+            return Reason.FITS_NEW_CAPACITY
+        if reason is Reason.FITS_NEW_CAPACITY and offer.market is Market.ON_DEMAND and self._spot_eligible(job):
+            return Reason.ON_DEMAND_FALLBACK
+        return reason
 
     @staticmethod
     def _node_text(offer: Offer) -> str:
@@ -1682,7 +1687,7 @@ class _Pass:
             names.extend([target.name] * workers)
         i = bind_at[job.job_id]
         self.actions_bind[i] = Bind(job.job_id, tuple(names), self._reason_on(self.actions_bind[i].reason,
-                                                                              placed[0][0].offer),
+                                                                              placed[0][0].offer, job),
                                     _bind_detail_on(job, (target for target, _ in placed)))
         old.jobs.pop(job.job_id, None)
         old.version += 1
@@ -1721,14 +1726,19 @@ class _Pass:
         is still one, and a swap undone gives the node its reason back (before
         2026-11-28 both were launched as cheapest_offer, and
         fleetctl_on_demand_fallbacks_total missed them). On spot it is the
-        cheapest offer."""
+        cheapest offer; spot-eligible work swapped onto on-demand is a
+        fallback, as ``_launch`` files it."""
         key = slot.offer.key
         if key not in self.launch_names:
             self.launch_offer[key] = slot.offer
             self.launch_jobs[key] = sorted(slot.jobs)
             on_demand_only = reason in (Reason.ON_DEMAND_FALLBACK, Reason.ON_DEMAND_BASE)
-            self.launch_reason[key] = Reason.CHEAPEST_OFFER if on_demand_only and slot.offer.market is Market.SPOT \
-                else reason
+            if on_demand_only and slot.offer.market is Market.SPOT:
+                reason = Reason.CHEAPEST_OFFER
+            elif reason is Reason.CHEAPEST_OFFER and slot.offer.market is Market.ON_DEMAND and any(
+                    self._spot_eligible(self.jobs_by_id[jid]) for jid in slot.jobs if jid in self.jobs_by_id):
+                reason = Reason.ON_DEMAND_FALLBACK  # spot-eligible work on on-demand, as _launch says
+            self.launch_reason[key] = reason
         self.launch_names.setdefault(key, []).append(slot.name)
         self._charge_offer(slot.offer, 1, self.slot_gang.get(slot.name))
 

@@ -292,10 +292,6 @@ def test_room_left_on_a_swapped_node_is_taken_by_a_job_the_budget_held_back():
     assert "took room left on a node bought in this step (nothing more to buy)" in p.explanation("late").considered
 
 
-@pytest.mark.xfail(strict=True, reason="_reason_on turns on_demand_fallback into fits_new_capacity when a repair "
-                   "moves a job to spot, but leaves fits_new_capacity when it moves spot-eligible work to on-demand: "
-                   "a, swapped from s16 spot to o8 on-demand, is bound fits_new_capacity beside b, bought on o8 as "
-                   "on_demand_fallback, both in the one o8 launch (on_demand_fallback)")
 def test_spot_eligible_jobs_on_the_same_on_demand_launch_are_bound_for_the_same_reason():
     # a (8 GPUs, 50 vCPUs) buys s16 spot ($10, 100 vCPUs) for itself and the 8 GPUs b is expected to fill; b
     # (60 vCPUs) does not fit beside it and buys o8 on-demand ($6). The repair then makes a's node an o8 too.
@@ -305,7 +301,24 @@ def test_spot_eligible_jobs_on_the_same_on_demand_launch_are_bound_for_the_same_
     (launch,) = p.of_kind("launch")
     assert (launch.offer.instance_type.name, launch.offer.market, launch.count) == ("o8", Market.ON_DEMAND, 2)
     reasons = {b.job_id: b.reason for b in p.of_kind("bind")}
-    assert reasons["a"] is reasons["b"], reasons
+    # spot-eligible work on on-demand is a fallback (docs/reasons.md), whichever step put it there
+    assert reasons == {"a": Reason.ON_DEMAND_FALLBACK, "b": Reason.ON_DEMAND_FALLBACK}
+    assert launch.reason is Reason.ON_DEMAND_FALLBACK
+
+
+def test_spot_eligible_work_a_repair_swaps_onto_an_on_demand_offer_new_to_the_step_is_launched_as_a_fallback():
+    # As above, but a (70 vCPUs) does not fit b's o8 (64 vCPUs): its s16 ($10) becomes an o8b ($6.50, 96 vCPUs),
+    # an offer the step had not bought. Spot-eligible work on on-demand: launched and bound as a fallback, as
+    # b's o8 is (before 2026-11-28: launched as cheapest_offer, bound fits_new_capacity).
+    offers = [offer("s16", gpus=16, price=10.0, vcpus=100), offer("o8", price=6.0, vcpus=64, market=Market.ON_DEMAND),
+              offer("o8b", price=6.5, vcpus=96, market=Market.ON_DEMAND)]
+    queue = [job("a", gpus=8, vcpus=70), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))]
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
+    assert {(l.offer.instance_type.name, l.count): l.reason for l in p.of_kind("launch")} == {
+        ("o8b", 1): Reason.ON_DEMAND_FALLBACK, ("o8", 1): Reason.ON_DEMAND_FALLBACK}
+    assert {b.job_id: (b.node_ids, b.reason) for b in p.of_kind("bind")} == {
+        "a": (("new-1",), Reason.ON_DEMAND_FALLBACK), "b": (("new-2",), Reason.ON_DEMAND_FALLBACK)}
+    assert p.explanation("a").considered[1].startswith("chose 1 x s16 spot")
 
 
 def test_a_repair_under_a_gpu_cap_it_keeps_to_is_made():
