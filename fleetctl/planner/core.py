@@ -1375,10 +1375,20 @@ class _Pass:
             if g >= job.gpus_per_worker * per_slot:
                 candidates.append((when, slot.name, slot))
         needed = 1 if per_slot == job.workers else job.workers
-        if len(candidates) < needed:
+        # A gang's nodes are of one placement domain: the domain whose needed-th node frees first
+        # (before 2026-11-28 the earliest nodes of any zones, a start it could not have).
+        by_domain: dict[object, list[tuple[datetime, str, Slot]]] = {}
+        for entry in candidates:
+            by_domain.setdefault(entry[2].domain if needed > 1 else None, []).append(entry)
+        chosen = None
+        for group in by_domain.values():
+            if len(group) < needed:
+                continue
+            group.sort(key=lambda t: (t[0], t[1]))
+            if chosen is None or (group[needed - 1][0], group[0][1]) < (chosen[-1][0], chosen[0][1]):
+                chosen = group[:needed]
+        if chosen is None:
             return None
-        candidates.sort(key=lambda t: (t[0], t[1]))
-        chosen = candidates[:needed]
         start = max(t[0] for t in chosen)
         for _, _, slot in chosen:
             slot.reserved_until = start

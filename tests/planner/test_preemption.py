@@ -696,9 +696,6 @@ def test_a_gang_takes_the_nodes_with_the_fewest_victims_first_whatever_their_nam
         "makes room on n2, n3 for gang (production); not checkpointable: loses 1.00 h of work"}
 
 
-@pytest.mark.xfail(strict=True, reason="reserve() takes the gang's earliest nodes whatever their zone: w is told it "
-                   "starts at ~10:00 on n1 (z1) and n2 (z2), which it may not span, and reserves n2, while its "
-                   "earliest start in one zone is ~12:00 (n1 and n3, z1)")
 def test_a_waiting_gangs_start_is_estimated_in_one_zone():
     # Production work ends on n1 (z1) and n2 (z2) at T0 + 1 h, on n3 (z1) at T0 + 3 h. w (high, 2 x 8 GPUs)
     # needs two nodes of one zone: z1's two are free at T0 + 3 h (12:00 UTC); z2 has one node.
