@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import JobState, Market, Reason
+from fleetctl.model import Forecast, JobState, Market, OfferRisk, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -349,3 +349,45 @@ def test_a_gang_that_needs_80_gib_gpus_has_its_node_swapped_for_one_with_80_gib_
               offer("c8", price=10.5)]
     launches, _binds = _one_node(offers, [replace(job("gang", workers=3, gpus=8), gpu_memory_gib_per_gpu=80.0)])
     assert sorted(launches) == [("a16", Market.SPOT, 1), ("c8", Market.SPOT, 1)]
+
+
+def test_a_repair_takes_the_cheapest_offer_that_holds_the_jobs_not_the_first_or_last():
+    # The 3 x 8-GPU gang's second a16 ($15) could be b8 ($12), c8 ($10.50) or d8 ($11), in that key order (three
+    # c8 would cost $31.50, more than two a16): c8.
+    offers = [offer("a16", gpus=16, price=15.0), offer("b8", price=12.0), offer("c8", price=10.5),
+              offer("d8", price=11.0)]
+    launches, _binds = _one_node(offers, [job("gang", workers=3, gpus=8)])
+    assert sorted(launches) == [("a16", Market.SPOT, 1), ("c8", Market.SPOT, 1)]
+
+
+def test_a_repair_saving_less_than_a_dollar_an_hour_is_made():
+    # The gang's second a16 ($15) as b8 ($14.50; three b8 would cost $43.50) saves 50 cents an hour, 30 with
+    # the expected loss (a16's for one worker is half the node's: 0.05 x (0.5 h + 5 min) x 0.5 x $15 = $0.22;
+    # b8's 0.05 x 0.58 x 1 x $14.50 = $0.42): still cheaper.
+    offers = [offer("a16", gpus=16, price=15.0), offer("b8", price=14.5)]
+    launches, _binds = _one_node(offers, [job("gang", workers=3, gpus=8)])
+    assert sorted(launches) == [("a16", Market.SPOT, 1), ("b8", Market.SPOT, 1)]
+
+
+def test_a_swap_undone_does_not_end_the_repairs_of_the_cheaper_nodes():
+    # As test_a_swap_that_breaks_a_rule_is_undone_and_not_reported (j0 on a, $8; j1 on b, $9, whose swap for
+    # a is undone: A100 jobs only), beside an H100 gang of 3 x 4 GPUs that may not use spot: two h8 ($13) beat
+    # three h4 ($13.50), and the second h8, holding one worker, is still swapped for h4 ($4.50) after b's undo.
+    a100, h100 = "A100-80GB", "H100-80GB"
+    offers = [offer("a", price=8.0), offer("b", price=9.0),
+              offer("h8", price=6.5, model=h100, market=Market.ON_DEMAND),
+              offer("h4", gpus=4, price=4.5, model=h100, market=Market.ON_DEMAND)]
+    queue = [job(f"j{i}", gpus=8, models=(a100,), submitted=T0 + timedelta(seconds=i)) for i in range(2)]
+    queue.append(job("gang", workers=3, gpus=4, models=(h100,), spot=False, submitted=T0 + timedelta(seconds=2)))
+    assert _one_node_under(offers, queue, min_distinct_offers=2) == [
+        ("a", Market.SPOT, 1), ("b", Market.SPOT, 1), ("h4", Market.ON_DEMAND, 1), ("h8", Market.ON_DEMAND, 1)]
+
+
+def test_a_repair_is_not_made_for_an_offer_cheaper_in_dollars_but_dearer_with_its_expected_loss():
+    # The gang's second a16 ($15 + $0.22 expected loss for its worker) could be b8 ($10.50), but b8 is lost with
+    # probability 0.85 an hour: 0.85 x 0.58 h x $10.50 = $5.21 more, $15.71 in all, 49 cents over the a16.
+    offers = [offer("a16", gpus=16, price=15.0), offer("b8", price=10.5)]
+    storm = Forecast(interruption=(OfferRisk(offers[1].key, 60, 0.85),))
+    p = plan(now=T0, queue=(job("gang", workers=3, gpus=8),), fleet=(), offers=tuple(offers), forecast=storm,
+             policy=policy())
+    assert [(l.offer.instance_type.name, l.count) for l in p.of_kind("launch")] == [("a16", 2)]
