@@ -391,3 +391,13 @@ def test_a_repair_is_not_made_for_an_offer_cheaper_in_dollars_but_dearer_with_it
     p = plan(now=T0, queue=(job("gang", workers=3, gpus=8),), fleet=(), offers=tuple(offers), forecast=storm,
              policy=policy())
     assert [(l.offer.instance_type.name, l.count) for l in p.of_kind("launch")] == [("a16", 2)]
+
+
+def test_a_node_holding_part_of_a_gang_beside_a_whole_job_stays_in_the_gangs_zone():
+    # The 3 x 8-GPU gang's second a16 (z1) also holds j (4 GPUs) in its room: 12 GPUs, which b12 in z2 ($12, 12
+    # GPUs; three would cost $36) holds for less than $15, but the gang's worker must stay in z1.
+    offers = [offer("a16", gpus=16, price=15.0, zone="z1"), offer("b12", gpus=12, price=12.0, zone="z2")]
+    queue = [job("gang", workers=3, gpus=8), job("j", gpus=4, submitted=T0 + timedelta(seconds=1))]
+    launches, binds = _one_node(offers, queue)
+    assert launches == [("a16", Market.SPOT, 2)]
+    assert sorted(binds["gang"]) == ["new-1", "new-1", "new-2"] and binds["j"] == ("new-2",)
