@@ -706,3 +706,19 @@ def test_a_waiting_gangs_start_is_estimated_in_one_zone():
     p = run(queue=[*running, w], fleet=fleet, pol=NO_CLAIMS)
     (waiting,) = p.unplaced
     assert "waits for running work to end (~2026-11-02 12:00 UTC)" in waiting.detail, waiting.detail
+
+
+def test_a_gang_claim_makes_room_only_on_the_nodes_it_takes():
+    # Team a (guarantee 16, using none) claims it for a batch gang of 2 x 8 GPUs; b (no guarantee) runs batch
+    # jobs on n1 and n2 and a high one on n3. The claim may take b's batch work, not its high work: n3's room
+    # with every preemptible job gone would hold a worker, but the gang may take nobody there. It takes b1 and
+    # b2, and makes room on n1 and n2 alone.
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job("b1", gpus=8, team="b"), "n1"), bound(job("b2", gpus=8, team="b"), "n2"),
+               bound(job("h3", gpus=8, team="b", priority="high"), "n3")]
+    gang = job("gang", workers=2, gpus=8, team="a")
+    p = run(queue=[*running, gang], fleet=fleet, pol=claims_policy(b_guarantee=0, a_guarantee=16))
+    assert preempts(p) == [("b1", "gang"), ("b2", "gang")] and sorted(binds(p)["gang"]) == ["n1", "n2"]
+    assert {pre.detail for pre in p.of_kind("preempt")} == {
+        "makes room on n1, n2 for gang (batch, team a within its guaranteed GPUs; b is above its own); not "
+        "checkpointable: loses 1.00 h of work"}
