@@ -331,14 +331,14 @@ def test_a_repair_under_a_gpu_cap_it_keeps_to_is_made():
 
 
 def test_a_cpu_only_gangs_node_is_swapped_for_a_smaller_cpu_node():
-    # A CPU-only gang of 5 x 40 vCPUs: two c128 ($20: three workers, then two) beat three c96 ($24) and five c64
-    # ($22.50); the second c128 holds 80 vCPUs, which a c96 holds for $8: $18.
+    # A CPU-only gang of 5 x 40 vCPUs and 16 GiB: two c128 ($20: three workers, then two) beat three c80 ($24)
+    # and five c64 ($22.50); the second c128 holds 80 vCPUs and 32 GiB, exactly what a c80 has, for $8: $18.
     cpu = dict(gpus=0, model=None, market=Market.ON_DEMAND)
     offers = [offer("c128", vcpus=128, memory_gib=512, price=10.0, **cpu),
-              offer("c96", vcpus=96, memory_gib=384, price=8.0, **cpu),
+              offer("c80", vcpus=80, memory_gib=32, price=8.0, **cpu),
               offer("c64", vcpus=64, memory_gib=256, price=4.5, **cpu)]
     launches, binds = _one_node(offers, [job("gang", workers=5, gpus=0, vcpus=40, memory_gib=16)])
-    assert sorted(launches) == [("c128", Market.ON_DEMAND, 1), ("c96", Market.ON_DEMAND, 1)]
+    assert sorted(launches) == [("c128", Market.ON_DEMAND, 1), ("c80", Market.ON_DEMAND, 1)]
     assert sorted(binds["gang"]) == ["new-1"] * 3 + ["new-2"] * 2
 
 
