@@ -531,8 +531,8 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
     """Refuse destroys the policy did not ask for: a resource may only be
     destroyed when its whole module is one fleetctl renders (``FLEETCTL_MODULE``)
     and left the rendered configuration (a GPU pool or region the policy no
-    longer allows), or replaced create-first when replacing is how it is
-    updated (``REPLACED_TO_UPDATE``). Refused: replacing or deleting anything
+    longer allows), or, in such a module that stays, replaced create-first when
+    replacing is how it is updated (``REPLACED_TO_UPDATE``). Refused: replacing or deleting anything
     else in a module that stays (a queue, a launch template, a scale set);
     anything of the user's own in the directory (their modules and resources);
     and IAM roles an older fleetctl kept in the controller module of a region
@@ -548,12 +548,12 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
     for change in plan.changes:
         if not change.destroys:
             continue
-        if change.type in REPLACED_TO_UPDATE and change.actions == ("create", "delete"):
-            continue
         match = re.match(r"^module\.([A-Za-z0-9_-]+)\.(.*)$", change.address)
         if match is None or not FLEETCTL_MODULE.fullmatch(match.group(1)):
-            not_ours.append(change)
+            not_ours.append(change)  # the user's, even a template replaced create-first
         elif match.group(1) in kept:
+            if change.type in REPLACED_TO_UPDATE and change.actions == ("create", "delete"):
+                continue
             in_kept.append(change)
         elif IAM_MODULE in kept and re.sub(r"\[0\]$", "", match.group(2)) in IAM_RESOURCES:
             legacy_iam.append(change)

@@ -266,3 +266,19 @@ def test_modules_are_formatted() -> None:
     done = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(ROOT / "terraform")],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("address", [
+    "google_compute_region_instance_template.mine",  # a resource of the root module
+    "module.mine.google_compute_region_instance_template.pool",
+    "module.gcp_pools.google_compute_region_instance_template.pool",  # a fleetctl-like name, not fleetctl's scheme
+], ids=["root", "module", "lookalike"])
+def test_a_users_own_instance_template_is_not_replaced_even_create_first(address: str) -> None:
+    """Replacing create-first is how fleetctl's GCP templates take a policy edit; the user's own template
+    of the same type is still the user's, which fleetctl apply never replaces (docs/terraform.md). It was
+    let through: the type was checked before whose the resource is."""
+    doc = render(EXAMPLE, load_catalog())
+    with pytest.raises(UnexpectedDestroy) as refused:
+        check_destroys(_plan((address, ("create", "delete"))), doc)
+    message = str(refused.value)
+    assert f"+/- {address}" in message and "Not fleetctl's" in message
