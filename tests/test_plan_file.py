@@ -77,6 +77,17 @@ def test_a_plan_round_trips():
     assert plan == PLAN and fingerprint == "f" * 64
 
 
+def test_a_launch_of_a_shape_without_gpus_round_trips():
+    """A CPU shape's gpu_model is null in the file, and read back as None."""
+    cpu = Plan((Launch(offer(name="c8", gpus=0, price=0.4), ("new-1",), Reason.FITS_NEW_CAPACITY, "cpu"),), (),
+               0.0, 0.4)
+    doc = json.loads(json.dumps(plan_to_document(cpu, fingerprint="f" * 64, created_at_utc=datetime(2026, 11, 24,
+                                                 tzinfo=timezone.utc), policy_path="p.yaml")))
+    it = doc["actions"][0]["offer"]["instance_type"]
+    assert (it["gpu_model"], it["gpu_count"], it["interconnect"]) == (None, 0, "none")
+    assert plan_from_document(doc) == (cpu, "f" * 64)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=edited())
 def test_an_edited_plan_file_gives_a_plan_or_a_plan_file_error(doc):
@@ -93,6 +104,8 @@ def test_an_edited_plan_file_gives_a_plan_or_a_plan_file_error(doc):
     (("actions", 0, "offer", "instance_type", "provider"), 0, "actions[0].offer.instance_type.provider: must be a string, found int"),
     (("actions", 0, "offer", "region"), ["us"], "actions[0].offer.region: must be a string, found list"),
     (("actions", 0, "node_names"), ["new-1", 2], "actions[0].node_names: must be a list of strings"),
+    (("actions", 0, "node_names"), "new-1", "actions[0].node_names: must be a list of strings"),  # not 5 names
+    (("actions", 2, "node_ids"), {"new-1": 0}, "actions[2].node_ids: must be a list of strings"),
     (("actions", 0, "offer", "instance_type", "vcpus"), float("inf"), "actions[0].offer.instance_type.vcpus: cannot convert float infinity"),
     (("actions", 3, "node_id"), None, "actions[3].node_id: must be a string, found NoneType"),
     (("actions", 0, "offer", "usd_per_hour"), "cheap",
