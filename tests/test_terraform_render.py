@@ -298,3 +298,34 @@ def test_turning_gang_placement_groups_off_lets_the_pools_placement_groups_go() 
     doc = render(off, load_catalog())
     assert doc["module"]["aws_pool_us_east_1_a10g"]["gang_placement_group"] is False
     check_destroys(_plan(("module.aws_pool_us_east_1_a10g.aws_placement_group.gang[0]", ("delete",))), doc)
+
+
+def test_the_pools_of_a_region_are_the_allowed_gpu_models_its_provider_sells_there() -> None:
+    """One pool per GPU model, named by it, represented by its smallest shape (fewest GPUs), then the cheapest:
+    not a model sold only in another region or by another provider in a region of the same name, not a
+    CPU shape; an empty allow-list allows every model."""
+    from fleetctl.model import Policy
+    from fleetctl.terraform import pools
+    from tests.builders import offer
+
+    small_dear = offer("g5.2xlarge", gpus=1, price=1.2, model="A10G", region="r1")
+    small_cheap = offer("g5.xlarge", gpus=1, price=1.0, model="A10G", region="r1")
+    catalog = (
+        offer("g5.12xlarge", gpus=4, price=0.5, model="A10G", region="r1"),  # cheaper per hour, but 4 GPUs
+        small_dear, small_cheap,
+        offer("g6.xlarge", gpus=1, price=0.8, model="L4", region="r1"),
+        offer("p5.48xlarge", gpus=8, price=98.0, model="H100-80GB", region="r2"),  # sold in r2 only
+        offer("a2-highgpu-1g", gpus=1, price=3.0, model="A100-40GB", region="r1", provider="gcp"),
+        offer("m5.xlarge", gpus=0, price=0.2, region="r1"),  # no GPU: no pool
+    )
+    assert pools(Policy(), catalog, "aws", "r1") == {"a10g": small_cheap, "l4": catalog[3]}
+    assert pools(Policy(gpu_models=("L4", "H100-80GB")), catalog, "aws", "r1") == {"l4": catalog[3]}
+    assert pools(Policy(), catalog, "aws", "r2") == {"h100-80gb": catalog[4]}
+    assert pools(Policy(), catalog, "gcp", "r1") == {"a100-40gb": catalog[5]}
+    assert pools(Policy(), tuple(reversed(catalog)), "aws", "r1") == {"a10g": small_cheap, "l4": catalog[3]}
+
+
+def test_a_slug_is_lower_case_words_joined_by_underscores() -> None:
+    from fleetctl.terraform import _slug
+
+    assert _slug("-US East 1-") == "us_east_1" and _slug("A100-80GB") == "a100_80gb"
