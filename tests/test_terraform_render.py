@@ -329,3 +329,116 @@ def test_a_slug_is_lower_case_words_joined_by_underscores() -> None:
     from fleetctl.terraform import _slug
 
     assert _slug("-US East 1-") == "us_east_1" and _slug("A100-80GB") == "a100_80gb"
+
+
+def _three_clouds(**policy_fields):  # noqa: ANN202 - (policy, catalog)
+    """Two AWS regions (a pool in the second), two GCP regions (an N1 pool in the second), one Azure region."""
+    from fleetctl.model import (AwsRegionSettings, AzureRegionSettings, AzureSettings, GcpSettings, Infrastructure,
+                                Policy)
+    from tests.builders import offer
+
+    infra = Infrastructure(
+        cluster="ml", controller_url="http://10.0.0.5:9109", tags=(("cost-centre", "4711"), ("team", "ml")),
+        aws=(AwsRegionSettings("eu-west-1", "ami-1", ("subnet-1",)),
+             AwsRegionSettings("us-east-1", "ami-2", ("subnet-2",), ("sg-1", "sg-2"), gang_placement_groups=True)),
+        gcp=GcpSettings("ml-proj", ("europe-west4", "us-central1"), "img", network="net", subnetwork="sub",
+                        service_account_email="sa@ml-proj.iam.gserviceaccount.com", termination_action="STOP"),
+        azure=AzureSettings("sub-id", "rg", "ssh-ed25519 AAAA", (AzureRegionSettings("eastus", "/s/subnet", "/s/img"),)))
+    catalog = (offer("g5.xlarge", gpus=1, price=1.0, model="A10G", region="us-east-1"),
+               offer("n1-standard-8+2xnvidia-tesla-t4", gpus=2, price=0.9, model="T4", region="us-central1",
+                     provider="gcp", zone=""),
+               offer("Standard_NC4as_T4_v3", gpus=1, price=0.5, model="T4", region="eastus", provider="azure", zone=""))
+    return Policy(infrastructure=infra, **policy_fields), catalog
+
+
+def test_the_whole_document_of_three_clouds_by_hand() -> None:
+    policy, catalog = _three_clouds()
+    tags = {"cost-centre": "4711", "team": "ml"}
+    url = "http://10.0.0.5:9109"
+    chain = ("aws_controller_eu_west_1", "aws_controller_us_east_1")
+    moved = []
+    for resource in ("aws_iam_role.controller", "aws_iam_role_policy.controller", "aws_iam_role.node",
+                     "aws_iam_instance_profile.node"):
+        moved += [{"from": f"module.{chain[0]}.{resource}[0]", "to": f"module.{chain[1]}.{resource}[0]"},
+                  {"from": f"module.{chain[1]}.{resource}[0]", "to": f"module.aws_iam.{resource}"}]
+    expected = {
+        "//": "Rendered by fleetctl from the policy; edit the policy, not this file.",
+        "terraform": {"required_providers": {
+            "aws": {"source": "hashicorp/aws", "version": ">= 6.0"},
+            "google": {"source": "hashicorp/google", "version": ">= 6.0"},
+            "azurerm": {"source": "hashicorp/azurerm", "version": ">= 4.0"}}},
+        "provider": {"aws": {"region": "eu-west-1"}, "google": {"project": "ml-proj", "region": "europe-west4"},
+                     "azurerm": {"features": {}, "subscription_id": "sub-id"}},
+        "module": {
+            "aws_controller_eu_west_1": {"source": "./modules/aws-controller", "cluster": "ml", "region": "eu-west-1",
+                                         "tags": tags},
+            "aws_controller_us_east_1": {"source": "./modules/aws-controller", "cluster": "ml", "region": "us-east-1",
+                                         "tags": tags},
+            "aws_iam": {"source": "./modules/aws-iam", "cluster": "ml", "tags": tags},
+            "aws_pool_us_east_1_a10g": {
+                "source": "./modules/aws-pool", "cluster": "ml", "pool": "a10g", "region": "us-east-1",
+                "image_id": "ami-2", "instance_profile_name": "${module.aws_iam.node_instance_profile_name}",
+                "security_group_ids": ["sg-1", "sg-2"], "controller_url": url, "gang_placement_group": True,
+                "tags": tags},
+            "azure_pool_eastus_t4": {
+                "source": "./modules/azure-pool", "cluster": "ml", "pool": "t4", "resource_group_name": "rg",
+                "location": "eastus", "vm_size": "Standard_NC4as_T4_v3", "subnet_id": "/s/subnet", "image_id": "/s/img",
+                "admin_ssh_public_key": "ssh-ed25519 AAAA", "controller_url": url, "tags": tags},
+            "gcp_pool_us_central1_t4": {
+                "source": "./modules/gcp-pool", "cluster": "ml", "pool": "t4", "project": "ml-proj",
+                "region": "us-central1", "machine_type": "n1-standard-8", "accelerator_type": "nvidia-tesla-t4",
+                "accelerator_count": 2, "image": "img", "network": "net", "subnetwork": "sub",
+                "service_account_email": "sa@ml-proj.iam.gserviceaccount.com", "controller_url": url,
+                "instance_termination_action": "STOP", "labels": tags},
+        },
+        "output": {
+            "aws_controller_eu_west_1_queue_url": {"value": "${module.aws_controller_eu_west_1.queue_url}"},
+            "aws_controller_us_east_1_queue_url": {"value": "${module.aws_controller_us_east_1.queue_url}"},
+            "aws_pool_us_east_1_a10g_launch_template": {
+                "value": "${module.aws_pool_us_east_1_a10g.launch_template_name}"},
+            "azure_pool_eastus_t4_scale_set": {"value": "${module.azure_pool_eastus_t4.scale_set_name}"},
+            "gcp_pool_us_central1_t4_template": {"value": "${module.gcp_pool_us_central1_t4.instance_template_name}"},
+        },
+        "moved": moved,
+    }
+    assert json.dumps(render(policy, catalog), indent=1) == json.dumps(expected, indent=1)  # the order too
+
+
+@pytest.mark.parametrize(("providers", "rendered"), [
+    (("gcp",), {"google"}), (("azure",), {"azurerm"}), (("aws", "azure"), {"aws", "azurerm"}),
+    ((), {"aws", "google", "azurerm"}),
+])
+def test_only_the_clouds_the_policy_allows_are_rendered(providers, rendered) -> None:
+    policy, catalog = _three_clouds(providers=providers)
+    doc = render(policy, catalog)
+    prefixes = {"aws": "aws_", "google": "gcp_", "azurerm": "azure_"}
+    assert set(doc["provider"]) == set(doc["terraform"]["required_providers"]) == rendered
+    assert {p for p, prefix in prefixes.items() if any(m.startswith(prefix) for m in doc["module"])} == rendered
+    assert {p for p, prefix in prefixes.items() if any(o.startswith(prefix) for o in doc["output"])} == rendered
+    assert ("moved" in doc) is ("aws" in rendered)
+
+
+def test_a_cloud_the_infrastructure_does_not_declare_is_not_rendered_though_allowed() -> None:
+    policy, catalog = _three_clouds()
+    infra = policy.infrastructure
+    assert infra is not None
+    doc = render(replace(policy, infrastructure=replace(infra, aws=(), azure=None)), catalog)
+    assert set(doc["provider"]) == {"google"} and list(doc["module"]) == ["gcp_pool_us_central1_t4"]
+    assert "moved" not in doc
+    only_aws = render(replace(policy, infrastructure=replace(infra, gcp=None, azure=None)), catalog)
+    assert set(only_aws["provider"]) == {"aws"}
+
+
+@pytest.mark.parametrize(("declared", "providers", "message"), [
+    (("aws", "gcp"), ("azure",), "the policy does not allow aws, gcp (providers: azure); nothing to render"),
+    (("aws",), ("azure", "gcp"), "the policy does not allow aws (providers: azure, gcp); nothing to render"),
+])
+def test_a_policy_that_allows_none_of_the_declared_clouds_says_which_are_which(declared, providers, message) -> None:
+    policy, catalog = _three_clouds(providers=providers)
+    infra = policy.infrastructure
+    assert infra is not None
+    infra = replace(infra, gcp=infra.gcp if "gcp" in declared else None,
+                    azure=infra.azure if "azure" in declared else None)
+    with pytest.raises(TerraformError) as refused:
+        render(replace(policy, infrastructure=infra), catalog)
+    assert str(refused.value) == message
