@@ -442,3 +442,14 @@ def test_a_policy_that_allows_none_of_the_declared_clouds_says_which_are_which(d
     with pytest.raises(TerraformError) as refused:
         render(replace(policy, infrastructure=infra), catalog)
     assert str(refused.value) == message
+
+
+def test_tags_become_gcp_labels_of_label_syntax() -> None:
+    """Lower case letters, digits, '-' and '_', at most 63 characters; a key starts with a letter (else 't')."""
+    from fleetctl.terraform import gcp_labels
+
+    labels = gcp_labels((("Cost Centre", "R&D"), ("2024-budget", "Yes"), ("k8s", "x" * 70), ("9" + "a" * 70, "v"),
+                         ("l" * 70, "")))
+    assert labels == {"cost_centre": "r_d", "t2024-budget": "yes", "k8s": "x" * 63, "t9" + "a" * 61: "v",
+                      "l" * 63: ""}
+    assert list(labels) == sorted(labels)
