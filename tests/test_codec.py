@@ -8,9 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.codec import (DecodeError, decoded, dt_to_str, instance_type_from_dict, offer_from_dict, offer_to_dict,
-                            show_utc, stored_time)
-from fleetctl.model import InstanceType, Interconnect, Market, Offer
+from fleetctl.codec import (DecodeError, decoded, dt_to_str, instance_type_from_dict, job_from_dict, job_to_dict,
+                            node_from_dict, node_to_dict, offer_from_dict, offer_to_dict, show_utc, stored_time)
+from fleetctl.model import InstanceType, Interconnect, Job, JobState, Market, Node, NodeState, Offer
+from tests.builders import offer
 
 PLUS_2 = timezone(timedelta(hours=2))
 
@@ -102,3 +103,56 @@ def test_an_instance_type_without_its_optional_keys_reads_with_their_defaults():
     """A CPU shape as the fewest keys say it: no GPU, no interconnect, x86_64."""
     assert instance_type_from_dict({"provider": "gcp", "name": "n2-standard-8", "vcpus": 8, "memory_gib": 32}) == \
         InstanceType("gcp", "n2-standard-8", 8, 32.0, None, 0, 0.0, Interconnect.NONE, "x86_64")
+
+
+def test_a_node_with_every_time_set_round_trips_through_json():
+    n = Node("n1", offer(zone=""), NodeState.DRAINING, launched_at_utc=datetime(2026, 11, 27, 20, 0, tzinfo=timezone.utc),
+             ready_at_utc=datetime(2026, 11, 27, 20, 3, tzinfo=timezone.utc),
+             idle_since_utc=datetime(2026, 11, 27, 21, 30, tzinfo=PLUS_2), zone="r1-b")
+    d = json.loads(json.dumps(node_to_dict(n)))
+    assert {k: v for k, v in d.items() if k != "offer"} == {
+        "node_id": "n1", "state": "draining", "launched_at_utc": "2026-11-27T20:00:00Z",
+        "ready_at_utc": "2026-11-27T20:03:00Z", "idle_since_utc": "2026-11-27T19:30:00Z", "zone": "r1-b"}
+    assert node_from_dict(d) == n
+
+
+# --------------------------------------------------------------------------- jobs
+
+T = datetime(2026, 11, 27, 21, 0, tzinfo=timezone.utc)
+REQUIRED = {"id": "j1", "workers": 2, "gpus_per_worker": 4, "vcpus_per_worker": 8, "memory_gib_per_worker": 64,
+            "priority": "batch", "team": "a", "duration_hours": 1.5, "submitted_at_utc": "2026-11-27T21:00:00Z"}
+
+
+def test_a_job_with_only_its_required_keys_reads_with_every_default():
+    """What a tombstone (or a job an older fleetctl wrote) leaves out reads as the field's default: queued,
+    on no node, never started, never interrupted, any GPU model, the class deciding spot."""
+    assert job_from_dict(REQUIRED) == Job(
+        job_id="j1", workers=2, gpus_per_worker=4, vcpus_per_worker=8.0, memory_gib_per_worker=64.0, priority="batch",
+        team="a", duration_hours=1.5, submitted_at_utc=T, gpu_models=(), checkpointable=False,
+        checkpoint_interval_minutes=None, deadline_utc=None, spot_eligible=None, state=JobState.QUEUED, node_ids=(),
+        gpu_memory_gib_per_gpu=0.0, started_at_utc=None, last_checkpoint_utc=None, interruptions=0,
+        work_lost_interruptions=0, checkpointed_work_hours=0.0, priority_boost=0.0, avoid_offer_keys=(),
+        requeued_at_utc=None, first_started_at_utc=None)
+
+
+def test_a_job_with_every_field_set_round_trips_through_json():
+    ran = Job(
+        job_id="j1", workers=2, gpus_per_worker=4, vcpus_per_worker=8.5, memory_gib_per_worker=64.5, priority="batch",
+        team="a", duration_hours=1.5, submitted_at_utc=T, gpu_models=("A100-80GB", "H100-80GB"), checkpointable=True,
+        checkpoint_interval_minutes=30.0, deadline_utc=T + timedelta(hours=9), spot_eligible=False,
+        state=JobState.RUNNING, node_ids=("n1", "n2"), gpu_memory_gib_per_gpu=40.0,
+        started_at_utc=T + timedelta(hours=2), last_checkpoint_utc=T + timedelta(hours=2, minutes=30), interruptions=3,
+        work_lost_interruptions=1, checkpointed_work_hours=0.25, priority_boost=100.0,
+        avoid_offer_keys=("aws/r1/z1/g8/spot",), requeued_at_utc=T + timedelta(hours=1),
+        first_started_at_utc=T + timedelta(minutes=10))
+    d = json.loads(json.dumps(job_to_dict(ran)))
+    assert (d["id"], d["state"], d["node_ids"], d["deadline_utc"], d["first_started_at_utc"]) == (
+        "j1", "running", ["n1", "n2"], "2026-11-28T06:00:00Z", "2026-11-27T21:10:00Z")
+    assert job_from_dict(d) == ran
+
+
+def test_a_job_spec_is_read_from_an_object_only():
+    from fleetctl.codec import job_spec_dict
+
+    with pytest.raises(TypeError, match="^a job is a JSON object, not list$"):
+        job_spec_dict([REQUIRED])

@@ -113,6 +113,7 @@ def test_an_edited_plan_file_gives_a_plan_or_a_plan_file_error(doc):
     (("actions", 0, "offer", "market"), "cheap", "p.json: actions[0].offer.market: 'cheap' is not a valid Market"),
     (("actions", 0, "offer", "instance_type"), {}, "p.json: actions[0].offer.instance_type: missing field 'provider'"),
     (("actions", 0, "reason"), 3, "p.json: actions[0].reason: 3 is not a valid Reason"),
+    (("actions", 3, "kind"), "resize", "p.json: actions[3]: unknown action kind 'resize'"),
     (("unplaced", 0, "job_id"), 4, "unplaced[0].job_id: must be a string, found int"),
     (("unplaced", 0, "reason"), "bored", "unplaced[0].reason: 'bored' is not a valid Reason"),
 ])
