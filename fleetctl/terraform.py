@@ -527,12 +527,28 @@ def sha256_of(path: Path) -> str:
 REPLACED_TO_UPDATE: frozenset[str] = frozenset({"google_compute_region_instance_template"})
 
 
+#: Resources a module declares only while one of its inputs is on: (address in
+#: the module, input). Turning the input off in the policy deletes the resource
+#: from a module that stays, which is what the edit asks for.
+SWITCHED_BY_INPUT: tuple[tuple[str, str], ...] = (("aws_placement_group.gang[0]", "gang_placement_group"),)
+
+
+def _switched_off(document: Mapping[str, Any], module: str, resource: str) -> bool:
+    """Whether ``resource`` of the kept ``module`` is one an input of the
+    rendered module turns off (``SWITCHED_BY_INPUT``), and that input is off."""
+    inputs = document.get("module", {}).get(module, {})
+    return any(resource == address and inputs.get(name) is False for address, name in SWITCHED_BY_INPUT)
+
+
 def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
     """Refuse destroys the policy did not ask for: a resource may only be
     destroyed when its whole module is one fleetctl renders (``FLEETCTL_MODULE``)
     and left the rendered configuration (a GPU pool or region the policy no
     longer allows), or, in such a module that stays, replaced create-first when
-    replacing is how it is updated (``REPLACED_TO_UPDATE``). Refused: replacing or deleting anything
+    replacing is how it is updated (``REPLACED_TO_UPDATE``), or deleted when
+    the policy turned off the input that declares it (``SWITCHED_BY_INPUT``:
+    a pool's gang placement group; before 2026-11-28 that edit was refused,
+    blamed on edited module copies). Refused: replacing or deleting anything
     else in a module that stays (a queue, a launch template, a scale set);
     anything of the user's own in the directory (their modules and resources);
     and IAM roles an older fleetctl kept in the controller module of a region
@@ -553,6 +569,8 @@ def check_destroys(plan: TerraformPlan, document: Mapping[str, Any]) -> None:
             not_ours.append(change)  # the user's, even a template replaced create-first
         elif match.group(1) in kept:
             if change.type in REPLACED_TO_UPDATE and change.actions == ("create", "delete"):
+                continue
+            if change.actions == ("delete",) and _switched_off(document, match.group(1), match.group(2)):
                 continue
             in_kept.append(change)
         elif IAM_MODULE in kept and re.sub(r"\[0\]$", "", match.group(2)) in IAM_RESOURCES:

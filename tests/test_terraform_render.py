@@ -284,12 +284,6 @@ def test_a_users_own_instance_template_is_not_replaced_even_create_first(address
     assert f"+/- {address}" in message and "Not fleetctl's" in message
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the policy's gang_placement_groups true -> false makes Terraform delete each pool's "
-    "aws_placement_group.gang[0] (count = 0) in a module that stays (confirmed with the real binary: the plan is "
-    "'- module.aws_pool_us_east_1_a10g.aws_placement_group.gang[0]' and nothing else); check_destroys refuses every "
-    "delete in a kept module, so fleetctl apply can never carry out this policy edit, and its message blames "
-    "'the module copies in the directory were edited', which they were not"))
 def test_turning_gang_placement_groups_off_lets_the_pools_placement_groups_go() -> None:
     infra = EXAMPLE.infrastructure
     assert infra is not None
@@ -453,3 +447,21 @@ def test_tags_become_gcp_labels_of_label_syntax() -> None:
     assert labels == {"cost_centre": "r_d", "t2024-budget": "yes", "k8s": "x" * 63, "t9" + "a" * 61: "v",
                       "l" * 63: ""}
     assert list(labels) == sorted(labels)
+
+
+def test_a_placement_group_the_policy_keeps_or_another_resource_of_its_module_is_not_deleted() -> None:
+    # The delete above is let through only for the resource the off input removes, and only while it is off.
+    infra = EXAMPLE.infrastructure
+    assert infra is not None
+    on = render(EXAMPLE, load_catalog())
+    assert on["module"]["aws_pool_us_east_1_a10g"]["gang_placement_group"] is True
+    group = "module.aws_pool_us_east_1_a10g.aws_placement_group.gang[0]"
+    with pytest.raises(UnexpectedDestroy, match=re.escape(f"- {group}")):
+        check_destroys(_plan((group, ("delete",))), on)
+    off = render(replace(EXAMPLE, infrastructure=replace(infra, aws=tuple(replace(a, gang_placement_groups=False)
+                                                                            for a in infra.aws))), load_catalog())
+    template = "module.aws_pool_us_east_1_a10g.aws_launch_template.pool"
+    with pytest.raises(UnexpectedDestroy, match=re.escape(f"- {template}")):
+        check_destroys(_plan((template, ("delete",))), off)
+    with pytest.raises(UnexpectedDestroy, match=re.escape(f"-/+ {group}")):  # a replacement is no switch-off
+        check_destroys(_plan((group, ("delete", "create"))), off)

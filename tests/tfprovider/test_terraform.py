@@ -212,17 +212,15 @@ def _terraform_lines(output: str) -> list[str]:
     return [line.strip() for line in section.splitlines()[2:] if line.startswith("  ") and "Terraform:" not in line]
 
 
-def test_adding_or_dropping_a_region_plans_only_that_region(tf_env: dict, tmp_path: Path) -> None:
-    """docs/terraform.md: a new region is a normal policy change. A region
-    that sorts before the existing one used to take the IAM roles over
-    (destroy in one controller module, create in the other), which fleetctl
-    refused; now the roles have a module of their own and stay put."""
+def _plan_and_apply(tf_env: dict, tmp_path: Path):  # noqa: ANN202
+    """``plan(policy, out)`` (its output) and ``apply(policy, out)`` of the CLI on the sandbox and the
+    Terraform directory ``tmp_path/infra``, each asserted to succeed."""
     runner = CliRunner()
     env = {**tf_env, "FLEETCTL_STATE": f"sqlite:///{tmp_path / 'state.db'}", "FLEETCTL_SIM_LAUNCH_DELAY_SECONDS": "0"}
     infra = tmp_path / "infra"
     infra.mkdir()  # fleetctl does not create a missing --terraform-dir
 
-    def plan(policy: Path, out: str):  # noqa: ANN202
+    def plan(policy: Path, out: str) -> str:
         done = runner.invoke(app, ["plan", "--policy", str(policy), "--terraform-dir", str(infra),
                                    "--terraform-init", "get", "-out", str(tmp_path / out)], env=env)
         assert done.exit_code == 0, done.output
@@ -233,6 +231,15 @@ def test_adding_or_dropping_a_region_plans_only_that_region(tf_env: dict, tmp_pa
                              env=env)
         assert done.exit_code == 0, done.output
 
+    return plan, apply
+
+
+def test_adding_or_dropping_a_region_plans_only_that_region(tf_env: dict, tmp_path: Path) -> None:
+    """docs/terraform.md: a new region is a normal policy change. A region
+    that sorts before the existing one used to take the IAM roles over
+    (destroy in one controller module, create in the other), which fleetctl
+    refused; now the roles have a module of their own and stay put."""
+    plan, apply = _plan_and_apply(tf_env, tmp_path)
     plan(EXAMPLE, "one.json")
     apply(EXAMPLE, "one.json")
     two = _edited(tmp_path, _add_region("eu-west-1"))  # sorts before us-east-1
@@ -246,6 +253,28 @@ def test_adding_or_dropping_a_region_plans_only_that_region(tf_env: dict, tmp_pa
     assert dropped and all(line.startswith("- ") and "eu_west_1" in line for line in dropped), dropped
     apply(EXAMPLE, "back.json")
     assert "No changes. The infrastructure matches the policy." in plan(EXAMPLE, "again.json")
+
+
+def test_turning_gang_placement_groups_off_deletes_only_the_pools_placement_groups(tf_env: dict,
+                                                                                   tmp_path: Path) -> None:
+    """infrastructure.aws.REGION.gang_placement_groups true -> false: the real
+    binary plans the delete of each pool's placement group, in modules that
+    stay, and nothing else; fleetctl applies it (before 2026-11-28 it refused
+    the edit, blaming edited module copies) and the next plan is clean."""
+    plan, apply = _plan_and_apply(tf_env, tmp_path)
+    plan(EXAMPLE, "one.json")
+    apply(EXAMPLE, "one.json")
+
+    def off(doc) -> None:  # noqa: ANN001
+        for region in doc["infrastructure"]["aws"].values():
+            region["gang_placement_groups"] = False
+
+    edited = _edited(tmp_path, off)
+    lines = _terraform_lines(plan(edited, "two.json"))
+    assert lines and all(line.startswith("- module.aws_pool_") and line.endswith(".aws_placement_group.gang[0]")
+                         for line in lines), lines
+    apply(edited, "two.json")
+    assert "No changes. The infrastructure matches the policy." in plan(edited, "again.json")
 
 
 def test_every_regional_aws_resource_of_the_modules_names_its_region(schemas: dict) -> None:
