@@ -2312,12 +2312,13 @@ class _Pass:
         # Ready spot nodes of each offer with room: a job moves into one before a node of its offer is bought
         # (an idle spot node would otherwise be terminated beside an identical launch).
         # Nodes consolidation emptied in this pass count too (``emptied``: their terminations; the job keeps the
-        # node instead of a new one like it).
+        # node instead of a new one like it). A node reserved for a waiting gang takes a job that ends before
+        # the reservation (``_spot_room``; before 2026-11-28 such nodes were left out, whatever the job's end).
         going = {t.node_id for t in emptied}
         spot_room: dict[str, list[Slot]] = {}
         for slot in self.index.slots.values():
             node = self.nodes.get(slot.name)
-            if slot.new or (not slot.schedulable and slot.name not in going) or slot.reserved_for is not None \
+            if slot.new or (not slot.schedulable and slot.name not in going) \
                     or node is None or node.state is not NodeState.READY or slot.offer.market is not Market.SPOT:
                 continue
             spot_room.setdefault(slot.offer.key, []).append(slot)

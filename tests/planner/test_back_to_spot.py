@@ -264,3 +264,25 @@ def test_a_move_into_a_spot_node_the_fleet_holds_is_made_by_a_fleet_over_its_lim
     p = _move(fleet=[node("od", OD), node("s", SPOT)], **limit)
     assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("j", ("s",))]
     assert [t.node_id for t in p.of_kind("terminate")] == ["od"] and p.usd_per_hour_after == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("duration_hours, moves", [(3.0, True), (10.0, False)], ids=["ends-before", "ends-after"])
+def test_a_job_moves_into_a_spot_node_reserved_for_a_waiting_gang_only_if_it_ends_before(duration_hours, moves):
+    # A 2 x 8-GPU gang waits (the $15 budget) for n1 and n2 (sp8 spot, $2), whose jobs (5 of 8 GPUs, not
+    # checkpointable) end at T0 + 2 h (11:00): both are reserved for it until then. j (1 GPU on the $10 od) has
+    # 1.5 h of work left from its checkpoint: with the 6-minute restart it ends at T0 + 1.6 h, before the
+    # reservation, and moves into n1's room (the move costs $6, the $8/h saved pays it back in 0.8 h); with
+    # 8.5 h left it stays (a new sp8 node would pass the budget). Before 2026-11-28 reserved nodes were no room
+    # for the move back to spot, whatever the job's end.
+    sp8 = offer("sp8", gpus=8, price=2.0, zone="z2")
+    running = [replace(job(f"r{i}", gpus=5, duration_hours=3.0, state=JobState.RUNNING, node_ids=(f"n{i}",)),
+                       started_at_utc=T0 - timedelta(hours=1), checkpointable=False) for i in (1, 2)]
+    gang = job("gang", workers=2, gpus=8, submitted=T0 - timedelta(hours=1))
+    p = plan(now=T0, queue=(*running, gang, _running("j", "od", duration_hours=duration_hours)),
+             fleet=(node("n1", sp8), node("n2", sp8), node("od", OD)), offers=(sp8,),
+             forecast=Forecast(interruption=(OfferRisk(sp8.key, 60, 0.0),)),
+             policy=policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0, max_usd_per_hour=15.0))
+    assert "waits for running work to end (~2026-11-02 11:00 UTC)" in p.unplaced[0].detail
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == ([("j", ("n1",))] if moves else [])
+    assert [t.node_id for t in p.of_kind("terminate")] == (["od"] if moves else [])
+    assert not p.of_kind("launch")
