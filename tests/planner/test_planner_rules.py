@@ -291,17 +291,25 @@ def case_a_node_asked_later_still_wins_when_the_first_takes_a_job_that_loses_mor
     assert binds(p) == {"prod": ("n2",)}
 
 
-def case_a_gang_past_the_zones_free_capacity_looks_at_takes_free_nodes_preempting_nobody():
-    # The free-capacity search for a gang looks at 16 zones at most (capacity._GANG_DOMAINS): z01..z16 each
-    # have 18 GPUs free over three nodes but no node with 8, so it finds nothing. The preemption search then
-    # finds z17's two free nodes; this batch gang may preempt nobody, and it looks only at nodes with a
-    # worker's GPUs free (exactly 8 here).
+def sixteen_busy_zones(prefix: str = "b", **job_fields):  # noqa: ANN201
+    """z01..z16, three 8-GPU nodes each, each node running a 2-GPU job ``PREFIX-zNN-K`` (``job_fields``, team b
+    by default): 18 GPUs free a zone, no node with 8. The free-capacity search for a gang looks at 16 zones at
+    most (capacity._GANG_DOMAINS), so it finds nothing, and no zone after them. ``(fleet, running)``."""
     fleet, running = [], []
     for z in range(1, 17):
         for k in range(3):
             name = f"z{z:02d}-{k}"
             fleet.append(node(name, offer(zone=f"z{z:02d}")))
-            running.append(bound(job(f"b-{name}", gpus=2, team="b"), name))
+            running.append(bound(job(f"{prefix}-{name}", gpus=2, **({"team": "b"} | job_fields)), name))
+    return fleet, running
+
+
+def case_a_gang_past_the_zones_free_capacity_looks_at_takes_free_nodes_preempting_nobody():
+    # The free-capacity search for a gang looks at 16 zones at most (capacity._GANG_DOMAINS): z01..z16 each
+    # have 18 GPUs free over three nodes but no node with 8, so it finds nothing. The preemption search then
+    # finds z17's two free nodes; this batch gang may preempt nobody, and it looks only at nodes with a
+    # worker's GPUs free (exactly 8 here).
+    fleet, running = sixteen_busy_zones()
     fleet += [node("z17-0", offer(zone="z17")), node("z17-1", offer(zone="z17"))]
     gang = job("gang", workers=2, gpus=8)
     p = run(queue=[*running, gang], fleet=fleet, offers=[], pol=policy(max_usd_per_hour=10.0))

@@ -11,7 +11,7 @@ import pytest
 from fleetctl.model import JobState, Market, NodeState, PriorityClass, Reason, Team
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
-from tests.planner.test_planner_rules import binds, bound, unplaced
+from tests.planner.test_planner_rules import binds, bound, sixteen_busy_zones, unplaced
 
 
 def run(queue=(), fleet=(), offers=(), pol=None, now=T0):
@@ -595,12 +595,7 @@ def test_a_gang_that_may_preempt_nobody_takes_nodes_with_more_than_a_workers_gpu
     # As test_planner_rules' gang past the zones the free-capacity search looks at (16: z01..z16 with 18 GPUs
     # free each, no node with 8), but z17's two 16-GPU nodes each run a 4-GPU job: 12 GPUs free on each,
     # more than a worker's 8 and less than two workers'. The batch gang may take nobody; it takes both.
-    fleet, running = [], []
-    for z in range(1, 17):
-        for k in range(3):
-            name = f"z{z:02d}-{k}"
-            fleet.append(node(name, offer(zone=f"z{z:02d}")))
-            running.append(bound(job(f"b-{name}", gpus=2, team="b"), name))
+    fleet, running = sixteen_busy_zones()
     for k in range(2):
         name = f"z17-{k}"
         fleet.append(node(name, offer("g16", gpus=16, zone="z17")))
@@ -614,13 +609,7 @@ def _past_16_zones_with_z17_reserved():
     """z01..z16 each run 2 GPUs of production work (10 h) on three nodes: 18 GPUs free, no node with 8, and the
     free-capacity search looks at no zone after them. z17-a and z17-b are free, z17-c runs production work that
     ends at T0 + 1 h: w (high, 3 x 8 GPUs) reserves the three until then."""
-    fleet, running = [], []
-    for z in range(1, 17):
-        for k in range(3):
-            name = f"z{z:02d}-{k}"
-            fleet.append(node(name, offer(zone=f"z{z:02d}")))
-            running.append(bound(job(f"p-{name}", gpus=2, team="c", priority="production", duration_hours=10.0),
-                                 name))
+    fleet, running = sixteen_busy_zones("p", team="c", priority="production", duration_hours=10.0)
     fleet += [node(f"z17-{k}", offer(zone="z17")) for k in "abc"]
     running.append(bound(job("p-z17-c", gpus=8, team="c", priority="production", duration_hours=2.0), "z17-c"))
     return fleet, [*running, job("w", workers=3, gpus=8, priority="high", submitted=T0 - timedelta(hours=1))]
