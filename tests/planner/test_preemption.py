@@ -517,15 +517,22 @@ def test_a_gang_looks_past_a_node_of_its_zone_without_room():
     assert preempts(p) == [("b2", "gang"), ("b3", "gang")] and sorted(binds(p)["gang"]) == ["n2", "n3"]
 
 
+def _halves_and_a_waiting_gang():  # noqa: ANN202
+    """z1: n1, n2 and n3 each run a batch job (b1..b3) and a high job (h1..h3) of 4 GPUs, those of n1 and n2
+    ending at T0 + 1 h, n3's at T0 + 5 h; ``first`` (high, 2 x 8 GPUs) may take only the batch halves, waits,
+    and reserves n1 and n2 until T0 + 1 h. ``(fleet, running, first)``."""
+    fleet = [node("n1"), node("n2"), node("n3")]
+    running = [bound(job(f"{c}{i}", gpus=4, team="b", priority=pc, duration_hours=2.0 if i < 3 else 6.0), f"n{i}")
+               for i in (1, 2, 3) for c, pc in (("b", "batch"), ("h", "high"))]
+    return fleet, running, job("first", workers=2, gpus=8, priority="high", submitted=T0 - timedelta(hours=1))
+
+
 def test_a_gang_that_ends_after_a_reservation_preempts_nobody_on_the_reserved_nodes():
     # z1: n1, n2 and n3 each run a batch and a high job of 4 GPUs. The first gang (high, 2 x 8 GPUs) may
     # take only the batch halves: it waits and reserves n1 and n2, whose jobs end first (T0 + 1 h). The
     # second gang (high, 2 x 4 GPUs, 5 hours) would fit the batch halves of n1 and n2, but ends after the
     # reservation: only n3 is open to it, one worker's room, and nobody is preempted.
-    fleet = [node("n1"), node("n2"), node("n3")]
-    running = [bound(job(f"{c}{i}", gpus=4, team="b", priority=pc, duration_hours=2.0 if i < 3 else 6.0), f"n{i}")
-               for i in (1, 2, 3) for c, pc in (("b", "batch"), ("h", "high"))]
-    first = job("first", workers=2, gpus=8, priority="high", submitted=T0 - timedelta(hours=1))
+    fleet, running, first = _halves_and_a_waiting_gang()
     second = job("second", workers=2, gpus=4, priority="high", duration_hours=5.0)
     p = run(queue=[*running, first, second], fleet=fleet, pol=NO_CLAIMS)
     details = {u.job_id: u.detail for u in p.unplaced}
@@ -566,10 +573,7 @@ def test_a_gang_that_ends_before_a_reservation_may_preempt_on_the_reserved_nodes
     # As above, but the second gang runs 30 minutes and ends before first's reservation of n1 and n2
     # (T0 + 1 h): like a one-worker job of 30 minutes, which takes b1 on n1, it may take the batch halves
     # there. Every node offers one worker for one victim who lost 1 h: n1 and n2 by name.
-    fleet = [node("n1"), node("n2"), node("n3")]
-    running = [bound(job(f"{c}{i}", gpus=4, team="b", priority=pc, duration_hours=2.0 if i < 3 else 6.0), f"n{i}")
-               for i in (1, 2, 3) for c, pc in (("b", "batch"), ("h", "high"))]
-    first = job("first", workers=2, gpus=8, priority="high", submitted=T0 - timedelta(hours=1))
+    fleet, running, first = _halves_and_a_waiting_gang()
     single = job("single", gpus=4, priority="high", duration_hours=0.5)
     p = run(queue=[*running, first, single], fleet=fleet, pol=NO_CLAIMS)
     assert preempts(p) == [("b1", "single")] and binds(p) == {"single": ("n1",)}
@@ -582,7 +586,8 @@ def test_a_gang_that_ends_before_a_reservation_may_preempt_on_the_reserved_nodes
 def test_a_gang_takes_free_room_for_its_last_worker_rather_than_one_more_victim():
     # z1: n1 has 4 GPUs free beside v1a and v1b (2 GPUs each), n2 4 free beside v2 (4), n3 runs v3 (8). A
     # production gang of 3 x 4 GPUs needs 12 GPUs; 8 are free, so someone goes, and v2 is enough: n2 then
-    # hosts two workers and n1 one in its free room. The planner takes v2 and v3 (the gang on n2, n2, n3).
+    # hosts two workers and n1 one in its free room (before 2026-11-28 the planner took v2 and v3 as well, the
+    # gang on n2, n2, n3: n1 counted only through its most workers, two, for two victims).
     fleet = [node("n1"), node("n2"), node("n3")]
     running = [bound(job("v1a", gpus=2, team="b"), "n1"), bound(job("v1b", gpus=2, team="b"), "n1"),
                bound(job("v2", gpus=4, team="b"), "n2"), bound(job("v3", gpus=8, team="b"), "n3")]

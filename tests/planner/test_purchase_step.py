@@ -406,8 +406,9 @@ def test_a_step_whose_on_demand_move_is_not_bought_buys_no_spot_past_the_spot_sh
 def test_a_spread_cap_the_fleet_broke_before_the_step_does_not_stop_its_repairs():
     # An on-demand gang of 3 x 8 GPUs: two $15 16-GPU nodes ($30) beat three $10.50 8-GPU nodes ($31.50), and
     # the repair then swaps the second a16, which holds one worker, for an a8: $25.50. Beside two busy spot
-    # nodes in z1 (16 GPUs <= 0.5 x 16 + 8) it does; beside three (24 > 0.5 x 24 + 8) the zone cap is broken
-    # before anything is bought, by nodes the step does not touch, and the swap is not made.
+    # nodes in z1 (16 GPUs <= 0.5 x 16 + 8) it does, and beside three too (24 > 0.5 x 24 + 8: the zone cap is
+    # broken before anything is bought, by nodes the step does not touch; before 2026-11-28 that stopped the
+    # swap).
     s8 = offer("s8", price=4.0)
     offers = [offer("a16", gpus=16, price=15.0, market=Market.ON_DEMAND),
               offer("a8", price=10.5, market=Market.ON_DEMAND), s8]
