@@ -333,8 +333,10 @@ def test_a_repair_under_a_gpu_cap_it_keeps_to_is_made():
 def test_a_cpu_only_gangs_node_is_swapped_for_a_smaller_cpu_node():
     # A CPU-only gang of 5 x 40 vCPUs and 16 GiB: two c128 ($20: three workers, then two) beat three c80 ($24)
     # and five c64 ($22.50); the second c128 holds 80 vCPUs and 32 GiB, exactly what a c80 has, for $8: $18.
+    # c80m ($7) has the vCPUs but 24 GiB.
     cpu = dict(gpus=0, model=None, market=Market.ON_DEMAND)
     offers = [offer("c128", vcpus=128, memory_gib=512, price=10.0, **cpu),
+              offer("c80m", vcpus=80, memory_gib=24, price=7.0, **cpu),
               offer("c80", vcpus=80, memory_gib=32, price=8.0, **cpu),
               offer("c64", vcpus=64, memory_gib=256, price=4.5, **cpu)]
     launches, binds = _one_node(offers, [job("gang", workers=5, gpus=0, vcpus=40, memory_gib=16)])
@@ -401,3 +403,10 @@ def test_a_node_holding_part_of_a_gang_beside_a_whole_job_stays_in_the_gangs_zon
     launches, binds = _one_node(offers, queue)
     assert launches == [("a16", Market.SPOT, 2)]
     assert sorted(binds["gang"]) == ["new-1", "new-1", "new-2"] and binds["j"] == ("new-2",)
+
+
+def test_a_gangs_node_is_swapped_past_a_cheaper_offer_of_a_gpu_model_it_may_not_use():
+    # The 3 x 8-GPU gang may use A100s only: its second a16 becomes c8 ($10.50), past b8 (H100, $9), sorted first.
+    offers = [offer("a16", gpus=16, price=15.0), offer("b8", price=9.0, model="H100-80GB"), offer("c8", price=10.5)]
+    launches, _binds = _one_node(offers, [job("gang", workers=3, gpus=8, models=("A100-80GB",))])
+    assert sorted(launches) == [("a16", Market.SPOT, 1), ("c8", Market.SPOT, 1)]
