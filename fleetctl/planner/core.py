@@ -346,6 +346,8 @@ class _Pass:
         self.launch_names: dict[str, list[str]] = {}
         self.launch_offer: dict[str, Offer] = {}
         self.launch_jobs: dict[str, list[str]] = {}
+        # per node _unbuy took out: its offer's key and the jobs listed for that node alone (for _rebuy)
+        self.unbought_jobs: dict[str, tuple[str, list[str]]] = {}
         self.launch_reason: dict[str, Reason] = {}
         self.spread_excess_before: dict[tuple[str, str], float] = {}  # _diversification_broken: breaches before the buy step
         self.usd = 0.0
@@ -1722,9 +1724,25 @@ class _Pass:
         key = slot.offer.key
         reason = self.launch_reason.get(key, Reason.CHEAPEST_OFFER)
         self.launch_names[key].remove(slot.name)
+        # The jobs the offer was bought for that this node alone held go with it (to _rebuy): before
+        # 2026-11-28 they stayed listed under an offer still bought for others, and a node swapped onto an
+        # offer the step already bought did not add its jobs, so a launch read "risk-adjusted best for" jobs
+        # it did not hold and missed ones it did.
+        listed = self.launch_jobs.get(key, [])
         if not self.launch_names[key]:
+            gone = list(listed)
             for d in (self.launch_names, self.launch_offer, self.launch_jobs, self.launch_reason):
                 d.pop(key, None)
+        else:
+            names = self.launch_names[key]
+            gone = [jid for jid in listed if jid in slot.jobs
+                    and not any(jid in self.new_index.slots[name].jobs for name in names)]
+            kept = [jid for jid in listed if jid not in gone]
+            if kept:
+                self.launch_jobs[key] = kept
+            else:
+                self.launch_jobs.pop(key, None)
+        self.unbought_jobs[slot.name] = (key, gone)
         self._charge_offer(slot.offer, -1, self.slot_gang.get(slot.name))
         return reason
 
@@ -1739,9 +1757,13 @@ class _Pass:
         cheapest offer; spot-eligible work swapped onto on-demand is a
         fallback, as ``_launch`` files it."""
         key = slot.offer.key
+        was, gone = self.unbought_jobs.pop(slot.name, (None, []))
+        # undone: the node is listed for its jobs again; swapped: its new offer was chosen for the jobs on it
+        jobs = gone if was == key else sorted(slot.jobs)
         if key not in self.launch_names:
             self.launch_offer[key] = slot.offer
-            self.launch_jobs[key] = sorted(slot.jobs)
+            if jobs:
+                self.launch_jobs[key] = list(jobs)
             on_demand_only = reason in (Reason.ON_DEMAND_FALLBACK, Reason.ON_DEMAND_BASE)
             if on_demand_only and slot.offer.market is Market.SPOT:
                 reason = Reason.CHEAPEST_OFFER
@@ -1749,6 +1771,9 @@ class _Pass:
                     self._spot_eligible(self.jobs_by_id[jid]) for jid in slot.jobs if jid in self.jobs_by_id):
                 reason = Reason.ON_DEMAND_FALLBACK  # spot-eligible work on on-demand, as _launch says
             self.launch_reason[key] = reason
+        elif jobs:  # an offer the step bought already: the node's jobs join its list
+            listed = self.launch_jobs.setdefault(key, [])
+            listed.extend(jid for jid in jobs if jid not in listed)
         self.launch_names.setdefault(key, []).append(slot.name)
         self._charge_offer(slot.offer, 1, self.slot_gang.get(slot.name))
 
@@ -1830,6 +1855,7 @@ class _Pass:
         self.launch_names.clear()
         self.launch_offer.clear()
         self.launch_jobs.clear()
+        self.unbought_jobs.clear()
         self.launch_reason.clear()
 
     def _on_demand_base(self, admitted: list[tuple[Job, bool]]) -> list[tuple[Job, bool]]:

@@ -236,6 +236,16 @@ def test_a_node_holding_whole_jobs_is_swapped_into_another_zone():
     assert launches == [("s8", Market.SPOT, 2)] and binds == {"a": ("new-1",), "b": ("new-2",)}
 
 
+def test_a_node_swapped_onto_an_offer_the_step_bought_adds_its_jobs_to_that_launch():
+    # The zone swap above: a's node joins b's s8 launch, which is then risk-adjusted best for both (before
+    # 2026-11-28 "for b": a's s16 was not bought, and a was named by no launch)
+    offers = [offer("s16", gpus=16, price=10.0, vcpus=100, zone="z1"), offer("s8", price=6.0, zone="z2")]
+    queue = [job("a", gpus=8, vcpus=50), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))]
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
+    (launch,) = p.of_kind("launch")
+    assert launch.detail == "6.0000 $/h each, risk-adjusted best for b, a"
+
+
 def _one_node_under(offers, queue, **caps):
     p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy(**caps))
     return sorted((l.offer.instance_type.name, l.offer.market, l.count) for l in p.of_kind("launch"))

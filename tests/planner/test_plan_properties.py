@@ -8,6 +8,11 @@ and the spot share), checked on every plan:
   or skipped for new spot, a job skipped an idle on-demand node for spot and was then bought on-demand,
   consolidation emptied a node while the pass bought one like it (for a queued job or a move back to spot);
 * no node holds more GPUs than it has after the plan's moves, and no job is left on a node it terminates;
+* every job a launch is "risk-adjusted best for" runs on one of its nodes. Before 2026-11-28 a node the buy
+  step's repair swapped onto another offer left its jobs listed under the old one, and `fleetctl explain`,
+  which matched a launch by that list, showed a job the launch of a node it does not run on (6 of 6,000
+  cases; ``test_launches_name_the_jobs_on_their_nodes`` runs them); and each launched node that holds a job
+  holds one its launch names (one case of 6,000 did not: a node swapped onto an offer the step had bought);
 * the same input in another order gives the same plan.
 """
 
@@ -62,6 +67,38 @@ def _case(seed: int) -> dict:
     return dict(now=T0, queue=tuple(queue), fleet=tuple(fleet), offers=tuple(offers), forecast=forecast, policy=pol)
 
 
+def _where(case: dict, p) -> dict[str, tuple[str, ...]]:  # noqa: ANN001 - a Plan
+    """Each job's nodes after the plan."""
+    where = {j.job_id: j.node_ids for j in case["queue"] if j.state is JobState.RUNNING}
+    for a in p.actions:
+        if a.kind == "bind":
+            where[a.job_id] = a.node_ids
+        elif a.kind == "migrate":
+            where[a.job_id] = a.to_node_ids
+        elif a.kind == "preempt":
+            where.pop(a.job_id)
+    return where
+
+
+def _check_launches_name_their_jobs(p, where: dict[str, tuple[str, ...]], seed: int) -> None:  # noqa: ANN001
+    for launch in p.of_kind("launch"):
+        named = []
+        if "risk-adjusted best for " in launch.detail:
+            named = launch.detail.split("risk-adjusted best for ", 1)[1].split(";")[0].split(", ")
+        assert not [j for j in named if not set(where.get(j, ())) & set(launch.node_names)], (seed, launch)
+        for name in launch.node_names:
+            on = {j for j, nodes in where.items() if name in nodes}
+            assert not on or on & set(named), (seed, name, launch)
+
+
+@pytest.mark.parametrize("seed", [643, 661, 1365, 3887, 4097, 5713, 5745])
+def test_launches_name_the_jobs_on_their_nodes(seed):
+    # the cases of 6,000 in which a launch named a job on none of its nodes, or a node none of whose jobs it named
+    case = _case(seed)
+    p = plan(**case)
+    _check_launches_name_their_jobs(p, _where(case, p), seed)
+
+
 @pytest.mark.parametrize("first", range(0, 600, 100))
 def test_plans_keep_their_properties(first):
     for seed in range(first, first + 100):
@@ -75,19 +112,13 @@ def test_plans_keep_their_properties(first):
         gpus = {n.node_id: n.offer.instance_type.gpu_count for n in case["fleet"]}
         gpus.update((name, l.offer.instance_type.gpu_count) for l in p.of_kind("launch") for name in l.node_names)
         jobs = {j.job_id: j for j in case["queue"]}
-        where = {j.job_id: j.node_ids for j in case["queue"] if j.state is JobState.RUNNING}
-        for a in p.actions:
-            if a.kind == "bind":
-                where[a.job_id] = a.node_ids
-            elif a.kind == "migrate":
-                where[a.job_id] = a.to_node_ids
-            elif a.kind == "preempt":
-                where.pop(a.job_id)
+        where = _where(case, p)
         used: dict[str, int] = {}
         for job_id, node_ids in where.items():
             for n in node_ids:
                 used[n] = used.get(n, 0) + jobs[job_id].gpus_per_worker
         assert all(used[n] <= gpus[n] for n in used), (seed, used)
+        _check_launches_name_their_jobs(p, where, seed)
         terminated = {t.node_id for t in p.of_kind("terminate")}
         assert not [job_id for job_id, node_ids in where.items() if set(node_ids) & terminated], seed
         rng = random.Random(seed)
