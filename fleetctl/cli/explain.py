@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 
@@ -14,7 +15,7 @@ from fleetctl.cli.forecast import AllowMismatchOption, ForecastDirOption, load_f
 from fleetctl.cli.events_cmd import details
 from fleetctl.cli.plan_apply import _plan_now
 from fleetctl.codec import dt_to_str, show_utc
-from fleetctl.model import Bind, Job, JobState, Launch, Migrate, Preempt
+from fleetctl.model import Action, Bind, Job, JobState, Launch, Migrate, Preempt
 from fleetctl.store import Store
 
 
@@ -59,13 +60,14 @@ def explain(
         _nothing_to_plan(job)
         return
     decided = False
+    launches = launches_for(result.actions, job_id)
     for action in result.actions:
         mine = (
             (isinstance(action, Bind) and action.job_id == job_id)
             or (isinstance(action, Preempt) and job_id in (action.job_id, action.by_job_id))
             or (isinstance(action, Migrate) and action.job_id == job_id)
         )
-        if isinstance(action, Launch) and job_id in action.detail.split("for ", 1)[-1].split(", "):
+        if action in launches:
             it = action.offer.instance_type
             print(f"  + launch {action.count} x {it.name} {action.offer.market.value} in {action.offer.provider} "
                   f"{action.offer.region}{('/' + action.offer.zone) if action.offer.zone else ''} "
@@ -87,6 +89,21 @@ def explain(
         print("  considered:")
         for line in explanation.considered:
             print(f"    - {line}")
+
+
+def launches_for(actions: Sequence[Action], job_id: str) -> list[Launch]:
+    """The plan's launches of the nodes it puts the job on (its bind's or
+    move's nodes). Before 2026-11-28 they were found by the job's name in a
+    launch's detail ("risk-adjusted best for a, b"), which missed the last job
+    named before a headroom note ("...; 1 GPU(s) ahead of the forecast
+    demand") and a job whose node a repair had moved to another offer."""
+    nodes: set[str] = set()
+    for action in actions:
+        if isinstance(action, Bind) and action.job_id == job_id:
+            nodes.update(action.node_ids)
+        elif isinstance(action, Migrate) and action.job_id == job_id:
+            nodes.update(action.to_node_ids)
+    return [a for a in actions if isinstance(a, Launch) and nodes.intersection(a.node_names)]
 
 
 def _stored(store: Store, job_id: str) -> Job | tuple[Job, datetime] | None:

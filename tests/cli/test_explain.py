@@ -108,3 +108,29 @@ def test_a_job_id_that_is_not_utf8_is_a_usage_error(tmp_path):
     assert result.exit_code == 2, result.output
     assert "job id '\\xff' is not UTF-8 text (byte 0xff at character 1)" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_explain_shows_the_launch_of_each_node_the_job_is_put_on():
+    """`fleetctl explain` found a job's launch by the job's name in the launch's
+    detail: the last job named before a headroom note ("risk-adjusted best for
+    j0, j1; 1 GPU(s) ahead of the forecast demand") and a job whose node the buy
+    step's repair moved onto an offer bought for another job were shown no launch."""
+    from fleetctl.cli.explain import launches_for
+    from fleetctl.model import DemandForecast, Forecast
+    from fleetctl.planner import plan
+    from tests.builders import offer, policy
+
+    one = offer("g1", gpus=1, price=1.0, vcpus=8, memory_gib=64)
+    ahead = plan(now=T0, queue=(job("j0", gpus=1), job("j1", gpus=1)), fleet=(), offers=(one,),
+                 forecast=Forecast(demand=(DemandForecast("A100-80GB", 60, 1.8, 3.0),)),
+                 policy=policy(max_headroom_gpus=8))
+    (launch,) = ahead.of_kind("launch")
+    assert launch.detail.endswith("risk-adjusted best for j0, j1; 1 GPU(s) ahead of the forecast demand")
+    assert launches_for(ahead.actions, "j0") == launches_for(ahead.actions, "j1") == [launch]
+    # a (8 GPUs, 50 vCPUs) buys s16 in z1, b (60 vCPUs) s8 in z2, and the repair makes a's node an s8 too
+    offers = (offer("s16", gpus=16, price=10.0, vcpus=100, zone="z1"), offer("s8", price=6.0, zone="z2"))
+    swapped = plan(now=T0, queue=(job("a", gpus=8, vcpus=50), job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=1))),
+                   fleet=(), offers=offers, forecast=None, policy=policy())
+    (launch,) = swapped.of_kind("launch")
+    assert launches_for(swapped.actions, "a") == launches_for(swapped.actions, "b") == [launch]
+    assert launches_for(swapped.actions, "nobody") == []
