@@ -1532,6 +1532,9 @@ class _Pass:
             # Leftovers of nodes bought earlier in this step.
             placed = self.place_existing(job, tuple(sorted(set(kinds) & set(self.new_index.by_kind))), self.new_index)
             if placed is not None:
+                # said: before 2026-11-28 the job's explanation ended at "free capacity: no node ... with room"
+                self._note(job, f"took room left on {', '.join(sorted({sl.name for sl, _ in placed}))}, bought "
+                                "in this pass for another job")
                 self.commit(job, placed, Reason.FITS_NEW_CAPACITY, None)
                 continue
             self._buy_one(job, spot_ok, demand)
@@ -1546,7 +1549,7 @@ class _Pass:
         cheapest offer that holds the same jobs (risk included), dearest first,
         unless that breaks a rule. A node holding part of a gang stays in its zone."""
         bind_at = {b.job_id: i for i, b in enumerate(self.actions_bind)}
-        max_gpus = self.policy.max_gpus
+        max_gpus, max_usd = self.policy.max_gpus, self.policy.max_usd_per_hour
         for slot in sorted(self.new_index.slots.values(), key=lambda sl: (-sl.offer.usd_per_hour, sl.name)):
             held = [jobs.get(jid) for jid in slot.jobs]
             if not held or any(j is None for j in held):
@@ -1562,7 +1565,7 @@ class _Pass:
             avoided = set().union(*(self._avoided(j, spot_ok.get(j.job_id, False)) for j in held))  # type: ignore[union-attr]
             for offer in self.offers:
                 it = offer.instance_type
-                if offer.usd_per_hour >= slot.offer.usd_per_hour or offer is slot.offer:
+                if offer.usd_per_hour >= current - 1e-9 or offer is slot.offer:
                     continue
                 if self.offer_key[id(offer)] in avoided:
                     continue  # failed one of these jobs recently
@@ -1575,6 +1578,9 @@ class _Pass:
                 if max_gpus is not None and \
                         self.held_gpus + it.gpu_count - slot.offer.instance_type.gpu_count > max_gpus:
                     continue  # a cheaper but bigger node would pass the GPU cap
+                if max_usd is not None and offer.usd_per_hour > slot.offer.usd_per_hour and \
+                        self.held_usd + offer.usd_per_hour - slot.offer.usd_per_hour > max_usd + 1e-9:
+                    continue  # a safer but dearer node would pass the budget
                 if used_g and (it.gpu_model is None or it.gpu_memory_gib < min_mem):
                     continue
                 if any(j.gpu_models and it.gpu_model not in j.gpu_models for j in held):  # type: ignore[union-attr]

@@ -84,6 +84,29 @@ def test_a_job_whose_on_demand_node_is_swapped_for_spot_is_no_on_demand_fallback
         "it, expected loss included")
 
 
+def test_a_spot_node_whose_room_a_long_job_took_is_bought_on_demand():
+    # short (1 h) chooses s8 spot ($8 + $0.12/h expected loss) over o8 on-demand ($9); long (100 h, no
+    # checkpoints) takes the rest of its node, where a reclaim would lose half its run: 0.05 x 50 h x half of $8
+    # = $10/h more. The repair weighs o8, dearer in dollars but cheaper with the loss (before 2026-11-28 it
+    # looked only at cheaper offers), and both jobs say what happened.
+    offers = [offer("s8", price=8.0), offer("o8", price=9.0, market=Market.ON_DEMAND)]
+    queue = [job("short", gpus=4, duration_hours=1.0),
+             job("long", gpus=4, duration_hours=100.0, submitted=T0 + timedelta(seconds=1))]
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
+    assert [(l.offer.instance_type.name, l.offer.market, l.count) for l in p.of_kind("launch")] == [
+        ("o8", Market.ON_DEMAND, 1)]
+    assert {b.job_id: (b.node_ids, b.reason) for b in p.of_kind("bind")} == {
+        "short": (("new-1",), Reason.ON_DEMAND_FALLBACK), "long": (("new-1",), Reason.ON_DEMAND_FALLBACK)}
+    swapped = ("then its node is bought as 1 x o8 on_demand in aws r1/z1 ($9.00/h), not s8 spot: cheaper for the "
+               "jobs on it, expected loss included")
+    short = p.explanation("short").considered
+    assert short[1] == "chose 1 x s8 spot in aws r1/z1 ($8.00/h + $0.12/h expected loss)" and short[-1] == swapped
+    # before 2026-11-28 a job that took room on a node bought for another said only "free capacity: ..."
+    assert p.explanation("long").considered == ("free capacity: no node (or zone) with room for it",
+                                                 "took room left on new-1, bought in this pass for another job",
+                                                 swapped)
+
+
 def _one_node(offers, queue):
     p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
     return [(l.offer.instance_type.name, l.offer.market, l.count) for l in p.of_kind("launch")], \

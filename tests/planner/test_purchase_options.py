@@ -112,18 +112,21 @@ def test_the_cheapest_on_demand_offers_per_gpu_and_per_node_are_scored():
     assert launched(p) == [("o1", Market.ON_DEMAND, 2)]
 
 
-@pytest.mark.parametrize("decoys, market", [
-    (11, Market.ON_DEMAND),  # the fit is the 12th cheapest on-demand offer per GPU and per node: scored
-    (12, Market.SPOT),  # the 13th: only the full list would find it, and the shortlist holds a purchase
+@pytest.mark.parametrize("decoys, chose", [
+    (11, "o1 on_demand"),  # the fit is the 12th cheapest on-demand offer per GPU and per node: scored
+    (12, "r1 spot"),  # the 13th: only the full list would find it, and the shortlist holds a purchase
 ], ids=["12th", "13th"])
-def test_twelve_on_demand_offers_are_scored_per_gpu_and_per_node(decoys, market):
+def test_twelve_on_demand_offers_are_scored_per_gpu_and_per_node(decoys, chose):
     # Design choice (docs/planner.md): the shortlist is bounded for speed. The decoys are cheaper but
-    # have too few vCPUs for the job; past the 12th on-demand offer, a hopeless spot offer is bought.
+    # have too few vCPUs for the job; past the 12th on-demand offer, the buy step chooses a hopeless spot
+    # offer. The repair after the step weighs every offer that holds the node's jobs and buys the on-demand
+    # fit instead (before 2026-11-28 it looked only at offers cheaper in dollars, and the spot node stayed).
     cramped = [offer("d1", gpus=1, price=0.3 + 0.001 * i, zone=f"d{i}", vcpus=2, memory_gib=64,
                      market=Market.ON_DEMAND) for i in range(decoys)]
     fit = offer("o1", gpus=1, price=0.5, vcpus=8, memory_gib=64, market=Market.ON_DEMAND)
     p = run(queue=[job("one", duration_hours=100.0)], offers=[*_risky(30), *cramped, fit], pol=ALL_RISKY)
-    assert [l.offer.market for l in p.of_kind("launch")] == [market]
+    assert [(l.offer.instance_type.name, l.offer.market) for l in p.of_kind("launch")] == [("o1", Market.ON_DEMAND)]
+    assert p.explanation("one").considered[1].startswith(f"chose 1 x {chose} in aws ")
 
 
 def test_the_cheapest_offers_per_gpu_are_scored_before_those_per_node():

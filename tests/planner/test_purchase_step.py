@@ -181,7 +181,8 @@ def test_a_purchase_that_takes_the_fleet_exactly_to_the_budget_is_made():
 def test_a_purchase_over_the_budget_is_skipped_for_a_cheaper_one():
     # A 100-hour job that cannot checkpoint: spot at $9 carries 0.05/h x (50 h + 5 min) x $9 = $22.54/h of
     # expected loss, so on-demand at $10 scores better; admission counted the $9 node (within $9.50), and the
-    # $10 node is 50 cents over: the job buys spot.
+    # $10 node is 50 cents over: the job buys spot, and the repair after the step (which weighs dearer but
+    # safer offers since 2026-11-28) does not swap its node for the $10 one either.
     spot, od = offer("g8", price=9.0), offer("g8", price=10.0, market=Market.ON_DEMAND)
     p = run(queue=[job("j", gpus=8, duration_hours=100.0)], offers=[spot, od], pol=policy(max_usd_per_hour=9.5))
     assert launched(p) == [("g8", Market.SPOT, 1)] and not p.unplaced
