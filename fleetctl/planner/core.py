@@ -348,6 +348,8 @@ class _Pass:
         self.launch_jobs: dict[str, list[str]] = {}
         # per node _unbuy took out: its offer's key and the jobs listed for that node alone (for _rebuy)
         self.unbought_jobs: dict[str, tuple[str, list[str]]] = {}
+        # (job, old offer, new offer) -> (nodes swapped, index of the line in the job's explanation): _note_swap
+        self.swap_notes: dict[tuple[str, str, str], tuple[int, int | None]] = {}
         self.launch_reason: dict[str, Reason] = {}
         self.spread_excess_before: dict[tuple[str, str], float] = {}  # _diversification_broken: breaches before the buy step
         self.usd = 0.0
@@ -1596,15 +1598,34 @@ class _Pass:
                 self._swap(slot, old_offer, bought_for)
                 continue
             self.step_risk += best[0] - current - (best[2].usd_per_hour - old_offer.usd_per_hour)
-            swapped = (f"then its node is bought as 1 x {self._node_text(best[2])}, not {old_offer.instance_type.name} "
-                       f"{old_offer.market.value}: cheaper for the jobs on it, expected loss included")
             for j in held:
                 i = bind_at[j.job_id]  # type: ignore[union-attr]
                 b = self.actions_bind[i]
                 nodes = [self.new_index.slots.get(n) or self.index.slots[n] for n in dict.fromkeys(b.node_ids)]
                 self.actions_bind[i] = Bind(b.job_id, b.node_ids, self._reason_on(b.reason, best[2], j),
                                             _bind_detail_on(j, nodes))  # type: ignore[arg-type]
-                self._note(j, swapped)  # type: ignore[arg-type] - what "chose" said is not what is bought now
+                self._note_swap(j, old_offer, best[2])  # type: ignore[arg-type] - "chose" named another offer
+
+    def _note_swap(self, job: Job, old: Offer, new: Offer) -> None:
+        """Say in the job's explanation that a node of it was bought as ``new``,
+        not ``old``: one line for all of a gang's nodes swapped alike (before
+        2026-11-28 the line was repeated per node)."""
+        key = (job.job_id, self.offer_key[id(old)], self.offer_key[id(new)])
+        count, at = self.swap_notes.get(key, (0, None))
+        count += 1
+        if count == 1:
+            nodes = f"its node is bought as 1 x {self._node_text(new)}"
+        else:
+            nodes = (f"{count} of its nodes are bought as {new.instance_type.name} {new.market.value} in "
+                     f"{_where(new)} (${new.usd_per_hour:.2f}/h each)")
+        line = (f"then {nodes}, not {old.instance_type.name} {old.market.value}: cheaper for the jobs on "
+                f"{'it' if count == 1 else 'them'}, expected loss included")
+        if at is None:
+            at = len(self.explain.setdefault(job.job_id, []))
+            self.explain[job.job_id].append(line)
+        else:
+            self.explain[job.job_id][at] = line
+        self.swap_notes[key] = (count, at)
 
     def _node_cost(self, offer: Offer, held: list, slot: Slot) -> float:
         """Risk-adjusted USD/h of one node of ``offer`` holding the slot's jobs."""
@@ -1862,6 +1883,7 @@ class _Pass:
         self.launch_offer.clear()
         self.launch_jobs.clear()
         self.unbought_jobs.clear()
+        self.swap_notes.clear()
         self.launch_reason.clear()
 
     def _on_demand_base(self, admitted: list[tuple[Job, bool]]) -> list[tuple[Job, bool]]:

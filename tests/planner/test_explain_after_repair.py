@@ -107,6 +107,21 @@ def test_a_spot_node_whose_room_a_long_job_took_is_bought_on_demand():
                                                  swapped)
 
 
+def test_a_gangs_nodes_swapped_alike_are_one_line_of_its_explanation():
+    # A gang of 3 x (1 GPU, 30 vCPUs) chooses three 4-GPU nodes ($2 each, 32 vCPUs) for the GPUs f is expected
+    # to fill, but f (30 vCPUs) does not fit beside a worker: the repair makes each node a 1-GPU one ($1.50).
+    # One line says so for the three (before 2026-11-28 the same line three times).
+    offers = [offer("big", gpus=4, price=2.0, vcpus=32), offer("small", gpus=1, price=1.5, vcpus=32)]
+    queue = [job("gang", workers=3, gpus=1, vcpus=30), job("f", gpus=1, vcpus=30, submitted=T0 + timedelta(seconds=1))]
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
+    assert [(l.offer.instance_type.name, l.count) for l in p.of_kind("launch")] == [("small", 4)]
+    considered = p.explanation("gang").considered
+    assert considered[1].startswith("chose 3 x big spot in aws r1/z1 ($6.00/h")
+    assert considered[-1] == ("then 3 of its nodes are bought as small spot in aws r1/z1 ($1.50/h each), not big "
+                              "spot: cheaper for the jobs on them, expected loss included")
+    assert len([line for line in considered if line.startswith("then")]) == 1
+
+
 def _one_node(offers, queue):
     p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
     return [(l.offer.instance_type.name, l.offer.market, l.count) for l in p.of_kind("launch")], \
