@@ -458,3 +458,85 @@ def test_a_gangs_node_is_swapped_past_a_cheaper_offer_of_a_gpu_model_it_may_not_
     offers = [offer("a16", gpus=16, price=15.0), offer("b8", price=9.0, model="H100-80GB"), offer("c8", price=10.5)]
     launches, _binds = _one_node(offers, [job("gang", workers=3, gpus=8, models=("A100-80GB",))])
     assert sorted(launches) == [("a16", Market.SPOT, 1), ("c8", Market.SPOT, 1)]
+
+
+# ----------------------------------------------------------------------------- launches after a repair (_unbuy, _rebuy)
+
+def test_a_gangs_node_swapped_off_an_offer_leaves_the_gang_listed_under_the_node_still_on_it():
+    # The on-demand gang above: new-1 (a16) keeps two workers, new-2 goes from a16 to a8. The gang still runs on
+    # a16's node, so a16's launch still names it, and a8's launch names it too (its node was chosen for it).
+    p = plan(now=T0, queue=(job("gang", workers=3, gpus=8),), fleet=(), offers=tuple(_GANG_OFFERS[:2]),
+             forecast=None, policy=policy())
+    assert {l.offer.instance_type.name: l.detail for l in p.of_kind("launch")} == {
+        "a16": "15.0000 $/h each, risk-adjusted best for gang", "a8": "10.5000 $/h each, risk-adjusted best for gang"}
+
+
+def test_an_on_demand_fallback_node_swapped_for_spot_is_launched_as_the_cheapest_offer():
+    # The world of test_a_job_whose_on_demand_node_is_swapped_for_spot_is_no_on_demand_fallback: q1's h8
+    # on-demand node, bought as a fallback, becomes h8 spot, an offer new to the step. A spot launch is no
+    # on-demand fallback (docs/reasons.md), whatever the node was bought for.
+    h100 = "H100-80GB"
+    offers = [offer("h8", price=24.0, model=h100), offer("h8", price=72.0, model=h100, market=Market.ON_DEMAND),
+              offer("a4", gpus=4, price=4.0), offer("a4", gpus=4, price=12.0, market=Market.ON_DEMAND)]
+    busy = node("n", offer("a8", price=30.0, market=Market.ON_DEMAND))
+    r = replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("n",), started_at_utc=T0 - timedelta(hours=1))
+    p = plan(now=T0, queue=(r, job("q0", gpus=4), job("q1", gpus=2, models=(h100,))), fleet=(busy,), offers=offers,
+             forecast=None, policy=policy(max_spot_share=0.5))
+    (launch,) = p.of_kind("launch")
+    assert (launch.offer.market, launch.reason) == (Market.SPOT, Reason.CHEAPEST_OFFER)
+    assert launch.detail == "24.0000 $/h each, risk-adjusted best for q0, q1"
+
+
+def test_a_node_swapped_to_a_new_offer_is_launched_for_every_job_on_it():
+    # The world of test_a_spot_node_whose_room_a_long_job_took_is_bought_on_demand: s8 spot was chosen for short
+    # alone, and long took the rest of its node; the repair makes the node o8 on-demand, chosen for the jobs on
+    # it: both (in job id order), not only the one s8 was bought for.
+    offers = [offer("s8", price=8.0), offer("o8", price=9.0, market=Market.ON_DEMAND)]
+    queue = [job("short", gpus=4, duration_hours=1.0),
+             job("long", gpus=4, duration_hours=100.0, submitted=T0 + timedelta(seconds=1))]
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None, policy=policy())
+    (launch,) = p.of_kind("launch")
+    assert launch.detail == "9.0000 $/h each, risk-adjusted best for long, short"
+
+
+def test_a_swap_undone_onto_an_offer_launched_for_another_reason_gives_the_node_its_own_reason_back():
+    # On-demand only (the fleet's spot node n runs r), a base of 24 on-demand GPUs. a (8 GPUs, 50 vCPUs, may
+    # not use spot) buys o16 ($10, 100 vCPUs) for itself and the 8 GPUs b is expected to fill: cheapest_offer.
+    # b (60 vCPUs) does not fit beside it and buys o8 ($6) as a fallback (spot-eligible work). The repair tries
+    # a's node as an o8: 16 on-demand GPUs of 24 break the base, and the swap is undone. a's o16 is launched
+    # for what it was bought for, not for the reason of the o8 launch it passed through.
+    offers = [offer("o16", gpus=16, price=10.0, vcpus=100, market=Market.ON_DEMAND),
+              offer("o8", price=6.0, market=Market.ON_DEMAND)]
+    r = replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("n",), started_at_utc=T0 - timedelta(hours=1))
+    queue = (r, job("a", gpus=8, vcpus=50, spot=False, submitted=T0 + timedelta(seconds=1)),
+             job("b", gpus=8, vcpus=60, submitted=T0 + timedelta(seconds=2)))
+    p = plan(now=T0, queue=queue, fleet=(node("n", offer("s8", price=4.0)),), offers=tuple(offers), forecast=None,
+             policy=policy(on_demand_base_gpus=24))
+    assert {b.job_id: b.node_ids for b in p.of_kind("bind")} == {"a": ("new-1",), "b": ("new-2",)}
+    assert {l.offer.instance_type.name: l.reason for l in p.of_kind("launch")} == {
+        "o16": Reason.CHEAPEST_OFFER, "o8": Reason.ON_DEMAND_FALLBACK}
+
+
+
+
+_A8 = offer("a8", price=18.0, market=Market.ON_DEMAND)
+_SMALL = [offer("o4", gpus=4, price=5.0, market=Market.ON_DEMAND), offer("s4", gpus=4, price=4.5)]
+
+
+@pytest.mark.parametrize(("offers", "bought"), [
+    ([_A8, offer("s8", price=8.0), offer("o8", price=9.0, market=Market.ON_DEMAND), *_SMALL], [("o8", 1)]),
+    ([_A8, offer("s8", price=8.0)], [("s8", 1)]),
+    ([replace(_A8, usd_per_hour=17.0), offer("s8", price=8.0)], [("a8", 1)]),
+], ids=["past-the-budget-then-within", "past-the-budget-only", "within-the-budget"])
+def test_a_repair_to_a_safer_dearer_node_keeps_to_the_budget(offers, bought):
+    # The short/long world above under a budget of $17/h. With short first the step buys one s8 ($8; $18.12/h
+    # with long's loss). a8 (on-demand, sorted first) holds both for less with its loss, but at $18 the fleet
+    # would pass the budget: it is passed over, and the search goes on to o8 ($9), taken. (Long first buys o4
+    # and short s4, $9.50: only the repair reaches $9.) With neither o8 nor the small offers the node stays s8
+    # (a8 passes the budget whoever comes first); a8 at $17 is within it, and is bought.
+    queue = [job("short", gpus=4, duration_hours=1.0),
+             job("long", gpus=4, duration_hours=100.0, submitted=T0 + timedelta(seconds=1))]
+    p = plan(now=T0, queue=tuple(queue), fleet=(), offers=tuple(offers), forecast=None,
+             policy=policy(max_usd_per_hour=17.0))
+    assert sorted((l.offer.instance_type.name, l.count) for l in p.of_kind("launch")) == bought
+    assert not p.unplaced
