@@ -419,6 +419,34 @@ def test_a_job_that_skipped_an_idle_on_demand_node_but_was_bought_on_demand_take
         assert binds["q"] == ("new-1",) and launched == [1] and terminated == ["a"]
 
 
+def _took_idle_after_all(forecast=None) -> dict:
+    # the world above: q's on-demand node new-1 is not bought, and q takes idle a
+    r = job("r", state=JobState.RUNNING, node_ids=("s",), duration_hours=5.0)
+    fleet = (node("a", IDLE_6, ready_at=T0 - timedelta(minutes=30)), node("s", SPOT_2))
+    return dict(now=T0, queue=(r, job("q", duration_hours=5.0)), fleet=fleet, offers=(IDLE_6, SPOT_2),
+                forecast=forecast, policy=policy(max_spot_share=0.5, replace_on_demand_with_spot=True,
+                                                 max_headroom_gpus=4))
+
+
+def test_the_node_not_bought_when_a_job_takes_an_idle_node_after_all_is_no_headroom():
+    # The forecast wants 3 A100 GPUs; the fleet holds 2 (s, and a with q on it). new-1, not bought, holds
+    # none: one GPU is bought ahead (on-demand: the spot share is at 50%).
+    p = plan(**_took_idle_after_all(Forecast(demand=(DemandForecast("A100-80GB", 60, 2.4, 3.0),))))
+    assert p.of_kind("bind")[0].node_ids == ("a",)
+    assert [(l.offer.market, l.count, l.reason) for l in p.of_kind("launch")] == [
+        (Market.ON_DEMAND, 1, Reason.FORECAST_HEADROOM)]
+
+
+def test_a_job_placed_after_the_plan_does_not_land_on_the_node_not_bought():
+    # After the plan, a new 1-GPU job finds a and s busy and new-1 gone: it buys a node (on-demand, the spot
+    # share at 50%) and is bound to it, not to new-1, which no launch makes.
+    fleet = PlannedFleet(**_took_idle_after_all())
+    late = fleet.place(job("late", submitted=T0 + timedelta(seconds=5)))
+    (launch,) = late.of_kind("launch")
+    (bind,) = late.of_kind("bind")
+    assert launch.offer.market is Market.ON_DEMAND and bind.node_ids == launch.node_names == ("new-2",)
+
+
 # ----------------------------------------------------------------------------- min_distinct_offers and headroom
 
 def test_min_distinct_offers_does_not_hold_back_on_demand_headroom():
