@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.model import Forecast, JobState, Market, NodeState, OfferRisk
+from fleetctl.model import DemandForecast, Forecast, JobState, Market, NodeState, OfferRisk, Reason
 from fleetctl.planner import plan
 from tests.builders import T0, job, node, offer, policy
 
@@ -187,6 +187,32 @@ def test_a_job_moves_into_an_idle_spot_node_of_its_offer_before_one_is_bought():
     assert m.detail == ("spot is back: s (sp1 spot in aws r1/z2, $4.00/h risk-adjusted) has room and replaces od "
                         "($10.00/h); the move costs $6.00, pays back in 1.0 h")
     assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["od"]
+
+
+def test_a_job_moved_into_an_idle_spot_node_says_so_and_its_node_goes_for_the_move():
+    # the move above: j's explanation ends with it, as `fleetctl explain j` shows it, and od is terminated
+    # for the move (consolidation: its job went to spot), not as an idle node
+    p = _move(fleet=[node("od", OD), node("s", SPOT)])
+    (m,) = p.of_kind("migrate")
+    assert p.explanation("j").considered[-1] == f"migrates to spot: {m.detail}"
+    assert [(t.node_id, t.reason, t.detail) for t in p.of_kind("terminate")] == [
+        ("od", Reason.CONSOLIDATION, "its job moved to spot; saves $10.00/h")]
+
+
+def test_the_on_demand_node_a_job_moves_off_into_a_spot_node_is_no_headroom():
+    # The move above with a forecast of 2 A100 GPUs an hour ahead and a budget of $8/h: after it the fleet
+    # holds s ($4, j on it), and od goes. One GPU is bought ahead, an sp1 node at $4: the fleet ends at $8/h.
+    # Had od stayed counted (its $10, or its GPU with j still on it or idle), the budget or the GPUs held would
+    # have bought nothing.
+    queue = (_running("j", "od"),)
+    forecast = Forecast(interruption=(OfferRisk(SPOT.key, 60, 0.0),),
+                        demand=(DemandForecast("A100-80GB", 60, 1.5, 2.0),))
+    p = plan(now=T0, queue=queue, fleet=(node("od", OD), node("s", SPOT)), offers=(SPOT,), forecast=forecast,
+             policy=policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0, max_headroom_gpus=4,
+                           max_usd_per_hour=8.0))
+    assert [(m.job_id, m.to_node_ids) for m in p.of_kind("migrate")] == [("j", ("s",))]
+    assert [(l.offer.instance_type.name, l.count, l.reason) for l in p.of_kind("launch")] == [
+        ("sp1", 1, Reason.FORECAST_HEADROOM)]
 
 
 def test_a_job_moves_into_the_spot_node_its_offer_has_with_the_least_room_left():
