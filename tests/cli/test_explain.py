@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -134,3 +135,26 @@ def test_explain_shows_the_launch_of_each_node_the_job_is_put_on():
     (launch,) = swapped.of_kind("launch")
     assert launches_for(swapped.actions, "a") == launches_for(swapped.actions, "b") == [launch]
     assert launches_for(swapped.actions, "nobody") == []
+
+
+def test_explain_shows_the_launch_of_the_node_a_job_migrates_to():
+    """A running job the plan moves to a new spot node (the move back to spot)
+    has no bind: its launch is the one of the node its move goes to."""
+    from fleetctl.cli.explain import launches_for
+    from fleetctl.model import Forecast, Market, OfferRisk
+    from fleetctl.planner import plan
+    from tests.builders import node, offer, policy
+
+    # j alone on a $10 on-demand node, checkpointed 30 min ago; spot at $4/h with no risk pays the move back
+    od = offer("od1", gpus=1, price=10.0, market=Market.ON_DEMAND, vcpus=8, memory_gib=64)
+    spot = offer("sp1", gpus=1, price=4.0, zone="z2", vcpus=8, memory_gib=64)
+    j = replace(job("j", state=JobState.RUNNING, node_ids=("od",), duration_hours=10.0), checkpointable=True,
+                checkpoint_interval_minutes=30.0, started_at_utc=T0 - timedelta(hours=2),
+                last_checkpoint_utc=T0 - timedelta(minutes=30), checkpointed_work_hours=1.5)
+    p = plan(now=T0, queue=(j,), fleet=(node("od", od),), offers=(spot,),
+             forecast=Forecast(interruption=(OfferRisk(spot.key, 60, 0.0),)),
+             policy=policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0))
+    (launch,) = p.of_kind("launch")
+    (move,) = p.of_kind("migrate")
+    assert move.to_node_ids == launch.node_names == ("new-1",)
+    assert launches_for(p.actions, "j") == [launch]
