@@ -420,3 +420,25 @@ def test_a_spread_cap_the_fleet_broke_before_the_step_does_not_stop_its_repairs(
         p = run(queue=queue, fleet=fleet, offers=offers, pol=policy(max_share_per_zone=0.5))
         assert launched(p) == [("a16", Market.ON_DEMAND, 1), ("a8", Market.ON_DEMAND, 1)], busy
         assert p.usd_per_hour_after - p.usd_per_hour_before == pytest.approx(25.5)
+
+
+# ----------------------------------------------------------------------------- the purchase orders tried
+
+def test_a_small_step_tries_more_shuffled_purchase_orders():
+    # Nine jobs, a 50% spot share with no spot in the fleet (so all on-demand in the end), found by a
+    # differential search over the orders tried. The eight fixed orders and the first six shuffles end at
+    # $92.16/h; a step of nine jobs tries min(24, 1000 // 9) = 24 shuffles, and one of the later ones packs
+    # the jobs into seven o2 and two o3 nodes: $89.49/h.
+    offers = [offer("o0", gpus=2, price=2.67, vcpus=8, memory_gib=256, market=Market.ON_DEMAND),
+              offer("o1", gpus=4, price=7.54, vcpus=32, memory_gib=512),
+              offer("o2", gpus=8, price=11.89, vcpus=64, memory_gib=1024, zone="z2", market=Market.ON_DEMAND),
+              offer("o3", gpus=2, price=3.13, vcpus=64, memory_gib=256, zone="z2", market=Market.ON_DEMAND),
+              offer("o4", gpus=4, price=5.49, vcpus=64, memory_gib=512)]
+    shapes = [(1, 2, 4, None), (3, 1, 8, None), (1, 2, 8, False), (2, 8, 16, None), (1, 8, 2, False),
+              (1, 2, 16, None), (1, 8, 30, None), (2, 8, 8, None), (3, 1, 16, False)]
+    queue = [job(f"j{i}", workers=w, gpus=g, vcpus=v, spot=s, submitted=T0 + timedelta(seconds=i))
+             for i, (w, g, v, s) in enumerate(shapes)]
+    p = run(queue=queue, offers=offers, pol=policy(max_spot_share=0.5))
+    assert not p.unplaced
+    assert launched(p) == [("o2", Market.ON_DEMAND, 7), ("o3", Market.ON_DEMAND, 2)]
+    assert p.usd_per_hour_after == 89.49
