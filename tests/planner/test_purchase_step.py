@@ -442,3 +442,22 @@ def test_a_small_step_tries_more_shuffled_purchase_orders():
     assert not p.unplaced
     assert launched(p) == [("o2", Market.ON_DEMAND, 7), ("o3", Market.ON_DEMAND, 2)]
     assert p.usd_per_hour_after == 89.49
+
+
+def test_the_most_constrained_first_order_counts_the_offers_a_job_may_buy_in_its_market():
+    # Eight jobs and a base of 8 on-demand GPUs (found by a differential search over the orders tried). j1, j3
+    # and j4 may not use spot, and jobs the base moves are bound to on-demand: the "fewest offers first" orders
+    # count for them the on-demand offers that hold them only, not the spot one too. So counted, the step ends at
+    # $20.54/h (o2 and o0 on-demand, one o3 spot node); counted with the spot offer, at $24.35/h.
+    offers = [offer("o0", gpus=8, price=8.07, vcpus=256, memory_gib=1024, zone="z2", market=Market.ON_DEMAND),
+              offer("o1", gpus=8, price=8.88, vcpus=64, memory_gib=1024, market=Market.ON_DEMAND),
+              offer("o2", gpus=16, price=8.66, vcpus=64, memory_gib=2048, market=Market.ON_DEMAND),
+              offer("o3", gpus=4, price=3.81, vcpus=32, memory_gib=512)]
+    shapes = [(1, 8, 16, None), (1, 4, 16, False), (1, 2, 30, None), (1, 1, 2, False), (3, 2, 4, False),
+              (3, 1, 30, None), (1, 1, 16, None), (1, 1, 30, None)]
+    queue = [job(f"j{i}", workers=w, gpus=g, vcpus=v, spot=s, submitted=T0 + timedelta(seconds=i))
+             for i, (w, g, v, s) in enumerate(shapes)]
+    p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=8))
+    assert not p.unplaced
+    assert launched(p) == [("o0", Market.ON_DEMAND, 1), ("o2", Market.ON_DEMAND, 1), ("o3", Market.SPOT, 1)]
+    assert p.usd_per_hour_after == 20.54
