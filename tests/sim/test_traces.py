@@ -736,6 +736,27 @@ def test_bad_pod_list_reports_every_problem() -> None:
     ]
 
 
+def test_pod_list_refuses_a_blank_line_and_a_missing_deletion_time() -> None:
+    """A blank line between pods is named as such (not as a row of 1 cell); a pod that ran (Succeeded, Running)
+    needs its deletion_time, its run time ends there; only a Pending pod may leave it empty (p3 is fine)."""
+    header = PODS.splitlines()[0] + "\n"
+    with pytest.raises(SpecError) as info:
+        parse_alibaba_pods(header + "p1,8000,30720,1,1000,,LS,Succeeded,0,10,0\n"
+                           "\n"
+                           "p2,8000,30720,1,1000,,LS,Succeeded,0,10,0\n", "pods.csv")
+    assert [str(i) for i in info.value.issues] == ["pods.csv:3:1: (root): blank line; remove it"]
+    with pytest.raises(SpecError) as info:
+        parse_alibaba_pods(header + textwrap.dedent("""\
+            p1,8000,30720,1,1000,,LS,Succeeded,0,,0
+            p2,8000,30720,1,1000,,LS,Running,0,,0
+            p3,8000,30720,1,1000,,LS,Pending,0,,
+            """), "pods.csv")
+    assert [str(i) for i in info.value.issues] == [
+        "pods.csv:2:38: deletion_time: required value is missing (the cell is empty) for a Succeeded pod",
+        "pods.csv:3:36: deletion_time: required value is missing (the cell is empty) for a Running pod",
+    ]
+
+
 def test_pod_list_without_times_is_refused() -> None:
     with pytest.raises(SpecError) as info:
         parse_alibaba_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,1000\n", "multigpu50.csv")
