@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from fleetctl import nodewatch
 from fleetctl.controller.notices import NoticeServer, parse_notice
 from fleetctl.model import InterruptionKind
 from fleetctl.nodewatch import (
@@ -28,12 +29,14 @@ from fleetctl.nodewatch import (
     DeliveryStopped,
     GceMetadata,
     MetadataError,
+    NodeWatcher,
     Notice,
+    NoticeClient,
     metadata_source,
 )
 from tests.builders import T0
 from tests.nodewatch.conftest import TOKEN, Clock, Sleeps, watcher_for
-from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds, _text
+from tests.nodewatch.fakes import FakeAzure, FakeGce, FakeImds, FakeServer, _text
 
 
 def free_port() -> int:
@@ -691,3 +694,317 @@ def test_azure_is_not_approved_for_a_node_the_controller_does_not_know(make_cont
     assert len(errors) == 1, errors  # once, not at every poll
     (error,) = errors
     assert "does not know node vm-gpu-3-typo" in error and "ev-1 not approved" in error
+
+
+# --------------------------------------------------------------------------- found by mutation testing (h16)
+
+
+@pytest.mark.parametrize("instance_action, notice_id", [
+    # Readable: the notice is named by its action and time.
+    ({"action": "stop", "time": "2026-11-02T09:02:00Z"}, "stop@2026-11-02T09:02:00Z"),
+    # No time: the action is known, the document itself stands for the time.
+    ({"action": "terminate"}, 'terminate@{"action": "terminate"}'),
+    # Not an object: neither is known; the document (a JSON string) names the notice.
+    ("terminate", 'unreadable@"terminate"'),
+])
+def test_an_aws_notice_is_named_by_its_action_and_time_or_by_the_document(instance_action, notice_id):
+    """The notice id is ACTION@TIME (docs/node-watch.md: AWS, action and time); what cannot be read of the
+    document is 'unreadable' for the action and the document's text for the time, so the same document is the
+    same notice on every poll."""
+    with FakeImds("i-0abc") as fake:
+        fake.instance_action = instance_action
+        (notice,) = AwsImds(fake.url).poll("i-0abc", Clock(T0))
+    action, when = notice_id.split("@", 1)
+    assert (notice.provider, notice.node_id, notice.notice_id) == ("aws", "i-0abc", notice_id)
+    assert notice.detail == f"IMDS spot/instance-action {action} at {when}"
+
+
+def test_an_aws_instance_action_path_that_fails_is_an_error_not_no_notice():
+    """spot/instance-action answers 404 while no notice stands and 200 with one: any other status (here a 500
+    from IMDS) says nothing either way, so the poll raises (logged, polled again) instead of reading 'no notice',
+    even though the rebalance path answers 404 as usual."""
+
+    class Imds(FakeImds):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            if path == "/latest/meta-data/spot/instance-action" and \
+                    headers.get("x-aws-ec2-metadata-token") in self.tokens:
+                return _text(500, "Internal Server Error " + "x" * 300)
+            return super().handle(method, path, query, headers, body)
+
+    with Imds("i-0abc") as fake, pytest.raises(MetadataError) as info:
+        AwsImds(fake.url).poll("i-0abc", Clock(T0))
+    # The body is cut to its first 200 characters.
+    assert str(info.value) == "spot/instance-action: HTTP 500 Internal Server Error " + "x" * (200 - 22)
+
+
+@pytest.mark.parametrize("rebalance, notice_id", [
+    ({"noticeTime": "2026-11-02T08:58:00Z"}, "rebalance@2026-11-02T08:58:00Z"),
+    # noticeTime not a string: the recommendation stands, named by the document itself.
+    ({"noticeTime": 7}, 'rebalance@{"noticeTime": 7}'),
+])
+def test_an_aws_rebalance_recommendation_is_named_by_its_notice_time_or_by_the_document(rebalance, notice_id):
+    """No instance-action (404), a rebalance recommendation: one REBALANCE notice without a deadline (EC2 does not
+    take the instance for it), named rebalance@noticeTime."""
+    with FakeImds("i-0abc") as fake:
+        fake.rebalance = rebalance
+        (notice,) = AwsImds(fake.url).poll("i-0abc", Clock(T0))
+    assert (notice.kind, notice.notice_id, notice.deadline_utc) == (InterruptionKind.REBALANCE, notice_id, None)
+    assert notice.detail == f"IMDS rebalance recommendation at {notice_id.removeprefix('rebalance@')}"
+
+
+def test_a_gce_preempted_read_that_fails_is_an_http_error_whatever_its_body():
+    """A metadata server having a bad moment (HTTP 503) is reported as such, and its body is not read as the value:
+    here it even says TRUE, which is no preemption notice (only a 200 answer is the value)."""
+
+    class Gce(FakeGce):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            if path.endswith("/instance/preempted"):
+                return _text(503, "TRUE")
+            return super().handle(method, path, query, headers, body)
+
+    with Gce("gpu-node-7") as fake, pytest.raises(MetadataError) as info:
+        GceMetadata(fake.url).poll("us-central1-a/gpu-node-7", Clock(T0))
+    assert str(info.value) == "computeMetadata instance/preempted: HTTP 503 TRUE"
+
+
+def test_a_failed_gce_preempted_read_is_followed_by_a_plain_read_not_a_wait():
+    """After an answer with an ETag the next poll is a wait-for-change; after a failed read (HTTP 503) the ETag is
+    forgotten, so the next poll is a plain read (next_poll_waits is false: the watcher pauses first), and the polls
+    wait again once a read has succeeded."""
+
+    class Gce(FakeGce):
+        failing = False
+
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            if self.failing and path.endswith("/instance/preempted"):
+                return _text(503, "Service Unavailable")
+            return super().handle(method, path, query, headers, body)
+
+    with Gce("gpu-node-7") as fake:
+        gce = GceMetadata(fake.url, wait_for_change=True)
+        assert gce.poll("us-central1-a/gpu-node-7", Clock(T0)) == ()
+        assert gce.next_poll_waits
+        fake.failing = True
+        with pytest.raises(MetadataError):
+            gce.poll("us-central1-a/gpu-node-7", Clock(T0))
+        assert not gce.next_poll_waits
+        fake.failing = False
+        assert gce.poll("us-central1-a/gpu-node-7", Clock(T0)) == ()
+        assert gce.next_poll_waits
+    assert [p for m, p, h in fake.requests if "preempted" in p][2] == "/computeMetadata/v1/instance/preempted"
+
+
+def test_a_gce_wait_asks_for_the_servers_timeout_and_gives_the_request_that_long_and_more():
+    """The wait-for-change read names the last ETag and timeout_sec (wait_seconds, 30): the server holds the
+    answer up to that long, so the request's own timeout is that plus the usual one (30 + 2 = 32 s), or every wait
+    with no change would end as a timeout error. The first reads (instance/id, then a plain preempted) take the
+    usual timeout (None: the default)."""
+    timeouts = []
+
+    class Gce(GceMetadata):
+        def _get(self, path, timeout=None):  # noqa: ANN001, ANN202
+            timeouts.append(timeout)
+            return super()._get(path, timeout)
+
+    with FakeGce("gpu-node-7") as fake:
+        gce = Gce(fake.url, wait_for_change=True)
+        assert gce.poll("us-central1-a/gpu-node-7", Clock(T0)) == ()
+        fake.preempt()  # the value is no longer the one of ETag e-false: the wait answers at once
+        assert len(gce.poll("us-central1-a/gpu-node-7", Clock(T0))) == 1
+    assert timeouts == [None, None, 32.0]
+    assert fake.requests[-1][1] == \
+        "/computeMetadata/v1/instance/preempted?wait_for_change=true&last_etag=e-false&timeout_sec=30"
+
+
+def test_azure_scheduled_events_that_fail_or_are_not_a_list_are_errors_not_no_events():
+    """Scheduled Events answers {"DocumentIncarnation": N, "Events": [...]}. An HTTP error (IMDS answers 500),
+    an Events that is not a list (here one event object without its list) or a body that is not JSON say nothing
+    about this VM: the poll raises (logged, polled again) instead of reading 'no eviction'."""
+
+    class Azure(FakeAzure):
+        failing = False
+        garbled = False
+
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            if self.failing and path == "/metadata/scheduledevents":
+                return _text(500, "Internal Server Error")
+            if self.garbled and path == "/metadata/scheduledevents":
+                return _text(200, "<html>")
+            return super().handle(method, path, query, headers, body)
+
+    with Azure("vm-gpu-3") as fake:
+        azure = AzureScheduledEvents(fake.url)
+        fake.failing = True
+        with pytest.raises(MetadataError) as info:
+            azure.poll("vm-gpu-3", Clock(T0))
+        assert str(info.value) == "scheduledevents: HTTP 500 Internal Server Error"
+        fake.failing = False
+        fake.events = {"EventId": "ev-1", "EventType": "Preempt", "Resources": ["vm-gpu-3"]}
+        with pytest.raises(MetadataError) as info:
+            azure.poll("vm-gpu-3", Clock(T0))
+        assert str(info.value) == ("scheduledevents: Events is not a list: {'EventId': 'ev-1', 'EventType': "
+                                   "'Preempt', 'Resources': ['vm-gpu-3']}")
+        fake.garbled = True  # a 200 that is not JSON
+        with pytest.raises(MetadataError) as info:
+            azure.poll("vm-gpu-3", Clock(T0))
+        assert str(info.value) == "scheduledevents: not JSON: '<html>'"
+
+
+def test_an_azure_preempt_notice_names_the_event_its_status_and_not_before():
+    """Two Preempts for this VM: ev-1 with NotBefore 30 s after T0, ev-2 already Started (NotBefore empty: due
+    now). Each notice is its event id with that deadline, and its detail (shown by the controller) names the event,
+    its status and NotBefore as Azure wrote it ('now' when empty)."""
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-1", T0 + timedelta(seconds=30))
+        fake.schedule_preempt("ev-2", T0)
+        fake.events[1].update(EventStatus="Started", NotBefore="")
+        notices = AzureScheduledEvents(fake.url).poll("vm-gpu-3", Clock(T0))
+    assert [(n.provider, n.node_id, n.notice_id, n.deadline_utc, n.detail) for n in notices] == [
+        ("azure", "vm-gpu-3", "ev-1", T0 + timedelta(seconds=30),
+         "Azure Scheduled Event Preempt ev-1 (Scheduled, NotBefore Mon, 02 Nov 2026 09:00:30 GMT)"),
+        ("azure", "vm-gpu-3", "ev-2", T0, "Azure Scheduled Event Preempt ev-2 (Started, NotBefore now)"),
+    ]
+
+
+def test_a_notice_is_posted_as_json_with_the_bearer_token_to_the_notices_path():
+    """What the endpoint is sent (docs/node-watch.md): POST /v1/notices (appended to the controller URL), the
+    notice as a JSON body, Content-Type application/json, and Authorization: Bearer TOKEN."""
+
+    class Controller(FakeServer):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            self.body = body
+            return _text(202, '{"event_id": "ev-9"}')
+
+    notice = Notice("gcp", "us-central1-a/gpu-node-7", InterruptionKind.RECLAIM_WARNING, "preempted@1", T0, "d")
+    with Controller() as controller:
+        r = NoticeClient(controller.url + "/", "s3cret").post(notice)
+    assert r.status == 202
+    ((method, path, headers),) = controller.requests
+    assert (method, path) == ("POST", "/v1/notices")
+    assert (headers["content-type"], headers["authorization"]) == ("application/json", "Bearer s3cret")
+    assert json.loads(controller.body) == notice.to_json()
+
+
+def test_an_unreadable_aws_notice_is_logged_with_the_path_and_what_was_read(caplog):
+    """The warning names the IMDS path and shows what came back, so the operator can tell which document could not
+    be read; the notices still go out (the reclaim with AWS's two minutes). Both documents here are JSON strings,
+    not the documented objects."""
+    with FakeImds("i-0abc") as fake:
+        fake.instance_action, fake.rebalance = "terminate", "soon"
+        with caplog.at_level(logging.WARNING, logger="fleetctl.nodewatch"):
+            notices = AwsImds(fake.url).poll("i-0abc", Clock(T0))
+    assert [n.kind for n in notices] == [InterruptionKind.RECLAIM_WARNING, InterruptionKind.REBALANCE]
+    assert caplog.messages == [
+        "spot/instance-action: expected a JSON object, got '\"terminate\"'; taken as 120 s from now",
+        "events/recommendations/rebalance: expected a JSON object, got '\"soon\"'; delivered as a rebalance "
+        "recommendation all the same",
+    ]
+
+
+def test_gce_answers_with_an_etag_give_no_warning_about_a_missing_one(caplog):
+    """FakeGce answers carry an ETag: --gce-wait-for-change can wait, so nothing is logged over two polls (the
+    warning is for a server that leaves the ETag out)."""
+    with FakeGce("gpu-node-7") as fake:
+        gce = GceMetadata(fake.url, wait_for_change=True)
+        with caplog.at_level(logging.INFO, logger="fleetctl.nodewatch"):
+            assert gce.poll("us-central1-a/gpu-node-7", Clock(T0)) == ()
+            fake.preempt()
+            assert len(gce.poll("us-central1-a/gpu-node-7", Clock(T0))) == 1
+    assert caplog.messages == []
+
+
+def test_azure_events_for_this_vm_that_are_not_reclaims_are_noted_once_each_at_info(caplog):
+    """A Reboot and a Redeploy (already Started: NotBefore empty, it happens now) scheduled for this VM are no
+    reclaims: no notice, and one INFO line per event however many polls see them (events stand until they
+    happen)."""
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-reboot", T0 + timedelta(minutes=5))
+        fake.schedule_preempt("ev-redeploy", T0)
+        fake.events[0]["EventType"] = "Reboot"
+        fake.events[1].update(EventType="Redeploy", EventStatus="Started", NotBefore="")
+        azure = AzureScheduledEvents(fake.url)
+        with caplog.at_level(logging.INFO, logger="fleetctl.nodewatch"):
+            assert azure.poll("vm-gpu-3", Clock(T0)) == ()
+            assert azure.poll("vm-gpu-3", Clock(T0)) == ()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "scheduledevents: Reboot event ev-reboot for this VM is not a reclaim: ignored (NotBefore "
+                       "Mon, 02 Nov 2026 09:05:00 GMT)"),
+        (logging.INFO, "scheduledevents: Redeploy event ev-redeploy for this VM is not a reclaim: ignored (NotBefore "
+                       "now)"),
+    ]
+
+def test_an_azure_event_whose_resources_are_not_a_list_is_logged_by_its_event_id_once(caplog):
+    """Resources as one string (not the documented list of VM names): whose event it is cannot be told, so it is
+    ignored, and the warning names the event (ev-odd) and what Resources held, once over two polls."""
+    with FakeAzure("vm-gpu-3") as fake:
+        fake.schedule_preempt("ev-odd", T0 + timedelta(seconds=30), resources="vm-gpu-3")  # type: ignore[arg-type]
+        azure = AzureScheduledEvents(fake.url)
+        with caplog.at_level(logging.INFO, logger="fleetctl.nodewatch"):
+            assert azure.poll("vm-gpu-3", Clock(T0)) == ()
+            assert azure.poll("vm-gpu-3", Clock(T0)) == ()
+    assert caplog.messages == [
+        "scheduledevents: event ev-odd has Resources 'vm-gpu-3', not a list of VM names: ignored",
+    ]
+
+
+def test_notices_go_through_the_proxy_of_the_environment_and_metadata_reads_do_not(monkeypatch):
+    """The controller may sit behind HTTP_PROXY (the opener that honours it is built at import, so the test puts
+    one with a proxy in its place); the metadata service is link-local and never goes through it
+    (docs/node-watch.md). The proxy here answers every request as the controller would: a proxied request names the
+    whole URL, controller.invalid (a name that does not resolve)."""
+
+    class Proxy(FakeServer):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            return _text(202, '{"event_id": "ev-9"}')
+
+    notice = Notice("gcp", "us-central1-a/gpu-node-7", InterruptionKind.RECLAIM_WARNING, "preempted@1", T0, "d")
+    with Proxy() as proxy, FakeGce("gpu-node-7") as gce:
+        monkeypatch.setattr(nodewatch, "_ENV_PROXIES", urllib.request.build_opener(
+            urllib.request.ProxyHandler({"http": proxy.url})))
+        assert NoticeClient("http://controller.invalid:8080", None).post(notice).status == 202
+        assert GceMetadata(gce.url).poll("us-central1-a/gpu-node-7", Clock(T0)) == ()
+    assert [(m, p) for m, p, h in proxy.requests] == [("POST", "http://controller.invalid:8080/v1/notices")]
+
+
+def test_a_controller_answering_503_is_retried_with_a_warning_per_attempt_and_no_token_hint(caplog):
+    """A controller answering 503 (restarting) twice, then 200: the notice is delivered at the third attempt, after
+    two waits; each failed attempt is one warning with the status (a 503 is no token problem: no hint about
+    --token-file), and the delivery one INFO line with the event id."""
+
+    class Controller(FakeServer):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            if len(self.requests) <= 2:
+                return _text(503, "Service Unavailable")
+            return _text(200, '{"event_id": "ev-9"}')
+
+    notice = Notice("gcp", "us-central1-a/gpu-node-7", InterruptionKind.RECLAIM_WARNING, "preempted@1", T0, "d")
+    sleeps = Sleeps()
+    with Controller() as controller:
+        watcher = NodeWatcher(source=GceMetadata("http://127.0.0.1:9"), client=NoticeClient(controller.url, None),
+                              node_id="us-central1-a/gpu-node-7", sleep=sleeps, rng=random.Random(7),
+                              backoff=Backoff(initial_seconds=0.5, max_seconds=2.0, max_attempts=5))
+        with caplog.at_level(logging.INFO, logger="fleetctl.nodewatch"):
+            assert watcher.deliver(notice) == "ev-9"
+    assert len(sleeps) == 2
+    url = f"{controller.url}/v1/notices"
+    assert caplog.messages == [
+        f"notice preempted@1 not delivered (attempt {n} of 5): HTTP 503 from {url}: Service Unavailable; retrying "
+        f"in {s:.1f} s" for n, s in ((1, sleeps[0]), (2, sleeps[1]))
+    ] + ["notice reclaim_warning preempted@1 delivered: event ev-9"]
+
+
+def test_a_watcher_stopped_before_a_delivery_still_makes_its_first_attempt():
+    """A stop (SIGTERM) only ends the retries: the first post of a notice is always made, so a watcher stopped
+    just as the notice came still delivers it when the controller answers at once."""
+
+    class Controller(FakeServer):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            return _text(202, '{"event_id": "ev-9"}')
+
+    notice = Notice("gcp", "us-central1-a/gpu-node-7", InterruptionKind.RECLAIM_WARNING, "preempted@1", T0, "d")
+    with Controller() as controller:
+        watcher = NodeWatcher(source=GceMetadata("http://127.0.0.1:9"), client=NoticeClient(controller.url, None),
+                              node_id="us-central1-a/gpu-node-7", sleep=Sleeps())
+        watcher.stop.set()
+        assert watcher.deliver(notice) == "ev-9"
+    assert len(controller.requests) == 1
