@@ -1008,3 +1008,25 @@ def test_a_watcher_stopped_before_a_delivery_still_makes_its_first_attempt():
         watcher.stop.set()
         assert watcher.deliver(notice) == "ev-9"
     assert len(controller.requests) == 1
+
+
+def test_a_controller_answering_403_gives_up_with_the_token_hint():
+    """403 (a token the controller does not take) is retried like 401, and the last error says to check the token
+    files; here two attempts, both refused."""
+
+    class Controller(FakeServer):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            return _text(403, "Forbidden")
+
+    notice = Notice("gcp", "us-central1-a/gpu-node-7", InterruptionKind.RECLAIM_WARNING, "preempted@1", T0, "d")
+    with Controller() as controller:
+        watcher = NodeWatcher(source=GceMetadata("http://127.0.0.1:9"), client=NoticeClient(controller.url, "t"),
+                              node_id="us-central1-a/gpu-node-7", sleep=Sleeps(),
+                              backoff=Backoff(initial_seconds=0.5, max_seconds=2.0, max_attempts=2))
+        with pytest.raises(DeliveryFailed) as info:
+            watcher.deliver(notice)
+    assert len(controller.requests) == 2
+    assert str(info.value) == (
+        f"gave up delivering reclaim_warning notice preempted@1 for node us-central1-a/gpu-node-7 after 2 attempt(s): "
+        f"HTTP 403 from {controller.url}/v1/notices (check --token-file against the daemon's --notice-token-file): "
+        "Forbidden")
