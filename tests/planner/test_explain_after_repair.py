@@ -61,6 +61,17 @@ def test_a_node_not_bought_after_all_names_where_its_job_went():
                               "cheaper for the jobs on it, expected loss included"), considered
 
 
+def _fallback_swapped_to_spot():  # noqa: ANN202 - a Plan
+    """A busy $30 on-demand 8-GPU node, q0 (4 GPUs, any model) and q1 (2 x H100) under a 50% spot share."""
+    h100 = "H100-80GB"
+    offers = [offer("h8", price=24.0, model=h100), offer("h8", price=72.0, model=h100, market=Market.ON_DEMAND),
+              offer("a4", gpus=4, price=4.0), offer("a4", gpus=4, price=12.0, market=Market.ON_DEMAND)]
+    busy = node("n", offer("a8", price=30.0, market=Market.ON_DEMAND))
+    r = replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("n",), started_at_utc=T0 - timedelta(hours=1))
+    return plan(now=T0, queue=(r, job("q0", gpus=4), job("q1", gpus=2, models=(h100,))), fleet=(busy,), offers=offers,
+                forecast=None, policy=policy(max_spot_share=0.5))
+
+
 def test_a_job_whose_on_demand_node_is_swapped_for_spot_is_no_on_demand_fallback():
     # A busy $30 on-demand 8-GPU node; the 50% spot share is checked against the step's projected 14 GPUs.
     # q0 (4 GPUs, any model) buys a4 spot (4 of 14); q1 (2 x H100) finds h8 spot past the share (12 of 20 spot)
@@ -68,13 +79,7 @@ def test_a_job_whose_on_demand_node_is_swapped_for_spot_is_no_on_demand_fallback
     # (a4 not bought) and swap h8 on-demand for h8 spot ($24; 8 of 16 GPUs spot, at the share). On spot, q1 is
     # no fallback any more (docs/reasons.md: on_demand_fallback is spot-eligible work on on-demand); before,
     # its bind kept the reason.
-    h100 = "H100-80GB"
-    offers = [offer("h8", price=24.0, model=h100), offer("h8", price=72.0, model=h100, market=Market.ON_DEMAND),
-              offer("a4", gpus=4, price=4.0), offer("a4", gpus=4, price=12.0, market=Market.ON_DEMAND)]
-    busy = node("n", offer("a8", price=30.0, market=Market.ON_DEMAND))
-    r = replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("n",), started_at_utc=T0 - timedelta(hours=1))
-    p = plan(now=T0, queue=(r, job("q0", gpus=4), job("q1", gpus=2, models=(h100,))), fleet=(busy,), offers=offers,
-             forecast=None, policy=policy(max_spot_share=0.5))
+    p = _fallback_swapped_to_spot()
     (launch,) = p.of_kind("launch")
     assert (launch.offer.instance_type.name, launch.offer.market, launch.count) == ("h8", Market.SPOT, 1)
     assert {b.job_id: b.reason for b in p.of_kind("bind")} == {"q0": Reason.FITS_NEW_CAPACITY,
@@ -475,13 +480,7 @@ def test_an_on_demand_fallback_node_swapped_for_spot_is_launched_as_the_cheapest
     # The world of test_a_job_whose_on_demand_node_is_swapped_for_spot_is_no_on_demand_fallback: q1's h8
     # on-demand node, bought as a fallback, becomes h8 spot, an offer new to the step. A spot launch is no
     # on-demand fallback (docs/reasons.md), whatever the node was bought for.
-    h100 = "H100-80GB"
-    offers = [offer("h8", price=24.0, model=h100), offer("h8", price=72.0, model=h100, market=Market.ON_DEMAND),
-              offer("a4", gpus=4, price=4.0), offer("a4", gpus=4, price=12.0, market=Market.ON_DEMAND)]
-    busy = node("n", offer("a8", price=30.0, market=Market.ON_DEMAND))
-    r = replace(job("r", gpus=8), state=JobState.RUNNING, node_ids=("n",), started_at_utc=T0 - timedelta(hours=1))
-    p = plan(now=T0, queue=(r, job("q0", gpus=4), job("q1", gpus=2, models=(h100,))), fleet=(busy,), offers=offers,
-             forecast=None, policy=policy(max_spot_share=0.5))
+    p = _fallback_swapped_to_spot()
     (launch,) = p.of_kind("launch")
     assert (launch.offer.market, launch.reason) == (Market.SPOT, Reason.CHEAPEST_OFFER)
     assert launch.detail == "24.0000 $/h each, risk-adjusted best for q0, q1"
