@@ -441,7 +441,7 @@ def test_a_small_step_tries_more_shuffled_purchase_orders():
     p = run(queue=queue, offers=offers, pol=policy(max_spot_share=0.5))
     assert not p.unplaced
     assert launched(p) == [("o2", Market.ON_DEMAND, 7), ("o3", Market.ON_DEMAND, 2)]
-    assert p.usd_per_hour_after == 89.49
+    assert p.usd_per_hour_after == pytest.approx(89.49)
 
 
 def test_the_most_constrained_first_order_counts_the_offers_a_job_may_buy_in_its_market():
@@ -460,4 +460,4 @@ def test_the_most_constrained_first_order_counts_the_offers_a_job_may_buy_in_its
     p = run(queue=queue, offers=offers, pol=policy(on_demand_base_gpus=8))
     assert not p.unplaced
     assert launched(p) == [("o0", Market.ON_DEMAND, 1), ("o2", Market.ON_DEMAND, 1), ("o3", Market.SPOT, 1)]
-    assert p.usd_per_hour_after == 20.54
+    assert p.usd_per_hour_after == pytest.approx(20.54)
