@@ -224,6 +224,46 @@ def case_headroom_after_purchases_keeps_the_spot_share():
     assert not [l for l in p.of_kind("launch") if l.reason is Reason.FORECAST_HEADROOM]
 
 
+def _busy(nodes):
+    """A running job on all of each node's GPUs (nothing free to place on)."""
+    return [running(job(f"r-{n.node_id}", gpus=n.offer.instance_type.gpu_count), n.node_id) for n in nodes]
+
+
+def case_headroom_may_fill_a_spread_cap_exactly_though_the_product_rounds_below_it():
+    # 29 busy 1-GPU x1 spot nodes in z1 and five busy 4-GPU L4 nodes in z2: 49 spot GPUs. The forecast wants
+    # one more A100 GPU ahead: one more x1 spot node makes x1 (and z1) 30 of 50 spot GPUs, exactly the cap
+    # of 58% (29) plus the one-node allowance (1). In floating point 0.58 x 50 is 28.999999999999996, a hair
+    # below 29: without the 1e-9 tolerance the headroom node went on-demand at twice the price.
+    x1 = offer("x1", gpus=1, price=1.0, zone="z1")
+    x1_od = offer("x1", gpus=1, price=2.0, zone="z1", market=Market.ON_DEMAND)
+    l4 = offer("y4", gpus=4, price=4.0, zone="z2", model="L4", gpu_memory_gib=24)
+    fleet = [node(f"x{i:02d}", x1) for i in range(29)] + [node(f"y{i}", l4) for i in range(5)]
+    ahead = Forecast(demand=(DemandForecast("A100-80GB", 60, 20.0, 30.0),))  # 29 A100 GPUs held, p90 30
+    for cap in ("max_share_per_instance_type", "max_share_per_zone"):
+        caps = {"max_share_per_instance_type": 1.0, "max_share_per_zone": 1.0, cap: 0.58}
+        pol = policy(max_spot_share=1.0, min_distinct_offers=1, max_headroom_gpus=1, **caps)
+        p = run(queue=_busy(fleet), fleet=fleet, offers=[x1, x1_od, l4], forecast=ahead, pol=pol)
+        assert [(l.offer.key, l.count, l.reason) for l in p.of_kind("launch")] == [
+            (x1.key, 1, Reason.FORECAST_HEADROOM)], cap
+
+
+def case_a_step_that_lands_exactly_on_the_spot_share_keeps_its_purchase():
+    # 24 busy spot GPUs (three a5 nodes and a b9 node) beside a busy 21-GPU on-demand node; q (5 GPUs) buys
+    # one more a5 spot node: 29 spot GPUs of 50, exactly max_spot_share 0.58 (0.58 x 50 is 28.999999999999996
+    # in floating point). min_distinct_offers 3 was broken before the step (4 spot nodes on 2 offers) and the
+    # step leaves it no worse (5 on 2), so the step stands. If the verification read the rounding as a breach,
+    # it redid the step spreading over new offers at any price: a5 reused is refused, and q went to a5
+    # on-demand ($10/h, the new offer c5 costs $100/h).
+    a5 = offer("a5", gpus=5, price=5.0, zone="z1")
+    a5_od = offer("a5", gpus=5, price=10.0, zone="z1", market=Market.ON_DEMAND)
+    c5 = offer("c5", gpus=5, price=100.0, zone="z2")
+    fleet = [node(f"a{i}", a5) for i in range(3)] + [node("b", offer("b9", gpus=9, price=9.0, zone="z2")),
+                                                     node("d", offer("d21", gpus=21, price=40.0, market=Market.ON_DEMAND))]
+    pol = policy(max_spot_share=0.58, min_distinct_offers=3, max_share_per_instance_type=1.0, max_share_per_zone=1.0)
+    p = run(queue=[*_busy(fleet), job("q", gpus=5)], fleet=fleet, offers=[a5, a5_od, c5], pol=pol)
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(a5.key, 1)]
+
+
 
 # ----------------------------------------------------------------------------- the step's local improvement
 
