@@ -446,6 +446,41 @@ def case_a_lone_gang_is_one_unit_for_diversification():
     assert [(l.offer.instance_type.name, l.offer.market) for l in p.of_kind("launch")] == [("b", Market.SPOT)]
 
 
+def _busy(nodes):
+    """A running job on all of each node's GPUs (nothing free to place on)."""
+    return [bound(job(f"r-{n.node_id}", gpus=n.offer.instance_type.gpu_count), n.node_id) for n in nodes]
+
+
+def case_a_gangs_allowance_under_the_type_cap_is_its_gpus_not_one_more():
+    # A busy t4b spot node (4 GPUs); a gang of 3 x 2 GPUs needs two 4-GPU nodes. On t4b ($4/h) it makes
+    # t4b 12 of 12 spot GPUs, past 30% x 12 + the gang's 8 = 11.6; on t4a ($6/h) t4a is 8 <= 3.6 + 8 and
+    # t4b 4 <= 3.6 + 4. The gang goes to t4a, and the repair that swaps nodes for cheaper ones must not take
+    # it back to t4b (it did when the gang's allowance counted one GPU too many: 12 <= 3.6 + 9).
+    a, b = offer("t4a", gpus=4, price=6.0), offer("t4b", gpus=4, price=4.0)
+    fleet = [node("n1", b)]
+    pol = policy(max_share_per_instance_type=0.3, max_share_per_zone=1.0, max_spot_share=1.0, min_distinct_offers=1)
+    p = run(queue=[*_busy(fleet), job("gang", workers=3, gpus=2)], fleet=fleet, offers=[a, b], pol=pol)
+    assert [(l.offer.key, l.count) for l in p.of_kind("launch")] == [(a.key, 2)]
+
+
+def case_a_gangs_allowance_under_the_zone_cap_is_its_gpus_not_one_more():
+    # One zone, a 40% zone cap, three busy 1-GPU spot nodes. Gangs of 3 x 2 and 2 x 2 GPUs and a 2-GPU job
+    # buy 2-GPU nodes ($2/h spot, $5/h on-demand). The zone's allowance is the biggest gang there (6 GPUs),
+    # so spot in the zone may reach 0.4 x S + 6 of S spot GPUs: 9 (3 + the 3-node gang) fits (9 <= 9.6), 11
+    # does not (11 > 10.4): three of the six new nodes are on-demand. Counting the gang as 7 GPUs let the
+    # repair swap one more node to spot (11 <= 11.4).
+    s, od = offer("t2", gpus=2, price=2.0), offer("t2", gpus=2, price=5.0, market=Market.ON_DEMAND)
+    t1 = offer("t1", gpus=1, price=2.0)
+    fleet = [node(f"n{i}", t1) for i in range(3)]
+    queue = [job("g3", workers=3, gpus=2), job("g2", workers=2, gpus=2, submitted=T0 + timedelta(seconds=1)),
+             job("one", gpus=2, submitted=T0 + timedelta(seconds=2))]
+    pol = policy(max_share_per_instance_type=1.0, max_share_per_zone=0.4, max_spot_share=1.0, min_distinct_offers=1)
+    p = run(queue=[*_busy(fleet), *queue], fleet=fleet, offers=[s, od, t1], pol=pol)
+    market = {n: l.offer.market for l in p.of_kind("launch") for n in l.node_names}
+    assert {j: {market[n] for n in nodes} for j, nodes in binds(p).items()} == {
+        "g3": {Market.SPOT}, "g2": {Market.ON_DEMAND}, "one": {Market.ON_DEMAND}}
+
+
 def case_count_interruptions_work_lost_counts_only_reclaims_that_cost_work():
     offers = [offer("s", gpus=1, price=1.0), offer("od", gpus=1, price=3.0, market=Market.ON_DEMAND)]
     moved_often = replace(job("j", gpus=1), checkpointable=True, checkpoint_interval_minutes=30.0,
