@@ -390,3 +390,36 @@ def test_an_empty_draining_node_still_counts_against_the_budget_and_the_gpu_cap_
         p = run(queue=[job("j", gpus=8)], fleet=[drained], offers=[sp, od], pol=pol)
         assert not p.of_kind("launch") and [t.node_id for t in p.of_kind("terminate")] == ["n1"]
         assert [u.reason for u in p.unplaced] in ([Reason.BUDGET_EXCEEDED], [Reason.CAPACITY_LIMIT])
+
+
+# ----------------------------------------------------------------------------- back to spot: a CPU-only node
+
+@pytest.mark.xfail(strict=True, reason="bug (h18): _market_rule refuses a 0-GPU spot node when the fleet is already "
+                                       "past a GPU cap (zone or spot share), though the node adds no spot GPUs")
+@pytest.mark.parametrize("rule", ["zone", "share"])
+def test_a_cpu_only_job_moves_to_spot_beside_a_fleet_already_past_a_gpu_cap(rule):
+    # Three busy 8-GPU spot nodes in z1 (24 spot GPUs) and, for the share, a busy 8-GPU on-demand node in
+    # z2: z1 is past its 50% zone cap (24 > 0.5 x 24 + 8) and spot past a 50% share (24 of 32), breaches the
+    # fleet had before the plan (a reclaim, a tightened policy). A checkpointable CPU-only job on a $10/h
+    # on-demand CPU node can move to a $4/h spot CPU node in z1: the move pays back in 1 h and adds no spot
+    # GPU, so it leaves every GPU rule where it was (docs/planner.md: a breach from before counts only if
+    # the step makes it worse). It moves with no cap; with the cap it stays on-demand at $10/h.
+    a8 = offer("a8", price=8.0, zone="z1")
+    c_od = offer("c16", gpus=0, model=None, vcpus=16, memory_gib=64, price=10.0, market=Market.ON_DEMAND)
+    c_sp = offer("c16", gpus=0, model=None, vcpus=16, memory_gib=64, price=4.0)
+    fleet = [node(f"a{i}", a8) for i in range(3)] + [node("od", c_od)]
+    if rule == "share":
+        fleet.append(node("g-od", offer("a8", price=20.0, zone="z2", market=Market.ON_DEMAND)))
+    queue = [running(job(f"r-{n.node_id}", gpus=8, vcpus=96), n.node_id) for n in fleet if n.node_id != "od"]
+    cpu = replace(job("cpu", gpus=0, vcpus=16, duration_hours=10.0), state=JobState.RUNNING, node_ids=("od",),
+                  checkpointable=True, checkpoint_interval_minutes=30.0, started_at_utc=T0 - timedelta(hours=2),
+                  last_checkpoint_utc=T0 - timedelta(minutes=30), checkpointed_work_hours=1.5)
+    calm = Forecast(interruption=(OfferRisk(c_sp.key, 60, 0.0),))
+    pol = policy(replace_on_demand_with_spot=True, restart_overhead_minutes=6.0, max_share_per_instance_type=1.0,
+                 max_share_per_zone=1.0, max_spot_share=1.0, min_distinct_offers=1)
+    assert [m.job_id for m in run(queue=[*queue, cpu], fleet=fleet, offers=[a8, c_sp], forecast=calm,
+                                  pol=pol).of_kind("migrate")] == ["cpu"]  # no cap: it moves
+    capped = replace(pol, max_share_per_zone=0.5) if rule == "zone" else replace(pol, max_spot_share=0.5)
+    p = run(queue=[*queue, cpu], fleet=fleet, offers=[a8, c_sp], forecast=calm, pol=capped)
+    assert [(m.job_id, m.detail.split(";")[0]) for m in p.of_kind("migrate")] == [
+        ("cpu", "spot is back: 1 x c16 spot in aws r1/z1 ($4.00/h risk-adjusted) replaces od ($10.00/h)")]
