@@ -1966,10 +1966,14 @@ class _Pass:
     def _market_rule(self, offer: Offer, gpus: int, unit_gpus: int = 0) -> str | None:
         """The spot share and the spread rules for ``gpus`` more spot GPUs of
         ``offer``; ``unit_gpus``: a gang's GPUs bought together (the allowance
-        of one node per type and zone is one unit: a node or a whole gang)."""
+        of one node per type and zone is one unit: a node or a whole gang).
+        A purchase of no GPUs (a CPU node) passes: it leaves every share where
+        it was, also on a fleet already past one (a reclaim, a tightened
+        policy), where until 2026-11-29 a CPU job could neither buy spot nor
+        move back to it."""
         p = self.policy
-        if offer.market is Market.SPOT:
-            if self.spot_gpus + gpus > p.max_spot_share * max(self.gpus + gpus, self.projected_total_gpus) + 1e-9:
+        if offer.market is Market.SPOT and gpus > 0:
+            if self._spot_share_excess(gpus) > 1e-9:
                 return f"spot would pass {p.max_spot_share:.0%} of the fleet's GPUs"
             it = offer.instance_type
             total = max(self.spot_gpus + gpus, self.projected_spot_gpus)
@@ -1980,6 +1984,11 @@ class _Pass:
             if self.spot_by_zone.get(z, 0) + gpus > p.max_share_per_zone * total + max(self.max_gpus_in_zone.get(z, 0), unit_gpus) + 1e-9:
                 return f"zone {offer.region}/{offer.zone or '*'} would pass {p.max_share_per_zone:.0%} of spot GPUs (diversification)"
         return None
+
+    def _spot_share_excess(self, gpus: int = 0) -> float:
+        """Spot GPUs past ``max_spot_share`` with ``gpus`` more spot GPUs (the
+        step's projected total when it is larger)."""
+        return self.spot_gpus + gpus - self.policy.max_spot_share * max(self.gpus + gpus, self.projected_total_gpus)
 
     def _too_few_offers(self, offer: Offer) -> bool:
         """``min_distinct_offers``, checked at one purchase (one unit: a node,
@@ -2495,11 +2504,14 @@ class _Pass:
                 return True
             if p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
                 return True
+        share_before = self._spot_share_excess()
         for sl in slots:
             self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
         try:
             if self._market_rule(offer, gpus, gpus) is not None:
                 return True
+            if gpus == 0 and self._spot_share_excess() > max(0.0, share_before) + 1e-9:
+                return True  # the on-demand GPUs the move frees leave spot past its share (or further past)
             return not existing and self._too_few_offers(offer)
         finally:
             for sl in slots:

@@ -394,8 +394,6 @@ def test_an_empty_draining_node_still_counts_against_the_budget_and_the_gpu_cap_
 
 # ----------------------------------------------------------------------------- back to spot: a CPU-only node
 
-@pytest.mark.xfail(strict=True, reason="bug (h18): _market_rule refuses a 0-GPU spot node when the fleet is already "
-                                       "past a GPU cap (zone or spot share), though the node adds no spot GPUs")
 @pytest.mark.parametrize("rule", ["zone", "share"])
 def test_a_cpu_only_job_moves_to_spot_beside_a_fleet_already_past_a_gpu_cap(rule):
     # Three busy 8-GPU spot nodes in z1 (24 spot GPUs) and, for the share, a busy 8-GPU on-demand node in
@@ -403,7 +401,8 @@ def test_a_cpu_only_job_moves_to_spot_beside_a_fleet_already_past_a_gpu_cap(rule
     # fleet had before the plan (a reclaim, a tightened policy). A checkpointable CPU-only job on a $10/h
     # on-demand CPU node can move to a $4/h spot CPU node in z1: the move pays back in 1 h and adds no spot
     # GPU, so it leaves every GPU rule where it was (docs/planner.md: a breach from before counts only if
-    # the step makes it worse). It moves with no cap; with the cap it stays on-demand at $10/h.
+    # the step makes it worse). It moves with no cap, and with the cap (found by h18; before 2026-11-29 it
+    # stayed on-demand at $10/h: the caps refused a purchase of 0 spot GPUs on a fleet already past them).
     a8 = offer("a8", price=8.0, zone="z1")
     c_od = offer("c16", gpus=0, model=None, vcpus=16, memory_gib=64, price=10.0, market=Market.ON_DEMAND)
     c_sp = offer("c16", gpus=0, model=None, vcpus=16, memory_gib=64, price=4.0)
@@ -423,3 +422,26 @@ def test_a_cpu_only_job_moves_to_spot_beside_a_fleet_already_past_a_gpu_cap(rule
     p = run(queue=[*queue, cpu], fleet=fleet, offers=[a8, c_sp], forecast=calm, pol=capped)
     assert [(m.job_id, m.detail.split(";")[0]) for m in p.of_kind("migrate")] == [
         ("cpu", "spot is back: 1 x c16 spot in aws r1/z1 ($4.00/h risk-adjusted) replaces od ($10.00/h)")]
+
+
+@pytest.mark.parametrize("rule", ["zone", "share"])
+def test_a_cpu_only_job_buys_spot_beside_a_fleet_already_past_a_gpu_cap(rule):
+    # The fleet of the test above (z1 past its zone cap, or spot past its share) and a queued CPU-only job: a
+    # $4/h spot CPU node adds no spot GPU, so the job chooses it. Before 2026-11-29 the caps refused it ("zone
+    # r1/z1 would pass 50% of spot GPUs"), the job chose the $10/h on-demand node, and only the repair after
+    # the step (which compares each rule with the fleet before the step) made that node a spot one.
+    a8 = offer("a8", price=8.0, zone="z1")
+    c_od = offer("c16", gpus=0, model=None, vcpus=16, memory_gib=64, price=10.0, market=Market.ON_DEMAND)
+    c_sp = offer("c16", gpus=0, model=None, vcpus=16, memory_gib=64, price=4.0)
+    fleet = [node(f"a{i}", a8) for i in range(3)]
+    if rule == "share":
+        fleet.append(node("g-od", offer("a8", price=20.0, zone="z2", market=Market.ON_DEMAND)))
+    queue = [running(job(f"r-{n.node_id}", gpus=8, vcpus=96), n.node_id) for n in fleet]
+    cap = dict(max_share_per_zone=0.5) if rule == "zone" else dict(max_spot_share=0.5)
+    pol = policy(max_share_per_instance_type=1.0, min_distinct_offers=1, **{"max_share_per_zone": 1.0,
+                                                                           "max_spot_share": 1.0, **cap})
+    p = run(queue=[*queue, job("cpu", gpus=0, vcpus=16)], fleet=fleet, offers=[a8, c_od, c_sp], pol=pol)
+    assert [(l.offer.instance_type.name, l.offer.market) for l in p.of_kind("launch")] == [("c16", Market.SPOT)]
+    considered = p.explanation("cpu").considered
+    assert considered[1] == "chose 1 x c16 spot in aws r1/z1 ($4.00/h + $0.12/h expected loss)", considered
+    assert not [line for line in considered if line.startswith(("skipped", "then"))], considered
