@@ -481,6 +481,21 @@ def case_a_gangs_allowance_under_the_zone_cap_is_its_gpus_not_one_more():
         "g3": {Market.SPOT}, "g2": {Market.ON_DEMAND}, "one": {Market.ON_DEMAND}}
 
 
+def case_a_type_new_to_the_fleet_gets_no_slack_past_its_cap():
+    # An empty fleet; a gang of 3 x 2 GPUs takes two t4 spot nodes (8 GPUs: 8 <= 25% x 8 + the gang's 8).
+    # A third spot t4 for the 4-GPU job would make t4 12 of 12 spot GPUs, past 0.25 x 12 + 8 = 11: it goes
+    # on-demand, and the repair that swaps nodes for cheaper ones keeps it there. The type had no breach
+    # before the step (it was not in the fleet), so a breach of 1 GPU is a breach; reading a missing
+    # "before" as 1 GPU past the cap let the swap to spot through.
+    s, od = offer("t4", gpus=4, price=12.0), offer("t4", gpus=4, price=30.0, market=Market.ON_DEMAND)
+    queue = [job("gang", workers=3, gpus=2), job("one", gpus=4, submitted=T0 + timedelta(seconds=1))]
+    pol = policy(max_share_per_instance_type=0.25, max_share_per_zone=1.0, max_spot_share=1.0, min_distinct_offers=1)
+    p = run(queue=queue, offers=[s, od], pol=pol)
+    market = {n: l.offer.market for l in p.of_kind("launch") for n in l.node_names}
+    assert {j: [market[n] for n in dict.fromkeys(nodes)] for j, nodes in binds(p).items()} == {
+        "gang": [Market.SPOT, Market.SPOT], "one": [Market.ON_DEMAND]}
+
+
 def case_count_interruptions_work_lost_counts_only_reclaims_that_cost_work():
     offers = [offer("s", gpus=1, price=1.0), offer("od", gpus=1, price=3.0, market=Market.ON_DEMAND)]
     moved_often = replace(job("j", gpus=1), checkpointable=True, checkpoint_interval_minutes=30.0,
