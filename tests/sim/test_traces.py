@@ -757,6 +757,63 @@ def test_pod_list_refuses_a_blank_line_and_a_missing_deletion_time() -> None:
     ]
 
 
+def test_pod_list_refuses_a_row_of_the_wrong_number_of_cells() -> None:
+    """A row cut short (3 cells) or with a cell too many (12) under the 11-column header is named at its line with
+    both counts; the other rows are read on (p-ok is fine, so these are the only problems)."""
+    header = PODS.splitlines()[0] + "\n"
+    with pytest.raises(SpecError) as info:
+        parse_alibaba_pods(header + textwrap.dedent("""\
+            p-short,8000,30720
+            p-ok,8000,30720,1,1000,,LS,Succeeded,0,10,0
+            p-long,8000,30720,1,1000,,LS,Succeeded,0,10,0,0
+            """), "pods.csv")
+    assert [str(i) for i in info.value.issues] == [
+        "pods.csv:2:1: (root): the row has 3 cells; the header has 11",
+        "pods.csv:4:1: (root): the row has 12 cells; the header has 11",
+    ]
+
+
+def test_pod_list_gpu_milli_must_agree_with_num_gpu() -> None:
+    """gpu_milli is the share of each GPU: a pod with GPUs needs more than 0 of it (g1-zero with 1 GPU and g2-zero
+    with 2 both give 0: the 'above 0' rule, not the 1000 one); one GPU may be shared (g1-half, 500) and a pod of 2 or
+    more takes whole GPUs (g2-whole, 1000); a pod without GPUs asks for none (c-none). Only the two zeros are
+    refused."""
+    header = PODS.splitlines()[0] + "\n"
+    with pytest.raises(SpecError) as info:
+        parse_alibaba_pods(header + textwrap.dedent("""\
+            g1-zero,8000,30720,1,0,,LS,Succeeded,0,10,0
+            g2-zero,8000,30720,2,0,,LS,Succeeded,0,10,0
+            g1-half,8000,30720,1,500,,LS,Succeeded,0,10,0
+            g2-whole,8000,30720,2,1000,,LS,Succeeded,0,10,0
+            c-none,8000,30720,0,0,,LS,Succeeded,0,10,0
+            """), "pods.csv")
+    assert [str(i) for i in info.value.issues] == [
+        "pods.csv:2:22: gpu_milli: must be above 0 for a pod with GPUs (got 0)",
+        "pods.csv:3:22: gpu_milli: must be above 0 for a pod with GPUs (got 0)",
+    ]
+
+
+def test_pod_list_upper_limits_are_inclusive() -> None:
+    """The upper limits (those of a job trace: 100,000 vCPU, 1,000,000 GiB, 1024 GPUs, a whole GPU's 1000 milli):
+    a pod at every limit (top) is read; one unit over any of them is refused at its cell, and the message names the
+    limit."""
+    header = PODS.splitlines()[0] + "\n"
+    with pytest.raises(SpecError) as info:
+        parse_alibaba_pods(header + textwrap.dedent("""\
+            top,100000000,1024000000,1024,1000,,LS,Succeeded,0,10,0
+            cpu,100000001,30720,1,1000,,LS,Succeeded,0,10,0
+            mem,8000,1024000001,1,1000,,LS,Succeeded,0,10,0
+            gpus,8000,30720,1025,1000,,LS,Succeeded,0,10,0
+            share,8000,30720,1,1001,,LS,Succeeded,0,10,0
+            """), "pods.csv")
+    assert [str(i) for i in info.value.issues] == [
+        "pods.csv:3:5: cpu_milli: must be at most 100000000 (got '100000001')",
+        "pods.csv:4:10: memory_mib: must be at most 1024000000 (got '1024000001')",
+        "pods.csv:5:17: num_gpu: must be at most 1024 (got '1025')",
+        "pods.csv:6:20: gpu_milli: must be at most 1000 (got '1001')",
+    ]
+
+
 def test_pod_list_without_times_is_refused() -> None:
     with pytest.raises(SpecError) as info:
         parse_alibaba_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,1000\n", "multigpu50.csv")
