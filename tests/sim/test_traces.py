@@ -691,6 +691,8 @@ def test_importer_drops_a_pod_of_0_vcpu_and_keeps_one_of_a_single_second() -> No
     ("text", "message"),
     [
         ("LS=prod", None),
+        # Blank (spaces only): said to be empty, not read as one entry "" that is not QOS=CLASS.
+        (" ", "--priority-map is empty; write QOS=CLASS pairs such as LS=production,BE=batch"),
         ("XX=a", "--priority-map: unknown qos 'XX'; the trace uses LS, Guaranteed, Burstable, BE"),
         ("ls=a", "--priority-map: unknown qos 'ls' (did you mean 'LS'?); the trace uses LS, Guaranteed, "
                  "Burstable, BE"),
