@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 
 import pytest
@@ -709,6 +709,62 @@ def test_parse_priority_map(text: str, message: str | None) -> None:
         with pytest.raises(ValueError) as info:
             parse_priority_map(text)
         assert str(info.value) == message
+
+
+class _NoOffset(tzinfo):
+    """A time zone that cannot say its offset: the time is as good as naive."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"start_utc": datetime(2023, 2, 15)}, "start_utc must be timezone-aware"),
+        ({"start_utc": datetime(2023, 2, 15, tzinfo=_NoOffset())}, "start_utc must be timezone-aware"),
+        ({"start_utc": datetime(1969, 12, 31, 23, tzinfo=timezone.utc)},
+         "start_utc must be within the years 1970..9000 (got 1969)"),
+        ({"start_utc": datetime(9001, 1, 1, tzinfo=timezone.utc)},
+         "start_utc must be within the years 1970..9000 (got 9001)"),
+        ({"checkpointable_fraction": -0.1}, "checkpointable_fraction must be within 0..1 (got -0.1)"),
+        ({"checkpointable_fraction": 1.1}, "checkpointable_fraction must be within 0..1 (got 1.1)"),
+        ({"deadline_fraction": -0.1}, "deadline_fraction must be within 0..1 (got -0.1)"),
+        ({"deadline_fraction": 1.1}, "deadline_fraction must be within 0..1 (got 1.1)"),
+        ({"checkpoint_interval_minutes": 0.99}, "checkpoint_interval_minutes must be finite and at least 1 (got 0.99)"),
+        ({"checkpoint_interval_minutes": float("nan")},
+         "checkpoint_interval_minutes must be finite and at least 1 (got nan)"),
+        ({"pending_duration_hours": 0.0}, "pending_duration_hours must be above 0 (got 0.0)"),
+        ({"pending_duration_hours": 100_000.5}, "pending_duration_hours must be above 0 (got 100000.5)"),
+        ({"limit": -1}, "limit must be 0 or more (got -1)"),
+        ({"window_hours": 0.0}, "window_hours must be above 0 and at most 100000 (got 0.0)"),
+        ({"window_hours": 100_000.5}, "window_hours must be above 0 and at most 100000 (got 100000.5)"),
+        ({"deadline_slack": (1.0, 2.0)}, "deadline_slack must be (low, high) with 1 < low <= high (got (1.0, 2.0))"),
+        ({"deadline_slack": (2.0, 1.5)}, "deadline_slack must be (low, high) with 1 < low <= high (got (2.0, 1.5))"),
+        ({"priority_map": {"LS": "production"}}, "priority_map has no class for qos Guaranteed, Burstable, BE"),
+        ({"priority_map": {**DEFAULT_ALIBABA_PRIORITY_MAP, "LS": "a b", "BE": 3}},
+         "priority_map: invalid priority class name(s) 3, a b"),
+        ({"team": "a b"}, "team: invalid name 'a b'"),
+    ],
+)
+def test_importer_options_out_of_range_are_refused_by_name(kw: dict[str, object], message: str) -> None:
+    """Each option just outside what it allows (the other options are the defaults, which are fine): the error
+    names the option and the value. A time zone without an offset is no time zone; NaN is not at least 1."""
+    with pytest.raises(ValueError) as info:
+        AlibabaOptions(**{"start_utc": T0, **kw})  # type: ignore[arg-type]
+    assert str(info.value) == message
+
+
+def test_importer_options_at_their_limits_are_accepted() -> None:
+    """Every limit is inclusive where the message says 'at least', 'at most' or 'within', and 'above 0' takes any
+    positive amount: the first and the last year, fractions 0 and 1, an interval of 1 minute, 0.001 and 100,000
+    hours, a limit of 0 and a slack of (low, low) just above 1."""
+    for start in (datetime(1970, 1, 1, tzinfo=timezone.utc), datetime(9000, 12, 31, 23, tzinfo=timezone.utc)):
+        for fraction, hours in ((0.0, 0.001), (1.0, 100_000.0)):
+            accepted = AlibabaOptions(start_utc=start, checkpointable_fraction=fraction, deadline_fraction=fraction,
+                                      checkpoint_interval_minutes=1.0, pending_duration_hours=hours, limit=0,
+                                      window_hours=hours, deadline_slack=(1.01, 1.01))
+            assert (accepted.start_utc, accepted.window_hours) == (start, hours)
 
 
 def test_bad_pod_list_reports_every_problem() -> None:
