@@ -872,6 +872,35 @@ def test_pod_list_upper_limits_are_inclusive() -> None:
     ]
 
 
+def test_pod_list_header_problems_are_named_at_their_column() -> None:
+    """A column listed twice is named by itself at its second place; an unknown one gets the near miss (nmae is
+    name) or only the list (xyz is near nothing); the multigpu50 note is only for a list with a name column and
+    no creation_time, not for one that also lacks name."""
+    columns = PODS.splitlines()[0]
+    cases = {
+        columns + ",qos,nmae\n": [
+            "pods.csv:1:111: qos: column is listed twice",
+            "pods.csv:1:115: (root): unknown column 'nmae' (did you mean 'name'?); expected the columns name, "
+            "cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, qos, pod_phase, creation_time, deletion_time, "
+            "scheduled_time",
+        ],
+        columns.replace("creation_time,", "") + ",xyz\n": [
+            "pods.csv:1:1: (root): missing column(s) creation_time (openb_pod_list_multigpu50.csv has no times or "
+            "qos; use openb_pod_list_default.csv or openb_pod_list_gpuspec33.csv)",
+            "pods.csv:1:97: (root): unknown column 'xyz'; expected the columns name, cpu_milli, memory_mib, num_gpu, "
+            "gpu_milli, gpu_spec, qos, pod_phase, creation_time, deletion_time, scheduled_time",
+        ],
+        "cpu_milli,memory_mib\n1,2\n": [
+            "pods.csv:1:1: (root): missing column(s) name, num_gpu, gpu_milli, gpu_spec, qos, pod_phase, "
+            "creation_time, deletion_time, scheduled_time",
+        ],
+    }
+    for text, expected in cases.items():
+        with pytest.raises(SpecError) as info:
+            parse_alibaba_pods(text, "pods.csv")
+        assert [str(i) for i in info.value.issues] == expected, text
+
+
 def test_pod_list_without_times_is_refused() -> None:
     with pytest.raises(SpecError) as info:
         parse_alibaba_pods("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1024,1,1000\n", "multigpu50.csv")
