@@ -1030,3 +1030,54 @@ def test_a_controller_answering_403_gives_up_with_the_token_hint():
         f"gave up delivering reclaim_warning notice preempted@1 for node us-central1-a/gpu-node-7 after 2 attempt(s): "
         f"HTTP 403 from {controller.url}/v1/notices (check --token-file against the daemon's --notice-token-file): "
         "Forbidden")
+
+
+def test_the_status_of_a_notice_is_read_from_the_controllers_answer():
+    """GET /v1/notices/EVENT_ID (the id quoted whole, '/' too), asking for JSON with the bearer token (none without
+    a token). Only handled: true (the JSON true, not 1) is handled; node_known is false only when the controller
+    says false (absent: an older daemon, taken as known); an answer that is JSON but not an object says nothing:
+    not handled. A non-200 answer or one that is not JSON is a ConnectionError: the watcher asks again later."""
+    answers = {
+        "/v1/notices/handled": _text(200, '{"handled": true}'),
+        "/v1/notices/handled-unknown": _text(200, '{"handled": true, "node_known": false}'),
+        "/v1/notices/handled-null": _text(200, '{"handled": true, "node_known": null}'),
+        "/v1/notices/one": _text(200, '{"handled": 1, "node_known": true}'),
+        "/v1/notices/list": _text(200, '[true]'),
+        "/v1/notices/a%2Fb%20c": _text(200, '{"handled": false}'),
+        "/v1/notices/down": _text(503, "busy"),
+        "/v1/notices/html": _text(200, "<html>"),
+    }
+
+    class Controller(FakeServer):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            return answers[path]
+
+    with Controller() as controller:
+        client = NoticeClient(controller.url, "s3cret")
+        statuses = map(client.status, ("handled", "handled-unknown", "handled-null", "one", "list", "a/b c"))
+        assert [(s.handled, s.node_known) for s in statuses] == [
+            (True, True), (True, False), (True, True), (False, True), (False, True), (False, True)]
+        with pytest.raises(ConnectionError, match="HTTP 503 busy"):
+            client.status("down")
+        with pytest.raises(ConnectionError, match="not JSON: '<html>'"):
+            client.status("html")
+        NoticeClient(controller.url, None).status("handled")
+    method, path, headers = controller.requests[0]
+    assert (method, path, headers["accept"], headers["authorization"]) == (
+        "GET", "/v1/notices/handled", "application/json", "Bearer s3cret")
+    assert "authorization" not in controller.requests[-1][2]
+
+
+def test_the_status_of_a_notice_is_asked_through_the_proxy_of_the_environment(monkeypatch):
+    """Like the post, the status question goes to the controller, so it honours HTTP_PROXY (the proxy answers as the
+    controller would; controller.invalid does not resolve, so a direct request could not be answered)."""
+
+    class Proxy(FakeServer):
+        def handle(self, method, path, query, headers, body):  # noqa: ANN001, ANN201
+            return _text(200, '{"handled": true}')
+
+    with Proxy() as proxy:
+        monkeypatch.setattr(nodewatch, "_ENV_PROXIES", urllib.request.build_opener(
+            urllib.request.ProxyHandler({"http": proxy.url})))
+        assert NoticeClient("http://controller.invalid:8080", None).status("ev-9").handled
+    assert [(m, p) for m, p, h in proxy.requests] == [("GET", "http://controller.invalid:8080/v1/notices/ev-9")]
