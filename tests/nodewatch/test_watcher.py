@@ -1081,3 +1081,21 @@ def test_the_status_of_a_notice_is_asked_through_the_proxy_of_the_environment(mo
             urllib.request.ProxyHandler({"http": proxy.url})))
         assert NoticeClient("http://controller.invalid:8080", None).status("ev-9").handled
     assert [(m, p) for m, p, h in proxy.requests] == [("GET", "http://controller.invalid:8080/v1/notices/ev-9")]
+
+
+def test_a_stop_after_a_blocking_poll_returned_does_not_raise_out_of_what_follows():
+    """Stopped is raised only during the blocking poll itself: once the poll has returned (here a source whose polls
+    block, like GCE's wait-for-change, that finds nothing), a stop only sets the event, since what follows the poll
+    (a delivery, an approval) must not be cut in half."""
+
+    class Waiting:
+        approves = False
+        next_poll_waits = True
+
+        def poll(self, node_id, clock):  # noqa: ANN001, ANN201
+            return ()
+
+    watcher = NodeWatcher(source=Waiting(), client=NoticeClient("http://127.0.0.1:9", None), node_id="n")
+    assert watcher.poll_once() == []
+    watcher.request_stop()
+    assert watcher.stop.is_set()
