@@ -349,7 +349,7 @@ class _Pass:
         # per node _unbuy took out: its offer's key and the jobs listed for that node alone (for _rebuy)
         self.unbought_jobs: dict[str, tuple[str, list[str]]] = {}
         # (job, old offer, new offer) -> (nodes swapped, index of the line in the job's explanation): _note_swap
-        self.swap_notes: dict[tuple[str, str, str], tuple[int, int | None]] = {}
+        self.swap_notes: dict[tuple[str, str, str], tuple[int, int]] = {}
         self.launch_reason: dict[str, Reason] = {}
         self.spread_excess_before: dict[tuple[str, str], float] = {}  # _diversification_broken: breaches before the buy step
         self.usd = 0.0
@@ -1611,7 +1611,7 @@ class _Pass:
         not ``old``: one line for all of a gang's nodes swapped alike (before
         2026-11-28 the line was repeated per node)."""
         key = (job.job_id, self.offer_key[id(old)], self.offer_key[id(new)])
-        count, at = self.swap_notes.get(key, (0, None))
+        count, at = self.swap_notes.get(key, (0, -1))
         count += 1
         if count == 1:
             nodes = f"its node is bought as 1 x {self._node_text(new)}"
@@ -1620,11 +1620,12 @@ class _Pass:
                      f"{_where(new)} (${new.usd_per_hour:.2f}/h each)")
         line = (f"then {nodes}, not {old.instance_type.name} {old.market.value}: cheaper for the jobs on "
                 f"{'it' if count == 1 else 'them'}, expected loss included")
-        if at is None:
-            at = len(self.explain.setdefault(job.job_id, []))
-            self.explain[job.job_id].append(line)
+        notes = self.explain.setdefault(job.job_id, [])
+        if count == 1:
+            at = len(notes)
+            notes.append(line)
         else:
-            self.explain[job.job_id][at] = line
+            notes[at] = line
         self.swap_notes[key] = (count, at)
 
     def _node_cost(self, offer: Offer, held: list, slot: Slot) -> float:
@@ -1790,7 +1791,7 @@ class _Pass:
         if key not in self.launch_names:
             self.launch_offer[key] = slot.offer
             if jobs:
-                self.launch_jobs[key] = list(jobs)
+                self.launch_jobs[key] = jobs
             on_demand_only = reason in (Reason.ON_DEMAND_FALLBACK, Reason.ON_DEMAND_BASE)
             if on_demand_only and slot.offer.market is Market.SPOT:
                 reason = Reason.CHEAPEST_OFFER
@@ -2504,7 +2505,7 @@ class _Pass:
                 return True
             if p.max_gpus is not None and self.held_gpus + gpus > p.max_gpus:
                 return True
-        share_before = self._spot_share_excess()
+        share_before = self._spot_share_excess() if gpus == 0 else 0.0  # read below only for gpus == 0
         for sl in slots:
             self._charge_offer(sl.offer, -1, self.slot_gang.get(sl.name))
         try:
